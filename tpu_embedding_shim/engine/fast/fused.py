@@ -32,7 +32,7 @@ import numpy as np
 from ...spec import AdagradSpec, AdamSpec, OptimizerSpec, SGDSpec
 from .prefetch import AHEAD, prefetch_row
 
-__all__ = ["fusable", "options", "sgd", "adagrad", "lazy_adam"]
+__all__ = ["fusable", "apply", "options", "sgd", "adagrad", "lazy_adam"]
 
 _F32 = np.float32
 
@@ -42,6 +42,31 @@ def fusable(optimizer: Optional[OptimizerSpec]) -> bool:
     if type(optimizer) in (SGDSpec, AdagradSpec):
         return True
     return type(optimizer) is AdamSpec and optimizer.lazy_adam
+
+
+def apply(optimizer: OptimizerSpec, lr: float, table: np.ndarray, slots, unique_ids: np.ndarray,
+          grads: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> None:
+    """The fused update of `optimizer` (`fusable(optimizer)` must hold), in place.
+
+    Rows `unique_ids[starts[r]:stops[r]]` (unique) with their summed
+    gradients `grads[starts[r]:stops[r]]`, one parallel task per segment r;
+    `slots` maps slot name -> [V, D] array; `lr` is the step's learning rate."""
+    if int((stops - starts).sum()) == 0:
+        return
+    shared = options(optimizer, lr)
+    lr32 = _F32(lr)
+    rows = (unique_ids, grads, starts, stops)
+    if type(optimizer) is SGDSpec:
+        sgd(table, *rows, lr32, *shared)
+    elif type(optimizer) is AdagradSpec:
+        adagrad(table, slots["accumulators"], *rows, lr32, *shared)
+    elif type(optimizer) is AdamSpec and optimizer.lazy_adam:
+        b1, b2 = _F32(optimizer.beta1), _F32(optimizer.beta2)
+        lazy_adam(table, slots["momenta"], slots["velocities"], *rows, lr32,
+                  b1, _F32(1) - b1, b2, _F32(1) - b2, _F32(optimizer.epsilon),
+                  bool(optimizer.sum_inside_sqrt), *shared)
+    else:
+        raise TypeError(f"No fused update for {type(optimizer).__name__}; use the numpy path.")
 
 
 def options(optimizer: OptimizerSpec, lr: float):

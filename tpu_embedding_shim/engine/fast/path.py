@@ -29,7 +29,7 @@ from typing import Dict, List, Mapping, Tuple
 import numba
 import numpy as np
 
-from ...spec import AdagradSpec, AdamSpec, OptimizerSpec, SGDSpec, parse_combiner
+from ...spec import OptimizerSpec, parse_combiner
 from .. import lookup
 from ..ragged import Ragged, _is_ragged_tensor, _is_sparse
 from . import forward, fused, owner
@@ -261,20 +261,5 @@ class FastPath:
     @staticmethod
     def apply_summed(optimizer: OptimizerSpec, lr: float, table: np.ndarray, slots: Mapping[str, np.ndarray],
                      summed: Summed) -> None:
-        """`apply_in_place` on the regions of a `Summed`; writes in place."""
-        if summed.size == 0:
-            return
-        shared = fused.options(optimizer, lr)
-        lr32 = _F32(lr)
-        rows = (summed.unique_ids, summed.grads, summed.starts, summed.stops)
-        if type(optimizer) is SGDSpec:
-            fused.sgd(table, *rows, lr32, *shared)
-        elif type(optimizer) is AdagradSpec:
-            fused.adagrad(table, slots["accumulators"], *rows, lr32, *shared)
-        elif type(optimizer) is AdamSpec and optimizer.lazy_adam:
-            b1, b2 = _F32(optimizer.beta1), _F32(optimizer.beta2)
-            fused.lazy_adam(table, slots["momenta"], slots["velocities"], *rows, lr32,
-                            b1, _F32(1) - b1, b2, _F32(1) - b2, _F32(optimizer.epsilon),
-                            bool(optimizer.sum_inside_sqrt), *shared)
-        else:
-            raise TypeError(f"No fused update for {type(optimizer).__name__}; use the numpy path.")
+        """`apply_in_place` on the regions of a `Summed`; writes in place (see `fused.apply`)."""
+        fused.apply(optimizer, lr, table, slots, summed.unique_ids, summed.grads, summed.starts, summed.stops)
