@@ -279,12 +279,6 @@ def test_each_fused_optimizer_equals_apply_update(optimizer, vocab, dim, step, s
         np.testing.assert_allclose(got_slots[name][ids], want_slots[name], **TOL)
 
 
-def test_only_sgd_adagrad_and_lazy_adam_are_fused():
-    assert not fused.fusable(AdamSpec(learning_rate=0.1, lazy_adam=False))
-    assert not fused.fusable(FtrlSpec(learning_rate=0.1))
-    assert not fused.fusable(None)
-
-
 # Engine level: the fast engine and the numpy engine, step by step.
 
 
@@ -302,7 +296,8 @@ def engine_cases(draw):
                   FeatureSpec(name="b", table="t", num_buckets=vocab, weight_key="b_w"),
                   FeatureSpec(name="s", table="t", num_buckets=vocab, max_sequence_length=3)),
         optimizer=optimizer,
-        pipeline_execution_with_tensor_core=draw(st.booleans()))
+        pipeline_execution_with_tensor_core=draw(st.booleans()),
+        num_shards=draw(st.sampled_from([1, 1, 2, 3, 8])), partition_strategy=draw(st.sampled_from(["div", "mod"])))
     return spec, draw(st.integers(0, 999))
 
 
@@ -334,15 +329,17 @@ def test_fast_engine_equals_numpy_engine(case):
         fast.apply_gradients(r_fast, grads)
         slow.apply_gradients(r_slow, grads)
     np.testing.assert_allclose(fast.table("t"), slow.table("t"), rtol=1e-5, atol=1e-5)
+    for got, want in zip(fast.shards("t"), slow.shards("t")):  # the same rows in the same shards
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     for name, values in slow.slots("t").items():
         np.testing.assert_allclose(fast.slots("t")[name], values, rtol=1e-5, atol=1e-5)
 
 
-def _spec(optimizer=None, num_shards=1, vocab=10):
+def _spec(optimizer=None, num_shards=1, vocab=10, strategy="div"):
     return EmbeddingSpec(
         tables=(TableSpec(name="t", vocabulary_size=vocab, dim=3, combiner="sum", initializer=RowIdInitializer()),),
         features=(FeatureSpec(name="f", table="t", num_buckets=vocab),),
-        optimizer=optimizer or AdagradSpec(learning_rate=0.1), num_shards=num_shards)
+        optimizer=optimizer or AdagradSpec(learning_rate=0.1), num_shards=num_shards, partition_strategy=strategy)
 
 
 def test_a_failed_fast_step_changes_nothing():
@@ -375,10 +372,18 @@ def test_a_failing_learning_rate_function_changes_no_table():
     assert np.all(engine._fast._slot_maps["t"] == -1)
 
 
-def test_more_shards_use_the_numpy_kernels_and_say_so():
-    engine = Engine(_spec(num_shards=3), kernels="fast")
-    assert any("num_shards == 1" in line for line in engine.describe())
-    assert any("numba" in line for line in Engine(_spec(), kernels="fast").describe())
+@pytest.mark.parametrize("strategy", ["div", "mod"])
+def test_sharded_tables_use_the_fast_kernels_on_one_storage_array(strategy):
+    engine = Engine(_spec(num_shards=3, vocab=11, strategy=strategy), kernels="fast")
+    assert any("numba" in line for line in engine.describe())
+    sharded = engine._tables["t"]
+    assert all(np.shares_memory(shard, sharded.storage) for shard in sharded.shards if shard.size)
+    result = engine.forward({"f": [[10, 4], [4]]})
+    np.testing.assert_array_equal(result.activations["f"][:, 0], [14.0, 4.0])  # RowIdInitializer: row i is i
+    engine.apply_gradients(result, {"f": np.ones((2, 3))})
+    full = engine.table("t")[:, 0]
+    assert full[4] < 4.0 and full[10] < 10.0 and full[[0, 1, 5]].tolist() == [0.0, 1.0, 5.0]
+    assert engine._fast._slot_maps["t"].min() == -1 and engine._fast._slot_maps["t"].max() == -1
 
 
 def test_kernels_argument_is_checked():
@@ -417,9 +422,15 @@ def test_memory_mapped_table_trains_and_reopens(tmp_path):
     assert any("memory-mapped" in line for line in reopened.describe())
 
 
-def test_memory_mapped_tables_need_one_shard(tmp_path):
-    with pytest.raises(ValueError, match="num_shards == 1"):
-        Engine(_spec(num_shards=2), table_files={"t": str(tmp_path / "t.npy")})
+def test_memory_mapped_tables_need_the_id_order(tmp_path):
+    with pytest.raises(ValueError, match="partition_strategy 'div'"):
+        Engine(_spec(num_shards=2, strategy="mod"), table_files={"t": str(tmp_path / "t.npy")})
+    engine = Engine(_spec(num_shards=2), kernels="fast", table_files={"t": str(tmp_path / "d.npy")})  # div: id order
+    result = engine.forward({"f": [[1, 9]]})
+    engine.apply_gradients(result, {"f": np.ones((1, 3))})
+    reopened = Engine(_spec(num_shards=2), kernels="fast", table_files={"t": str(tmp_path / "d.npy")})
+    np.testing.assert_array_equal(reopened.table("t"), engine.table("t"))
+    assert reopened.table("t")[9, 0] < 9.0
     with pytest.raises(ValueError, match="unknown tables"):
         Engine(_spec(), table_files={"nope": str(tmp_path / "t.npy")})
 

@@ -62,6 +62,9 @@ class LookupResult:
       batches: feature -> the ids in the engine's ragged form.
       training: False for an inference lookup (it can't be trained on).
       step: the global step the lookup was made at.
+      storage_batches: feature -> its ids as rows of the table's storage
+        array (the fast kernels' form; see `sharding.py`), when they differ
+        from `batches`. Internal: kept so the backward maps ids only once.
     """
 
     activations: Dict[str, np.ndarray]
@@ -69,6 +72,7 @@ class LookupResult:
     batches: Dict[str, Ragged]
     training: bool
     step: int
+    storage_batches: Dict[str, Ragged] = dataclasses.field(default_factory=dict, repr=False)
 
 
 @dataclasses.dataclass
@@ -90,8 +94,8 @@ class Engine:
       kernels: 'auto' (the fast numba kernels of `engine/fast/` when numba
         imports, else numpy), 'numpy' (the reference kernels only) or 'fast'
         (an error if numba is missing). The environment variable
-        TPU_EMBEDDING_SHIM_KERNELS=numpy turns 'auto' into 'numpy'. The fast
-        kernels serve tables stored as one shard; see docs/engine.md.
+        TPU_EMBEDDING_SHIM_KERNELS=numpy turns 'auto' into 'numpy'. See
+        docs/engine.md.
       table_files: table name -> path of a `.npy` file that holds the table
         as a memory-mapped array (for tables larger than RAM); its slots go
         beside it (`<path>.<slot>.npy`). See `memmap.py`.
@@ -160,18 +164,15 @@ class Engine:
             from . import fast
 
             lines.append(f"  kernels: numpy reference ({fast.unavailable_reason() or 'kernels=numpy'}).")
-        elif self._uses_fast():
-            lines.append(f"  kernels: numba, {self._fast.threads()} thread(s): parallel gather-pool, owner-computes "
-                         "backward, fused SGD / Adagrad / lazy Adam (other optimizers: numpy).")
         else:
-            lines.append("  kernels: numpy reference (the fast kernels serve num_shards == 1 only).")
+            numpy_updates = sorted({t.name for t in spec.tables if spec.optimizer_for(t.name) is not None
+                                    and not fast_fusable(spec.optimizer_for(t.name))})
+            rest = f" (numpy updates for tables {numpy_updates})" if numpy_updates else ""
+            lines.append(f"  kernels: numba, {self._fast.threads()} thread(s): parallel gather-pool, owner-computes "
+                         f"backward, fused optimizer updates{rest}.")
         for name, path in self._table_files.items():
             lines.append(f"  table {name}: memory-mapped from {path}.")
         return lines
-
-    def _uses_fast(self) -> bool:
-        """True when the fast kernels serve this engine's tables (one shard each)."""
-        return self._fast is not None and self.spec.num_shards == 1
 
     def table(self, name: str) -> np.ndarray:
         """The full table `name` in id order (a copy), pending updates applied."""
@@ -215,17 +216,19 @@ class Engine:
             raise ValueError(f"All features of one step must have the same batch size. Received: {sizes}.")
         if not (training and self.spec.pipeline_execution_with_tensor_core):
             self.flush()
-        activations, lengths = {}, {}
-        fast = self._fast if self._uses_fast() else None
+        activations, lengths, storage_batches = {}, {}, {}
+        fast = self._fast
         for feature in self.spec.features:
             table = self._tables[feature.table]
             batch = batches[feature.name]
+            if fast is not None and not table.in_id_order:
+                batch = storage_batches[feature.name] = _on_storage(batch, table)
             if fast is not None and feature.is_sequence:
                 activations[feature.name], lengths[feature.name] = fast.sequence_lookup(
-                    table.shards[0], batch, feature.max_sequence_length)
+                    table.storage, batch, feature.max_sequence_length)
             elif fast is not None:
                 activations[feature.name] = fast.pooled_lookup(
-                    table.shards[0], batch, self.spec.table(feature.table).combiner, safe=feature.safe_lookup)
+                    table.storage, batch, self.spec.table(feature.table).combiner, safe=feature.safe_lookup)
             elif feature.is_sequence:
                 activations[feature.name], lengths[feature.name] = lookup.sequence_lookup(
                     table, batch, feature.max_sequence_length)
@@ -235,7 +238,7 @@ class Engine:
         if training:
             self._record_statistics(batches)
             self.flush()
-        return LookupResult(activations, lengths, batches, training, self.global_step)
+        return LookupResult(activations, lengths, batches, training, self.global_step, storage_batches)
 
     def _convert(self, feature: FeatureSpec, features: Mapping[str, Any], weights: Optional[Mapping[str, Any]]):
         if feature.name not in features:
@@ -294,7 +297,7 @@ class Engine:
                              f"{sorted(result.activations)}.")
         step = self.global_step
         multiplier = self._gradient_multiplier(step)
-        fast = self._fast if self._uses_fast() else None
+        fast = self._fast
         per_table: Dict[str, Tuple[List[Any], List[np.ndarray]]] = {t.name: ([], []) for t in self.spec.tables}
         for feature in self.spec.features:
             grad = self._check_gradient(feature, result, gradients.get(feature.name))
@@ -303,6 +306,8 @@ class Engine:
             if multiplier != 1:
                 grad = grad * multiplier
             batch = result.batches[feature.name]
+            if fast is not None:  # the fast kernels address rows of `storage`
+                batch = result.storage_batches.get(feature.name) or _on_storage(batch, self._tables[feature.table])
             if fast is not None and feature.is_sequence:
                 per_table[feature.table][0].append(fast.sequence_entries(batch, feature.max_sequence_length, grad))
                 continue
@@ -336,12 +341,13 @@ class Engine:
             if fast_fusable(optimizer) and not self.spec.pipeline_execution_with_tensor_core:
                 in_place.append((table.name, optimizer, optimizer.learning_rate_at(step), summed))
             else:
-                self._plan_update(table, step, [], [], pending, summed=summed.compact())
+                rows, grads = summed.compact()
+                self._plan_update(table, step, [], [], pending, summed=(self._tables[table.name].logical(rows), grads))
         # Every check has passed and every new value is computed: from here on, nothing fails.
         self.flush()  # the previous step's update, if pipelining deferred it
         for name, optimizer, lr, summed in in_place:
-            slots = {slot: values.shards[0] for slot, values in self._slots[name].items()}
-            fast.apply_summed(optimizer, lr, self._tables[name].shards[0], slots, summed)
+            slots = {slot: values.storage for slot, values in self._slots[name].items()}
+            fast.apply_summed(optimizer, lr, self._tables[name].storage, slots, summed)
         self._pending = pending
         self.global_step += 1
         if not self.spec.pipeline_execution_with_tensor_core:
@@ -451,9 +457,9 @@ class Engine:
             raise ValueError(f"Argument `step` must be an int >= 0. Received: {step!r}.")
         self._pending = None
         for name in self._table_files:  # a memory-mapped table keeps its files: write into them
-            self._tables[name].shards[0][...] = new_tables[name].shards[0]
+            self._tables[name].storage[...] = new_tables[name].storage  # same spec: same layout
             for slot, values in new_slots[name].items():
-                self._slots[name][slot].shards[0][...] = values.shards[0]
+                self._slots[name][slot].storage[...] = values.storage
             new_tables[name], new_slots[name] = self._tables[name], self._slots[name]
         self._tables, self._slots = new_tables, new_slots
         if step is not None:
@@ -494,6 +500,13 @@ class Engine:
                 "(v2: clipvalue).", UserWarning, stacklevel=3)
 
 
+def _on_storage(batch: Ragged, table: ShardedTable) -> Ragged:
+    """`batch` with its ids as rows of `table.storage` (itself when the storage is in id order)."""
+    if table.in_id_order:
+        return batch
+    return dataclasses.replace(batch, values=table.physical(batch.values))
+
+
 def _fast_path(kernels: str):
     """A `fast.path.FastPath`, or None for the numpy kernels."""
     from . import fast
@@ -529,9 +542,10 @@ def _check_table_files(spec: EmbeddingSpec, table_files: Optional[Mapping[str, s
     unknown = sorted(set(table_files) - set(names))
     if unknown:
         raise ValueError(f"Argument `table_files` names unknown tables {unknown}; tables are {names}.")
-    if table_files and spec.num_shards != 1:
-        raise ValueError(f"Argument `table_files` needs num_shards == 1 (one file per table). Received: "
-                         f"num_shards={spec.num_shards}.")
+    if table_files and spec.num_shards != 1 and spec.partition_strategy != "div":
+        raise ValueError(f"Argument `table_files` needs the table stored in id order (num_shards == 1, or "
+                         f"partition_strategy 'div'): one file per table. Received: num_shards="
+                         f"{spec.num_shards} with partition_strategy {spec.partition_strategy!r}.")
     return {name: str(path) for name, path in table_files.items()}
 
 

@@ -16,7 +16,8 @@ writes them back to the file); `Engine.save` still writes a checkpoint.
   values have the same distribution, not the same numbers as an in-memory
   table built from the same seed.
 
-Needs `num_shards == 1` (one file per table).
+Needs the table in id order (one shard, or `div` shards: their storage is
+the id order); one file per table.
 """
 
 from __future__ import annotations

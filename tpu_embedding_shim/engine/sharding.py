@@ -17,12 +17,23 @@ strategies, and `to_full()` always returns the table in id order.
 More shards than rows is allowed (TensorFlow pads tiny tables the same
 way): the extra shards are empty, shape [0, D].
 
+Storage: a `ShardedTable` keeps its N shards as consecutive slices of ONE
+`[V, D]` array, `storage`, in shard order. For `div` that array is the table
+in id order (the shards are contiguous ranges); for `mod` it is shard 0's
+rows, then shard 1's, and so on, so row `id` is at storage row
+`physical(id) = start[id % N] + id // N`. The engine's fast kernels work on
+`storage` with physical ids, whatever the sharding.
+
 >>> import numpy as np
 >>> t = ShardedTable(np.arange(13, dtype=np.float32)[:, None], num_shards=5, strategy="mod")
 >>> [s[:, 0].astype(int).tolist() for s in t.shards]
 [[0, 5, 10], [1, 6, 11], [2, 7, 12], [3, 8], [4, 9]]
 >>> t[np.array([12, 0])].tolist()
 [[12.0], [0.0]]
+>>> t.storage[:, 0].astype(int).tolist()  # the shards, one after another
+[0, 5, 10, 1, 6, 11, 2, 7, 12, 3, 8, 4, 9]
+>>> t.physical(np.array([12, 0, 4])).tolist(), t.logical(np.array([8, 0, 11])).tolist()
+([8, 0, 11], [12, 0, 4])
 """
 
 from __future__ import annotations
@@ -136,7 +147,8 @@ class ShardedTable:
     """
 
     def __init__(self, full: np.ndarray, num_shards: int, strategy: str, *, copy: bool = True):
-        """`copy=False` with one shard adopts `full` (float32, C-contiguous) as the shard: no copy.
+        """`copy=False` adopts `full` (float32, C-contiguous, writeable) as the storage when the layout
+        is the id order (one shard, or `div`): no copy.
 
         The engine uses it for tables it owns, so that a 10M-row table (or a
         memory-mapped one) is held once.
@@ -148,11 +160,32 @@ class ShardedTable:
             )
         self.vocabulary_size, self.num_shards, self.strategy = _check(full.shape[0], num_shards, strategy)
         self.dim = int(full.shape[1])
-        if not copy and self.num_shards == 1 and full.dtype == np.float32 and full.flags.c_contiguous \
-                and full.flags.writeable:
-            self.shards: List[np.ndarray] = [full]
+        sizes = shard_sizes(self.vocabulary_size, self.num_shards, self.strategy)
+        self._starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.in_id_order = self.num_shards == 1 or self.strategy == "div"
+        adopt = not copy and full.dtype == np.float32 and full.flags.c_contiguous and full.flags.writeable
+        if self.in_id_order:
+            self.storage = full if adopt else np.array(full, copy=True, order="C")
         else:
-            self.shards = split_table(full, self.num_shards, self.strategy)
+            self.storage = np.concatenate([full[s::self.num_shards] for s in range(self.num_shards)], axis=0)
+        self.shards: List[np.ndarray] = [self.storage[self._starts[s]:self._starts[s + 1]]
+                                         for s in range(self.num_shards)]
+
+    def physical(self, ids: np.ndarray) -> np.ndarray:
+        """The storage rows of global `ids` (int64, in range; no check): `ids` itself in id order."""
+        if self.in_id_order:
+            return ids
+        n = self.num_shards
+        if n & (n - 1) == 0:  # a power of two: a mask and a shift instead of two int64 divisions
+            return self._starts[ids & (n - 1)] + (ids >> (n.bit_length() - 1))
+        return self._starts[ids % n] + ids // n
+
+    def logical(self, rows: np.ndarray) -> np.ndarray:
+        """The global ids of storage `rows` (the inverse of `physical`)."""
+        if self.in_id_order:
+            return rows
+        shard = np.searchsorted(self._starts, rows, side="right") - 1
+        return (rows - self._starts[shard]) * self.num_shards + shard
 
     @property
     def shape(self) -> Tuple[int, int]:

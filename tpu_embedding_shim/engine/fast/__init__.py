@@ -21,8 +21,8 @@ One idea per module:
 - `fused.py`: SGD, Adagrad and lazy Adam applied in place to the rows a
   partition owns, with the options every optimizer shares (gradient
   clipping, weight decay, weight clipping, the step's learning rate).
-- `path.py`: the glue the engine calls, and the rules for when the fast
-  path applies (one shard per table; see `FastPath.covers`).
+- `path.py`: the glue the engine calls (tables as one storage array of
+  any sharding).
 
 Compiled kernels are cached on disk (`cache=True`): only the first run on a
 machine pays the compile time.

@@ -16,9 +16,9 @@ The engine asks `FastPath` three things per step:
 - `apply_summed` / `apply_in_place`: the fused optimizer update, once every
   check of the step has passed.
 
-It covers tables stored as ONE shard (`EmbeddingSpec.num_shards == 1`),
-where the shard is the table in id order; with more shards the engine uses
-the numpy kernels (sharding is storage: the numbers are the same).
+Tables are the `storage` array of a `ShardedTable` (every shard, one after
+another) and ids are rows of it: the engine maps ids first for `mod`
+sharding (`ShardedTable.physical`).
 """
 
 from __future__ import annotations
