@@ -10,10 +10,17 @@ the agreement check.
   forward, apply_gradients); `kernels='auto'` (numba when installed) or
   'numpy' (the reference kernels: the specification, used as the truth).
 - `TorchImpl`: torch.nn.EmbeddingBag(sparse=True) + torch.optim.Adagrad /
-  SGD / SparseAdam (nn.Embedding for sequence features).
+  SGD / SparseAdam (nn.Embedding for sequence features); non-lazy Adam is
+  a dense EmbeddingBag + torch.optim.Adam. torch has no optimizer that does
+  the spec's FTRL, momentum, RMSProp, proximal Adagrad or Adagrad with
+  momentum on the touched rows only: `Unsupported`, with the reason.
 - `FbgemmImpl`: FBGEMM's table-batched embedding (TBE) on the CPU, fused
-  EXACT_SGD / EXACT_ADAGRAD.
-- `NumpyImpl`: plain numpy (fancy indexing, reduceat, unique, add.at).
+  EXACT_SGD / EXACT_ADAGRAD (no exact match for the other optimizers).
+- `NumpyImpl`: plain numpy (fancy indexing, reduceat, unique, add.at), every
+  optimizer.
+
+Sharding (`Workload.num_shards`) is the engine's storage only: the numbers
+never change, so the peers ignore it.
 """
 
 from __future__ import annotations
@@ -22,7 +29,10 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .workload import ADAGRAD_INITIAL, ADAM_EPS, BETA1, BETA2, LR, Batch, Workload, engine_spec
+from .workload import (
+    ADAGRAD_INITIAL, ADAGRAD_MOMENTUM_EPS, ADAM_EPS, BETA1, BETA2, L1, L2, LR, MOMENTUM, RMSPROP_EPS, RMSPROP_LR,
+    RMSPROP_MOMENTUM, RMSPROP_RHO, Batch, Workload, engine_spec, optimizer_spec,
+)
 
 __all__ = ["EngineImpl", "TorchImpl", "FbgemmImpl", "NumpyImpl", "PEERS", "missing_reason"]
 
@@ -110,14 +120,10 @@ class NumpyImpl:
     def __init__(self, w: Workload, tables: List[np.ndarray]):
         self.w = w
         self.t = [t.copy() for t in tables]
-        self.slots: List[Dict[str, np.ndarray]] = []
-        for t in self.t:
-            if w.optimizer == "adagrad":
-                self.slots.append({"a": np.full_like(t, ADAGRAD_INITIAL)})
-            elif w.optimizer == "adam":
-                self.slots.append({"m": np.zeros_like(t), "v": np.zeros_like(t)})
-            else:
-                self.slots.append({})
+        # The slots TensorFlow names, at their initial values (from the spec: names and starting values only).
+        initial = optimizer_spec(w).slot_initial_values()
+        self.slots: List[Dict[str, np.ndarray]] = [
+            {name: np.full_like(t, value) for name, value in initial.items()} for t in self.t]
         self.steps = 0
 
     def _lookup(self, table, b: Batch):
@@ -138,7 +144,6 @@ class NumpyImpl:
 
     def step(self, step):
         outs = self.forward(step)
-        lr = LR
         self.steps += 1
         for t, (table, slots, b) in enumerate(zip(self.t, self.slots, step)):
             row = np.repeat(np.arange(self.w.batch), np.diff(b.offsets))
@@ -151,23 +156,84 @@ class NumpyImpl:
             unique, inverse = np.unique(b.values, return_inverse=True)
             g = np.zeros((unique.shape[0], self.w.dim), np.float32)
             np.add.at(g, inverse, entry)
-            w = table[unique]
-            if self.w.optimizer == "sgd":
-                table[unique] = w - np.float32(lr) * g
-            elif self.w.optimizer == "adagrad":
-                a = slots["a"][unique] + g * g
-                slots["a"][unique] = a
-                table[unique] = w - np.float32(lr) * g / np.sqrt(a)
-            else:
-                m = np.float32(BETA1) * slots["m"][unique] + np.float32(1 - BETA1) * g
-                v = np.float32(BETA2) * slots["v"][unique] + np.float32(1 - BETA2) * g * g
-                slots["m"][unique], slots["v"][unique] = m, v
-                step_size = lr * np.sqrt(1 - BETA2 ** self.steps) / (1 - BETA1 ** self.steps)
-                table[unique] = w - np.float32(step_size) * m / (np.sqrt(v) + np.float32(ADAM_EPS))
+            if self.w.optimizer == "adam-nonlazy":
+                # Every row moves every step: the whole table, a zero gradient for the rows not in the step.
+                dense = np.zeros_like(table)
+                dense[unique] = g
+                table[:], new_slots = self._update(table, slots, dense)
+                for name, values in new_slots.items():
+                    slots[name][:] = values
+                continue
+            new_rows, new_slots = self._update(table[unique], {k: v[unique] for k, v in slots.items()}, g)
+            table[unique] = new_rows
+            for name, values in new_slots.items():
+                slots[name][unique] = values
         return outs
+
+    def _update(self, w, s, g):
+        """New rows and slots for rows `w`, slots `s` and summed gradients `g` (float32 throughout)."""
+        f32 = np.float32
+        lr = f32(LR)
+        opt = self.w.optimizer
+        if opt == "sgd":
+            return w - lr * g, {}
+        if opt == "adagrad":
+            a = s["accumulators"] + g * g
+            return w - lr * g / np.sqrt(a), {"accumulators": a}
+        if opt in ("adam", "adam-nonlazy"):
+            m = f32(BETA1) * s["momenta"] + f32(1 - BETA1) * g
+            v = f32(BETA2) * s["velocities"] + f32(1 - BETA2) * g * g
+            step_size = LR * np.sqrt(1 - BETA2 ** self.steps) / (1 - BETA1 ** self.steps)
+            return w - f32(step_size) * m / (np.sqrt(v) + f32(ADAM_EPS)), {"momenta": m, "velocities": v}
+        if opt == "momentum":
+            m = f32(MOMENTUM) * s["momenta"] + g
+            return w - lr * m, {"momenta": m}
+        if opt == "rmsprop":
+            ms = f32(RMSPROP_RHO) * s["ms"] + f32(1 - RMSPROP_RHO) * g * g
+            mom = f32(RMSPROP_MOMENTUM) * s["mom"] + f32(RMSPROP_LR) * g / np.sqrt(ms + f32(RMSPROP_EPS))
+            return w - mom, {"ms": ms, "mom": mom}
+        if opt == "adagrad-momentum":
+            a = s["accumulators"] + g * g
+            m = f32(MOMENTUM) * s["momenta"] + g / np.sqrt(a + f32(ADAGRAD_MOMENTUM_EPS))
+            return w - lr * m, {"accumulators": a, "momenta": m}
+        if opt == "proximal-adagrad":
+            a = s["accumulators"] + g * g
+            rate = lr / np.sqrt(a)
+            v = w - rate * g
+            shrunk = np.maximum(np.abs(v) - rate * f32(L1), f32(0))
+            return np.sign(v) * shrunk / (f32(1) + rate * f32(L2)), {"accumulators": a}
+        if opt == "ftrl":  # FTRL-proximal, learning_rate_power -0.5, linear as in the paper
+            a = s["accumulators"] + g * g
+            root = np.sqrt(a)
+            linear = s["linears"] + g - (root - np.sqrt(s["accumulators"])) / lr * w
+            new = (np.sign(linear) * f32(L1) - linear) / (root / lr + f32(2 * L2))
+            return np.where(np.abs(linear) > f32(L1), new, f32(0)), {"accumulators": a, "linears": linear}
+        raise Unsupported(f"no numpy update for {opt}")
 
     def rows(self, ids):
         return [t[i] for t, i in zip(self.t, ids)]
+
+
+TORCH_UNSUPPORTED = {
+    "ftrl": "torch.optim has no FTRL",
+    "momentum": "torch.optim.SGD's momentum is not lazy (rows of earlier steps keep moving as their momentum "
+                "decays); the spec's updates only the step's rows",
+    "rmsprop": "torch.optim.RMSprop takes no sparse gradient, and with a dense one updates every row every step "
+               "(not lazy) with epsilon outside the root",
+    "proximal-adagrad": "torch.optim has no proximal Adagrad (l1 / l2 shrinkage)",
+    "adagrad-momentum": "torch.optim has no Adagrad with momentum",
+}
+
+_FBGEMM_HAS = "EmbOptimType has SGD, Adagrad and row-wise variants, Adam, LAMB, LARS, Shampoo, MADGRAD"
+FBGEMM_UNSUPPORTED = {
+    "adam": "no exact adam in FBGEMM's CPU TBE that matches the spec",
+    "adam-nonlazy": "FBGEMM's TBE updates only the rows in the step (fused into the backward): no non-lazy Adam",
+    "ftrl": f"no FTRL in FBGEMM ({_FBGEMM_HAS})",
+    "momentum": f"no momentum in FBGEMM ({_FBGEMM_HAS})",
+    "rmsprop": f"no RMSProp in FBGEMM ({_FBGEMM_HAS})",
+    "proximal-adagrad": f"no proximal Adagrad in FBGEMM ({_FBGEMM_HAS})",
+    "adagrad-momentum": f"no Adagrad with momentum in FBGEMM ({_FBGEMM_HAS})",
+}
 
 
 class TorchImpl:
@@ -178,14 +244,19 @@ class TorchImpl:
     def __init__(self, w: Workload, tables: List[np.ndarray]):
         import torch
 
+        if w.optimizer in TORCH_UNSUPPORTED:
+            raise Unsupported(TORCH_UNSUPPORTED[w.optimizer])
         self.torch, self.w = torch, w
         self.mods, self.opts = [], []
+        self.steps = 0
+        # Non-lazy Adam moves every row every step: a dense gradient and torch.optim.Adam.
+        sparse = w.optimizer != "adam-nonlazy"
         for table in tables:
             if w.sequence:
-                mod = torch.nn.Embedding(table.shape[0], w.dim, sparse=True)
+                mod = torch.nn.Embedding(table.shape[0], w.dim, sparse=sparse)
             else:
                 mode = "mean" if (w.combiner == "mean" and not w.weighted) else "sum"
-                mod = torch.nn.EmbeddingBag(table.shape[0], w.dim, mode=mode, sparse=True)
+                mod = torch.nn.EmbeddingBag(table.shape[0], w.dim, mode=mode, sparse=sparse)
             with torch.no_grad():
                 mod.weight.copy_(torch.from_numpy(table))
             params = [mod.weight]
@@ -193,8 +264,12 @@ class TorchImpl:
                 opt = torch.optim.SGD(params, lr=LR)
             elif w.optimizer == "adagrad":
                 opt = torch.optim.Adagrad(params, lr=LR, initial_accumulator_value=ADAGRAD_INITIAL, eps=0.0)
-            else:
+            elif w.optimizer == "adam":
                 opt = torch.optim.SparseAdam(params, lr=LR, betas=(BETA1, BETA2), eps=ADAM_EPS)
+            elif w.optimizer == "adam-nonlazy":
+                opt = torch.optim.Adam(params, lr=LR, betas=(BETA1, BETA2), eps=ADAM_EPS)
+            else:
+                raise Unsupported(f"no torch optimizer for {w.optimizer} here")
             self.mods.append(mod)
             self.opts.append(opt)
         self.mode_sum = w.sequence == 0 and not (w.combiner == "mean" and not w.weighted)
@@ -230,7 +305,12 @@ class TorchImpl:
 
     def step(self, step):
         outs = []
+        self.steps += 1
         for mod, opt, b in zip(self.mods, self.opts, step):
+            if self.w.optimizer == "adam-nonlazy":
+                # torch.optim.Adam adds epsilon to sqrt(v / (1 - beta2**t)); the spec adds it to sqrt(v) (the
+                # paper's "epsilon hat", as SparseAdam does): the same update with epsilon / sqrt(1 - beta2**t).
+                opt.param_groups[0]["eps"] = ADAM_EPS / np.sqrt(1 - BETA2 ** self.steps)
             opt.zero_grad(set_to_none=True)
             out = self._lookup(mod, b)
             out.backward(self.torch.from_numpy(b.grad))
@@ -259,7 +339,8 @@ class FbgemmImpl:
             raise Unsupported("sequence features are not run on FBGEMM here (pooled TBE only)")
         kinds = {"sgd": EmbOptimType.EXACT_SGD, "adagrad": EmbOptimType.EXACT_ADAGRAD}
         if w.optimizer not in kinds:
-            raise Unsupported(f"no exact {w.optimizer} in FBGEMM's CPU TBE that matches the spec")
+            raise Unsupported(FBGEMM_UNSUPPORTED.get(
+                w.optimizer, f"no exact {w.optimizer} in FBGEMM's CPU TBE that matches the spec"))
         self.torch, self.w = torch, w
         pooling = PoolingMode.MEAN if (w.combiner == "mean" and not w.weighted) else PoolingMode.SUM
         self.weighted = pooling == PoolingMode.SUM and (w.combiner != "sum" or w.weighted)

@@ -27,6 +27,14 @@ VARIANTS: Dict[str, Workload] = {w.name: w for w in (
     _v("adam-lazy", optimizer="adam"),
     _v("sgd-zipf", optimizer="sgd", ids="zipf"),
     _v("adam-lazy-zipf", optimizer="adam", ids="zipf"),
+    _v("adam-nonlazy", optimizer="adam-nonlazy"),
+    _v("ftrl", optimizer="ftrl"),
+    _v("momentum", optimizer="momentum"),
+    _v("rmsprop", optimizer="rmsprop"),
+    _v("proximal-adagrad", optimizer="proximal-adagrad"),
+    _v("adagrad-momentum", optimizer="adagrad-momentum"),
+    _v("shards8-div", num_shards=8, partition_strategy="div"),
+    _v("shards8-mod", num_shards=8, partition_strategy="mod"),
     _v("d16", dim=16),
     _v("d256", dim=256),
     _v("b512", batch=512),
@@ -40,6 +48,9 @@ VARIANTS: Dict[str, Workload] = {w.name: w for w in (
 )}
 
 DEFAULT = tuple(VARIANTS)
+# `--quick` runs these: the main pair, and one of each code path the others add (an optimizer without a peer in
+# torch or FBGEMM, the full-table non-lazy Adam, a sharded engine).
+QUICK = ("main-uniform", "main-zipf", "ftrl", "adam-nonlazy", "shards8-mod")
 
 # Variants too large to hold every peer's copy of the tables: only these implementations run.
 PEERS_FOR: Dict[str, Tuple[str, ...]] = {

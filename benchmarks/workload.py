@@ -13,8 +13,10 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from tpu_embedding_shim.engine.optimizers import bias_corrected_learning_rate
+from tpu_embedding_shim.engine.optimizers import touches_all_rows as _touches_all_rows
 from tpu_embedding_shim.spec import (
-    AdagradSpec, AdamSpec, EmbeddingSpec, FeatureSpec, SGDSpec, TableSpec,
+    AdagradMomentumSpec, AdagradSpec, AdamSpec, EmbeddingSpec, FeatureSpec, FtrlSpec, MomentumSpec,
+    ProximalAdagradSpec, RMSPropSpec, SGDSpec, TableSpec,
 )
 
 # The 26 categorical features of Criteo (Kaggle display advertising), vocabulary sizes as in DLRM's
@@ -25,6 +27,13 @@ CRITEO_SIZES = (1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 568
 LR = 0.05
 ADAGRAD_INITIAL = 0.1
 BETA1, BETA2, ADAM_EPS = 0.9, 0.999, 1e-8
+MOMENTUM = 0.9
+RMSPROP_LR, RMSPROP_RHO, RMSPROP_MOMENTUM, RMSPROP_EPS = 0.001, 0.9, 0.9, 1e-10  # 0.05: a first step of ~0.16
+L1, L2 = 1e-3, 1e-3  # FTRL and proximal Adagrad: small, but every row goes through the shrinkage code
+ADAGRAD_MOMENTUM_EPS = 1e-10
+
+OPTIMIZERS = ("sgd", "adagrad", "adam", "adam-nonlazy", "ftrl", "momentum", "rmsprop", "proximal-adagrad",
+              "adagrad-momentum")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,9 +49,11 @@ class Workload:
     zipf_a: float = 1.05
     combiner: str = "sum"                  # sum, mean, sqrtn
     weighted: bool = False
-    optimizer: str = "adagrad"             # sgd, adagrad, adam (lazy)
+    optimizer: str = "adagrad"             # one of OPTIMIZERS ('adam' is lazy Adam)
     sequence: int = 0                      # > 0: a sequence feature of this max length (no pooling)
     forward_only: bool = False
+    num_shards: int = 1                    # EmbeddingSpec.num_shards: storage only, numbers never change
+    partition_strategy: str = "div"        # 'div' or 'mod' (with num_shards > 1)
 
     @property
     def num_tables(self) -> int:
@@ -52,8 +63,9 @@ class Workload:
         v = f"{self.vocab[0]:,}" if self.num_tables == 1 else f"{self.num_tables} tables, {sum(self.vocab):,} rows"
         bag = f"{self.bag[0]}" if self.bag[0] == self.bag[1] else f"{self.bag[0]}..{self.bag[1]}"
         kind = f"sequence L={self.sequence}" if self.sequence else f"{self.combiner}{' weighted' if self.weighted else ''}"
+        shards = f" {self.num_shards} shards {self.partition_strategy}" if self.num_shards > 1 else ""
         return (f"V={v} D={self.dim} B={self.batch} L={bag} {self.ids} {kind} "
-                f"{'forward only' if self.forward_only else self.optimizer}")
+                f"{'forward only' if self.forward_only else self.optimizer}{shards}")
 
 
 @dataclasses.dataclass
@@ -101,16 +113,39 @@ def make_batches(w: Workload, count: int, seed: int = 0) -> List[List[Batch]]:
 
 
 def optimizer_spec(w: Workload):
+    """The workload's optimizer as the project's public spec; its slots (`slot_initial_values()`) size the bound."""
     if w.optimizer == "sgd":
         return SGDSpec(learning_rate=LR)
     if w.optimizer == "adagrad":
         return AdagradSpec(learning_rate=LR, initial_accumulator=ADAGRAD_INITIAL)
-    if w.optimizer == "adam":
-        # torch.optim.SparseAdam corrects the bias; a TPU's Adam doesn't: fold the correction into the
-        # learning rate (optimizers.bias_corrected_learning_rate) and put epsilon outside the root.
+    if w.optimizer in ("adam", "adam-nonlazy"):
+        # torch's Adam corrects the bias; a TPU's Adam doesn't: fold the correction into the learning rate
+        # (optimizers.bias_corrected_learning_rate) and put epsilon outside the root.
         return AdamSpec(learning_rate=bias_corrected_learning_rate(LR, BETA1, BETA2), beta1=BETA1, beta2=BETA2,
-                        epsilon=ADAM_EPS, lazy_adam=True, sum_inside_sqrt=False)
-    raise ValueError(f"unknown optimizer {w.optimizer!r}")
+                        epsilon=ADAM_EPS, lazy_adam=w.optimizer == "adam", sum_inside_sqrt=False)
+    if w.optimizer == "ftrl":
+        return FtrlSpec(learning_rate=LR, learning_rate_power=-0.5, initial_accumulator_value=ADAGRAD_INITIAL,
+                        l1_regularization_strength=L1, l2_regularization_strength=L2)
+    if w.optimizer == "momentum":
+        return MomentumSpec(learning_rate=LR, momentum=MOMENTUM)
+    if w.optimizer == "rmsprop":
+        return RMSPropSpec(learning_rate=RMSPROP_LR, rho=RMSPROP_RHO, momentum=RMSPROP_MOMENTUM, epsilon=RMSPROP_EPS)
+    if w.optimizer == "proximal-adagrad":
+        return ProximalAdagradSpec(learning_rate=LR, initial_accumulator=ADAGRAD_INITIAL,
+                                   l1_regularization_strength=L1, l2_regularization_strength=L2)
+    if w.optimizer == "adagrad-momentum":
+        return AdagradMomentumSpec(learning_rate=LR, momentum=MOMENTUM, epsilon=ADAGRAD_MOMENTUM_EPS)
+    raise ValueError(f"unknown optimizer {w.optimizer!r}; choose from {OPTIMIZERS}")
+
+
+def num_slots(w: Workload) -> int:
+    """Optimizer slot arrays per table (0 for a forward-only workload), from the spec itself."""
+    return 0 if w.forward_only else len(optimizer_spec(w).slot_initial_values())
+
+
+def touches_all_rows(w: Workload) -> bool:
+    """True when a step updates every row of every table (non-lazy Adam), as the engine decides it."""
+    return not w.forward_only and _touches_all_rows(optimizer_spec(w))
 
 
 def engine_spec(w: Workload) -> EmbeddingSpec:
@@ -120,7 +155,8 @@ def engine_spec(w: Workload) -> EmbeddingSpec:
         tables.append(TableSpec(name=f"t{t}", vocabulary_size=vocab, dim=w.dim, combiner=w.combiner))
         features.append(FeatureSpec(name=f"f{t}", table=f"t{t}", num_buckets=vocab,
                                     max_sequence_length=w.sequence))
-    return EmbeddingSpec(tables=tuple(tables), features=tuple(features), optimizer=optimizer_spec(w))
+    return EmbeddingSpec(tables=tuple(tables), features=tuple(features), optimizer=optimizer_spec(w),
+                         num_shards=w.num_shards, partition_strategy=w.partition_strategy)
 
 
 def initial_tables(w: Workload, seed: int = 1) -> List[np.ndarray]:

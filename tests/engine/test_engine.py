@@ -295,3 +295,18 @@ def test_features_may_have_their_own_example_counts_when_asked(tmp_path):
     before = engine.table("t")
     engine.apply_gradients(result, {"a": np.ones((3, D)), "b": np.ones((1, D))})
     np.testing.assert_allclose(engine.table("t")[[1, 4]], before[[1, 4]] - 1.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("shards,strategy", [(1, "div"), (3, "div"), (3, "mod")])
+@pytest.mark.parametrize("kernels", ["numpy", "auto"])
+def test_tables_and_slots_start_at_a_cache_line_whatever_the_sharding(shards, strategy, kernels):
+    """An unaligned 256-byte row spans 5 cache lines instead of 4 (engine/aligned.py)."""
+    from tpu_embedding_shim.engine.aligned import ALIGNMENT
+
+    engine = Engine(make_spec(AdamSpec(learning_rate=0.1), shards=shards, strategy=strategy), kernels=kernels)
+    state = engine.state()
+    arrays = lambda: [engine._tables["t"].storage] + [s.storage for s in engine._slots["t"].values()]  # noqa: E731
+    assert all(a.ctypes.data % ALIGNMENT == 0 for a in arrays())
+    engine.load_state(state)  # a restore re-allocates: aligned again
+    assert all(a.ctypes.data % ALIGNMENT == 0 for a in arrays())
+    np.testing.assert_array_equal(engine.table("t"), state["t"]["embedding"])

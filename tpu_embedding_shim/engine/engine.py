@@ -43,7 +43,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from ..spec import EmbeddingSpec, FeatureSpec, TableSpec
-from . import lookup
+from . import aligned, lookup
 from .optimizers import apply_update, initial_slots, touches_all_rows
 from .ragged import Ragged, to_ragged
 from .sharding import ShardedTable
@@ -449,8 +449,8 @@ class Engine:
             for key, value in arrays.items():
                 if np.shape(value) != shape:
                     raise ValueError(f"Table {name!r}, {key!r}: shape {np.shape(value)}, expected {shape}.")
-            make = lambda a: ShardedTable(np.asarray(a, np.float32).copy(), self.spec.num_shards,  # noqa: E731
-                                          self.spec.partition_strategy)
+            make = lambda a: ShardedTable(np.asarray(a, np.float32), self.spec.num_shards,  # noqa: E731
+                                          self.spec.partition_strategy)  # an aligned copy
             new_tables[name] = make(arrays["embedding"])
             new_slots[name] = {slot: make(arrays[slot]) for slot in names}
         if step is not None and (not isinstance(step, (int, np.integer)) or step < 0):
@@ -562,9 +562,11 @@ def _initial_table(table: TableSpec, rng: np.random.Generator) -> np.ndarray:
     if not np.all(np.isfinite(values)):
         raise ValueError(f"The initializer of table {table.name!r} returned NaN or infinite values.")
     if type(table.initializer).__module__ == _BUILTIN_INITIALIZERS and values.flags.owndata \
-            and values.flags.c_contiguous and values.flags.writeable and values.dtype == np.float32:
-        return values  # a fresh array made for us: no copy (a 10M-row table is gigabytes)
-    return np.array(values, dtype=np.float32, copy=True)
+            and values.flags.c_contiguous and values.flags.writeable and aligned.is_aligned(values):
+        return values  # a fresh aligned array made for us: no copy (a 10M-row table is gigabytes)
+    # A cache-line aligned copy (aligned.py). For a built-in initializer its peak memory stays
+    # below the initializer's own (it draws float64, twice the table, then casts).
+    return aligned.aligned_copy(values, np.float32)
 
 
 _BUILTIN_INITIALIZERS = "tpu_embedding_shim.spec.initializers"

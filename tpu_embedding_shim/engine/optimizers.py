@@ -58,6 +58,7 @@ from ..spec.optimizers import (
     RMSPropSpec,
     SGDSpec,
 )
+from . import aligned
 
 Slots = Dict[str, np.ndarray]
 Update = Callable[[OptimizerSpec, np.ndarray, Mapping[str, np.ndarray], np.ndarray, float],
@@ -363,8 +364,8 @@ def initial_slots(optimizer: Optional[OptimizerSpec], shape) -> Slots:
     """
     if optimizer is None:
         return {}
-    return {
-        name: np.full(shape, value, dtype=np.float32)
+    return {  # cache-line aligned, like the tables (see aligned.py)
+        name: aligned.full(shape, value, np.float32)
         for name, value in optimizer.slot_initial_values().items()
     }
 

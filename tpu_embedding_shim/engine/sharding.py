@@ -43,6 +43,8 @@ from typing import Any, List, Sequence, Tuple
 import numpy as np
 
 from tpu_embedding_shim.spec import parse_partition_strategy
+
+from . import aligned
 from tpu_embedding_shim.spec.checks import check_int
 
 __all__ = ["shard_sizes", "locate", "split_table", "join_shards", "ShardedTable"]
@@ -148,7 +150,8 @@ class ShardedTable:
 
     def __init__(self, full: np.ndarray, num_shards: int, strategy: str, *, copy: bool = True):
         """`copy=False` adopts `full` (float32, C-contiguous, writeable) as the storage when the layout
-        is the id order (one shard, or `div`): no copy.
+        is the id order (one shard, or `div`): no copy. Otherwise the storage is a cache-line
+        aligned copy (`aligned.py`); the engine passes aligned arrays.
 
         The engine uses it for tables it owns, so that a 10M-row table (or a
         memory-mapped one) is held once.
@@ -165,9 +168,11 @@ class ShardedTable:
         self.in_id_order = self.num_shards == 1 or self.strategy == "div"
         adopt = not copy and full.dtype == np.float32 and full.flags.c_contiguous and full.flags.writeable
         if self.in_id_order:
-            self.storage = full if adopt else np.array(full, copy=True, order="C")
-        else:
-            self.storage = np.concatenate([full[s::self.num_shards] for s in range(self.num_shards)], axis=0)
+            self.storage = full if adopt else aligned.aligned_copy(full)
+        else:  # shard after shard, in one cache-line aligned array
+            self.storage = aligned.empty(full.shape, full.dtype)
+            for s in range(self.num_shards):
+                self.storage[self._starts[s]:self._starts[s + 1]] = full[s::self.num_shards]
         self.shards: List[np.ndarray] = [self.storage[self._starts[s]:self._starts[s + 1]]
                                          for s in range(self.num_shards)]
 

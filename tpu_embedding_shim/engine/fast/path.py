@@ -30,7 +30,7 @@ import numba
 import numpy as np
 
 from ...spec import OptimizerSpec, parse_combiner
-from .. import lookup
+from .. import aligned, lookup
 from ..ragged import Ragged, _is_ragged_tensor, _is_sparse
 from . import forward, fused, owner
 
@@ -164,14 +164,14 @@ class FastPath:
             ids, splits, coef = batch.values, batch.row_splits, _NO_COEF
         else:
             ids, splits, _, coef = self._pooled_entries(batch, combiner, safe)
-        out = np.empty((batch.batch_size, table.shape[1]), dtype=_F32)
+        out = aligned.empty((batch.batch_size, table.shape[1]), _F32)
         forward.pooled(table, ids, splits, coef, out)
         return out
 
     def sequence_lookup(self, table: np.ndarray, batch: Ragged, max_sequence_length: int):
         """`lookup.sequence_lookup(table, batch, max_sequence_length)`, in parallel."""
         length = int(max_sequence_length)
-        out = np.zeros((batch.batch_size, length, table.shape[1]), dtype=_F32)
+        out = aligned.full((batch.batch_size, length, table.shape[1]), 0, _F32)
         forward.sequence_forward(table, batch.values, batch.row_splits, batch.positions, out)
         lengths = np.zeros(batch.batch_size, dtype=np.int64)
         if batch.num_values:
@@ -204,7 +204,7 @@ class FastPath:
         ids, grads = self._scratch.get(table, (None, None))
         if ids is None or ids.shape[0] < rows or grads.shape[1] != dim:
             rows = max(rows, 1)
-            ids, grads = np.empty(rows, dtype=np.int64), np.empty((rows, dim), dtype=_F32)
+            ids, grads = np.empty(rows, dtype=np.int64), aligned.empty((rows, dim), _F32)
             self._scratch[table] = (ids, grads)
         return ids, grads
 
