@@ -28,6 +28,10 @@ TensorFlow's plain `embedding_lookup_sparse`: no pruning, and an empty
 example gives zeros (TensorFlow instead drops trailing empty examples from
 its output; we always return [B, D]).
 
+Every sum (a pooled example's terms, a row's duplicate gradients) is a
+running sum in float32, term after term in entry order (`running_sums`):
+the fast kernels of `fast/` compute the same bits.
+
 Sequence lookup (one vector per position): `out[b, p] = T[id]` for the id
 at position p < L of example b; positions >= L are dropped; positions with
 no id are zero rows; `length[b] = min(max position + 1, L)`, 0 when empty.
@@ -62,6 +66,7 @@ __all__ = [
     "sequence_backward",
     "sum_duplicates",
     "pooled_coefficients",
+    "running_sums",
 ]
 
 
@@ -70,13 +75,51 @@ __all__ = [
 # --------------------------------------------------------------------------
 
 
+_FEW = 8  # running sums still open below this count are finished one by one (long bags, hot ids)
+
+
+def running_sums(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """`out[s] = ((data[a] + data[a + 1]) + data[a + 2]) + ...` over `data[a:a + lengths[s]]`, a = starts[s].
+
+    THE order of every sum in the engine: a running sum, term after term,
+    in float32 (what a sequential loop gives, and what the fast kernels
+    compute bit for bit). numpy's own `add.reduceat` adds pairwise instead,
+    so it is not used. Vectorized over segments: pass j adds the j-th term
+    of every segment longer than j; the few segments still open once fewer
+    than `_FEW` remain are finished with `np.add.accumulate` (sequential).
+    Every length must be >= 1.
+    """
+    out = np.empty((starts.shape[0],) + data.shape[1:], dtype=data.dtype)
+    if starts.shape[0] == 0:
+        return out
+    order = np.argsort(-lengths, kind="stable")  # longest first: open segments are a prefix
+    lengths, starts = lengths[order], starts[order]
+    acc = data[starts]
+    descending = -lengths
+    j = 1
+    while True:
+        open_ = int(np.searchsorted(descending, -j, side="left"))  # segments longer than j
+        if open_ == 0:
+            break
+        if open_ < _FEW:
+            for s in range(open_):
+                rest = data[starts[s] + j:starts[s] + lengths[s]]
+                acc[s] = np.add.accumulate(np.concatenate([acc[s:s + 1], rest]), axis=0)[-1]
+            break
+        acc[:open_] += data[starts[:open_] + j]
+        j += 1
+    out[order] = acc
+    return out
+
+
 def _segment_sum(data: np.ndarray, segment: np.ndarray, num_segments: int) -> np.ndarray:
-    """out[s] = sum of data[k] with segment[k] == s; `segment` must be non-decreasing."""
+    """out[s] = the running sum of data[k] with segment[k] == s; `segment` must be non-decreasing."""
     out = np.zeros((num_segments,) + data.shape[1:], dtype=data.dtype)
     if segment.shape[0] == 0:
         return out
     starts = np.flatnonzero(np.concatenate([[True], segment[1:] != segment[:-1]]))
-    out[segment[starts]] = np.add.reduceat(data, starts, axis=0)
+    lengths = np.diff(np.append(starts, segment.shape[0]))
+    out[segment[starts]] = running_sums(data, starts, lengths)
     return out
 
 
@@ -301,7 +344,8 @@ def sum_duplicates(ids: Any, grads: Any) -> Tuple[np.ndarray, np.ndarray]:
         )
     if ids.shape[0] == 0:
         return np.zeros(0, dtype=np.int64), np.zeros((0,) + grads.shape[1:], dtype=np.float32)
-    order = np.argsort(ids, kind="stable")
+    order = np.argsort(ids, kind="stable")  # each id's gradients in their given order
     sorted_ids = ids[order]
     starts = np.flatnonzero(np.concatenate([[True], sorted_ids[1:] != sorted_ids[:-1]]))
-    return sorted_ids[starts], np.add.reduceat(grads[order], starts, axis=0)
+    lengths = np.diff(np.append(starts, ids.shape[0]))
+    return sorted_ids[starts], running_sums(grads[order], starts, lengths)
