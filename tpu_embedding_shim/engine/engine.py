@@ -526,7 +526,7 @@ def _fast_path(kernels: str):
 
 
 def fast_fusable(optimizer) -> bool:
-    """True when a fused in-place kernel implements `optimizer` (SGD, Adagrad, lazy Adam)."""
+    """True when a fused in-place kernel implements `optimizer` (see `fast.fused.fusable`)."""
     from .fast.fused import fusable
 
     return fusable(optimizer)

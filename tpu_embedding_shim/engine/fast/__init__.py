@@ -18,9 +18,10 @@ One idea per module:
   entries it owns (an exact bound). No sort, no atomics.
 - `prefetch.py`: software prefetch (`llvm.prefetch`) of rows a few ids
   ahead, used by the gather and the update.
-- `fused.py`: SGD, Adagrad and lazy Adam applied in place to the rows a
-  partition owns, with the options every optimizer shares (gradient
-  clipping, weight decay, weight clipping, the step's learning rate).
+- `fused.py`: every optimizer's update applied in place to the rows a
+  partition owns (non-lazy Adam: to every row), with the options every
+  optimizer shares (gradient clipping, weight decay, weight clipping, the
+  step's learning rate), giving the reference's bits.
 - `path.py`: the glue the engine calls (tables as one storage array of
   any sharding).
 
