@@ -316,11 +316,11 @@ class Engine:
                 per_table[feature.table][0].append(
                     fast.pooled_entries(batch, combiner, grad, safe=feature.safe_lookup))
                 continue
-            if feature.is_sequence:
-                ids, rows = lookup.sequence_backward(batch, feature.max_sequence_length, grad)
+            if feature.is_sequence:  # entries, summed per table in `_plan_update` (the fast path's order)
+                ids, rows = lookup.sequence_entries(batch, feature.max_sequence_length, grad)
             else:
                 combiner = self.spec.table(feature.table).combiner
-                ids, rows = lookup.pooled_backward(batch, combiner, grad, safe=feature.safe_lookup)
+                ids, rows = lookup.pooled_entries(batch, combiner, grad, safe=feature.safe_lookup)
             per_table[feature.table][0].append(ids)
             per_table[feature.table][1].append(rows)
         for table in self.spec.tables:  # checked for every table before any table is planned

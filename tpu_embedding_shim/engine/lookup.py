@@ -62,6 +62,8 @@ from .ragged import Ragged
 __all__ = [
     "pooled_lookup",
     "pooled_backward",
+    "pooled_entries",
+    "sequence_entries",
     "sequence_lookup",
     "sequence_backward",
     "sum_duplicates",
@@ -222,6 +224,38 @@ def pooled_lookup(
     return out
 
 
+def pooled_entries(
+    batch: Ragged,
+    combiner: str,
+    grad: np.ndarray,
+    *,
+    safe: bool = True,
+    default_id: Optional[int] = None,
+) -> Tuple[np.ndarray, np.ndarray]:
+    """The gradient of each entry of a pooled lookup, duplicates NOT summed.
+
+    Returns (ids int64 [n], entry_grads float32 [n, D]) in entry order:
+    entry k of example b sends `c_k * grad[b]` to row `ids[k]`; with
+    `default_id`, each empty example's whole gradient goes to `default_id`
+    (after the entries). `pooled_backward` sums them; the engine sums the
+    entries of every feature of a table at once.
+    """
+    combiner = parse_combiner(combiner)
+    grad = np.asarray(grad, dtype=np.float32)
+    if grad.ndim != 2 or grad.shape[0] != batch.batch_size:
+        raise ValueError(
+            f"Argument `grad` must have shape [batch_size={batch.batch_size}, dim]. "
+            f"Received shape {grad.shape}."
+        )
+    _check_default_id(default_id, None, safe)
+    example, ids, coef, empty = pooled_coefficients(batch, combiner, safe=safe)
+    entry_grads = grad[example] * coef.astype(np.float32)[:, None]
+    if default_id is not None and empty.any():
+        ids = np.concatenate([ids, np.full(int(empty.sum()), default_id, dtype=np.int64)])
+        entry_grads = np.concatenate([entry_grads, grad[empty]])
+    return ids, entry_grads
+
+
 def pooled_backward(
     batch: Ragged,
     combiner: str,
@@ -243,20 +277,7 @@ def pooled_backward(
       summed. Pruned entries contribute nothing; with `default_id`, each
       empty example sends its whole gradient to row `default_id`.
     """
-    combiner = parse_combiner(combiner)
-    grad = np.asarray(grad, dtype=np.float32)
-    if grad.ndim != 2 or grad.shape[0] != batch.batch_size:
-        raise ValueError(
-            f"Argument `grad` must have shape [batch_size={batch.batch_size}, dim]. "
-            f"Received shape {grad.shape}."
-        )
-    _check_default_id(default_id, None, safe)
-    example, ids, coef, empty = pooled_coefficients(batch, combiner, safe=safe)
-    entry_grads = grad[example] * coef.astype(np.float32)[:, None]
-    if default_id is not None and empty.any():
-        ids = np.concatenate([ids, np.full(int(empty.sum()), default_id, dtype=np.int64)])
-        entry_grads = np.concatenate([entry_grads, grad[empty]])
-    return sum_duplicates(ids, entry_grads)
+    return sum_duplicates(*pooled_entries(batch, combiner, grad, safe=safe, default_id=default_id))
 
 
 # --------------------------------------------------------------------------
@@ -293,13 +314,13 @@ def sequence_lookup(table: Any, batch: Ragged, max_sequence_length: int) -> Tupl
     return out, np.minimum(lengths, length)
 
 
-def sequence_backward(
+def sequence_entries(
     batch: Ragged, max_sequence_length: int, grad: np.ndarray
 ) -> Tuple[np.ndarray, np.ndarray]:
-    """Row gradients of a sequence lookup: (unique_ids, row_grads).
+    """The gradient of each kept entry of a sequence lookup, duplicates NOT summed: (ids, entry_grads).
 
     `grad` is float [B, L, D]. The id at position p < L of example b gets
-    `grad[b, p]`; truncated positions get nothing; duplicates are summed.
+    `grad[b, p]`; truncated positions get nothing.
     """
     length = int(max_sequence_length)
     grad = np.asarray(grad, dtype=np.float32)
@@ -309,7 +330,14 @@ def sequence_backward(
             f"max_sequence_length={length}, dim]. Received shape {grad.shape}."
         )
     example, keep = _sequence_entries(batch, length)
-    return sum_duplicates(batch.values[keep], grad[example[keep], batch.positions[keep]])
+    return batch.values[keep], grad[example[keep], batch.positions[keep]]
+
+
+def sequence_backward(
+    batch: Ragged, max_sequence_length: int, grad: np.ndarray
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Row gradients of a sequence lookup: (unique_ids, row_grads), duplicates summed."""
+    return sum_duplicates(*sequence_entries(batch, max_sequence_length, grad))
 
 
 # --------------------------------------------------------------------------
