@@ -552,3 +552,60 @@ def test_many_duplicates_with_cancellation_are_the_same_running_sum():
         sequential = sequential + r
     np.testing.assert_array_equal(rows[0], sequential)
     np.testing.assert_array_equal(rows, want_rows)
+
+
+@SETTINGS
+@given(case=batches(), combiner=COMBINERS, safe=st.booleans(), odd=st.sampled_from([None, 0.0, -0.0, np.nan]))
+def test_compiled_coefficients_are_the_reference_bits(case, combiner, safe, odd):
+    """`coefficients.pooled_coefficients` == `lookup.pooled_coefficients`: kept entries, examples and
+    float32 coefficients, with zero, negative and NaN weights (pruned for mean and sqrtn when safe)."""
+    from tpu_embedding_shim.engine.fast import coefficients
+
+    _, batch = case
+    if odd is not None and batch.weights is not None and batch.num_values:
+        weights = batch.weights.copy()
+        weights[0] = odd
+        batch = dataclasses.replace(batch, weights=weights)
+    example, ids, coef, _ = lookup.pooled_coefficients(batch, combiner, safe=safe)
+    got_ids, splits, got_example, got_coef = coefficients.pooled_coefficients(
+        batch.values, batch.row_splits, batch.weights, combiner, safe)
+    np.testing.assert_array_equal(got_ids, ids)
+    np.testing.assert_array_equal(got_example, example)
+    np.testing.assert_array_equal(got_coef, coef.astype(np.float32))
+    kept_per_example = np.bincount(example, minlength=batch.batch_size)
+    np.testing.assert_array_equal(splits, np.concatenate([[0], np.cumsum(kept_per_example)]))
+
+
+@SETTINGS
+@given(lengths=st.lists(st.integers(0, 5), min_size=1, max_size=8),
+       dtype=st.sampled_from(["float32", "float64", "int32"]), other_splits=st.booleans(), short=st.booleans(),
+       seed=st.integers(0, 99))
+def test_fast_ragged_conversion_with_weights_is_to_ragged_or_declines(lengths, dtype, other_splits, short, seed):
+    """Ragged weights with the ids' row splits are taken in the fast pass (cast to float32, copied);
+    weights that do not line up are declined, and `to_ragged` then raises its own error."""
+    from tpu_embedding_shim.engine.ragged import to_ragged
+
+    rng = np.random.default_rng(seed)
+    splits = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    n = int(splits[-1])
+    values = rng.integers(0, 10, n).astype(np.int64)
+    w_values = (rng.uniform(-1, 2, n - 1 if short and n else n) * 3).astype(dtype)
+    w_splits = splits.copy()
+    if other_splits and w_splits.shape[0] > 2:
+        w_splits[1] = w_splits[2]
+    feature = FeatureSpec(name="f", table="t", num_buckets=10)
+    ids, weights = _RaggedInput(values, splits), _RaggedInput(w_values, w_splits)
+    got = FastPath.ragged_ids(ids, feature, weights)
+    lines_up = w_values.shape[0] == n and np.array_equal(w_splits, splits)
+    if n == 0 or not lines_up:
+        assert got is None
+        if n and not lines_up:
+            with pytest.raises(ValueError, match="weights"):
+                to_ragged(ids, weights, feature=feature)
+        return
+    want = to_ragged(ids, weights, feature=feature)
+    for name in ("values", "row_splits", "positions", "weights"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    assert not np.shares_memory(got.weights, w_values)

@@ -252,8 +252,8 @@ class Engine:
                 raise ValueError(f"Feature {feature.name!r} is weighted by {feature.weight_key!r}, which is missing "
                                  f"from the features. Received keys: {sorted(features)}.")
             weight = features[feature.weight_key]
-        if weight is None and self._fast is not None:  # the common case in one compiled pass, else None
-            batch = self._fast.ragged_ids(features[feature.name], feature)
+        if self._fast is not None:  # the common case in one compiled pass, else None
+            batch = self._fast.ragged_ids(features[feature.name], feature, weight)
             if batch is not None:
                 return batch
         return to_ragged(features[feature.name], weight, feature=feature)

@@ -2,8 +2,9 @@
 
 Each kernel walks the U touched rows (ids unique, gradients summed by
 `owner.py`), one segment `starts[r] .. stops[r]` of `unique_ids` / `grads`
-per parallel task, prefetching the rows (and slot rows) `AHEAD` ids on, and, per element, does what `optimizers.apply_update`
-does, in the same order and the same float32 arithmetic:
+per parallel task, prefetching the rows (and slot rows) `AHEAD` ids on,
+and, per element, does what `optimizers.apply_update` does, in the same
+order and the same float32 arithmetic:
 
     g <- clip(g, gmin, gmax)
     w <- w - decay * w              (when decay is on)

@@ -3,8 +3,8 @@
 The engine asks `FastPath` three things per step:
 
 - `pooled_lookup` / `sequence_lookup`: activations, as `lookup.py` computes
-  them (coefficients for mean, sqrtn and weights come from
-  `lookup.pooled_coefficients`, the specification itself);
+  them (coefficients for mean, sqrtn and weights from
+  `coefficients.py`, the bits of `lookup.pooled_coefficients`);
 - `entries`: one feature's gradient as (ids, source rows, coefficients,
   gradient matrix) for the owner-computes backward;
 - `sum_table`: one table's entries summed to one gradient per touched row
@@ -30,9 +30,9 @@ import numba
 import numpy as np
 
 from ...spec import OptimizerSpec, parse_combiner
-from .. import aligned, lookup
+from .. import aligned
 from ..ragged import Ragged, _is_ragged_tensor, _is_sparse
-from . import forward, fused, owner
+from . import coefficients, forward, fused, owner
 
 __all__ = ["FastPath", "Entries", "Summed"]
 
@@ -120,16 +120,27 @@ class FastPath:
     # Input ------------------------------------------------------------------------
 
     @staticmethod
-    def ragged_ids(ids, feature) -> "Ragged | None":
-        """`to_ragged(ids, None, feature=feature)` in one compiled pass, for the common case only.
+    def ragged_ids(ids, feature, weights=None) -> "Ragged | None":
+        """`to_ragged(ids, weights, feature=feature)` in one compiled pass, for the common case only.
 
         The common case: an identity feature, a RaggedTensor-like `ids` whose
         `values` and `row_splits` are 1-D int64 arrays, every id in range and
-        the splits valid. Anything else, including every input `to_ragged`
-        would reject, pad or remap, returns None: the caller then runs
-        `to_ragged`, which gives its own result or error."""
+        the splits valid; `weights` None, or RaggedTensor-like with the same
+        row splits and 1-D numeric `values` of the same length. Anything else,
+        including every input `to_ragged` would reject, pad or remap, returns
+        None: the caller then runs `to_ragged`, which gives its own result or
+        error."""
         if feature.id_source != "identity" or _is_sparse(ids) or not _is_ragged_tensor(ids):
             return None
+        w = None
+        if weights is not None:
+            if _is_sparse(weights) or not _is_ragged_tensor(weights):
+                return None
+            w, w_splits = weights.values, weights.row_splits
+            if not (isinstance(w, np.ndarray) and isinstance(w_splits, np.ndarray) and w.ndim == 1
+                    and w.dtype.kind in "iuf" and w.shape == np.shape(ids.values)
+                    and (w_splits is ids.row_splits or np.array_equal(w_splits, ids.row_splits))):
+                return None
         values, splits = ids.values, ids.row_splits
         if not (isinstance(values, np.ndarray) and isinstance(splits, np.ndarray) and values.ndim == 1
                 and splits.ndim == 1 and values.dtype == np.int64 and splits.dtype == np.int64
@@ -140,7 +151,7 @@ class FastPath:
         positions = np.empty(n, dtype=np.int64)
         if not _checked_copy(values, splits, feature.num_buckets, out, positions):
             return None
-        return Ragged(out, splits.copy(), None, positions)
+        return Ragged(out, splits.copy(), None if w is None else w.astype(np.float32), positions)
 
     # Forward ----------------------------------------------------------------------
 
@@ -149,13 +160,10 @@ class FastPath:
         """(ids, row_splits, example or None, coef float32) of the kept entries."""
         if combiner == "sum" and batch.weights is None:
             return batch.values, batch.row_splits, None, _ones(batch.num_values)
-        example, ids, coef, _ = lookup.pooled_coefficients(batch, combiner, safe=safe)
-        if ids.shape[0] == batch.num_values:
-            splits = batch.row_splits
-        else:  # some entries pruned (weight <= 0 with mean / sqrtn)
-            splits = np.zeros(batch.batch_size + 1, dtype=np.int64)
-            np.cumsum(np.bincount(example, minlength=batch.batch_size), out=splits[1:])
-        return ids, splits, example, coef.astype(_F32)
+        # `lookup.pooled_coefficients`, the same bits, in one compiled pass
+        ids, splits, example, coef = coefficients.pooled_coefficients(
+            batch.values, batch.row_splits, batch.weights, combiner, safe)
+        return ids, splits, example, coef
 
     def pooled_lookup(self, table: np.ndarray, batch: Ragged, combiner: str, *, safe: bool = True) -> np.ndarray:
         """`lookup.pooled_lookup(table, batch, combiner, safe=safe)`, in parallel."""
