@@ -310,3 +310,18 @@ def test_tables_and_slots_start_at_a_cache_line_whatever_the_sharding(shards, st
     engine.load_state(state)  # a restore re-allocates: aligned again
     assert all(a.ctypes.data % ALIGNMENT == 0 for a in arrays())
     np.testing.assert_array_equal(engine.table("t"), state["t"]["embedding"])
+
+
+@pytest.mark.parametrize("given,expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_idle_kernel_threads_sleep_unless_the_user_chose_a_policy(given, expected):
+    """Spinning OpenMP threads took the cores from the model between kernels (docs/engine.md)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if given is not None:
+        env["OMP_WAIT_POLICY"] = given
+    code = "import os, tpu_embedding_shim.engine.fast; print(os.environ['OMP_WAIT_POLICY'])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == expected

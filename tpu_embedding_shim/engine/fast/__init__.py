@@ -39,6 +39,16 @@ __all__ = ["available", "unavailable_reason", "ENV_VAR"]
 ENV_VAR = "TPU_EMBEDDING_SHIM_KERNELS"
 """Set to 'numpy' to turn the fast kernels off process-wide."""
 
+# numba runs its parallel kernels on OpenMP threads, which by default spin
+# for a while after each parallel region: on a small machine they take the
+# cores from the model's own work between the engine's kernels (the
+# MovieLens job, numpy MLP + engine on 2 cores: 29 s of training with
+# spinning threads, 6.7-8.5 s with OMP_WAIT_POLICY=PASSIVE, 10.5 s on the
+# numpy kernels). So the threads sleep when idle, unless the user chose a
+# policy. It must be set before the OpenMP runtime loads: a process that
+# imported torch first has already loaded it (set the variable yourself).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 _reason: Optional[str] = None
 _checked = False
 
