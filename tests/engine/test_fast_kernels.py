@@ -34,6 +34,8 @@ from tpu_embedding_shim.spec import (  # noqa: E402
     AdagradSpec, AdamSpec, EmbeddingSpec, FeatureSpec, FtrlSpec, RowIdInitializer, SGDSpec, TableSpec,
 )
 
+from .strategies import shared_options  # noqa: E402
+
 SETTINGS = settings(max_examples=40, deadline=None)
 COMBINERS = st.sampled_from(["sum", "mean", "sqrtn"])
 TOL = dict(rtol=1e-5, atol=1e-6)
@@ -236,24 +238,12 @@ def test_two_features_of_one_table_get_one_row_per_id(first, second, seed):
     _assert_sums_close(rows, want_rows, both, want_ids)
 
 
-def _options(draw):
-    opts = {}
-    if draw(st.booleans()):
-        opts.update(clip_gradient_min=-0.5, clip_gradient_max=draw(st.sampled_from([0.3, 1.0])))
-    if draw(st.booleans()):
-        opts.update(weight_decay_factor=draw(st.sampled_from([0.01, 0.2])),
-                    multiply_weight_decay_factor_by_learning_rate=draw(st.booleans()))
-    if draw(st.booleans()):
-        opts.update(clip_weight_min=draw(st.sampled_from([-1.0, None])), clip_weight_max=0.8)
-    return opts
-
-
 @st.composite
 def optimizers(draw):
     kind = draw(st.sampled_from(["sgd", "adagrad", "adam", "adam_outside"]))
     lr = draw(st.sampled_from([0.1, 0.5, "schedule"]))
     lr = (lambda step: 0.3 / (1 + step)) if lr == "schedule" else lr
-    opts = _options(draw)
+    opts = shared_options(draw)
     if kind == "sgd":
         return SGDSpec(learning_rate=lr, **opts)
     if kind == "adagrad":

@@ -30,6 +30,8 @@ from tpu_embedding_shim.spec import (  # noqa: E402
     ProximalAdagradSpec, RMSPropSpec, RowIdInitializer, TableSpec,
 )
 
+from .strategies import shared_options  # noqa: E402
+
 SETTINGS = settings(max_examples=100, deadline=None)
 KINDS = ["adagrad_momentum", "ftrl", "momentum", "rmsprop", "proximal_adagrad", "dense_adam"]
 
@@ -38,28 +40,13 @@ def _schedule(step):
     return 0.3 / (1 + step)
 
 
-def _shared_options(draw):
-    """Gradient clipping (a positive minimum too: then a zero gradient clips to non-zero), weight decay
-    with or without the learning rate, weight clipping."""
-    opts = {}
-    if draw(st.booleans()):
-        low, high = draw(st.sampled_from([(-0.5, 0.3), (-0.5, 1.0), (0.05, 1.0), (-1.0, -0.1), (None, 0.2)]))
-        opts.update(clip_gradient_min=low, clip_gradient_max=high)
-    if draw(st.booleans()):
-        opts.update(weight_decay_factor=draw(st.sampled_from([0.01, 0.2])),
-                    multiply_weight_decay_factor_by_learning_rate=draw(st.booleans()))
-    if draw(st.booleans()):
-        opts.update(clip_weight_min=draw(st.sampled_from([-1.0, None])), clip_weight_max=0.8)
-    return opts
-
-
 @st.composite
 def optimizers(draw, kind=None):
     """One of the newly fused optimizers, over its own options, the shared ones, and a constant or
     scheduled learning rate."""
     kind = kind or draw(st.sampled_from(KINDS))
     lr = draw(st.sampled_from([0.1, 0.5, 0.0, _schedule]))
-    opts = dict(learning_rate=lr, **_shared_options(draw))
+    opts = dict(learning_rate=lr, **shared_options(draw))
     if kind == "adagrad_momentum":
         return AdagradMomentumSpec(
             momentum=draw(st.sampled_from([0.0, 0.5, 0.9])), use_nesterov=draw(st.booleans()),

@@ -1,0 +1,19 @@
+"""Hypothesis strategies shared by the engine's tests."""
+
+from hypothesis import strategies as st
+
+
+def shared_options(draw):
+    """Keyword arguments for the options every optimizer shares, drawn with `draw` (call it inside an
+    `st.composite`): gradient clipping (a positive minimum too: then a zero
+    gradient clips to non-zero), weight decay with or without the learning rate, weight clipping."""
+    opts = {}
+    if draw(st.booleans()):
+        low, high = draw(st.sampled_from([(-0.5, 0.3), (-0.5, 1.0), (0.05, 1.0), (-1.0, -0.1), (None, 0.2)]))
+        opts.update(clip_gradient_min=low, clip_gradient_max=high)
+    if draw(st.booleans()):
+        opts.update(weight_decay_factor=draw(st.sampled_from([0.01, 0.2])),
+                    multiply_weight_decay_factor_by_learning_rate=draw(st.booleans()))
+    if draw(st.booleans()):
+        opts.update(clip_weight_min=draw(st.sampled_from([-1.0, None])), clip_weight_max=0.8)
+    return opts
