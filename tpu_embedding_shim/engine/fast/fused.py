@@ -417,59 +417,78 @@ def _ftrl_accumulators(accumulators, unique_ids, grads, starts, stops, offsets, 
                 n[j] = a[j] + gj * gj
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
+_FTRL: dict = {}  # (mode, by_lr) -> kernel
+
+
 def ftrl(table, accumulators, linears, unique_ids, grads, starts, stops, lr, threshold, l2_term, beta, by_lr,
          mode, powers_old, powers_new, offsets, gmin, gmax, decay, has_decay, wmin, wmax):
     """FTRL-proximal as `optimizers.ftrl_update`, with P(a) = 1 (`mode` 0), sqrt(a) (1) or numpy's
     `a ** -learning_rate_power` from `powers_old` / `powers_new` (2, compact). `by_lr`: the slot holds
     lr * linear; `threshold` is lr * l1 or l1, `l2_term` 2 lr l2 or 2 l2, grouped as the reference."""
-    dim = table.shape[1]
-    one = np.float32(1.0)
-    zero = np.float32(0.0)
-    for r in numba.prange(starts.shape[0]):
-        lo = starts[r]  # bounds in locals: the in-place writes could alias `stops` for all LLVM knows
-        hi = stops[r]
-        base = offsets[r] - lo
-        for s in range(lo, hi):
-            if s + AHEAD < hi:
-                ahead = unique_ids[s + AHEAD]
-                prefetch_row(table, ahead)
-                prefetch_row(accumulators, ahead)
-                prefetch_row(linears, ahead)
-            i = unique_ids[s]
-            w = table[i]
-            a = accumulators[i]
-            n = linears[i]
-            g = grads[s]
-            for j in range(dim):
-                gj = _clip(g[j], gmin, gmax)
-                wj = w[j]
-                if has_decay:
-                    wj = wj - decay * wj
-                aj = a[j] + gj * gj
-                if mode == 0:
-                    p_old = one
-                    p_new = one
-                elif mode == 1:
-                    p_old = np.sqrt(a[j])
-                    p_new = np.sqrt(aj)
-                else:
-                    p_old = powers_old[base + s, j]
-                    p_new = powers_new[base + s, j]
-                dp = p_new - p_old
-                if by_lr:
-                    nj = n[j] + lr * gj - dp * wj
-                    den = p_new + l2_term + beta
-                else:
-                    nj = n[j] + gj - dp / lr * wj
-                    den = (p_new + beta) / lr + l2_term
-                if np.abs(nj) > threshold and den > 0:  # (clip(n, -t, t) - n) / den, else 0
-                    wj = ((threshold if nj > threshold else -threshold) - nj) / den
-                else:
-                    wj = zero
-                a[j] = aj
-                n[j] = nj
-                w[j] = _clip(wj, wmin, wmax)
+    key = (int(mode), bool(by_lr))
+    kernel = _FTRL.get(key)
+    if kernel is None:
+        kernel = _FTRL[key] = _ftrl_kernel(*key)
+    kernel(table, accumulators, linears, unique_ids, grads, starts, stops, lr, threshold, l2_term, beta,
+           powers_old, powers_new, offsets, gmin, gmax, decay, has_decay, wmin, wmax)
+
+
+def _ftrl_kernel(MODE, BY_LR):
+    """`ftrl` compiled for one power mode and one linear form: with both constant, the update of an
+    element has no branch on them and vectorizes (78k rows of a 1M x 64 table: 4.5 -> 3.5 ms)."""
+
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def kernel(table, accumulators, linears, unique_ids, grads, starts, stops, lr, threshold, l2_term, beta,
+               powers_old, powers_new, offsets, gmin, gmax, decay, has_decay, wmin, wmax):
+        dim = table.shape[1]
+        one = np.float32(1.0)
+        zero = np.float32(0.0)
+        for r in numba.prange(starts.shape[0]):
+            lo = starts[r]  # bounds in locals: the in-place writes could alias `stops` for all LLVM knows
+            hi = stops[r]
+            base = offsets[r] - lo
+            for s in range(lo, hi):
+                if s + AHEAD < hi:
+                    ahead = unique_ids[s + AHEAD]
+                    prefetch_row(table, ahead)
+                    prefetch_row(accumulators, ahead)
+                    prefetch_row(linears, ahead)
+                i = unique_ids[s]
+                w = table[i]
+                a = accumulators[i]
+                n = linears[i]
+                g = grads[s]
+                for j in range(dim):
+                    gj = _clip(g[j], gmin, gmax)
+                    wj = w[j]
+                    if has_decay:
+                        wj = wj - decay * wj
+                    aj = a[j] + gj * gj
+                    if MODE == 0:
+                        p_old = one
+                        p_new = one
+                    elif MODE == 1:
+                        p_old = np.sqrt(a[j])
+                        p_new = np.sqrt(aj)
+                    else:
+                        p_old = powers_old[base + s, j]
+                        p_new = powers_new[base + s, j]
+                    dp = p_new - p_old
+                    if BY_LR:
+                        nj = n[j] + lr * gj - dp * wj
+                        den = p_new + l2_term + beta
+                    else:
+                        nj = n[j] + gj - dp / lr * wj
+                        den = (p_new + beta) / lr + l2_term
+                    if np.abs(nj) > threshold and den > 0:  # (clip(n, -t, t) - n) / den, else 0
+                        wj = ((threshold if nj > threshold else -threshold) - nj) / den
+                    else:
+                        wj = zero
+                    a[j] = aj
+                    n[j] = nj
+                    w[j] = _clip(wj, wmin, wmax)
+
+    return kernel
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
