@@ -1,5 +1,6 @@
-"""Hypothesis strategies shared by the engine's tests."""
+"""Hypothesis strategies and step inputs shared by the engine's tests."""
 
+import numpy as np
 from hypothesis import strategies as st
 
 
@@ -17,3 +18,15 @@ def shared_options(draw):
     if draw(st.booleans()):
         opts.update(clip_weight_min=draw(st.sampled_from([-1.0, None])), clip_weight_max=0.8)
     return opts
+
+
+def step_inputs(rng, vocab, dim, batch=5):
+    """One step for a spec with features a, b (weighted by b_w) and s (a sequence of length 3) on one
+    table: (features, activation gradients), with repeated ids and empty examples."""
+    ids = lambda: [list(rng.integers(0, vocab, rng.integers(0, 5))) for _ in range(batch)]  # noqa: E731
+    b_ids = ids()
+    features = {"a": ids(), "b": b_ids, "b_w": [list(rng.uniform(-0.5, 2, len(r)).astype(np.float32)) for r in b_ids],
+                "s": ids()}
+    grads = {"a": rng.standard_normal((batch, dim)), "b": rng.standard_normal((batch, dim)),
+             "s": rng.standard_normal((batch, 3, dim))}
+    return features, grads

@@ -34,7 +34,7 @@ from tpu_embedding_shim.spec import (  # noqa: E402
     AdagradSpec, AdamSpec, EmbeddingSpec, FeatureSpec, FtrlSpec, RowIdInitializer, SGDSpec, TableSpec,
 )
 
-from .strategies import shared_options  # noqa: E402
+from .strategies import shared_options, step_inputs  # noqa: E402
 
 SETTINGS = settings(max_examples=40, deadline=None)
 COMBINERS = st.sampled_from(["sum", "mean", "sqrtn"])
@@ -294,16 +294,6 @@ def engine_cases(draw):
     return spec, draw(st.integers(0, 999))
 
 
-def _step_inputs(rng, vocab, dim, batch=5):
-    ids = lambda: [list(rng.integers(0, vocab, rng.integers(0, 5))) for _ in range(batch)]  # noqa: E731
-    b_ids = ids()
-    features = {"a": ids(), "b": b_ids, "b_w": [list(rng.uniform(-0.5, 2, len(r)).astype(np.float32)) for r in b_ids],
-                "s": ids()}
-    grads = {"a": rng.standard_normal((batch, dim)), "b": rng.standard_normal((batch, dim)),
-             "s": rng.standard_normal((batch, 3, dim))}
-    return features, grads
-
-
 @settings(max_examples=25, deadline=None)
 @given(case=engine_cases())
 def test_fast_engine_equals_numpy_engine(case):
@@ -312,7 +302,7 @@ def test_fast_engine_equals_numpy_engine(case):
     rng = np.random.default_rng(seed)
     table = spec.tables[0]
     for step in range(3):
-        features, grads = _step_inputs(rng, table.vocabulary_size, table.dim)
+        features, grads = step_inputs(rng, table.vocabulary_size, table.dim)
         r_fast, r_slow = fast.forward(features), slow.forward(features)
         for name in r_slow.activations:  # the same bits, step after step (same sums, same updates)
             np.testing.assert_array_equal(r_fast.activations[name], r_slow.activations[name])

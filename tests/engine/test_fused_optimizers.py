@@ -30,7 +30,7 @@ from tpu_embedding_shim.spec import (  # noqa: E402
     ProximalAdagradSpec, RMSPropSpec, RowIdInitializer, TableSpec,
 )
 
-from .strategies import shared_options  # noqa: E402
+from .strategies import shared_options, step_inputs  # noqa: E402
 
 SETTINGS = settings(max_examples=100, deadline=None)
 KINDS = ["adagrad_momentum", "ftrl", "momentum", "rmsprop", "proximal_adagrad", "dense_adam"]
@@ -248,21 +248,10 @@ def _spec(optimizer, vocab, dim, combiner="sum", pipelining=False, num_shards=1,
         num_shards=num_shards, partition_strategy=strategy)
 
 
-def _step_inputs(rng, vocab, dim, batch=5):
-    ids = lambda: [list(rng.integers(0, vocab, rng.integers(0, 5))) for _ in range(batch)]  # noqa: E731
-    b_ids = ids()
-    features = {"a": ids(), "b": b_ids, "b_w": [list(rng.uniform(-0.5, 2, len(r)).astype(np.float32)) for r in b_ids],
-                "s": ids()}
-    grads = {"a": rng.standard_normal((batch, dim)), "b": rng.standard_normal((batch, dim)),
-             "s": rng.standard_normal((batch, 3, dim))}
-    return features, grads
-
-
-def _assert_engines_agree(fast, slow, **tolerance):
-    compare = (lambda a, b: np.testing.assert_allclose(a, b, **tolerance)) if tolerance else _assert_same_bits
-    compare(fast.table("t"), slow.table("t"))
+def _assert_engines_agree(fast, slow):
+    _assert_same_bits(fast.table("t"), slow.table("t"))
     for name, values in slow.slots("t").items():
-        compare(fast.slots("t")[name], values)
+        _assert_same_bits(fast.slots("t")[name], values)
 
 
 @st.composite
@@ -278,20 +267,20 @@ def engine_cases(draw):
 @settings(max_examples=30, deadline=None)
 @given(case=engine_cases())
 def test_fast_engine_equals_numpy_engine_for_the_new_fused_optimizers(case):
-    """Duplicate ids, two features and a sequence feature on one table: the fast backward sums in
-    another order than the reference, so the tables agree to float32 rounding."""
+    """Duplicate ids, two features and a sequence feature on one table: both engines sum a table's
+    entries in the same order (running sums, feature after feature), so they agree bit for bit."""
     spec, seed = case
     fast, slow = Engine(spec, kernels="fast"), Engine(spec, kernels="numpy")
     rng = np.random.default_rng(seed)
     table = spec.tables[0]
     for _ in range(3):
-        features, grads = _step_inputs(rng, table.vocabulary_size, table.dim)
+        features, grads = step_inputs(rng, table.vocabulary_size, table.dim)
         r_fast, r_slow = fast.forward(features), slow.forward(features)
         for name in r_slow.activations:
-            np.testing.assert_allclose(r_fast.activations[name], r_slow.activations[name], rtol=1e-5, atol=1e-5)
+            _assert_same_bits(r_fast.activations[name], r_slow.activations[name])
         fast.apply_gradients(r_fast, grads)
         slow.apply_gradients(r_slow, grads)
-    _assert_engines_agree(fast, slow, rtol=1e-5, atol=1e-5)
+    _assert_engines_agree(fast, slow)
 
 
 @pytest.mark.parametrize("pipelining", [False, True])
