@@ -103,14 +103,34 @@ def test_auc_equals_the_pairwise_definition():
 
 def test_the_whole_job_on_a_tiny_generated_file(tiny_wheel, tmp_path):
     lines = []
-    result = run(JobConfig(output_dir=str(tmp_path), wheel=tiny_wheel, epochs=3, batch_size=32, eval_batch_size=64,
+    out = str(tmp_path / "out")
+    result = run(JobConfig(output_dir=out, wheel=tiny_wheel, epochs=3, batch_size=32, eval_batch_size=64,
                            partition_strategy="mod", pipelining=True, progress=False, plot=False), echo=lines.append)
     assert result.global_step == 3 * int(np.ceil(600 / 32))
     assert result.train_loss[-1] < result.train_loss[0]
     assert os.path.isdir(result.checkpoint) and os.path.isfile(os.path.join(result.export_dir, "manifest.json"))
-    saved = json.load(open(tmp_path / "results.json"))
+    saved = json.load(open(tmp_path / "out" / "results.json"))
     assert saved["test_auc"] == result.test_auc
     assert any("most-popular-item baseline" in line for line in lines)
+
+
+def test_the_job_reruns_from_scratch_in_its_own_output_dir(tiny_wheel, tmp_path):
+    config = JobConfig(output_dir=str(tmp_path / "out"), wheel=tiny_wheel, epochs=1, batch_size=64, eval_batch_size=64,
+                       progress=False, plot=False)
+    first = run(config, echo=lambda line: None)
+    lines = []
+    second = run(config, echo=lines.append)  # the estimator alone would resume and refuse the export
+    assert second.global_step == first.global_step
+    assert second.test_auc == first.test_auc
+    assert any("replacing the previous run" in line for line in lines)
+
+
+def test_the_job_refuses_a_foreign_non_empty_output_dir(tiny_wheel, tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not written by this job"):
+        run(JobConfig(output_dir=str(tmp_path), wheel=tiny_wheel, epochs=1, progress=False, plot=False),
+            echo=lambda line: None)
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
 
 
 def real_wheel():

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import time
 from typing import Dict, List, Optional
 
@@ -83,6 +84,36 @@ def baseline(data: ml_data.MovieLens) -> Dict[str, float]:
     return {"auc": ml_model.auc(labels, counts[data.item[data.test]]), "log_loss": ml_model.log_loss(labels, logit)}
 
 
+MARKER = ".tpu-embedding-shim-movielens"  # marks an output directory this job wrote
+_OUTPUTS = ("model", "export", "results.json", "training.png", "zip_prefixes.txt")  # what the job writes there
+
+
+def prepare_output_dir(output_dir: str, echo=print) -> None:
+    """Makes `output_dir` ready for a run from scratch: every run trains from step 0.
+
+    A directory a previous run of this job wrote (it holds `MARKER`) has that
+    run's outputs removed: the job is rerunnable, where the estimator alone
+    would resume from the old checkpoint and refuse to overwrite the export.
+    A non-empty directory without the marker is not this job's to clear: a
+    FileExistsError names it and changes nothing.
+    """
+    if os.path.isdir(output_dir) and os.listdir(output_dir):
+        if not os.path.isfile(os.path.join(output_dir, MARKER)):
+            raise FileExistsError(
+                f"--output-dir {output_dir!r} is not empty and was not written by this job (no {MARKER} file); "
+                "pass a new or empty directory.")
+        echo(f"replacing the previous run in {output_dir}")
+        for name in _OUTPUTS:
+            path = os.path.join(output_dir, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            elif os.path.exists(path):
+                os.remove(path)
+    os.makedirs(output_dir, exist_ok=True)
+    with open(os.path.join(output_dir, MARKER), "w") as handle:
+        handle.write("written by `tpu-embedding-shim movielens`; a rerun replaces this directory's outputs\n")
+
+
 def build_estimator(config: JobConfig, data: ml_data.MovieLens, train_losses: List[float]):
     """The TPUEstimator, its model_fn and the EmbeddingConfigSpec: a legacy TPU program, import changed."""
     import tpu_embedding_shim as tf
@@ -143,6 +174,7 @@ def run(config: JobConfig, *, echo=print) -> JobResult:
     echo(f"MovieLens 100K: {len(data.train)} training and {len(data.test)} test ratings "
          f"(last 20% of each user's ratings by time); label: rating >= 4.")
     base = baseline(data)
+    prepare_output_dir(config.output_dir, echo)
     train_losses: List[float] = []
     estimator = build_estimator(config, data, train_losses)
     if config.progress is not None:
