@@ -12,14 +12,16 @@ feature first, as the reference once did, only agree to rounding. Skipped when n
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from unittest import mock
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("numba")
+numba = pytest.importorskip("numba")
 
 from tpu_embedding_shim.engine import fast as _fast, lookup  # noqa: E402
 
@@ -27,6 +29,7 @@ if not _fast.available():
     pytest.skip(f"fast kernels off: {_fast.unavailable_reason()}", allow_module_level=True)
 from tpu_embedding_shim.engine.engine import Engine  # noqa: E402
 from tpu_embedding_shim.engine.fast import fused, owner  # noqa: E402
+from tpu_embedding_shim.engine.fast import path as fast_path  # noqa: E402
 from tpu_embedding_shim.engine.fast.path import FastPath  # noqa: E402
 from tpu_embedding_shim.engine.optimizers import apply_update, initial_slots  # noqa: E402
 from tpu_embedding_shim.engine.ragged import Ragged  # noqa: E402
@@ -168,8 +171,8 @@ def test_owner_computes_backward_sums_duplicates_like_the_reference(case, combin
 
 
 @SETTINGS
-@given(case=batches(vocab=40), parts=st.integers(1, 6), seed=st.integers(0, 99))
-def test_owner_kernels_with_any_partition_count(case, parts, seed):
+@given(case=batches(vocab=40), parts=st.integers(1, 6), seed=st.integers(0, 99), reset=st.booleans())
+def test_owner_kernels_with_any_partition_count(case, parts, seed, reset):
     """Powers of two partition by a bit mask, other counts by `%`: same rows, same owners."""
     table, batch = case
     grad = np.random.default_rng(seed).standard_normal((batch.batch_size, table.shape[1])).astype(np.float32)
@@ -190,11 +193,14 @@ def test_owner_kernels_with_any_partition_count(case, parts, seed):
         mine = order[starts[p]:starts[p] + owned[p]]
         np.testing.assert_array_equal(mine, np.flatnonzero(e.ids % parts == p))
     owner.sum_owned(e.ids, e.src, e.coef, e.grads, slot_map, starts, counts, unique_ids, summed,
-                    order, starts, starts + owned)
+                    order, starts, starts + owned, reset)  # reset: the map is cleaned in the same pass
     regions = [slice(int(a), int(a + c)) for a, c in zip(starts, counts)]
     for p, region in enumerate(regions):
         assert np.all(unique_ids[region] % parts == p)
-    owner.reset_owned(unique_ids, starts, counts, slot_map)
+        if not reset:
+            assert np.all(slot_map[unique_ids[region]] == np.arange(region.stop - region.start))
+    if not reset:
+        owner.reset_owned(unique_ids, starts, counts, slot_map)
     assert np.all(slot_map == -1)
     ids = np.concatenate([unique_ids[r] for r in regions])
     rows = np.concatenate([summed[r] for r in regions])
@@ -294,9 +300,25 @@ def engine_cases(draw):
     return spec, draw(st.integers(0, 999))
 
 
+@contextlib.contextmanager
+def _serial_work(value):
+    """`path.SERIAL_WORK` set to `value` for the block: 0 runs every kernel on every thread."""
+    saved = fast_path.SERIAL_WORK
+    fast_path.SERIAL_WORK = value
+    try:
+        yield
+    finally:
+        fast_path.SERIAL_WORK = saved
+
+
 @settings(max_examples=25, deadline=None)
-@given(case=engine_cases())
-def test_fast_engine_equals_numpy_engine(case):
+@given(case=engine_cases(), all_threads=st.booleans())
+def test_fast_engine_equals_numpy_engine(case, all_threads):
+    with _serial_work(0 if all_threads else fast_path.SERIAL_WORK):  # these steps are small: one thread by default
+        _fast_engine_equals_numpy_engine(case)
+
+
+def _fast_engine_equals_numpy_engine(case):
     spec, seed = case
     fast, slow = Engine(spec, kernels="fast"), Engine(spec, kernels="numpy")
     rng = np.random.default_rng(seed)
@@ -313,6 +335,32 @@ def test_fast_engine_equals_numpy_engine(case):
         np.testing.assert_array_equal(got, want)
     for name, values in slow.slots("t").items():
         np.testing.assert_array_equal(fast.slots("t")[name], values)
+
+
+def test_small_calls_run_on_one_thread_and_give_the_same_bits():
+    spec = _spec(AdagradSpec(learning_rate=0.1), vocab=30)
+    threads = numba.get_num_threads()
+    seen = []
+    real = fast_path.forward.pooled
+
+    def spy(*args):
+        seen.append(numba.get_num_threads())
+        return real(*args)
+
+    results = []
+    for serial_work in (0, 10**9):  # every call on all threads, then every call on one
+        engine = Engine(spec, kernels="fast")
+        rng = np.random.default_rng(5)
+        with _serial_work(serial_work), mock.patch.object(fast_path.forward, "pooled", spy):
+            for _ in range(3):
+                ids = [list(rng.integers(0, 30, rng.integers(0, 6))) for _ in range(8)]
+                result = engine.forward({"f": ids})
+                engine.apply_gradients(result, {"f": rng.standard_normal((8, 3))})
+        results.append((result.activations["f"], engine.table("t"), engine.slots("t")["accumulators"]))
+        assert numba.get_num_threads() == threads  # restored after every call
+    assert seen == [threads] * 3 + [1] * 3
+    for got, want in zip(*results):
+        np.testing.assert_array_equal(got, want)
 
 
 def _spec(optimizer=None, num_shards=1, vocab=10, strategy="div"):

@@ -16,8 +16,8 @@ list once (`sum_owned`):
   regions from exact counts is what makes the writes safe.
 
 A row is written by exactly one partition, so no two threads touch the same
-memory. `reset_owned` sets the map back to -1 for the touched ids only,
-O(U). The scan prefetches the slot-map entry `AHEAD` entries on.
+memory. `reset_owned` (or `sum_owned(..., reset=True)` on the last feature
+of a table) sets the map back to -1 for the touched ids only, O(U). The scan prefetches the slot-map entry `AHEAD` entries on.
 
 Duplicates are summed in entry order, as `lookup.sum_duplicates` does.
 Several features of one table are several calls with the same map, regions
@@ -84,12 +84,16 @@ def bucket_owned(ids, ostarts, order):
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def sum_owned(ids, src, coef, grads, slot_map, starts, counts, unique_ids, summed, order, ostarts, ostops):
+def sum_owned(ids, src, coef, grads, slot_map, starts, counts, unique_ids, summed, order, ostarts, ostops,
+              reset=False):
     """One pass: partition p sums its entries (`order[ostarts[p]:ostops[p]]`, from `bucket_owned`)
     into `summed[starts[p] + slot]`; `counts` [P] grows.
 
     Each partition walks only its own entries: no scan of the others' ids
-    and no data-dependent skip (a mispredicted branch per entry)."""
+    and no data-dependent skip (a mispredicted branch per entry). With
+    `reset` (the table's last feature), each partition then sets the map back
+    to -1 at its own ids, as `reset_owned` does, in the same parallel task:
+    no partition touches another's ids, so no one waits for the others."""
     parts = starts.shape[0]
     dim = summed.shape[1]
     for p in numba.prange(parts):
@@ -118,6 +122,9 @@ def sum_owned(ids, src, coef, grads, slot_map, starts, counts, unique_ids, summe
                 for j in range(dim):
                     out[j] += g[j] * f
         counts[p] = c
+        if reset:
+            for s in range(base, base + c):
+                slot_map[unique_ids[s]] = -1
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)

@@ -11,7 +11,7 @@ The engine asks `FastPath` three things per step:
   (`owner.bucket_owned` lists each partition's entries, then
   `owner.sum_owned` walks them: one pass per feature, into per-table scratch kept
   between steps and grown to the high-water mark); the id -> slot map is
-  clean again when it returns, even on error. `sum_rows` is the same as
+  clean again when it returns (the last pass resets it), even on error. `sum_rows` is the same as
   compact (ids, rows) copies;
 - `apply_summed` / `apply_in_place`: the fused optimizer update, once every
   check of the step has passed.
@@ -19,18 +19,27 @@ The engine asks `FastPath` three things per step:
 Tables are the `storage` array of a `ShardedTable` (every shard, one after
 another) and ids are rows of it: the engine maps ids first for `mod`
 sharding (`ShardedTable.physical`).
+
+A call too small to be worth a parallel launch runs its kernels on the
+calling thread alone (`_one_thread_below`): waking a sleeping OpenMP worker
+costs ~25-60 us on the machine of docs/benchmarks.md, against ~3 us for the
+same kernel with `numba.set_num_threads(1)`, and a call on a few hundred
+rows (the MovieLens job's batches of 256) is done before the worker wakes.
+Same kernels, same partitions, same numbers: only the thread count changes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Dict, List, Mapping, Tuple
+from typing import Dict, Iterator, List, Mapping, Tuple
 
 import numba
 import numpy as np
 
 from ...spec import OptimizerSpec, parse_combiner
 from .. import aligned
+from ..optimizers import touches_all_rows
 from ..ragged import Ragged, _is_ragged_tensor, _is_sparse
 from . import coefficients, forward, fused, owner
 
@@ -71,6 +80,24 @@ class Summed:
         parts = [slice(int(a), int(b)) for a, b in zip(self.starts, self.stops)]
         return (np.concatenate([self.unique_ids[p] for p in parts]),
                 np.concatenate([self.grads[p] for p in parts]))
+
+
+SERIAL_WORK = 1 << 17
+"""Row elements (rows x D) a call touches below which its kernels run on one thread (see the module doc)."""
+
+
+@contextlib.contextmanager
+def _one_thread_below(work: int) -> Iterator[None]:
+    """Runs the block's kernels on the calling thread alone when `work` < `SERIAL_WORK`."""
+    if work >= SERIAL_WORK:
+        yield
+        return
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(threads)
 
 
 def _segments(n: int, parts: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -173,14 +200,16 @@ class FastPath:
         else:
             ids, splits, _, coef = self._pooled_entries(batch, combiner, safe)
         out = aligned.empty((batch.batch_size, table.shape[1]), _F32)
-        forward.pooled(table, ids, splits, coef, out)
+        with _one_thread_below(ids.shape[0] * table.shape[1]):
+            forward.pooled(table, ids, splits, coef, out)
         return out
 
     def sequence_lookup(self, table: np.ndarray, batch: Ragged, max_sequence_length: int):
         """`lookup.sequence_lookup(table, batch, max_sequence_length)`, in parallel."""
         length = int(max_sequence_length)
         out = aligned.full((batch.batch_size, length, table.shape[1]), 0, _F32)
-        forward.sequence_forward(table, batch.values, batch.row_splits, batch.positions, out)
+        with _one_thread_below(batch.num_values * table.shape[1]):
+            forward.sequence_forward(table, batch.values, batch.row_splits, batch.positions, out)
         lengths = np.zeros(batch.batch_size, dtype=np.int64)
         if batch.num_values:
             np.maximum.at(lengths, batch.row_ids(), batch.positions + 1)
@@ -244,14 +273,14 @@ class FastPath:
         unique_ids, grads = self._buffers(table, int(owned.sum()), dim)
         counts = np.zeros(parts, dtype=np.int64)
         try:
-            for e, own in zip(entries, owned_by):
-                ostarts = np.zeros(parts, dtype=np.int64)
-                np.cumsum(own[:-1], out=ostarts[1:])
-                order = self._order(table, e.ids.shape[0])
-                owner.bucket_owned(e.ids, ostarts, order)
-                owner.sum_owned(e.ids, e.src, e.coef, e.grads, slot_map, starts, counts, unique_ids, grads,
-                                order, ostarts, ostarts + own)
-            owner.reset_owned(unique_ids, starts, counts, slot_map)
+            with _one_thread_below(int(owned.sum()) * dim):  # the same P partitions, walked by one thread
+                for number, (e, own) in enumerate(zip(entries, owned_by)):
+                    ostarts = np.zeros(parts, dtype=np.int64)
+                    np.cumsum(own[:-1], out=ostarts[1:])
+                    order = self._order(table, e.ids.shape[0])
+                    owner.bucket_owned(e.ids, ostarts, order)
+                    owner.sum_owned(e.ids, e.src, e.coef, e.grads, slot_map, starts, counts, unique_ids, grads,
+                                    order, ostarts, ostarts + own, number == len(entries) - 1)  # last: reset the map
         except BaseException:
             slot_map.fill(-1)  # never leave the map dirty, whatever failed
             raise
@@ -270,4 +299,8 @@ class FastPath:
     def apply_summed(optimizer: OptimizerSpec, lr: float, table: np.ndarray, slots: Mapping[str, np.ndarray],
                      summed: Summed) -> None:
         """`apply_in_place` on the regions of a `Summed`; writes in place (see `fused.apply`)."""
-        fused.apply(optimizer, lr, table, slots, summed.unique_ids, summed.grads, summed.starts, summed.stops)
+        work = summed.size * table.shape[1]
+        if touches_all_rows(optimizer):
+            work = table.size  # non-lazy Adam moves every row
+        with _one_thread_below(work):
+            fused.apply(optimizer, lr, table, slots, summed.unique_ids, summed.grads, summed.starts, summed.stops)
