@@ -134,7 +134,7 @@ def test_generic_and_per_width_forward_kernels_agree_exactly(case, combiner):
     from tpu_embedding_shim.engine.fast import forward
 
     table, batch = case
-    ids, splits, _, coef = FastPath._pooled_entries(batch, combiner, True)
+    ids, splits, _, coef = FastPath()._pooled_entries(batch, combiner, True, table.shape[1])
     generic = np.empty((batch.batch_size, table.shape[1]), np.float32)
     forward.pooled_forward(table, ids, splits, coef, generic)
     fixed = np.empty_like(generic)
@@ -602,6 +602,55 @@ def test_compiled_coefficients_are_the_reference_bits(case, combiner, safe, odd)
     np.testing.assert_array_equal(got_coef, coef.astype(np.float32))
     kept_per_example = np.bincount(example, minlength=batch.batch_size)
     np.testing.assert_array_equal(splits, np.concatenate([[0], np.cumsum(kept_per_example)]))
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 999), num_examples=st.integers(200, 1300), combiner=COMBINERS, safe=st.booleans(),
+       weighted=st.booleans())
+def test_compiled_coefficients_over_many_blocks_of_examples(seed, num_examples, combiner, safe, weighted):
+    """Several parallel blocks of `coefficients.CHUNK` examples, some entries pruned: the reference's bits."""
+    from tpu_embedding_shim.engine.fast import coefficients
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, 7, num_examples)
+    splits = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    n = int(splits[-1])
+    weights = None
+    if weighted:
+        weights = rng.uniform(-0.5, 2.0, n).astype(np.float32)
+        weights[rng.random(n) < 0.1] = 0.0
+    batch = Ragged(rng.integers(0, 50, n).astype(np.int64), splits, weights,
+                   (np.arange(n) - np.repeat(splits[:-1], lengths)).astype(np.int64))
+    example, ids, coef, _ = lookup.pooled_coefficients(batch, combiner, safe=safe)
+    got_ids, got_splits, got_example, got_coef = coefficients.pooled_coefficients(
+        batch.values, batch.row_splits, batch.weights, combiner, safe)
+    np.testing.assert_array_equal(got_ids, ids)
+    np.testing.assert_array_equal(got_example, example)
+    np.testing.assert_array_equal(got_coef, coef.astype(np.float32))
+    kept_per_example = np.bincount(example, minlength=num_examples)
+    np.testing.assert_array_equal(got_splits, np.concatenate([[0], np.cumsum(kept_per_example)]))
+    # the fast path's entries: a sum's coefficients are the weights themselves, with no pass at all
+    path_ids, _, path_example, path_coef = FastPath()._pooled_entries(batch, combiner, safe, 4)
+    np.testing.assert_array_equal(path_coef, coef.astype(np.float32))
+    np.testing.assert_array_equal(path_ids, ids)
+    if path_example is not None:
+        np.testing.assert_array_equal(path_example, example)
+
+
+def test_a_lookup_and_its_gradient_share_one_coefficient_pass():
+    from tpu_embedding_shim.engine.fast import coefficients
+
+    spec = EmbeddingSpec(tables=(TableSpec(name="t", vocabulary_size=10, dim=3, combiner="mean",
+                                           initializer=RowIdInitializer()),),
+                         features=(FeatureSpec(name="f", table="t", num_buckets=10),),
+                         optimizer=AdagradSpec(learning_rate=0.1))
+    engine = Engine(spec, kernels="fast")
+    real = coefficients.pooled_coefficients
+    with mock.patch.object(coefficients, "pooled_coefficients", side_effect=real) as spy:
+        for _ in range(2):
+            result = engine.forward({"f": [[1, 2, 2], [3]]})
+            engine.apply_gradients(result, {"f": np.ones((2, 3))})
+    assert spy.call_count == 2  # once per step, not once for the lookup and again for the gradient
 
 
 @SETTINGS

@@ -17,7 +17,8 @@ list once (`sum_owned`):
 
 A row is written by exactly one partition, so no two threads touch the same
 memory. `reset_owned` (or `sum_owned(..., reset=True)` on the last feature
-of a table) sets the map back to -1 for the touched ids only, O(U). The scan prefetches the slot-map entry `AHEAD` entries on.
+of a table) sets the map back to -1 for the touched ids only, O(U). The
+scan prefetches the slot-map entry `AHEAD` entries on.
 
 Duplicates are summed in entry order, as `lookup.sum_duplicates` does.
 Several features of one table are several calls with the same map, regions

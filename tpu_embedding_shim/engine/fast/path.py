@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import weakref
 from typing import Dict, Iterator, List, Mapping, Tuple
 
 import numba
@@ -139,6 +140,8 @@ class FastPath:
         self._slot_maps: Dict[str, np.ndarray] = {}
         self._scratch: Dict[str, Tuple[np.ndarray, np.ndarray]] = {}  # table -> (ids, grads) buffers
         self._orders: Dict[str, np.ndarray] = {}  # table -> entry indices by owner (one feature at a time)
+        # batch -> {(combiner, safe): coefficients}: a lookup's, reused by its gradient; gone with the batch
+        self._coefficients: "weakref.WeakKeyDictionary[Ragged, dict]" = weakref.WeakKeyDictionary()
 
     @staticmethod
     def threads() -> int:
@@ -182,15 +185,25 @@ class FastPath:
 
     # Forward ----------------------------------------------------------------------
 
-    @staticmethod
-    def _pooled_entries(batch: Ragged, combiner: str, safe: bool):
-        """(ids, row_splits, example or None, coef float32) of the kept entries."""
-        if combiner == "sum" and batch.weights is None:
-            return batch.values, batch.row_splits, None, _ones(batch.num_values)
-        # `lookup.pooled_coefficients`, the same bits, in one compiled pass
-        ids, splits, example, coef = coefficients.pooled_coefficients(
-            batch.values, batch.row_splits, batch.weights, combiner, safe)
-        return ids, splits, example, coef
+    def _pooled_entries(self, batch: Ragged, combiner: str, safe: bool, dim: int):
+        """(ids, row_splits, example or None, coef float32) of the kept entries.
+
+        A sum keeps every entry, and its coefficient is the weight itself
+        (`float32(1.0 * w) == w`, the reference's arithmetic), so it needs no
+        pass. Mean and sqrtn coefficients are computed once per batch (the
+        lookup and its gradient share them) by `coefficients.py`, the
+        bits of `lookup.pooled_coefficients`."""
+        if combiner == "sum":
+            weights = batch.weights
+            coef = _ones(batch.num_values) if weights is None else np.ascontiguousarray(weights, dtype=_F32)
+            return batch.values, batch.row_splits, None, coef
+        known = self._coefficients.setdefault(batch, {})
+        key = (combiner, bool(safe))
+        if key not in known:
+            with _one_thread_below(batch.num_values * dim):
+                known[key] = coefficients.pooled_coefficients(
+                    batch.values, batch.row_splits, batch.weights, combiner, safe)
+        return known[key]
 
     def pooled_lookup(self, table: np.ndarray, batch: Ragged, combiner: str, *, safe: bool = True) -> np.ndarray:
         """`lookup.pooled_lookup(table, batch, combiner, safe=safe)`, in parallel."""
@@ -198,7 +211,7 @@ class FastPath:
         if combiner == "sum" and batch.weights is None:  # no coefficients: an unweighted sum
             ids, splits, coef = batch.values, batch.row_splits, _NO_COEF
         else:
-            ids, splits, _, coef = self._pooled_entries(batch, combiner, safe)
+            ids, splits, _, coef = self._pooled_entries(batch, combiner, safe, table.shape[1])
         out = aligned.empty((batch.batch_size, table.shape[1]), _F32)
         with _one_thread_below(ids.shape[0] * table.shape[1]):
             forward.pooled(table, ids, splits, coef, out)
@@ -220,7 +233,7 @@ class FastPath:
     def pooled_entries(self, batch: Ragged, combiner: str, grad: np.ndarray, *, safe: bool = True) -> Entries:
         """The entries of a pooled feature's gradient `grad` [B, D]."""
         combiner = parse_combiner(combiner)
-        ids, _, example, coef = self._pooled_entries(batch, combiner, safe)
+        ids, _, example, coef = self._pooled_entries(batch, combiner, safe, grad.shape[-1])
         src = batch.row_ids() if example is None else example
         return Entries(ids, src, coef, np.ascontiguousarray(grad, dtype=_F32))
 
