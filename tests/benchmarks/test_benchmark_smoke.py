@@ -28,6 +28,8 @@ def test_one_variant_runs_and_every_implementation_agrees():
     assert set(result["impls"]) == {"engine", "numpy"}
     assert not result["disagree"]
     assert result["impls"]["engine"]["table_max_diff"] is not None
+    assert result["impls"]["engine"]["back_to_back_ms"] > 0  # the engine's steps again, like the bound: back to back
+    assert "back_to_back_ms" not in result["impls"]["numpy"]
 
 
 def test_sequence_and_adam_variants_run():
