@@ -271,7 +271,7 @@ def report(results: List[Dict], info: Dict, cold: Optional[Dict], out=print) -> 
               "| engine back to back | back to back / bound | fwd engine | fwd torch | fwd engine / torch "
               "| peak RSS MB |")
     out(header)
-    out("|" + "---|" * header.count("|")[:-1] if False else "|" + "|".join(["---"] * (header.count("|") - 1)) + "|")
+    out("|" + "|".join(["---"] * (header.count("|") - 1)) + "|")
     for r in results:
         impls = r["impls"]
         key = "fwd_ms" if r["workload"].endswith("forward only") else "step_ms"

@@ -11,8 +11,8 @@ The engine asks `FastPath` three things per step:
   (`owner.bucket_owned` lists each partition's entries, then
   `owner.sum_owned` walks them: one pass per feature, into per-table scratch kept
   between steps and grown to the high-water mark); the id -> slot map is
-  clean again when it returns (the last pass resets it), even on error. `sum_rows` is the same as
-  compact (ids, rows) copies;
+  clean again when it returns (the last pass resets it), even on error.
+  `sum_rows` is the same as compact (ids, rows) copies;
 - `apply_summed` / `apply_in_place`: the fused optimizer update, once every
   check of the step has passed.
 
