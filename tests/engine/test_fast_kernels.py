@@ -74,7 +74,8 @@ def _assert_sums_close(rows, want_rows, entries, unique_ids):
     count = np.zeros((unique_ids.shape[0], 1), dtype=np.int64)
     for e in (entries if isinstance(entries, (list, tuple)) else [entries]):
         where = np.searchsorted(unique_ids, e.ids)
-        np.add.at(magnitude, where, np.abs(e.coef.astype(np.float64)[:, None] * e.grads[e.src]))
+        coef = e.coef.astype(np.float64) if e.coef.size else np.ones(e.ids.shape[0])  # empty: all ones
+        np.add.at(magnitude, where, np.abs(coef[:, None] * e.grads[e.src]))
         count[:, 0] += np.bincount(where, minlength=unique_ids.shape[0])
     slack = 2 * count * np.finfo(np.float32).eps * magnitude
     diff = np.abs(rows.astype(np.float64) - want_rows)
@@ -135,6 +136,8 @@ def test_generic_and_per_width_forward_kernels_agree_exactly(case, combiner):
 
     table, batch = case
     ids, splits, _, coef = FastPath()._pooled_entries(batch, combiner, True, table.shape[1])
+    if coef.size == 0:  # an unweighted sum: no coefficients; the generic kernel takes them all
+        coef = np.ones(ids.shape[0], np.float32)
     generic = np.empty((batch.batch_size, table.shape[1]), np.float32)
     forward.pooled_forward(table, ids, splits, coef, generic)
     fixed = np.empty_like(generic)
@@ -631,6 +634,9 @@ def test_compiled_coefficients_over_many_blocks_of_examples(seed, num_examples, 
     np.testing.assert_array_equal(got_splits, np.concatenate([[0], np.cumsum(kept_per_example)]))
     # the fast path's entries: a sum's coefficients are the weights themselves, with no pass at all
     path_ids, _, path_example, path_coef = FastPath()._pooled_entries(batch, combiner, safe, 4)
+    if path_coef.size == 0:  # an unweighted sum: no coefficient array, every coefficient 1
+        assert combiner == "sum" and not weighted
+        path_coef = np.ones(n, np.float32)
     np.testing.assert_array_equal(path_coef, coef.astype(np.float32))
     np.testing.assert_array_equal(path_ids, ids)
     if path_example is not None:

@@ -1,7 +1,8 @@
 """Owner-computes duplicate summing: one gradient per touched row, no sort, no atomics.
 
 Entries are (id, source row, coefficient): entry k contributes
-`coef[k] * grads[src[k]]` to row `ids[k]`. With P partitions, partition p
+`coef[k] * grads[src[k]]` to row `ids[k]` (an empty `coef` means every
+coefficient is 1). With P partitions, partition p
 owns the ids with `id % P == p`. One serial pass lists each partition's
 entries, in entry order (`bucket_owned`); each partition then walks its own
 list once (`sum_owned`):
@@ -97,6 +98,8 @@ def sum_owned(ids, src, coef, grads, slot_map, starts, counts, unique_ids, summe
     no partition touches another's ids, so no one waits for the others."""
     parts = starts.shape[0]
     dim = summed.shape[1]
+    weighted = coef.shape[0] != 0  # empty `coef`: every coefficient is 1 (no array to build and read)
+    one = np.float32(1.0)
     for p in numba.prange(parts):
         base = starts[p]
         c = counts[p]
@@ -108,7 +111,7 @@ def sum_owned(ids, src, coef, grads, slot_map, starts, counts, unique_ids, summe
             k = order[q]
             i = ids[k]
             g = grads[src[k]]
-            f = coef[k]
+            f = coef[k] if weighted else one
             s = slot_map[i]
             if s < 0:
                 s = c

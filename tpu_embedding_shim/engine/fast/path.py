@@ -52,7 +52,8 @@ _NO_COEF = np.zeros(0, dtype=_F32)
 
 @dataclasses.dataclass(frozen=True)
 class Entries:
-    """Entry k adds `coef[k] * grads[src[k]]` to row `ids[k]`; all contiguous, int64 / float32."""
+    """Entry k adds `coef[k] * grads[src[k]]` to row `ids[k]`; all contiguous, int64 / float32.
+    An empty `coef` means every coefficient is 1 (an unweighted sum, a sequence feature)."""
 
     ids: np.ndarray
     src: np.ndarray
@@ -105,10 +106,6 @@ def _segments(n: int, parts: int) -> Tuple[np.ndarray, np.ndarray]:
     """`parts` contiguous segments covering 0 .. n (for compact inputs)."""
     bounds = np.linspace(0, n, max(1, parts) + 1).astype(np.int64)
     return bounds[:-1].copy(), bounds[1:].copy()
-
-
-def _ones(n: int) -> np.ndarray:
-    return np.ones(n, dtype=np.float32)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -186,7 +183,7 @@ class FastPath:
     # Forward ----------------------------------------------------------------------
 
     def _pooled_entries(self, batch: Ragged, combiner: str, safe: bool, dim: int):
-        """(ids, row_splits, example or None, coef float32) of the kept entries.
+        """(ids, row_splits, example or None, coef float32, empty for all ones) of the kept entries.
 
         A sum keeps every entry, and its coefficient is the weight itself
         (`float32(1.0 * w) == w`, the reference's arithmetic), so it needs no
@@ -195,7 +192,7 @@ class FastPath:
         bits of `lookup.pooled_coefficients`."""
         if combiner == "sum":
             weights = batch.weights
-            coef = _ones(batch.num_values) if weights is None else np.ascontiguousarray(weights, dtype=_F32)
+            coef = _NO_COEF if weights is None else np.ascontiguousarray(weights, dtype=_F32)
             return batch.values, batch.row_splits, None, coef
         known = self._coefficients.setdefault(batch, {})
         key = (combiner, bool(safe))
@@ -208,10 +205,7 @@ class FastPath:
     def pooled_lookup(self, table: np.ndarray, batch: Ragged, combiner: str, *, safe: bool = True) -> np.ndarray:
         """`lookup.pooled_lookup(table, batch, combiner, safe=safe)`, in parallel."""
         combiner = parse_combiner(combiner)
-        if combiner == "sum" and batch.weights is None:  # no coefficients: an unweighted sum
-            ids, splits, coef = batch.values, batch.row_splits, _NO_COEF
-        else:
-            ids, splits, _, coef = self._pooled_entries(batch, combiner, safe, table.shape[1])
+        ids, splits, _, coef = self._pooled_entries(batch, combiner, safe, table.shape[1])
         out = aligned.empty((batch.batch_size, table.shape[1]), _F32)
         with _one_thread_below(ids.shape[0] * table.shape[1]):
             forward.pooled(table, ids, splits, coef, out)
@@ -243,7 +237,7 @@ class FastPath:
         keep = batch.positions < length
         src = batch.row_ids()[keep] * length + batch.positions[keep]
         grads = np.ascontiguousarray(grad, dtype=_F32).reshape(batch.batch_size * length, -1)
-        return Entries(np.ascontiguousarray(batch.values[keep]), src, _ones(src.shape[0]), grads)
+        return Entries(np.ascontiguousarray(batch.values[keep]), src, _NO_COEF, grads)
 
     def sum_rows(self, table: str, num_rows: int, dim: int, entries: List[Entries]) -> Tuple[np.ndarray, np.ndarray]:
         """(unique ids int64 [U], summed gradients float32 [U, D]) of one table; ids unsorted."""
