@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from unittest import mock
 
 import numpy as np
@@ -564,6 +565,55 @@ def test_fast_ragged_conversion_declines_what_it_does_not_cover():
     assert FastPath.ragged_ids(_RaggedInput(np.zeros(0, np.int64), np.zeros(1, np.int64)), feature) is None
     vocab = FeatureSpec(name="f", table="t", num_buckets=2, id_source="vocabulary_list", vocabulary=("a", "b"))
     assert FastPath.ragged_ids(_RaggedInput(np.array([1, 0], np.int64), splits), vocab) is None
+
+
+@pytest.mark.parametrize("splits", [[0, 100, 5], [0, 3, 1, 5], [0, -2, 5], [0, 5, 5, 6]])
+def test_fast_ragged_conversion_never_reads_past_the_ids(splits):
+    """A row that ends past N, or a decreasing or negative split, is declined before any entry is touched
+    (numba does not check bounds: reading `values[5:100]` would read or write foreign memory)."""
+    feature = FeatureSpec(name="f", table="t", num_buckets=10)
+    values = np.array([1, 2, 3, 4, 5], np.int64)
+    assert FastPath.ragged_ids(_RaggedInput(values, np.array(splits, np.int64)), feature) is None
+
+
+def test_fast_ragged_conversion_stays_in_bounds_under_numba_boundscheck(tmp_path):
+    """The same malformed splits with numba's bounds checking on (a fresh process and kernel cache): an
+    out-of-bounds access would raise IndexError there instead of going unnoticed."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from tpu_embedding_shim.engine.fast.path import FastPath\n"
+        "from tpu_embedding_shim.spec import FeatureSpec\n"
+        "class R:\n"
+        "    def __init__(self, values, splits): self.values, self.row_splits = values, splits\n"
+        "f = FeatureSpec(name='f', table='t', num_buckets=10)\n"
+        "for splits in ([0, 100, 5], [0, 3, 1, 5], [0, -2, 5], [0, 5, 5, 6]):\n"
+        "    assert FastPath.ragged_ids(R(np.arange(1, 6), np.array(splits)), f) is None\n"
+        "print('ok')\n")
+    env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 999), rows=st.integers(500, 3000), bad_at=st.integers(0, 10_000))
+def test_fast_ragged_conversion_of_long_batches(seed, rows, bad_at):
+    """A copy, positions within each row, and one bad id anywhere declines the whole batch."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, 5, rows)
+    splits = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    values = rng.integers(0, 10, int(splits[-1])).astype(np.int64)
+    feature = FeatureSpec(name="f", table="t", num_buckets=10)
+    batch = FastPath.ragged_ids(_RaggedInput(values, splits), feature)
+    np.testing.assert_array_equal(batch.values, values)
+    assert batch.values is not values
+    np.testing.assert_array_equal(batch.positions, np.arange(values.size) - np.repeat(splits[:-1], lengths))
+    if values.size:
+        broken = values.copy()
+        broken[bad_at % values.size] = 10
+        assert FastPath.ragged_ids(_RaggedInput(broken, splits), feature) is None
 
 
 def test_many_duplicates_with_cancellation_are_the_same_running_sum():

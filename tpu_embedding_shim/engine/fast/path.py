@@ -111,7 +111,12 @@ def _segments(n: int, parts: int) -> Tuple[np.ndarray, np.ndarray]:
 @numba.njit(cache=True, nogil=True)
 def _checked_copy(values, splits, num_buckets, ids, positions):
     """True when `splits` runs from 0 to N without decreasing and every id is in [0, num_buckets);
-    then `ids` is a copy of `values` and `positions[k]` the place of entry k in its row."""
+    then `ids` is a copy of `values` and `positions[k]` the place of entry k in its row.
+
+    A row's end is checked against N before its entries are touched, so a
+    malformed `splits` (say [0, 100, 5] for N = 5) is refused without reading
+    or writing past N (numba checks no bounds). Serial: in parallel it took
+    0.14-0.17 ms against 0.09-0.11 for 82k ids (the second thread's wake-up)."""
     n = values.shape[0]
     rows = splits.shape[0] - 1
     if rows < 0 or splits[0] != 0 or splits[rows] != n:
@@ -119,7 +124,7 @@ def _checked_copy(values, splits, num_buckets, ids, positions):
     for b in range(rows):
         lo = splits[b]
         hi = splits[b + 1]
-        if hi < lo:
+        if hi < lo or hi > n:
             return False
         for k in range(lo, hi):
             v = values[k]
