@@ -640,13 +640,19 @@ def test_many_duplicates_with_cancellation_are_the_same_running_sum():
 def test_compiled_coefficients_are_the_reference_bits(case, combiner, safe, odd):
     """`coefficients.pooled_coefficients` == `lookup.pooled_coefficients`: kept entries, examples and
     float32 coefficients, with zero, negative and NaN weights (pruned for mean and sqrtn when safe)."""
-    from tpu_embedding_shim.engine.fast import coefficients
-
     _, batch = case
     if odd is not None and batch.weights is not None and batch.num_values:
         weights = batch.weights.copy()
         weights[0] = odd
         batch = dataclasses.replace(batch, weights=weights)
+    _assert_compiled_coefficients_are_the_reference(batch, combiner, safe)
+
+
+def _assert_compiled_coefficients_are_the_reference(batch, combiner, safe):
+    """Kept ids, examples, float32 coefficients and kept row splits: the same as `lookup.pooled_coefficients`;
+    returns the reference (example, ids, coef)."""
+    from tpu_embedding_shim.engine.fast import coefficients
+
     example, ids, coef, _ = lookup.pooled_coefficients(batch, combiner, safe=safe)
     got_ids, splits, got_example, got_coef = coefficients.pooled_coefficients(
         batch.values, batch.row_splits, batch.weights, combiner, safe)
@@ -655,6 +661,7 @@ def test_compiled_coefficients_are_the_reference_bits(case, combiner, safe, odd)
     np.testing.assert_array_equal(got_coef, coef.astype(np.float32))
     kept_per_example = np.bincount(example, minlength=batch.batch_size)
     np.testing.assert_array_equal(splits, np.concatenate([[0], np.cumsum(kept_per_example)]))
+    return example, ids, coef
 
 
 @settings(max_examples=15, deadline=None)
@@ -662,8 +669,6 @@ def test_compiled_coefficients_are_the_reference_bits(case, combiner, safe, odd)
        weighted=st.booleans())
 def test_compiled_coefficients_over_many_blocks_of_examples(seed, num_examples, combiner, safe, weighted):
     """Several parallel blocks of `coefficients.CHUNK` examples, some entries pruned: the reference's bits."""
-    from tpu_embedding_shim.engine.fast import coefficients
-
     rng = np.random.default_rng(seed)
     lengths = rng.integers(0, 7, num_examples)
     splits = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
@@ -674,14 +679,7 @@ def test_compiled_coefficients_over_many_blocks_of_examples(seed, num_examples, 
         weights[rng.random(n) < 0.1] = 0.0
     batch = Ragged(rng.integers(0, 50, n).astype(np.int64), splits, weights,
                    (np.arange(n) - np.repeat(splits[:-1], lengths)).astype(np.int64))
-    example, ids, coef, _ = lookup.pooled_coefficients(batch, combiner, safe=safe)
-    got_ids, got_splits, got_example, got_coef = coefficients.pooled_coefficients(
-        batch.values, batch.row_splits, batch.weights, combiner, safe)
-    np.testing.assert_array_equal(got_ids, ids)
-    np.testing.assert_array_equal(got_example, example)
-    np.testing.assert_array_equal(got_coef, coef.astype(np.float32))
-    kept_per_example = np.bincount(example, minlength=num_examples)
-    np.testing.assert_array_equal(got_splits, np.concatenate([[0], np.cumsum(kept_per_example)]))
+    example, ids, coef = _assert_compiled_coefficients_are_the_reference(batch, combiner, safe)
     # the fast path's entries: a sum's coefficients are the weights themselves, with no pass at all
     path_ids, _, path_example, path_coef = FastPath()._pooled_entries(batch, combiner, safe, 4)
     if path_coef.size == 0:  # an unweighted sum: no coefficient array, every coefficient 1
