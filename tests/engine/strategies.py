@@ -1,4 +1,4 @@
-"""Hypothesis strategies and step inputs shared by the engine's tests."""
+"""Hypothesis strategies, step inputs and bit comparisons shared by the engine's tests."""
 
 import numpy as np
 from hypothesis import strategies as st
@@ -30,3 +30,19 @@ def step_inputs(rng, vocab, dim, batch=5):
     grads = {"a": rng.standard_normal((batch, dim)), "b": rng.standard_normal((batch, dim)),
              "s": rng.standard_normal((batch, 3, dim))}
     return features, grads
+
+
+def assert_same_bits(got, want):
+    """Equal as float32 bit patterns (stricter than assert_array_equal: -0.0 != 0.0, NaN payloads count)."""
+    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+
+
+def step_both(fast, slow, features, grads):
+    """One training step on two engines; their activations must be the same bits before the update."""
+    r_fast, r_slow = fast.forward(features), slow.forward(features)
+    for name in r_slow.activations:
+        assert_same_bits(r_fast.activations[name], r_slow.activations[name])
+    fast.apply_gradients(r_fast, grads)
+    slow.apply_gradients(r_slow, grads)

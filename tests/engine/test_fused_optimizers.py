@@ -30,7 +30,8 @@ from tpu_embedding_shim.spec import (  # noqa: E402
     ProximalAdagradSpec, RMSPropSpec, RowIdInitializer, TableSpec,
 )
 
-from .strategies import shared_options, step_inputs  # noqa: E402
+from .strategies import assert_same_bits as _assert_same_bits  # noqa: E402
+from .strategies import shared_options, step_both, step_inputs  # noqa: E402
 
 SETTINGS = settings(max_examples=100, deadline=None)
 KINDS = ["adagrad_momentum", "ftrl", "momentum", "rmsprop", "proximal_adagrad", "dense_adam"]
@@ -116,12 +117,6 @@ def _segments(rng, ids, grads, parts):
         starts[r], stops[r] = at, at + n
         at += n
     return buffer_ids, buffer_grads, starts, stops
-
-
-def _assert_same_bits(got, want):
-    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
-    assert got.shape == want.shape
-    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
 
 
 def _numpy_engine_update(optimizer, table, slots, ids, grads, step):
@@ -274,12 +269,7 @@ def test_fast_engine_equals_numpy_engine_for_the_new_fused_optimizers(case):
     rng = np.random.default_rng(seed)
     table = spec.tables[0]
     for _ in range(3):
-        features, grads = step_inputs(rng, table.vocabulary_size, table.dim)
-        r_fast, r_slow = fast.forward(features), slow.forward(features)
-        for name in r_slow.activations:
-            _assert_same_bits(r_fast.activations[name], r_slow.activations[name])
-        fast.apply_gradients(r_fast, grads)
-        slow.apply_gradients(r_slow, grads)
+        step_both(fast, slow, *step_inputs(rng, table.vocabulary_size, table.dim))
     _assert_engines_agree(fast, slow)
 
 
@@ -295,13 +285,7 @@ def test_fast_engine_gives_the_numpy_engines_bits_when_ids_do_not_repeat(name, p
     rng = np.random.default_rng(7)
     for _ in range(4):
         ids = rng.permutation(vocab)[:9]
-        features = {"a": [list(ids[:6]), list(ids[6:9])]}
-        grads = {"a": rng.standard_normal((2, dim))}
-        r_fast, r_slow = fast.forward(features), slow.forward(features)
-        for name in r_slow.activations:
-            _assert_same_bits(r_fast.activations[name], r_slow.activations[name])
-        fast.apply_gradients(r_fast, grads)
-        slow.apply_gradients(r_slow, grads)
+        step_both(fast, slow, {"a": [list(ids[:6]), list(ids[6:9])]}, {"a": rng.standard_normal((2, dim))})
         _assert_engines_agree(fast, slow)
 
 
