@@ -31,6 +31,7 @@ if not _fast.available():
 from tpu_embedding_shim.engine.engine import Engine  # noqa: E402
 from tpu_embedding_shim.engine.fast import fused, owner  # noqa: E402
 from tpu_embedding_shim.engine.fast import path as fast_path  # noqa: E402
+from tpu_embedding_shim.engine.fast import threads as fast_threads  # noqa: E402
 from tpu_embedding_shim.engine.fast.path import FastPath  # noqa: E402
 from tpu_embedding_shim.engine.optimizers import apply_update, initial_slots  # noqa: E402
 from tpu_embedding_shim.engine.ragged import Ragged  # noqa: E402
@@ -306,19 +307,21 @@ def engine_cases(draw):
 
 @contextlib.contextmanager
 def _serial_work(value):
-    """`path.SERIAL_WORK` set to `value` for the block: 0 runs every kernel on every thread."""
-    saved = fast_path.SERIAL_WORK
-    fast_path.SERIAL_WORK = value
+    """`threads.SERIAL_WORK` set to `value` for the block: 0 runs every kernel on every thread."""
+    saved = fast_threads.SERIAL_WORK
+    fast_threads.SERIAL_WORK = value
     try:
         yield
     finally:
-        fast_path.SERIAL_WORK = saved
+        fast_threads.SERIAL_WORK = saved
 
 
 @settings(max_examples=25, deadline=None)
-@given(case=engine_cases(), all_threads=st.booleans())
-def test_fast_engine_equals_numpy_engine(case, all_threads):
-    with _serial_work(0 if all_threads else fast_path.SERIAL_WORK):  # these steps are small: one thread by default
+@given(case=engine_cases(), serial_work=st.sampled_from([0, 16, fast_threads.SERIAL_WORK]))
+def test_fast_engine_equals_numpy_engine(case, serial_work):
+    """Every thread mode: 0 runs every kernel on every thread; 16 makes some calls small and spreads
+    them side by side (`threads.run_each`); the default runs these small steps on one thread."""
+    with _serial_work(serial_work):
         _fast_engine_equals_numpy_engine(case)
 
 

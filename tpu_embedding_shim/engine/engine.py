@@ -217,19 +217,12 @@ class Engine:
         if not (training and self.spec.pipeline_execution_with_tensor_core):
             self.flush()
         activations, lengths, storage_batches = {}, {}, {}
-        fast = self._fast
-        for feature in self.spec.features:
+        if self._fast is not None:
+            self._fast_lookups(batches, activations, lengths, storage_batches)
+        for feature in self.spec.features if self._fast is None else ():
             table = self._tables[feature.table]
             batch = batches[feature.name]
-            if fast is not None and not table.in_id_order:
-                batch = storage_batches[feature.name] = _on_storage(batch, table)
-            if fast is not None and feature.is_sequence:
-                activations[feature.name], lengths[feature.name] = fast.sequence_lookup(
-                    table.storage, batch, feature.max_sequence_length)
-            elif fast is not None:
-                activations[feature.name] = fast.pooled_lookup(
-                    table.storage, batch, self.spec.table(feature.table).combiner, safe=feature.safe_lookup)
-            elif feature.is_sequence:
+            if feature.is_sequence:
                 activations[feature.name], lengths[feature.name] = lookup.sequence_lookup(
                     table, batch, feature.max_sequence_length)
             else:
@@ -239,6 +232,23 @@ class Engine:
             self._record_statistics(batches)
             self.flush()
         return LookupResult(activations, lengths, batches, training, self.global_step, storage_batches)
+
+    def _fast_lookups(self, batches: Dict[str, Ragged], activations: dict, lengths: dict,
+                      storage_batches: dict) -> None:
+        """Every feature's lookup on the fast kernels (side by side when small), by rows of `storage`."""
+        requests = []
+        for feature in self.spec.features:
+            table = self._tables[feature.table]
+            batch = batches[feature.name]
+            if not table.in_id_order:
+                batch = storage_batches[feature.name] = _on_storage(batch, table)
+            requests.append(self._fast.Lookup(table.storage, batch, self.spec.table(feature.table).combiner,
+                                   feature.safe_lookup, feature.max_sequence_length if feature.is_sequence else None))
+        for feature, value in zip(self.spec.features, self._fast.lookups(requests)):
+            if feature.is_sequence:
+                activations[feature.name], lengths[feature.name] = value
+            else:
+                activations[feature.name] = value
 
     def _convert(self, feature: FeatureSpec, features: Mapping[str, Any], weights: Optional[Mapping[str, Any]]):
         if feature.name not in features:
@@ -328,26 +338,28 @@ class Engine:
                 raise RuntimeError(f"Table {table.name!r} has no optimizer (an inference-only spec); it can't "
                                    "be trained.")
         pending = _PendingUpdate({}, {})
-        in_place = []  # (table, optimizer, lr, unique ids, summed): fused updates, written after every check
-        for table in self.spec.tables:
-            entries, rows = per_table[table.name]
-            if fast is None:
-                self._plan_update(table, step, entries, rows, pending)
-                continue
-            optimizer = self.spec.optimizer_for(table.name)
-            if optimizer is None:
-                continue
-            summed = fast.sum_table(table.name, table.vocabulary_size, table.dim, entries)
-            if fast_fusable(optimizer) and not self.spec.pipeline_execution_with_tensor_core:
-                in_place.append((table.name, optimizer, optimizer.learning_rate_at(step), summed))
-            else:
-                rows, grads = summed.compact()
-                self._plan_update(table, step, [], [], pending, summed=(self._tables[table.name].logical(rows), grads))
+        in_place = []  # fused updates (`Update`), written after every check
+        if fast is None:
+            for table in self.spec.tables:
+                self._plan_update(table, step, *per_table[table.name], pending)
+        else:
+            trained = [table for table in self.spec.tables if self.spec.optimizer_for(table.name) is not None]
+            all_summed = fast.sum_tables([(table.name, table.vocabulary_size, table.dim, per_table[table.name][0])
+                                          for table in trained])
+            for table, summed in zip(trained, all_summed):
+                optimizer = self.spec.optimizer_for(table.name)
+                if fast_fusable(optimizer) and not self.spec.pipeline_execution_with_tensor_core:
+                    slots = {slot: values.storage for slot, values in self._slots[table.name].items()}
+                    in_place.append(fast.Update(optimizer, optimizer.learning_rate_at(step),
+                                           self._tables[table.name].storage, slots, summed))
+                else:
+                    rows, grads = summed.compact()
+                    self._plan_update(table, step, [], [], pending,
+                                      summed=(self._tables[table.name].logical(rows), grads))
         # Every check has passed and every new value is computed: from here on, nothing fails.
         self.flush()  # the previous step's update, if pipelining deferred it
-        for name, optimizer, lr, summed in in_place:
-            slots = {slot: values.storage for slot, values in self._slots[name].items()}
-            fast.apply_summed(optimizer, lr, self._tables[name].storage, slots, summed)
+        if in_place:
+            fast.apply_all(in_place)
         self._pending = pending
         self.global_step += 1
         if not self.spec.pipeline_execution_with_tensor_core:

@@ -22,6 +22,9 @@ One idea per module:
   partition owns (non-lazy Adam: to every row), with the options every
   optimizer shares (gradient clipping, weight decay, weight clipping, the
   step's learning rate), giving the reference's bits.
+- `threads.py`: which thread runs what: small calls on the calling
+  thread alone, small independent calls (features, tables) side by side
+  on Python threads.
 - `path.py`: the glue the engine calls (tables as one storage array of
   any sharding).
 

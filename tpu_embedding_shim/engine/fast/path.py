@@ -21,19 +21,18 @@ another) and ids are rows of it: the engine maps ids first for `mod`
 sharding (`ShardedTable.physical`).
 
 A call too small to be worth a parallel launch runs its kernels on the
-calling thread alone (`_one_thread_below`): waking a sleeping OpenMP worker
-costs ~25-60 us on the machine of docs/benchmarks.md, against ~3 us for the
-same kernel with `numba.set_num_threads(1)`, and a call on a few hundred
-rows (the MovieLens job's batches of 256) is done before the worker wakes.
-Same kernels, same partitions, same numbers: only the thread count changes.
+calling thread alone, and several such calls (`lookups`, `sum_tables`,
+`apply_all`: one per feature or table) run side by side on Python threads
+(`threads.py`). Same kernels, same partitions, same numbers: only the
+threads change.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import functools
 import weakref
-from typing import Dict, Iterator, List, Mapping, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numba
 import numpy as np
@@ -43,8 +42,9 @@ from .. import aligned
 from ..optimizers import touches_all_rows
 from ..ragged import Ragged, _is_ragged_tensor, _is_sparse
 from . import coefficients, forward, fused, owner
+from .threads import one_thread_below, run_each
 
-__all__ = ["FastPath", "Entries", "Summed"]
+__all__ = ["FastPath", "Entries", "Summed", "Lookup", "Update"]
 
 _F32 = np.float32
 _NO_COEF = np.zeros(0, dtype=_F32)
@@ -84,22 +84,26 @@ class Summed:
                 np.concatenate([self.grads[p] for p in parts]))
 
 
-SERIAL_WORK = 1 << 17
-"""Row elements (rows x D) a call touches below which its kernels run on one thread (see the module doc)."""
+@dataclasses.dataclass(frozen=True)
+class Lookup:
+    """One feature's lookup: pooled by `combiner`, or a sequence when `max_sequence_length` is set."""
+
+    table: np.ndarray
+    batch: Ragged
+    combiner: str = "sum"
+    safe: bool = True
+    max_sequence_length: Optional[int] = None
 
 
-@contextlib.contextmanager
-def _one_thread_below(work: int) -> Iterator[None]:
-    """Runs the block's kernels on the calling thread alone when `work` < `SERIAL_WORK`."""
-    if work >= SERIAL_WORK:
-        yield
-        return
-    threads = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
-        yield
-    finally:
-        numba.set_num_threads(threads)
+@dataclasses.dataclass(frozen=True)
+class Update:
+    """One table's fused update (`FastPath.apply_summed`'s arguments)."""
+
+    optimizer: OptimizerSpec
+    lr: float
+    table: np.ndarray
+    slots: Mapping[str, np.ndarray]
+    summed: Summed
 
 
 def _segments(n: int, parts: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -137,6 +141,9 @@ def _checked_copy(values, splits, num_buckets, ids, positions):
 
 class FastPath:
     """Fast kernels for the tables of one engine (one persistent slot map per table)."""
+
+    Lookup = Lookup  # the request types, for callers that import this module lazily (numba is optional)
+    Update = Update
 
     def __init__(self):
         self._slot_maps: Dict[str, np.ndarray] = {}
@@ -202,7 +209,7 @@ class FastPath:
         known = self._coefficients.setdefault(batch, {})
         key = (combiner, bool(safe))
         if key not in known:
-            with _one_thread_below(batch.num_values * dim):
+            with one_thread_below(batch.num_values * dim):
                 known[key] = coefficients.pooled_coefficients(
                     batch.values, batch.row_splits, batch.weights, combiner, safe)
         return known[key]
@@ -212,7 +219,7 @@ class FastPath:
         combiner = parse_combiner(combiner)
         ids, splits, _, coef = self._pooled_entries(batch, combiner, safe, table.shape[1])
         out = aligned.empty((batch.batch_size, table.shape[1]), _F32)
-        with _one_thread_below(ids.shape[0] * table.shape[1]):
+        with one_thread_below(ids.shape[0] * table.shape[1]):
             forward.pooled(table, ids, splits, coef, out)
         return out
 
@@ -220,12 +227,25 @@ class FastPath:
         """`lookup.sequence_lookup(table, batch, max_sequence_length)`, in parallel."""
         length = int(max_sequence_length)
         out = aligned.full((batch.batch_size, length, table.shape[1]), 0, _F32)
-        with _one_thread_below(batch.num_values * table.shape[1]):
+        with one_thread_below(batch.num_values * table.shape[1]):
             forward.sequence_forward(table, batch.values, batch.row_splits, batch.positions, out)
         lengths = np.zeros(batch.batch_size, dtype=np.int64)
         if batch.num_values:
             np.maximum.at(lengths, batch.row_ids(), batch.positions + 1)
         return out, np.minimum(lengths, length)
+
+    def lookups(self, requests: Sequence[Lookup]) -> list:
+        """Each request's `pooled_lookup`, or `sequence_lookup` (activations, lengths), in order.
+
+        Independent lookups too small for a parallel launch run side by side
+        (`threads.run_each`)."""
+        return run_each([(r.batch.num_values * r.table.shape[1], functools.partial(self._lookup, r))
+                         for r in requests])
+
+    def _lookup(self, r: Lookup):
+        if r.max_sequence_length is not None:
+            return self.sequence_lookup(r.table, r.batch, r.max_sequence_length)
+        return self.pooled_lookup(r.table, r.batch, r.combiner, safe=r.safe)
 
     # Backward ---------------------------------------------------------------------
 
@@ -285,7 +305,7 @@ class FastPath:
         unique_ids, grads = self._buffers(table, int(owned.sum()), dim)
         counts = np.zeros(parts, dtype=np.int64)
         try:
-            with _one_thread_below(int(owned.sum()) * dim):  # the same P partitions, walked by one thread
+            with one_thread_below(int(owned.sum()) * dim):  # the same P partitions, walked by one thread
                 for number, (e, own) in enumerate(zip(entries, owned_by)):
                     ostarts = np.zeros(parts, dtype=np.int64)
                     np.cumsum(own[:-1], out=ostarts[1:])
@@ -297,6 +317,11 @@ class FastPath:
             slot_map.fill(-1)  # never leave the map dirty, whatever failed
             raise
         return Summed(unique_ids, grads, starts, starts + counts)
+
+    def sum_tables(self, requests: Sequence[Tuple[str, int, int, List[Entries]]]) -> List[Summed]:
+        """`sum_table(*request)` for each (table, num_rows, dim, entries), small tables side by side."""
+        return run_each([(sum(e.ids.shape[0] for e in request[3]) * request[2],
+                          functools.partial(self.sum_table, *request)) for request in requests])
 
     # Update -----------------------------------------------------------------------
 
@@ -311,8 +336,19 @@ class FastPath:
     def apply_summed(optimizer: OptimizerSpec, lr: float, table: np.ndarray, slots: Mapping[str, np.ndarray],
                      summed: Summed) -> None:
         """`apply_in_place` on the regions of a `Summed`; writes in place (see `fused.apply`)."""
-        work = summed.size * table.shape[1]
-        if touches_all_rows(optimizer):
-            work = table.size  # non-lazy Adam moves every row
-        with _one_thread_below(work):
+        with one_thread_below(_update_work(optimizer, table, summed)):
             fused.apply(optimizer, lr, table, slots, summed.unique_ids, summed.grads, summed.starts, summed.stops)
+
+    @classmethod
+    def apply_all(cls, updates: Sequence[Update]) -> None:
+        """`apply_summed` for each update (different tables), small ones side by side."""
+        run_each([(_update_work(u.optimizer, u.table, u.summed),
+                   functools.partial(cls.apply_summed, u.optimizer, u.lr, u.table, u.slots, u.summed))
+                  for u in updates])
+
+
+def _update_work(optimizer: OptimizerSpec, table: np.ndarray, summed: Summed) -> int:
+    """Row elements an update touches: the summed rows, or every row for non-lazy Adam."""
+    if touches_all_rows(optimizer):
+        return table.size
+    return summed.size * table.shape[1]

@@ -1,0 +1,146 @@
+"""How the fast path uses the machine's threads: small calls on one thread, small tables side by side.
+
+Two rules. Neither changes a kernel or a number: only which thread runs
+what (a helper thread sums a table as one partition instead of P; the sums
+are per id, in entry order, either way).
+
+- `one_thread_below(work)`: a call on fewer than `SERIAL_WORK` row elements
+  (rows x D) runs its kernels on the calling thread alone. With
+  `OMP_WAIT_POLICY=PASSIVE` waking a sleeping OpenMP worker costs ~25-60 us
+  on the machine of docs/benchmarks.md, against ~3 us for the same kernel
+  with `numba.set_num_threads(1)`, and a call on a few hundred rows (the
+  MovieLens job's batches of 256) is done before the worker wakes.
+- `run_each(calls)`: independent calls (the lookups of different features,
+  the sums or updates of different tables), each below `SERIAL_WORK` but
+  worth a parallel launch together, are spread over
+  `numba.get_num_threads()` Python threads, each running its share on one
+  numba thread. The kernels release the GIL (`nogil=True`), so one
+  thread's kernel runs while another prepares its next call: a step over
+  26 small tables used one core before (every call below the one-thread
+  rule), and now uses all of them. Calls at or above `SERIAL_WORK` run one
+  after another on the calling thread, each on every thread.
+
+Spreading needs a thread-safe threading layer (OpenMP or TBB; numba's own
+`workqueue` layer aborts on concurrent launches): until a parallel kernel
+has run and numba has chosen a safe one, `run_each` runs its calls in order
+on the calling thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
+
+import numba
+
+__all__ = ["SERIAL_WORK", "one_thread_below", "run_each"]
+
+T = TypeVar("T")
+
+SERIAL_WORK = 1 << 17
+"""Row elements (rows x D) a call touches below which its kernels run on one thread."""
+
+_SAFE_LAYERS = ("omp", "tbb")
+
+
+@contextlib.contextmanager
+def one_thread_below(work: int) -> Iterator[None]:
+    """Runs the block's kernels on the calling thread alone when `work` < `SERIAL_WORK`."""
+    if work >= SERIAL_WORK:
+        yield
+        return
+    with _threads(1):
+        yield
+
+
+@contextlib.contextmanager
+def _threads(count: int) -> Iterator[None]:
+    """numba's thread count for the calling thread (it is thread-local) set to `count` for the block."""
+    saved = numba.get_num_threads()
+    numba.set_num_threads(count)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(saved)
+
+
+def run_each(calls: Sequence[Tuple[int, Callable[[], T]]]) -> List[T]:
+    """The results of independent `(work, call)` pairs, in order; small calls run side by side.
+
+    If a call raises, every call still runs to its end (none is left half
+    done on another thread) and the first error in call order is raised."""
+    threads = numba.get_num_threads()
+    small = [i for i, (work, _) in enumerate(calls) if work < SERIAL_WORK]
+    spread = (threads > 1 and len(small) > 1 and sum(calls[i][0] for i in small) >= SERIAL_WORK
+              and _layer_is_thread_safe())
+    if not spread:
+        return [call() for _, call in calls]
+    outcomes: List[Optional[Tuple[bool, object]]] = [None] * len(calls)
+    for i, (work, call) in enumerate(calls):  # the large ones first, each on every thread
+        if work >= SERIAL_WORK:
+            outcomes[i] = _outcome(call)
+    shares = [share for share in _balance(small, [calls[i][0] for i in small], threads) if share]
+    pool = _pool(threads - 1)
+    futures = [pool.submit(_run_share, calls, share, outcomes) for share in shares[1:]]
+    _run_share(calls, shares[0], outcomes)
+    for future in futures:
+        future.result()  # `_run_share` catches the calls' errors: this only waits
+    results = []
+    for ok, value in outcomes:
+        if not ok:
+            raise value
+        results.append(value)
+    return results
+
+
+def _outcome(call: Callable[[], T]) -> Tuple[bool, object]:
+    try:
+        return True, call()
+    except BaseException as error:  # kept, raised in call order by `run_each`
+        return False, error
+
+
+def _run_share(calls, share: List[int], outcomes: list) -> None:
+    """Runs the calls at `share` on this thread, one numba thread; records each result or error."""
+    with _threads(1):
+        for i in share:
+            outcomes[i] = _outcome(calls[i][1])
+
+
+def _balance(indices: List[int], works: List[int], parts: int) -> List[List[int]]:
+    """`indices` in `parts` shares of about equal work (largest first to the lightest share), each in order."""
+    shares: List[List[int]] = [[] for _ in range(parts)]
+    loads = [0] * parts
+    for work, i in sorted(zip(works, indices), key=lambda pair: -pair[0]):
+        lightest = loads.index(min(loads))
+        shares[lightest].append(i)
+        loads[lightest] += work
+    return [sorted(share) for share in shares]
+
+
+def _layer_is_thread_safe() -> bool:
+    try:
+        return numba.threading_layer() in _SAFE_LAYERS
+    except ValueError:  # no parallel kernel has run yet: numba has not chosen a layer
+        return False
+
+
+_lock = threading.Lock()
+_executor: Optional[ThreadPoolExecutor] = None
+_executor_key: Tuple[int, int] = (-1, 0)  # (process id, workers): a forked child gets its own pool
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """The process's pool of helper threads (the calling thread is the other worker)."""
+    global _executor, _executor_key
+    key = (os.getpid(), workers)
+    with _lock:
+        if _executor is None or _executor_key != key:
+            if _executor is not None and _executor_key[0] == key[0]:
+                _executor.shutdown(wait=False)  # a new thread count: let the old helpers go
+            _executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tpu-embedding-shim")
+            _executor_key = key
+        return _executor
