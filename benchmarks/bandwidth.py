@@ -2,7 +2,7 @@
 
 A step must at least read each distinct row once (the lookup) and read and
 write it once with its optimizer slots (the update). Two minimal numba
-kernels do exactly that on arrays the size of the table, with a step's
+kernels do exactly that on arrays the size of the tables, with a step's
 distinct ids in random order, on every thread:
 
 - `gather`: read U rows of D floats (summed into a per-thread sink);
@@ -10,16 +10,25 @@ distinct ids in random order, on every thread:
 - `rmw_all` (non-lazy Adam, whose step moves every row): read-modify-write
   every row of the table and of each slot, in order.
 
-The kernels run over the same sequence of batches as the timed rounds:
-repeat r uses the distinct ids of the batch round r uses (after the batches
-the implementations saw before the first round), gather then update, so
+`Bound` holds every table's arrays at once, so the harness can alternate
+its repeats with the engine's steps in one process: this machine's memory
+speed drifts by up to 50% from one second to the next, and a bound timed
+in another block than the steps it is compared with sees another machine.
+One repeat is one step's traffic: the gather over every table, then the
+update over every table (a multi-table workload such as criteo26 is timed
+all tables per repeat, as a step runs them, not one table at a time).
+
+The repeats run over the same sequence of batches as the timed rounds:
+repeat r uses the distinct ids of the batch round r uses (after an untimed
+pass over the batches the implementations saw before the first round), so
 the rows are as cache-warm as in a step: a small working set (Zipf ids,
 D=16) is not timed on rows the previous repeat just brought in unless the
 step also reuses them.
 
-bound(step) = median(gather) + median(update): no implementation can do
-the step's memory traffic faster with code this simple. Bytes per second
-are reported too. For comparison only (not the bound):
+bound(step) = median(gather) + median(update), each summed over the tables:
+no implementation can do the step's memory traffic faster with code this
+simple. Bytes per second are reported too. For comparison only (not the
+bound), timed once after the repeats:
 
 - `same_ids`: the previous definition, one batch's ids repeated (warm);
 - `prefetch_gather`: the gather with software prefetch (`prefetch_row`,
@@ -29,7 +38,7 @@ are reported too. For comparison only (not the bound):
 from __future__ import annotations
 
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -40,10 +49,11 @@ try:
 except ImportError:  # the bound needs numba; without it the report says "not measured"
     numba = None
 
-__all__ = ["measure_bound", "available", "PREFETCH_AHEAD", "SAME_IDS_REPEATS"]
+__all__ = ["Bound", "measure_bound", "available", "PREFETCH_AHEAD", "SAME_IDS_REPEATS"]
 
 PREFETCH_AHEAD = 16  # rows ahead, per thread
 SAME_IDS_REPEATS = 7
+UPDATES = ("rows", "table", "none")
 
 
 def available() -> bool:
@@ -113,105 +123,133 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def measure_bound(vocab: List[int], dim: int, steps: Sequence[Sequence[np.ndarray]], num_slots: int,
-                  update: str = "rows", before: Sequence[Sequence[np.ndarray]] = ()) -> Dict:
-    """The bound for a sequence of steps, summed over the tables.
+class Bound:
+    """Every table's bound arrays, timed one repeat (one step's distinct ids, all tables) at a time.
 
     Args:
       vocab: rows per table.
-      steps: `steps[r][t]`: the distinct ids of table t in the batch timed round r uses.
       num_slots: optimizer slot arrays per table.
       update: 'rows' (read-modify-write the distinct rows), 'table' (every row: non-lazy Adam) or
         'none' (forward only: the bound is the gather).
-      before: the same, for the batches the implementations ran before the first timed round (the
-        agreement check); run untimed first, so the caches start as the step's did.
 
-    Returns:
-      {'gather_ms', 'rmw_ms', 'bound_ms', 'gather_gbs', 'rmw_gbs', 'threads', 'update', 'repeats',
-      'unique_ids' (mean per step), 'same_ids': {'gather_ms', 'rmw_ms', 'bound_ms'},
-      'prefetch_gather_ms', 'prefetch_gather_gbs', 'prefetch_ahead'} (the prefetch keys None when
-      `prefetch_row` can't be imported).
+    A step is `step[t]`: the distinct ids of table t in one batch. Each batch gets one random order
+    (the same one every time it comes back), keyed by the arrays' identity.
     """
-    if update not in ("rows", "table", "none"):
-        raise ValueError(f"update must be 'rows', 'table' or 'none', not {update!r}")
-    threads = numba.get_num_threads()
-    rng = np.random.default_rng(7)
-    repeats = len(steps)
-    gather_s = rmw_s = prefetch_s = same_gather_s = same_rmw_s = 0.0
-    gather_bytes = rmw_bytes = 0
-    for t, v in enumerate(vocab):
+
+    def __init__(self, vocab: List[int], dim: int, num_slots: int, update: str = "rows"):
+        if update not in UPDATES:
+            raise ValueError(f"update must be 'rows', 'table' or 'none', not {update!r}")
+        self.vocab, self.dim, self.num_slots, self.update = list(vocab), dim, num_slots, update
+        self.threads = numba.get_num_threads()
         # Touched (pages resident) and cache-line aligned, like the engine's tables (engine/aligned.py):
         # an unaligned 256-byte row spans 5 cache lines instead of 4.
-        arrays = aligned.full((1 + num_slots, v, dim), 1.0, np.float32)
-        sink = np.zeros((threads, dim), np.float32)
-        # Random order within a batch, one permutation per batch (the same one every time it comes back).
-        orders: Dict[int, np.ndarray] = {}
-
-        def order(ids: np.ndarray) -> np.ndarray:
-            if id(ids) not in orders:
-                orders[id(ids)] = rng.permutation(ids).astype(np.int64)
-            return orders[id(ids)]
-
-        sequence = [order(step[t]) for step in steps]
-        warm = [order(step[t]) for step in before]
-
-        def do_update(ids: np.ndarray) -> None:
-            if update == "rows":
-                _rmw(arrays, ids)
-            elif update == "table":
-                _rmw_all(arrays)
-
-        # Compile (or load from the cache) without touching the table.
-        empty = sequence[0][:0]
-        _gather(arrays[0], empty, sink)
-        _rmw(arrays, empty)
+        self.arrays = [aligned.full((1 + num_slots, v, dim), 1.0, np.float32) for v in self.vocab]
+        self.sink = np.zeros((self.threads, dim), np.float32)
+        self.gathers: List[float] = []  # seconds per timed repeat, summed over the tables
+        self.updates: List[float] = []
+        self.rows: List[int] = []  # distinct ids per timed repeat, summed over the tables
+        self._rng = np.random.default_rng(7)
+        self._orders: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
+        # Compile (or load from the cache) without touching the tables.
+        empty = np.zeros(0, np.int64)
+        _gather(self.arrays[0][0], empty, self.sink)
+        _rmw(self.arrays[0], empty)
         if update == "table":
             _rmw_all(np.ones((1 + num_slots, 1, dim), np.float32))
         if _gather_prefetch is not None:
-            _gather_prefetch(arrays[0], empty, sink, PREFETCH_AHEAD)
+            _gather_prefetch(self.arrays[0][0], empty, self.sink, PREFETCH_AHEAD)
 
-        # The bound: the timed rounds' sequence, gather then update, after the batches seen before.
-        for ids in warm:
-            _gather(arrays[0], ids, sink)
-            do_update(ids)
-        gathers, updates, prefetches = [], [], []
-        for ids in sequence:
-            gathers.append(_timed(lambda: _gather(arrays[0], ids, sink)))
-            updates.append(_timed(lambda: do_update(ids)))
-        # The prefetching gather, over the same sequence (the update still runs, untimed).
+    def _order(self, ids: np.ndarray) -> np.ndarray:
+        """This batch's ids in its random order (kept with the ids, so an id() is never reused)."""
+        if id(ids) not in self._orders:
+            self._orders[id(ids)] = (ids, self._rng.permutation(ids).astype(np.int64))
+        return self._orders[id(ids)][1]
+
+    def _gather_all(self, step: Sequence[np.ndarray]) -> None:
+        for arrays, ids in zip(self.arrays, step):
+            _gather(arrays[0], self._order(ids), self.sink)
+
+    def _update_all(self, step: Sequence[np.ndarray]) -> None:
+        for arrays, ids in zip(self.arrays, step):
+            if self.update == "rows":
+                _rmw(arrays, self._order(ids))
+            elif self.update == "table":
+                _rmw_all(arrays)
+
+    def warm(self, steps: Sequence[Sequence[np.ndarray]]) -> None:
+        """Untimed gather and update over the batches seen before the first timed round, so the caches start as
+        the step's did."""
+        for step in steps:
+            self._gather_all(step)
+            self._update_all(step)
+
+    def repeat(self, step: Sequence[np.ndarray]) -> Tuple[float, float]:
+        """Times one repeat: the gather over every table, then the update; returns (gather s, update s)."""
+        gather = _timed(lambda: self._gather_all(step))
+        update = _timed(lambda: self._update_all(step)) if self.update != "none" else 0.0
+        self.gathers.append(gather)
+        self.updates.append(update)
+        self.rows.append(sum(ids.shape[0] for ids in step))
+        return gather, update
+
+    def compare(self, steps: Sequence[Sequence[np.ndarray]]) -> None:
+        """The comparison figures: the prefetching gather over `steps` (the update still runs, untimed), then
+        the first step's ids repeated (the old bound)."""
+        prefetches = []
         if _gather_prefetch is not None:
-            for ids in sequence:
-                prefetches.append(_timed(lambda: _gather_prefetch(arrays[0], ids, sink, PREFETCH_AHEAD)))
-                do_update(ids)
-        gather_s += float(np.median(gathers))
-        prefetch_s += float(np.median(prefetches)) if prefetches else 0.0
-        if update != "none":
-            rmw_s += float(np.median(updates))
+            for step in steps:
+                def gather():
+                    for arrays, ids in zip(self.arrays, step):
+                        _gather_prefetch(arrays[0], self._order(ids), self.sink, PREFETCH_AHEAD)
+                prefetches.append(_timed(gather))
+                self._update_all(step)
+        self._prefetch_s = float(np.median(prefetches)) if prefetches else None
+        step = steps[0]
+        self._same_gather_s = float(np.median([_timed(lambda: self._gather_all(step))
+                                               for _ in range(SAME_IDS_REPEATS)]))
+        self._same_rmw_s = 0.0
+        if self.update != "none":
+            self._same_rmw_s = float(np.median([_timed(lambda: self._update_all(step))
+                                                for _ in range(SAME_IDS_REPEATS)]))
 
-        # The previous definition: the first timed batch's ids, repeated (every row warm after the first).
-        ids = sequence[0]
-        same_gather_s += float(np.median([_timed(lambda: _gather(arrays[0], ids, sink))
-                                          for _ in range(SAME_IDS_REPEATS)]))
-        if update != "none":
-            same_rmw_s += float(np.median([_timed(lambda: do_update(ids)) for _ in range(SAME_IDS_REPEATS)]))
+    def summary(self) -> Dict:
+        """The result record over every timed repeat (call `compare` first).
 
-        mean_rows = float(np.mean([s.shape[0] for s in sequence]))
-        gather_bytes += mean_rows * dim * 4
-        if update == "rows":
-            rmw_bytes += 2 * mean_rows * dim * 4 * (1 + num_slots)
-        elif update == "table":
-            rmw_bytes += 2 * v * dim * 4 * (1 + num_slots)
-        del arrays
-    unique_ids = float(np.mean([sum(s.shape[0] for s in step) for step in steps]))
-    have_prefetch = _gather_prefetch is not None
-    return {
-        "gather_ms": gather_s * 1e3, "rmw_ms": rmw_s * 1e3, "bound_ms": (gather_s + rmw_s) * 1e3,
-        "gather_gbs": gather_bytes / gather_s / 1e9 if gather_s else 0.0,
-        "rmw_gbs": rmw_bytes / rmw_s / 1e9 if rmw_s else 0.0,
-        "threads": threads, "update": update, "repeats": repeats, "unique_ids": unique_ids,
-        "same_ids": {"gather_ms": same_gather_s * 1e3, "rmw_ms": same_rmw_s * 1e3,
-                     "bound_ms": (same_gather_s + same_rmw_s) * 1e3},
-        "prefetch_gather_ms": prefetch_s * 1e3 if have_prefetch else None,
-        "prefetch_gather_gbs": gather_bytes / prefetch_s / 1e9 if have_prefetch and prefetch_s else None,
-        "prefetch_ahead": PREFETCH_AHEAD if have_prefetch else None,
-    }
+        Returns:
+          {'gather_ms', 'rmw_ms', 'bound_ms', 'gather_gbs', 'rmw_gbs', 'threads', 'update', 'repeats',
+          'unique_ids' (mean per step), 'same_ids': {'gather_ms', 'rmw_ms', 'bound_ms'},
+          'prefetch_gather_ms', 'prefetch_gather_gbs', 'prefetch_ahead'} (the prefetch keys None when
+          `prefetch_row` can't be imported).
+        """
+        gather_s = float(np.median(self.gathers))
+        rmw_s = float(np.median(self.updates)) if self.update != "none" else 0.0
+        unique_ids = float(np.mean(self.rows))
+        gather_bytes = unique_ids * self.dim * 4
+        rmw_bytes = {"rows": 2 * unique_ids * self.dim * 4 * (1 + self.num_slots),
+                     "table": 2 * sum(self.vocab) * self.dim * 4 * (1 + self.num_slots), "none": 0}[self.update]
+        prefetch_s = self._prefetch_s
+        return {
+            "gather_ms": gather_s * 1e3, "rmw_ms": rmw_s * 1e3, "bound_ms": (gather_s + rmw_s) * 1e3,
+            "gather_gbs": gather_bytes / gather_s / 1e9 if gather_s else 0.0,
+            "rmw_gbs": rmw_bytes / rmw_s / 1e9 if rmw_s else 0.0,
+            "threads": self.threads, "update": self.update, "repeats": len(self.gathers), "unique_ids": unique_ids,
+            "same_ids": {"gather_ms": self._same_gather_s * 1e3, "rmw_ms": self._same_rmw_s * 1e3,
+                         "bound_ms": (self._same_gather_s + self._same_rmw_s) * 1e3},
+            "prefetch_gather_ms": prefetch_s * 1e3 if prefetch_s is not None else None,
+            "prefetch_gather_gbs": gather_bytes / prefetch_s / 1e9 if prefetch_s else None,
+            "prefetch_ahead": PREFETCH_AHEAD if prefetch_s is not None else None,
+        }
+
+
+def measure_bound(vocab: List[int], dim: int, steps: Sequence[Sequence[np.ndarray]], num_slots: int,
+                  update: str = "rows", before: Sequence[Sequence[np.ndarray]] = ()) -> Dict:
+    """The bound alone (nothing alternating with it): `before` untimed, then one repeat per step in `steps`.
+
+    `steps[r][t]` holds the distinct ids of table t in the batch timed round r uses; see `Bound.summary`.
+    """
+    bound = Bound(vocab, dim, num_slots, update)
+    bound.warm(before)
+    for step in steps:
+        bound.repeat(step)
+    bound.compare(steps)
+    return bound.summary()

@@ -6,9 +6,11 @@ peer from the same initial tables, check that all agree with the numpy
 reference engine (same ids, same gradients -> same activations and the same
 updated tables, float32 tolerance) BEFORE timing, then time interleaved
 rounds (the order rotates every round) and report medians, ratios to the
-best peer, the measured bandwidth bound (over the same sequence of batches
-as the timed rounds), and RSS. Then the cold start (import + first step,
-fresh process, warm kernel cache).
+best peer, and RSS. Then, the peers freed, the measured bandwidth bound
+and the engine's steps back to back, alternating block by block over the
+same sequence of batches as the timed rounds (this machine's memory speed
+drifts: both must see the same machine). Then the cold start (import +
+first step, fresh process, warm kernel cache).
 
 Timings are reported, never asserted.
 """
@@ -42,6 +44,7 @@ LOOSE_ATOL_OPTIMIZERS = ("adam", "adam-nonlazy", "rmsprop", "adagrad-momentum")
 NUM_BATCHES = 8  # 0, 1: the agreement check; 2..4: the timed steps; 5..7: the timed lookups
 REFERENCE_MAX_ROWS = 3_000_000  # above this the numpy reference engine is skipped; peers are checked against the engine
 BOUND_MIN_REPEATS = 7  # the bound's kernels run max(rounds, this) times over the rounds' sequence of batches
+BOUND_BLOCKS = 3  # blocks of (the bound's repeats, then the engine's steps back to back), alternating
 
 
 def round_batch(r: int) -> int:
@@ -148,6 +151,21 @@ def run_variant(w: Workload, rounds: int, allowed: List[str], log=print) -> Dict
     del tables0
 
     # Interleaved rounds: every implementation once per round, order rotated.
+    step_times, fwd_times = _rounds(w, impls, batches, rounds)
+    for name in step_times:
+        rec = result["impls"][name]
+        rec["fwd_ms"] = float(np.median(fwd_times[name])) * 1e3
+        rec["step_ms"] = float(np.median(step_times[name])) * 1e3 if step_times[name] else None
+    engine = dict(impls).get("engine")
+    impls.clear()
+    impl = None  # noqa: F841 - free every peer's tables before the bound allocates its own
+    _bound_and_back_to_back(w, engine, batches, rounds, result)
+    result["peak_rss_mb"] = _peak_rss_mb()
+    return result
+
+
+def _rounds(w: Workload, impls: List, batches: List, rounds: int):
+    """Times every implementation once per round, the order rotated; returns (step times, lookup times)."""
     step_times: Dict[str, List[float]] = {n: [] for n, _ in impls}
     fwd_times: Dict[str, List[float]] = {n: [] for n, _ in impls}
     for r in range(rounds):
@@ -160,40 +178,52 @@ def run_variant(w: Workload, rounds: int, allowed: List[str], log=print) -> Dict
             start = time.perf_counter()
             impl.forward(batches[forward_batch(r)])
             fwd_times[name].append(time.perf_counter() - start)
-    for name, _ in impls:
-        rec = result["impls"][name]
-        rec["fwd_ms"] = float(np.median(fwd_times[name])) * 1e3
-        rec["step_ms"] = float(np.median(step_times[name])) * 1e3 if step_times[name] else None
-    # The engine again, its steps back to back over the same sequence of batches as the bound's kernels: in the
-    # rounds, the peers run between two of its steps and evict what a training loop keeps in cache (hot Zipf
-    # rows, slot maps, scratch), while the bound runs back to back; this compares like with like.
-    engine = dict(impls).get("engine")
-    if engine is not None:
-        back_to_back = []
-        for r in range(max(rounds, BOUND_MIN_REPEATS)):
-            start = time.perf_counter()
-            if w.forward_only:
-                engine.forward(batches[forward_batch(r)])
-            else:
-                engine.step(batches[round_batch(r)])
-            back_to_back.append(time.perf_counter() - start)
-        result["impls"]["engine"]["back_to_back_ms"] = float(np.median(back_to_back)) * 1e3
-        engine = None
-    impls.clear()
-    impl = None  # noqa: F841 - free every implementation's tables before the bound allocates its own
+    return step_times, fwd_times
 
+
+def _bound_and_back_to_back(w: Workload, engine, batches: List, rounds: int, result: Dict) -> None:
+    """The bound's repeats and the engine's steps back to back, in alternating blocks over one sequence of batches.
+
+    In the rounds, the peers run between two engine steps and evict what a training loop keeps in cache (hot Zipf
+    rows, slot maps, scratch); back to back, the engine runs as the bound's kernels do. The two alternate,
+    BOUND_BLOCKS times each, because this machine's memory speed drifts by up to 50% from one second to the next:
+    a ratio of two blocks run minutes apart measures the drift as much as the engine.
+    """
+    pick = forward_batch if w.forward_only else round_batch
+    picks = [pick(r) for r in range(max(rounds, BOUND_MIN_REPEATS))]
+    bound = None
     if bandwidth.available():
         # The bound's kernels see the batches in the timed rounds' order, after the ones the agreement check ran.
         uniques = [[np.unique(b.values) for b in step] for step in batches]
-        pick = forward_batch if w.forward_only else round_batch
-        sequence = [uniques[pick(r)] for r in range(max(rounds, BOUND_MIN_REPEATS))]
         update = "none" if w.forward_only else "table" if touches_all_rows(w) else "rows"
-        result["bound"] = bandwidth.measure_bound(list(w.vocab), w.dim, sequence, num_slots(w), update=update,
-                                                  before=uniques[:1] if w.forward_only else uniques[:2])
+        bound = bandwidth.Bound(list(w.vocab), w.dim, num_slots(w), update=update)
+        bound.warm(uniques[:1] if w.forward_only else uniques[:2])
+    back_to_back, per_block = [], []
+    for _ in range(BOUND_BLOCKS if bound is not None else 1):
+        if bound is not None:
+            times = [bound.repeat(uniques[b]) for b in picks]
+            block_bound = np.median([g for g, _ in times]) + np.median([u for _, u in times])
+        if engine is None:
+            continue
+        steps = []
+        for b in picks:
+            start = time.perf_counter()
+            if w.forward_only:
+                engine.forward(batches[b])
+            else:
+                engine.step(batches[b])
+            steps.append(time.perf_counter() - start)
+        back_to_back += steps
+        if bound is not None:
+            per_block.append(float(np.median(steps) / block_bound))
+    if engine is not None:
+        result["impls"]["engine"]["back_to_back_ms"] = float(np.median(back_to_back)) * 1e3
+        result["back_to_back_per_block"] = per_block
+    if bound is not None:
+        bound.compare([uniques[b] for b in picks])
+        result["bound"] = dict(bound.summary(), blocks=BOUND_BLOCKS)
     else:
         result["bound"] = None
-    result["peak_rss_mb"] = _peak_rss_mb()
-    return result
 
 
 # --------------------------------------------------------------------------------------------------
@@ -305,6 +335,9 @@ def report(results: List[Dict], info: Dict, cold: Optional[Dict], out=print) -> 
             notes.append(_bound_note(b))
         else:
             notes.append("bound not measured (needs numba)")
+        ratios = r.get("back_to_back_per_block")
+        if ratios:
+            notes.append(f"back to back / bound per block {min(ratios):.2f}-{max(ratios):.2f}x")
         for name, why in r["missing"].items():
             notes.append(f"{name} missing: {why}")
         for name, why in r["skipped"].items():
@@ -334,6 +367,8 @@ def _bound_note(b: Dict) -> str:
         text += f" + {what[b['update']]} {b['rmw_ms']:.2f} ms ({b['rmw_gbs']:.1f} GB/s)"
     text += f", {b['unique_ids']:.0f} distinct rows per step, {b['threads']} threads"
     text += f", medians of {b['repeats']} repeats rotating through the timed rounds' batches"
+    if b.get("blocks"):
+        text += f" ({b['blocks']} blocks alternating with the engine's steps back to back)"
     same = b["same_ids"]
     text += (f"; bound with one batch's ids repeated (the old bound) {same['bound_ms']:.2f} ms (gather "
              f"{same['gather_ms']:.2f})")
