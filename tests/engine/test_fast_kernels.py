@@ -546,8 +546,8 @@ def test_fast_ragged_conversion_is_to_ragged_or_declines(lengths, low, high, buc
         assert got is None
         return
     want = to_ragged(_RaggedInput(values, splits), None, feature=feature)
-    for name in ("values", "row_splits", "positions"):
-        a, b = getattr(got, name), getattr(want, name)
+    for a, b in ((got.values, want.values), (got.row_splits, want.row_splits),
+                 (got.row_positions(), want.positions)):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
     assert got.weights is None and want.weights is None
@@ -588,7 +588,8 @@ def test_fast_ragged_conversion_stays_in_bounds_under_numba_boundscheck(tmp_path
         "    def __init__(self, values, splits): self.values, self.row_splits = values, splits\n"
         "f = FeatureSpec(name='f', table='t', num_buckets=10)\n"
         "for splits in ([0, 100, 5], [0, 3, 1, 5], [0, -2, 5], [0, 5, 5, 6]):\n"
-        "    assert FastPath.ragged_ids(R(np.arange(1, 6), np.array(splits)), f) is None\n"
+        "    for copy in (True, False):\n"
+        "        assert FastPath.ragged_ids(R(np.arange(1, 6), np.array(splits)), f, copy=copy) is None\n"
         "print('ok')\n")
     env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=str(tmp_path))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
@@ -606,12 +607,16 @@ def test_fast_ragged_conversion_of_long_batches(seed, rows, bad_at):
     feature = FeatureSpec(name="f", table="t", num_buckets=10)
     batch = FastPath.ragged_ids(_RaggedInput(values, splits), feature)
     np.testing.assert_array_equal(batch.values, values)
-    assert batch.values is not values
-    np.testing.assert_array_equal(batch.positions, np.arange(values.size) - np.repeat(splits[:-1], lengths))
-    if values.size:
+    assert not np.shares_memory(batch.values, values) and not np.shares_memory(batch.row_splits, splits)
+    assert batch.positions is None  # computed when asked for:
+    np.testing.assert_array_equal(batch.row_positions(), np.arange(values.size) - np.repeat(splits[:-1], lengths))
+    if values.size:  # an inference lookup checks the caller's arrays and uses them as they are
+        inference = FastPath.ragged_ids(_RaggedInput(values, splits), feature, copy=False)
+        assert inference.values is values and inference.row_splits is splits
         broken = values.copy()
         broken[bad_at % values.size] = 10
         assert FastPath.ragged_ids(_RaggedInput(broken, splits), feature) is None
+        assert FastPath.ragged_ids(_RaggedInput(broken, splits), feature, copy=False) is None
 
 
 def test_many_duplicates_with_cancellation_are_the_same_running_sum():
@@ -733,8 +738,39 @@ def test_fast_ragged_conversion_with_weights_is_to_ragged_or_declines(lengths, d
                 to_ragged(ids, weights, feature=feature)
         return
     want = to_ragged(ids, weights, feature=feature)
-    for name in ("values", "row_splits", "positions", "weights"):
-        a, b = getattr(got, name), getattr(want, name)
+    for a, b in ((got.values, want.values), (got.row_splits, want.row_splits),
+                 (got.row_positions(), want.positions), (got.weights, want.weights)):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
     assert not np.shares_memory(got.weights, w_values)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_ragged_tensor_inputs_on_the_fast_path_give_the_numpy_engines_bits(training):
+    """RaggedTensor-like int64 inputs take the compiled input pass (no positions written): a pooled, a
+    weighted and a sequence feature (whose positions are computed when asked for) give the numpy
+    engine's activations; an inference lookup uses the caller's ids as they are, a training one copies."""
+    spec = EmbeddingSpec(
+        tables=(TableSpec(name="t", vocabulary_size=40, dim=4, combiner="mean", initializer=RowIdInitializer()),),
+        features=(FeatureSpec(name="a", table="t", num_buckets=40),
+                  FeatureSpec(name="b", table="t", num_buckets=40, weight_key="b_w"),
+                  FeatureSpec(name="s", table="t", num_buckets=40, max_sequence_length=3)),
+        optimizer=AdagradSpec(learning_rate=0.1))
+    fast, slow = Engine(spec, kernels="fast"), Engine(spec, kernels="numpy")
+    rng = np.random.default_rng(11)
+    for _ in range(3):
+        splits = np.concatenate([[0], np.cumsum(rng.integers(0, 6, 16))]).astype(np.int64)
+        ids = {name: _RaggedInput(rng.integers(0, 40, int(splits[-1])).astype(np.int64), splits)
+               for name in ("a", "b", "s")}
+        features = dict(ids, b_w=_RaggedInput(rng.uniform(0, 2, int(splits[-1])).astype(np.float32), splits))
+        got, want = fast.forward(features, training=training), slow.forward(features, training=training)
+        for name in ("a", "b", "s"):
+            np.testing.assert_array_equal(got.activations[name], want.activations[name])
+            assert np.shares_memory(got.batches[name].values, ids[name].values) is (not training)
+        np.testing.assert_array_equal(got.sequence_lengths["s"], want.sequence_lengths["s"])
+        if training:
+            grads = {"a": rng.standard_normal((16, 4)), "b": rng.standard_normal((16, 4)),
+                     "s": rng.standard_normal((16, 3, 4))}
+            fast.apply_gradients(got, grads)
+            slow.apply_gradients(want, grads)
+    np.testing.assert_array_equal(fast.table("t"), slow.table("t"))

@@ -312,8 +312,8 @@ def _spread_positions(ids: Any, weight: Any, positions: int, feature: FeatureSpe
     """
     sequence = dataclasses.replace(feature, max_sequence_length=positions)  # one id per position, checked
     batch = to_ragged(ids, weight, feature=sequence)
-    keep = batch.positions < positions
-    sample = batch.row_ids()[keep] * positions + batch.positions[keep]
+    keep = batch.row_positions() < positions
+    sample = batch.row_ids()[keep] * positions + batch.row_positions()[keep]
     values = batch.values[keep]
     order = np.argsort(sample, kind="stable")
     sample, values = sample[order], values[order]

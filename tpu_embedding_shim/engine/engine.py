@@ -210,7 +210,7 @@ class Engine:
         """
         if not isinstance(features, Mapping):
             raise TypeError(f"Argument `features` must be a dict of feature name -> ids. Received: {type(features).__name__}.")
-        batches = {f.name: self._convert(f, features, weights) for f in self.spec.features}
+        batches = {f.name: self._convert(f, features, weights, training) for f in self.spec.features}
         sizes = {name: batch.batch_size for name, batch in batches.items()}
         if same_batch_size and len(set(sizes.values())) > 1:
             raise ValueError(f"All features of one step must have the same batch size. Received: {sizes}.")
@@ -250,7 +250,8 @@ class Engine:
             else:
                 activations[feature.name] = value
 
-    def _convert(self, feature: FeatureSpec, features: Mapping[str, Any], weights: Optional[Mapping[str, Any]]):
+    def _convert(self, feature: FeatureSpec, features: Mapping[str, Any], weights: Optional[Mapping[str, Any]],
+                 training: bool = True):
         if feature.name not in features:
             raise ValueError(f"Feature {feature.name!r} is missing from the features; the spec looks up "
                              f"{[f.name for f in self.spec.features]}. Received keys: {sorted(features)}.")
@@ -263,7 +264,7 @@ class Engine:
                                  f"from the features. Received keys: {sorted(features)}.")
             weight = features[feature.weight_key]
         if self._fast is not None:  # the common case in one compiled pass, else None
-            batch = self._fast.ragged_ids(features[feature.name], feature, weight)
+            batch = self._fast.ragged_ids(features[feature.name], feature, weight, copy=training)
             if batch is not None:
                 return batch
         return to_ragged(features[feature.name], weight, feature=feature)

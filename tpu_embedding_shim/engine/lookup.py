@@ -288,7 +288,7 @@ def pooled_backward(
 def _sequence_entries(batch: Ragged, max_sequence_length: int):
     check_int("max_sequence_length", max_sequence_length, minimum=1)
     example = batch.row_ids()
-    keep = batch.positions < max_sequence_length  # truncation
+    keep = batch.row_positions() < max_sequence_length  # truncation
     return example, keep
 
 
@@ -308,9 +308,9 @@ def sequence_lookup(table: Any, batch: Ragged, max_sequence_length: int) -> Tupl
     example, keep = _sequence_entries(batch, length)
     rows = _gather(table, batch.values[keep])
     out = np.zeros((batch.batch_size, length, rows.shape[1]), dtype=np.float32)
-    out[example[keep], batch.positions[keep]] = rows
+    out[example[keep], batch.row_positions()[keep]] = rows
     lengths = np.zeros(batch.batch_size, dtype=np.int64)
-    np.maximum.at(lengths, example, batch.positions + 1)
+    np.maximum.at(lengths, example, batch.row_positions() + 1)
     return out, np.minimum(lengths, length)
 
 
@@ -330,7 +330,7 @@ def sequence_entries(
             f"max_sequence_length={length}, dim]. Received shape {grad.shape}."
         )
     example, keep = _sequence_entries(batch, length)
-    return batch.values[keep], grad[example[keep], batch.positions[keep]]
+    return batch.values[keep], grad[example[keep], batch.row_positions()[keep]]
 
 
 def sequence_backward(

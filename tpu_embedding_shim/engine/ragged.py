@@ -72,13 +72,16 @@ class Ragged:
       weights: float32 [N], or None meaning every weight is 1.
       positions: int64 [N]; the position of each id inside its example: the
         column index of a sparse or dense input, the index inside a ragged
-        row. Sequence lookups put id k at `out[b, positions[k]]`.
+        row. Sequence lookups put id k at `out[b, positions[k]]`. None
+        means the index inside the row (`k - row_splits[b]`), computed when
+        first asked for (`row_positions()`): a pooled lookup never needs
+        them, and the fast path's input pass then writes one array, not two.
     """
 
     values: np.ndarray
     row_splits: np.ndarray
     weights: Optional[np.ndarray]
-    positions: np.ndarray
+    positions: Optional[np.ndarray] = None
 
     def __post_init__(self):
         # Cheap structural checks only (O(1)); contents are checked by to_ragged.
@@ -89,14 +92,15 @@ class Ragged:
             and self.row_splits.shape[0] >= 1
             and int(self.row_splits[0]) == 0
             and int(self.row_splits[-1]) == n
-            and self.positions.shape == (n,)
+            and (self.positions is None or self.positions.shape == (n,))
             and (self.weights is None or self.weights.shape == (n,))
         )
         if not ok:
             raise ValueError(
                 "Ragged needs values [N], row_splits [B+1] from 0 to N, positions [N] and "
                 f"weights [N] or None. Received shapes: values {self.values.shape}, row_splits "
-                f"{self.row_splits.shape}, positions {self.positions.shape}, weights "
+                f"{self.row_splits.shape}, positions {None if self.positions is None else self.positions.shape}, "
+                f"weights "
                 f"{None if self.weights is None else self.weights.shape}."
             )
 
@@ -117,6 +121,13 @@ class Ragged:
     def row_ids(self) -> np.ndarray:
         """int64 [N]: the example each id belongs to (non-decreasing)."""
         return np.repeat(np.arange(self.batch_size, dtype=np.int64), self.row_lengths())
+
+    def row_positions(self) -> np.ndarray:
+        """int64 [N]: `positions`, or, when None, each id's index inside its row (computed once)."""
+        if self.positions is None:
+            index = np.arange(self.num_values, dtype=np.int64) - np.repeat(self.row_splits[:-1], self.row_lengths())
+            object.__setattr__(self, "positions", index)  # a cache: the same values the None stood for
+        return self.positions
 
     def weights_or_ones(self) -> np.ndarray:
         """float32 [N]: the weights, with None read as all ones."""

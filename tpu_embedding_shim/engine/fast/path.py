@@ -113,9 +113,9 @@ def _segments(n: int, parts: int) -> Tuple[np.ndarray, np.ndarray]:
 
 
 @numba.njit(cache=True, nogil=True)
-def _checked_copy(values, splits, num_buckets, ids, positions):
+def _checked_ids(values, splits, num_buckets, out):
     """True when `splits` runs from 0 to N without decreasing and every id is in [0, num_buckets);
-    then `ids` is a copy of `values` and `positions[k]` the place of entry k in its row.
+    then `out`, unless empty, is a copy of `values`.
 
     A row's end is checked against N before its entries are touched, so a
     malformed `splits` (say [0, 100, 5] for N = 5) is refused without reading
@@ -123,6 +123,7 @@ def _checked_copy(values, splits, num_buckets, ids, positions):
     0.14-0.17 ms against 0.09-0.11 for 82k ids (the second thread's wake-up)."""
     n = values.shape[0]
     rows = splits.shape[0] - 1
+    copy = out.shape[0] != 0
     if rows < 0 or splits[0] != 0 or splits[rows] != n:
         return False
     for b in range(rows):
@@ -134,9 +135,12 @@ def _checked_copy(values, splits, num_buckets, ids, positions):
             v = values[k]
             if v < 0 or v >= num_buckets:
                 return False
-            ids[k] = v
-            positions[k] = k - lo
+            if copy:
+                out[k] = v
     return True
+
+
+_NO_IDS = np.zeros(0, dtype=np.int64)
 
 
 class FastPath:
@@ -159,7 +163,7 @@ class FastPath:
     # Input ------------------------------------------------------------------------
 
     @staticmethod
-    def ragged_ids(ids, feature, weights=None) -> "Ragged | None":
+    def ragged_ids(ids, feature, weights=None, *, copy: bool = True) -> "Ragged | None":
         """`to_ragged(ids, weights, feature=feature)` in one compiled pass, for the common case only.
 
         The common case: an identity feature, a RaggedTensor-like `ids` whose
@@ -168,7 +172,15 @@ class FastPath:
         row splits and 1-D numeric `values` of the same length. Anything else,
         including every input `to_ragged` would reject, pad or remap, returns
         None: the caller then runs `to_ragged`, which gives its own result or
-        error."""
+        error.
+
+        `copy`: a training batch outlives the call (its gradient comes later)
+        and its ids address rows with no bounds check, so they are copied as
+        they are checked: ids changed by the caller after the check cannot
+        reach past a table. An inference batch is used within the call only
+        (`copy=False`): the caller's contiguous arrays are checked and used as
+        they are. Positions are left to `Ragged.row_positions()` (only a
+        sequence lookup asks)."""
         if feature.id_source != "identity" or _is_sparse(ids) or not _is_ragged_tensor(ids):
             return None
         w = None
@@ -185,12 +197,13 @@ class FastPath:
                 and splits.ndim == 1 and values.dtype == np.int64 and splits.dtype == np.int64
                 and values.shape[0] > 0):
             return None
-        n = values.shape[0]
-        out = np.empty(n, dtype=np.int64)
-        positions = np.empty(n, dtype=np.int64)
-        if not _checked_copy(values, splits, feature.num_buckets, out, positions):
+        copy = copy or not (values.flags.c_contiguous and splits.flags.c_contiguous)
+        out = np.empty(values.shape[0], dtype=np.int64) if copy else _NO_IDS
+        if not _checked_ids(values, splits, feature.num_buckets, out):
             return None
-        return Ragged(out, splits.copy(), None if w is None else w.astype(np.float32), positions)
+        if not copy:
+            return Ragged(values, splits, None if w is None else w.astype(np.float32))
+        return Ragged(out, splits.copy(), None if w is None else w.astype(np.float32))
 
     # Forward ----------------------------------------------------------------------
 
@@ -228,10 +241,10 @@ class FastPath:
         length = int(max_sequence_length)
         out = aligned.full((batch.batch_size, length, table.shape[1]), 0, _F32)
         with one_thread_below(batch.num_values * table.shape[1]):
-            forward.sequence_forward(table, batch.values, batch.row_splits, batch.positions, out)
+            forward.sequence_forward(table, batch.values, batch.row_splits, batch.row_positions(), out)
         lengths = np.zeros(batch.batch_size, dtype=np.int64)
         if batch.num_values:
-            np.maximum.at(lengths, batch.row_ids(), batch.positions + 1)
+            np.maximum.at(lengths, batch.row_ids(), batch.row_positions() + 1)
         return out, np.minimum(lengths, length)
 
     def lookups(self, requests: Sequence[Lookup]) -> list:
@@ -259,8 +272,8 @@ class FastPath:
     def sequence_entries(self, batch: Ragged, max_sequence_length: int, grad: np.ndarray) -> Entries:
         """The entries of a sequence feature's gradient `grad` [B, L, D] (truncated positions dropped)."""
         length = int(max_sequence_length)
-        keep = batch.positions < length
-        src = batch.row_ids()[keep] * length + batch.positions[keep]
+        keep = batch.row_positions() < length
+        src = batch.row_ids()[keep] * length + batch.row_positions()[keep]
         grads = np.ascontiguousarray(grad, dtype=_F32).reshape(batch.batch_size * length, -1)
         return Entries(np.ascontiguousarray(batch.values[keep]), src, _NO_COEF, grads)
 
