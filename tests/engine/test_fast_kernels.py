@@ -151,9 +151,18 @@ def test_generic_and_per_width_forward_kernels_agree_exactly(case, combiner):
 
 
 @SETTINGS
-@given(case=batches(weights=False), length=st.integers(1, 8))
-def test_sequence_forward_is_exactly_the_reference(case, length):
+@given(case=batches(weights=False), length=st.integers(1, 8), gaps=st.booleans(), seed=st.integers(0, 99))
+def test_sequence_forward_is_exactly_the_reference(case, length, gaps, seed):
+    """Zeros where no id sits, rows where one does, lengths capped at L; with `gaps` the positions skip
+    columns (a sparse or padded dense input: an id at column 5 of a row with 2 ids)."""
     table, batch = case
+    if gaps and batch.num_values:
+        steps = np.random.default_rng(seed).integers(1, 4, batch.num_values)
+        first = np.repeat(batch.row_splits[:-1], batch.row_lengths())
+        cumulative = np.cumsum(steps)
+        positions = cumulative - np.repeat(cumulative[batch.row_splits[:-1][batch.row_lengths() > 0]],
+                                           batch.row_lengths()[batch.row_lengths() > 0]) + steps[first]
+        batch = dataclasses.replace(batch, positions=positions.astype(np.int64))
     want, want_lengths = lookup.sequence_lookup(table, batch, length)
     got, got_lengths = FastPath().sequence_lookup(table, batch, length)
     np.testing.assert_array_equal(got, want)
@@ -774,3 +783,20 @@ def test_ragged_tensor_inputs_on_the_fast_path_give_the_numpy_engines_bits(train
             fast.apply_gradients(got, grads)
             slow.apply_gradients(want, grads)
     np.testing.assert_array_equal(fast.table("t"), slow.table("t"))
+
+
+@SETTINGS
+@given(values=st.lists(st.floats(width=32, allow_nan=True, allow_infinity=True, allow_subnormal=True),
+                       min_size=0, max_size=300),
+       order=st.sampled_from(["C", "strided", "float64"]))
+def test_all_finite_is_numpys_isfinite_all(values, order):
+    """The compiled check (an integer pass over the exponent bits) is `np.isfinite(a).all()`: inf, -inf,
+    NaN, subnormals, -0.0 and the largest floats included; strided and float64 arrays take numpy's path."""
+    array = np.array(values, dtype=np.float32)
+    if order == "strided":
+        array = np.repeat(array, 2)[::2]
+    elif order == "float64":
+        array = array.astype(np.float64)
+    assert FastPath.all_finite(array) == bool(np.isfinite(array).all())
+    if array.size:  # and as the engine shapes a gradient: [B, D]
+        assert FastPath.all_finite(array.reshape(-1, 1)) == bool(np.isfinite(array).all())

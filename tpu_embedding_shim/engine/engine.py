@@ -391,7 +391,8 @@ class Engine:
         if array.shape != expected:
             raise ValueError(f"The gradient of feature {feature.name!r} must have the shape of its activation, "
                              f"{list(expected)}. Received shape {list(array.shape)}.")
-        if self.check_numerics and not np.all(np.isfinite(array)):
+        if self.check_numerics and not (np.all(np.isfinite(array)) if self._fast is None
+                                        else self._fast.all_finite(array)):
             raise ValueError(f"The gradient of feature {feature.name!r} holds NaN or infinite values; no table "
                              "was changed.")
         return array

@@ -135,16 +135,30 @@ def pooled(table, ids, row_splits, coef, out):
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def sequence_forward(table, ids, row_splits, positions, out):
-    """Fills `out` [B, L, D] (zeros beforehand): `out[b, p] = table[id]` for positions p < L."""
+def sequence_forward(table, ids, row_splits, positions, out, lengths):
+    """Fills `out` [B, L, D]: `out[b, p] = table[id]` for positions p < L, zeros elsewhere; and
+    `lengths[b]` = min(1 + the last position of example b, L) (0 for an empty example).
+
+    Each example's [L, D] block is zeroed right before its rows are written,
+    while it is in cache: a separate fill of the whole output first (21 MB
+    for B = 4096, L = 20, D = 64) wrote every byte to memory twice."""
     num_examples = row_splits.shape[0] - 1
     length = out.shape[1]
     dim = table.shape[1]
+    zero = np.float32(0.0)
     for b in numba.prange(num_examples):
+        block = out[b]
+        for p in range(length):
+            for j in range(dim):
+                block[p, j] = zero
+        top = 0
         for k in range(row_splits[b], row_splits[b + 1]):
             p = positions[k]
+            if p + 1 > top:
+                top = p + 1
             if p < length:
                 _ahead(table, ids, k)
                 row = table[ids[k]]
                 for j in range(dim):
-                    out[b, p, j] = row[j]
+                    block[p, j] = row[j]
+        lengths[b] = min(top, length)

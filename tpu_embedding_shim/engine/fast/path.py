@@ -143,6 +143,25 @@ def _checked_ids(values, splits, num_buckets, out):
 _NO_IDS = np.zeros(0, dtype=np.int64)
 
 
+_EXPONENT = np.int32(0x7F800000)  # the exponent bits of a float32: all ones for inf and NaN only
+
+
+@numba.njit(cache=True, nogil=True)
+def _no_full_exponent(bits):
+    """True when no int32 view `bits` of float32 values has every exponent bit set (no inf, no NaN).
+
+    The running minimum of `(bits & E) ^ E` is 0 exactly when some value's
+    exponent is all ones; an integer minimum vectorizes, and nothing is
+    allocated (`np.isfinite(a).all()` first writes a bool array as large as
+    `a`). Serial: 0.26 ms against numpy's 1.0 for a sequence feature's
+    [4096, 20, 64] gradient, 16 against 25 us for [4096, 64]."""
+    smallest = _EXPONENT
+    for k in range(bits.shape[0]):
+        v = (bits[k] & _EXPONENT) ^ _EXPONENT
+        smallest = v if v < smallest else smallest
+    return smallest != 0
+
+
 class FastPath:
     """Fast kernels for the tables of one engine (one persistent slot map per table)."""
 
@@ -205,6 +224,13 @@ class FastPath:
             return Ragged(values, splits, None if w is None else w.astype(np.float32))
         return Ragged(out, splits.copy(), None if w is None else w.astype(np.float32))
 
+    @staticmethod
+    def all_finite(array: np.ndarray) -> bool:
+        """`np.isfinite(array).all()` for a float32 array, in one compiled pass with no temporary."""
+        if array.dtype != np.float32 or not array.flags.c_contiguous:
+            return bool(np.isfinite(array).all())
+        return bool(_no_full_exponent(array.reshape(-1).view(np.int32)))
+
     # Forward ----------------------------------------------------------------------
 
     def _pooled_entries(self, batch: Ragged, combiner: str, safe: bool, dim: int):
@@ -239,13 +265,11 @@ class FastPath:
     def sequence_lookup(self, table: np.ndarray, batch: Ragged, max_sequence_length: int):
         """`lookup.sequence_lookup(table, batch, max_sequence_length)`, in parallel."""
         length = int(max_sequence_length)
-        out = aligned.full((batch.batch_size, length, table.shape[1]), 0, _F32)
-        with one_thread_below(batch.num_values * table.shape[1]):
-            forward.sequence_forward(table, batch.values, batch.row_splits, batch.row_positions(), out)
-        lengths = np.zeros(batch.batch_size, dtype=np.int64)
-        if batch.num_values:
-            np.maximum.at(lengths, batch.row_ids(), batch.row_positions() + 1)
-        return out, np.minimum(lengths, length)
+        out = aligned.empty((batch.batch_size, length, table.shape[1]), _F32)
+        lengths = np.empty(batch.batch_size, dtype=np.int64)
+        with one_thread_below(max(batch.num_values, batch.batch_size * length) * table.shape[1]):
+            forward.sequence_forward(table, batch.values, batch.row_splits, batch.row_positions(), out, lengths)
+        return out, lengths
 
     def lookups(self, requests: Sequence[Lookup]) -> list:
         """Each request's `pooled_lookup`, or `sequence_lookup` (activations, lengths), in order.
