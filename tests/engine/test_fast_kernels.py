@@ -239,7 +239,7 @@ def test_sequence_backward_agrees(case, length, seed):
 @SETTINGS
 @given(first=batches(vocab=20), second=batches(vocab=20), seed=st.integers(0, 99))
 def test_two_features_of_one_table_get_one_row_per_id(first, second, seed):
-    (t1, b1), (t2, b2) = first, second
+    (t1, b1), (_, b2) = first, second
     dim = t1.shape[1]
     rng = np.random.default_rng(seed)
     g1 = rng.standard_normal((b1.batch_size, dim)).astype(np.float32)

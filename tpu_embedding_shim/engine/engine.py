@@ -219,15 +219,16 @@ class Engine:
         activations, lengths, storage_batches = {}, {}, {}
         if self._fast is not None:
             self._fast_lookups(batches, activations, lengths, storage_batches)
-        for feature in self.spec.features if self._fast is None else ():
-            table = self._tables[feature.table]
-            batch = batches[feature.name]
-            if feature.is_sequence:
-                activations[feature.name], lengths[feature.name] = lookup.sequence_lookup(
-                    table, batch, feature.max_sequence_length)
-            else:
-                activations[feature.name] = lookup.pooled_lookup(
-                    table, batch, self.spec.table(feature.table).combiner, safe=feature.safe_lookup)
+        else:
+            for feature in self.spec.features:
+                table = self._tables[feature.table]
+                batch = batches[feature.name]
+                if feature.is_sequence:
+                    activations[feature.name], lengths[feature.name] = lookup.sequence_lookup(
+                        table, batch, feature.max_sequence_length)
+                else:
+                    activations[feature.name] = lookup.pooled_lookup(
+                        table, batch, self.spec.table(feature.table).combiner, safe=feature.safe_lookup)
         if training:
             self._record_statistics(batches)
             self.flush()
@@ -242,8 +243,9 @@ class Engine:
             batch = batches[feature.name]
             if not table.in_id_order:
                 batch = storage_batches[feature.name] = _on_storage(batch, table)
+            length = feature.max_sequence_length if feature.is_sequence else None
             requests.append(self._fast.Lookup(table.storage, batch, self.spec.table(feature.table).combiner,
-                                   feature.safe_lookup, feature.max_sequence_length if feature.is_sequence else None))
+                                              feature.safe_lookup, length))
         for feature, value in zip(self.spec.features, self._fast.lookups(requests)):
             if feature.is_sequence:
                 activations[feature.name], lengths[feature.name] = value
@@ -352,7 +354,7 @@ class Engine:
                 if fast_fusable(optimizer) and not self.spec.pipeline_execution_with_tensor_core:
                     slots = {slot: values.storage for slot, values in self._slots[table.name].items()}
                     in_place.append(fast.Update(optimizer, optimizer.learning_rate_at(step),
-                                           self._tables[table.name].storage, slots, summed))
+                                                self._tables[table.name].storage, slots, summed))
                 else:
                     rows, grads = summed.compact()
                     self._plan_update(table, step, [], [], pending,

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
