@@ -70,8 +70,9 @@ def _threads(count: int) -> Iterator[None]:
 def run_each(calls: Sequence[Tuple[int, Callable[[], T]]]) -> List[T]:
     """The results of independent `(work, call)` pairs, in order; small calls run side by side.
 
-    If a call raises, every call still runs to its end (none is left half
-    done on another thread) and the first error in call order is raised."""
+    The first error in call order is raised. Run one after another, the
+    calls after a failing one are skipped; spread, every call still runs to
+    its end first (none is left half done on another thread)."""
     threads = numba.get_num_threads()
     small = [i for i, (work, _) in enumerate(calls) if work < SERIAL_WORK]
     spread = (threads > 1 and len(small) > 1 and sum(calls[i][0] for i in small) >= SERIAL_WORK
