@@ -568,7 +568,9 @@ def test_fast_ragged_conversion_declines_what_it_does_not_cover():
     splits = np.array([0, 2], dtype=np.int64)
     assert FastPath.ragged_ids(_RaggedInput(np.array([1, 2], np.int32), splits), feature) is None
     assert FastPath.ragged_ids(_RaggedInput([1, 2], splits), feature) is None
-    assert FastPath.ragged_ids(np.array([[1, 2]]), feature) is None
+    assert FastPath.ragged_ids(np.array([[1, -1]]), feature) is None  # dense padding: to_ragged's
+    assert FastPath.ragged_ids(np.array([[1, 2]], np.int32), feature) is None
+    assert FastPath.ragged_ids([[1, 2]], feature) is None
     assert FastPath.ragged_ids(_RaggedInput(np.zeros(0, np.int64), np.zeros(1, np.int64)), feature) is None
     vocab = FeatureSpec(name="f", table="t", num_buckets=2, id_source="vocabulary_list", vocabulary=("a", "b"))
     assert FastPath.ragged_ids(_RaggedInput(np.array([1, 0], np.int64), splits), vocab) is None
@@ -800,3 +802,34 @@ def test_all_finite_is_numpys_isfinite_all(values, order):
     assert FastPath.all_finite(array) == bool(np.isfinite(array).all())
     if array.size:  # and as the engine shapes a gradient: [B, D]
         assert FastPath.all_finite(array.reshape(-1, 1)) == bool(np.isfinite(array).all())
+
+
+@SETTINGS
+@given(shape=st.sampled_from([(1,), (6,), (5, 1), (4, 3), (3, 0)]), low=st.integers(-2, 1), high=st.integers(2, 12),
+       buckets=st.integers(1, 10), zero_is_padding=st.booleans(), weighted=st.booleans(), training=st.booleans(),
+       seed=st.integers(0, 99))
+def test_fast_dense_conversion_is_to_ragged_or_declines(shape, low, high, buckets, zero_is_padding, weighted,
+                                                        training, seed):
+    """A dense [B] or [B, L] int64 batch: `to_ragged`'s batch exactly, or None whenever it holds padding
+    (a negative id, or a 0 for an EmbeddingConfigSpec feature), an id out of range or nothing at all."""
+    from tpu_embedding_shim.engine.ragged import to_ragged
+
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(low, high, shape).astype(np.int64)
+    weights = rng.uniform(0, 2, shape).astype(np.float32) if weighted else None
+    feature = FeatureSpec(name="f", table="t", num_buckets=buckets, dense_zero_is_padding=zero_is_padding)
+    got = FastPath.ragged_ids(ids, feature, weights, copy=training)
+    lowest = 1 if zero_is_padding else 0
+    if not (ids.size and ids.min() >= lowest and ids.max() < buckets):
+        assert got is None
+        return
+    want = to_ragged(ids, weights, feature=feature)
+    for a, b in ((got.values, want.values), (got.row_splits, want.row_splits),
+                 (got.row_positions(), want.positions)):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    if weighted:
+        np.testing.assert_array_equal(got.weights, want.weights)
+    else:
+        assert got.weights is None and want.weights is None
+    assert np.shares_memory(got.values, ids) is (not training)  # a training batch outlives the call: a copy

@@ -326,12 +326,12 @@ def _norm_token(token: Any) -> Any:
     return int(token)
 
 
-def _vocab_index(feature: FeatureSpec) -> Tuple[dict, bool]:
-    """(token -> id dict, True for a string vocabulary), cached per vocabulary tuple."""
+def _vocab_index(feature: FeatureSpec) -> Tuple[dict, bool, Optional[Tuple[np.ndarray, np.ndarray]]]:
+    """(token -> id dict, True for a string vocabulary, `_sorted_vocabulary`), cached per vocabulary tuple."""
     vocab = feature.vocabulary
     hit = _VOCAB_CACHE.get(id(vocab))
     if hit is not None and hit[0] is vocab:
-        return hit[1], hit[2]
+        return hit[1:]
     is_text = [isinstance(t, (str, bytes, np.str_, np.bytes_)) for t in vocab]
     is_integer = [isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in vocab]
     if all(is_text):
@@ -346,13 +346,28 @@ def _vocab_index(feature: FeatureSpec) -> Tuple[dict, bool]:
     index = {_norm_token(t): i for i, t in enumerate(vocab)}
     if len(_VOCAB_CACHE) >= _VOCAB_CACHE_SIZE:
         _VOCAB_CACHE.pop(next(iter(_VOCAB_CACHE)))
-    _VOCAB_CACHE[id(vocab)] = (vocab, index, text)  # keeps `vocab` alive, so its id stays unique
-    return index, text
+    entry = (vocab, index, text, _sorted_vocabulary(index, text))
+    _VOCAB_CACHE[id(vocab)] = entry  # keeps `vocab` alive, so its id stays unique
+    return entry[1:]
+
+
+def _sorted_vocabulary(index: dict, text: bool) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+    """(the tokens as one sorted numpy array, their ids) for `np.searchsorted`, or None when numpy
+    would not hold every token exactly: a str ending in NUL (numpy strips it), an int beyond int64."""
+    tokens = list(index)
+    if text and any(t.endswith("\x00") for t in tokens):
+        return None
+    try:
+        array = np.array(tokens, dtype=str if text else np.int64)
+    except OverflowError:
+        return None
+    order = np.argsort(array, kind="stable")
+    return array[order], np.fromiter(index.values(), dtype=np.int64, count=len(tokens))[order]
 
 
 def _map_vocabulary(feature: FeatureSpec, tokens: np.ndarray, kind: str) -> np.ndarray:
     """int64 ids for `tokens`; -1 for unknown tokens that are dropped."""
-    index, text = _vocab_index(feature)
+    index, text, searchable = _vocab_index(feature)
     if text != (kind == "str"):
         want = "strings" if text else "integers"
         got = "strings" if kind == "str" else "integers"
@@ -364,6 +379,18 @@ def _map_vocabulary(feature: FeatureSpec, tokens: np.ndarray, kind: str) -> np.n
     default = -1 if feature.default_value is None else int(feature.default_value)
     if tokens.size == 0:
         return np.zeros(0, dtype=np.int64)
+    tokens = tokens.reshape(-1)
+    if searchable is not None and (tokens.dtype.kind == "U" if text else tokens.dtype == np.int64):
+        # Known tokens by binary search, all at once; only the unknown ones one by one (their OOV hash).
+        known, ids = searchable
+        at = np.minimum(np.searchsorted(known, tokens), known.shape[0] - 1)
+        found = known[at] == tokens
+        mapped = np.where(found, ids[at], default)
+        if feature.num_oov_buckets > 0 and not found.all():
+            missing, where = np.unique(tokens[~found], return_inverse=True)
+            buckets = [n_vocab + hash_bucket(_norm_token(t), feature.num_oov_buckets) for t in missing.tolist()]
+            mapped[~found] = np.array(buckets, dtype=np.int64)[where.reshape(-1)]
+        return mapped
     uniques, inverse = np.unique(tokens, return_inverse=True)
     mapped = np.empty(len(uniques), dtype=np.int64)
     for u, token in enumerate(uniques.tolist()):

@@ -113,8 +113,8 @@ def _segments(n: int, parts: int) -> Tuple[np.ndarray, np.ndarray]:
 
 
 @numba.njit(cache=True, nogil=True)
-def _checked_ids(values, splits, num_buckets, out):
-    """True when `splits` runs from 0 to N without decreasing and every id is in [0, num_buckets);
+def _checked_ids(values, splits, lowest, num_buckets, out):
+    """True when `splits` runs from 0 to N without decreasing and every id is in [lowest, num_buckets);
     then `out`, unless empty, is a copy of `values`.
 
     A row's end is checked against N before its entries are touched, so a
@@ -133,7 +133,7 @@ def _checked_ids(values, splits, num_buckets, out):
             return False
         for k in range(lo, hi):
             v = values[k]
-            if v < 0 or v >= num_buckets:
+            if v < lowest or v >= num_buckets:
                 return False
             if copy:
                 out[k] = v
@@ -185,10 +185,11 @@ class FastPath:
     def ragged_ids(ids, feature, weights=None, *, copy: bool = True) -> "Ragged | None":
         """`to_ragged(ids, weights, feature=feature)` in one compiled pass, for the common case only.
 
-        The common case: an identity feature, a RaggedTensor-like `ids` whose
+        The common cases: an identity feature, a RaggedTensor-like `ids` whose
         `values` and `row_splits` are 1-D int64 arrays, every id in range and
         the splits valid; `weights` None, or RaggedTensor-like with the same
-        row splits and 1-D numeric `values` of the same length. Anything else,
+        row splits and 1-D numeric `values` of the same length. Or a dense
+        int64 array with no padding (`_dense_ids`). Anything else,
         including every input `to_ragged` would reject, pad or remap, returns
         None: the caller then runs `to_ragged`, which gives its own result or
         error.
@@ -200,6 +201,8 @@ class FastPath:
         (`copy=False`): the caller's contiguous arrays are checked and used as
         they are. Positions are left to `Ragged.row_positions()` (only a
         sequence lookup asks)."""
+        if isinstance(ids, np.ndarray):
+            return FastPath._dense_ids(ids, feature, weights, copy)
         if feature.id_source != "identity" or _is_sparse(ids) or not _is_ragged_tensor(ids):
             return None
         w = None
@@ -218,11 +221,36 @@ class FastPath:
             return None
         copy = copy or not (values.flags.c_contiguous and splits.flags.c_contiguous)
         out = np.empty(values.shape[0], dtype=np.int64) if copy else _NO_IDS
-        if not _checked_ids(values, splits, feature.num_buckets, out):
+        if not _checked_ids(values, splits, 0, feature.num_buckets, out):
             return None
         if not copy:
             return Ragged(values, splits, None if w is None else w.astype(np.float32))
         return Ragged(out, splits.copy(), None if w is None else w.astype(np.float32))
+
+    @staticmethod
+    def _dense_ids(ids: np.ndarray, feature, weights, copy: bool) -> "Ragged | None":
+        """`ragged_ids` for a dense [B] or [B, L] int64 array with no padding in it.
+
+        Every id must be in range, and not 0 when a dense 0 is padding (an
+        `EmbeddingConfigSpec` feature): any padding, default value or error
+        is `to_ragged`'s (None). Weights: None or a numeric array of the same
+        shape. Each row then holds L ids at positions 0 .. L - 1."""
+        if not (feature.id_source == "identity" and ids.ndim in (1, 2) and ids.dtype == np.int64 and ids.size):
+            return None
+        w = None
+        if weights is not None:
+            if not (isinstance(weights, np.ndarray) and weights.shape == ids.shape and weights.dtype.kind in "iuf"):
+                return None
+            w = weights.reshape(-1).astype(np.float32)
+        length = 1 if ids.ndim == 1 else ids.shape[1]
+        values = ids.reshape(-1)  # a view when `ids` is contiguous, else already a copy
+        splits = np.arange(ids.shape[0] + 1, dtype=np.int64) * length
+        copy = copy and np.shares_memory(values, ids)
+        out = np.empty(values.shape[0], dtype=np.int64) if copy else _NO_IDS
+        lowest = 1 if feature.dense_zero_is_padding else 0
+        if not _checked_ids(values, splits, lowest, feature.num_buckets, out):
+            return None
+        return Ragged(out if copy else values, splits, w)
 
     @staticmethod
     def all_finite(array: np.ndarray) -> bool:
