@@ -49,7 +49,7 @@ _SAFE_LAYERS = ("omp", "tbb")
 @contextlib.contextmanager
 def one_thread_below(work: int) -> Iterator[None]:
     """Runs the block's kernels on the calling thread alone when `work` < `SERIAL_WORK`."""
-    if work >= SERIAL_WORK:
+    if work >= SERIAL_WORK or numba.get_num_threads() == 1:  # nothing to change (each change takes a lock)
         yield
         return
     with _threads(1):
@@ -78,6 +78,9 @@ def run_each(calls: Sequence[Tuple[int, Callable[[], T]]]) -> List[T]:
     spread = (threads > 1 and len(small) > 1 and sum(calls[i][0] for i in small) >= SERIAL_WORK
               and _layer_is_thread_safe())
     if not spread:
+        if small and len(small) == len(calls) and threads > 1:  # all small: one thread count change, not one each
+            with _threads(1):
+                return [call() for _, call in calls]
         return [call() for _, call in calls]
     outcomes: List[Optional[Tuple[bool, object]]] = [None] * len(calls)
     for i, (work, call) in enumerate(calls):  # the large ones first, each on every thread
