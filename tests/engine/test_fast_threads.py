@@ -127,8 +127,9 @@ def test_a_forked_child_gets_its_own_pool(monkeypatch):
     assert child.submit(lambda: 7).result() == 7
 
 
-def _many_tables_spec(optimizer, tables=5):
+def _many_tables_spec(optimizer, tables=5, pipelined=False):
     return EmbeddingSpec(
+        pipeline_execution_with_tensor_core=pipelined,
         tables=tuple(TableSpec(name=f"t{i}", vocabulary_size=50 + 7 * i, dim=4 + i, combiner=combiner,
                                initializer=RandomUniform(-1, 1, seed=i))
                      for i, combiner in zip(range(tables), ["sum", "mean", "sqrtn", "sum", "mean"])),
@@ -139,8 +140,9 @@ def _many_tables_spec(optimizer, tables=5):
 
 @two_threads
 @pytest.mark.parametrize("optimizer", [AdagradSpec(learning_rate=0.1), FtrlSpec(learning_rate=0.05)])
-def test_small_tables_side_by_side_give_the_numpy_engines_bits(optimizer):
-    spec = _many_tables_spec(optimizer)
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_small_tables_side_by_side_give_the_numpy_engines_bits(optimizer, pipelined):
+    spec = _many_tables_spec(optimizer, pipelined=pipelined)
     fast, slow = Engine(spec, kernels="fast"), Engine(spec, kernels="numpy")
     rng = np.random.default_rng(3)
     helpers = set()
@@ -165,3 +167,28 @@ def test_small_tables_side_by_side_give_the_numpy_engines_bits(optimizer):
         for name, values in slow.slots(table.name).items():
             np.testing.assert_array_equal(fast.slots(table.name)[name], values)
         assert np.all(fast._fast._slot_maps[table.name] == -1)
+
+
+@two_threads
+def test_a_failing_step_over_small_tables_side_by_side_changes_nothing():
+    """A NaN in the last feature's gradient after lookups spread side by side: the check refuses the
+    step; no table or slot changes, every slot map is clean, and the same lookup still trains."""
+    spec = _many_tables_spec(AdagradSpec(learning_rate=0.1))
+    engine = Engine(spec, kernels="fast")
+    rng = np.random.default_rng(4)
+    features = {f.name: [list(rng.integers(0, f.num_buckets, 4)) for _ in range(8)] for f in spec.features}
+    grads = {f"f{i}": rng.standard_normal((8, 4 + i)) for i in range(5)}
+    grads["seq"] = rng.standard_normal((8, 3, 4))
+    with serial_work(200):
+        result = engine.forward(features)
+        before = {t.name: (engine.table(t.name), engine.slots(t.name)["accumulators"]) for t in spec.tables}
+        broken = dict(grads, f4=np.full((8, 8), np.nan))
+        with pytest.raises(ValueError, match="f4"):
+            engine.apply_gradients(result, broken)
+        for name, (table, slots) in before.items():
+            np.testing.assert_array_equal(engine.table(name), table)
+            np.testing.assert_array_equal(engine.slots(name)["accumulators"], slots)
+            assert np.all(engine._fast._slot_maps.get(name, np.array([-1])) == -1)
+        engine.apply_gradients(result, grads)
+    assert engine.global_step == 1
+    assert any(not np.array_equal(engine.table(name), table) for name, (table, _) in before.items())
