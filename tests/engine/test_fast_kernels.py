@@ -833,3 +833,15 @@ def test_fast_dense_conversion_is_to_ragged_or_declines(shape, low, high, bucket
     else:
         assert got.weights is None and want.weights is None
     assert np.shares_memory(got.values, ids) is (not training)  # a training batch outlives the call: a copy
+
+
+def test_fast_dense_conversion_copies_every_training_batch():
+    """A training batch outlives the call, so its ids are never a view of the caller's array, even for a
+    strided [B, 1] slice (numpy reshapes it to a view although it is not contiguous)."""
+    feature = FeatureSpec(name="f", table="t", num_buckets=10)
+    full = np.arange(1, 9, dtype=np.int64).reshape(4, 2)
+    for ids in (full, np.asfortranarray(full), full[:, :1], full[::2]):
+        got = FastPath.ragged_ids(ids, feature, copy=True)
+        np.testing.assert_array_equal(got.values, ids.reshape(-1))
+        assert not np.shares_memory(got.values, ids)
+        np.testing.assert_array_equal(FastPath.ragged_ids(ids, feature, copy=False).values, ids.reshape(-1))

@@ -243,9 +243,9 @@ class FastPath:
                 return None
             w = weights.reshape(-1).astype(np.float32)
         length = 1 if ids.ndim == 1 else ids.shape[1]
-        values = ids.reshape(-1)  # a view when `ids` is contiguous, else already a copy
+        values = ids.reshape(-1)  # a view when numpy can make one, else already a copy
         splits = np.arange(ids.shape[0] + 1, dtype=np.int64) * length
-        copy = copy and np.shares_memory(values, ids)
+        copy = copy and np.shares_memory(values, ids)  # not the flags: a strided [B, 1] slice is a view too
         out = np.empty(values.shape[0], dtype=np.int64) if copy else _NO_IDS
         lowest = 1 if feature.dense_zero_is_padding else 0
         if not _checked_ids(values, splits, lowest, feature.num_buckets, out):
