@@ -32,8 +32,9 @@ See docs/tensorflow_estimator.md.
 from __future__ import annotations
 
 import inspect
+import sys
 import types
-from typing import Any, Callable, Dict, List, Mapping, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -119,12 +120,15 @@ def to_numpy(value: Any) -> Any:
 
 
 def as_batches(result: Any) -> Any:
-    """What input_fn returned, with a `tf.data.Dataset` (or TF tensors) as numpy batches, iterated eagerly."""
+    """What input_fn returned, with a `tf.data.Dataset` (or TF tensors, or a generator of them) as numpy batches,
+    iterated eagerly."""
     if isinstance(result, tf.data.Dataset):
         if not tf.executing_eagerly():
             raise ValueError("input_fn returned a tf.data.Dataset while a TF graph is the default graph; the runner "
                              "iterates datasets eagerly: call train / evaluate / predict outside "
                              "`with graph.as_default()`.")
+        return (to_numpy(element) for element in result)
+    if isinstance(result, Iterator):  # a generator of batches: each read as numpy when it is reached
         return (to_numpy(element) for element in result)
     return to_numpy(result)
 
@@ -156,7 +160,7 @@ class GraphScope(LookupScope):
         pieces = []
         for column in columns:
             if isinstance(column, NumericColumn):
-                pieces.append(_numeric_tensor(column, features, owner))
+                pieces.append(numeric_tensor(column, features, owner))
                 continue
             key = column.get_feature_key_name()
             self.layer_names.setdefault(key, layer)
@@ -176,7 +180,7 @@ class GraphScope(LookupScope):
         return output, lengths
 
 
-def _numeric_tensor(column: NumericColumn, features: Mapping[str, Any], owner: str) -> Any:
+def numeric_tensor(column: NumericColumn, features: Mapping[str, Any], owner: str) -> Any:
     if column.key not in features:
         raise ValueError(f"{owner}: numeric column {column.key!r} is missing from the features. "
                          f"Received keys: {sorted(features)}.")
@@ -233,6 +237,30 @@ def _graph_inputs(value: Any, prefix: str) -> Tuple[Any, Dict[Any, Callable[[Any
     return placeholder, feeds
 
 
+def _refuse_keras_3(next_creator: Callable[..., Any], **kwargs: Any) -> Any:
+    """The model_fn graph's variable creator: a Keras 3 layer's variable is a ValueError naming the fix.
+
+    Keras 3 (`tf.keras` on TensorFlow >= 2.16 by default) does not build
+    `tf.compat.v1` graphs: it names layers once per process (`dense_19`), so
+    each mode's graph would name its variables anew and none would find its
+    trained value. Keras 2 (tf_keras) names them per graph, as the Estimator
+    needs. Keras 2.15's modules are `keras.src` too, hence the version test.
+    """
+    keras = sys.modules.get("keras")
+    if str(getattr(keras, "__version__", "2")).split(".")[0] not in ("0", "1", "2"):
+        frame = sys._getframe(1)
+        while frame is not None and not frame.f_globals.get("__name__", "").startswith("keras.src."):
+            frame = frame.f_back
+        if frame is not None:
+            raise ValueError(
+                f"The TensorFlow model_fn built a Keras {keras.__version__} layer (variable {kwargs.get('name')!r}) "
+                "in its tf.compat.v1 graph. Keras 3, which tf.keras is on TensorFlow >= 2.16, does not build "
+                "tf.compat.v1 graphs (it names layers per process, so no graph would find its trained weights). "
+                "A TPUEstimator program needs Keras 2: pip install tf_keras and set TF_USE_LEGACY_KERAS=1 before "
+                "TensorFlow is imported (docs/tensorflow_bridge.md, \"Which TensorFlow\").")
+    return next_creator(**kwargs)
+
+
 def _is_tensor_like(value: Any) -> bool:
     return isinstance(value, (tf.Tensor, tf.Variable, tf.Operation, tf.SparseTensor))
 
@@ -259,7 +287,8 @@ class GraphModel:
             graph_features, self._feature_feeds = _graph_inputs(features, "features")
             graph_labels, self._label_feeds = _graph_inputs(labels, "labels")
             self.scope = GraphScope(scope)
-            spec = call_model_fn(graph_features, graph_labels, self.scope)
+            with tf.variable_creator_scope(_refuse_keras_3):
+                spec = call_model_fn(graph_features, graph_labels, self.scope)
             self.spec = spec
             self._check_served(spec)
             self.loss = None if spec.loss is None else tf.convert_to_tensor(spec.loss)

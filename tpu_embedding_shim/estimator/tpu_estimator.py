@@ -918,11 +918,14 @@ class TPUEstimator:
 
     def export_saved_model(self, export_dir_base, serving_input_receiver_fn=None, assets_extra=None, as_text=False,
                            checkpoint_path=None, experimental_mode=ModeKeys.PREDICT) -> bytes:
-        """TensorFlow's export entry point: `export_embeddings` into `<export_dir_base>/<timestamp>`.
+        """TensorFlow's export entry point, into a new `<export_dir_base>/<timestamp>`; returns that path as bytes.
 
-        There is no graph to save: `serving_input_receiver_fn` is accepted
-        and not called. Returns the export directory as bytes, as
-        TensorFlow does.
+        A TensorFlow model_fn exports a real SavedModel (tf_serving.py): its
+        PREDICT graph over the serving input receiver's tensors, the tables
+        as TF variables looked up with TensorFlow ops, the trained values.
+        Any other model_fn has no graph to save: `export_embeddings` writes
+        the tables, the dense state and a manifest, and
+        `serving_input_receiver_fn` is accepted and not called.
         """
         if not self._export_to_cpu and not self._export_to_tpu:
             raise ValueError("One of export_to_cpu and export_to_tpu must be true.")
@@ -930,6 +933,46 @@ class TPUEstimator:
             raise TypeError("serving_input_receiver_fn must be callable or None.")
         base = os.fspath(export_dir_base)
         stamp = int(time.time())
-        while os.path.exists(os.path.join(base, str(stamp))):
+        while os.path.exists(os.path.join(base, str(stamp))) or os.path.exists(os.path.join(base, f"temp-{stamp}")):
             stamp += 1
-        return self.export_embeddings(os.path.join(base, str(stamp)), checkpoint_path).encode()
+        export_dir = os.path.join(base, str(stamp))
+        if self._uses_tf():
+            return self._export_tf_saved_model(export_dir, serving_input_receiver_fn, assets_extra, as_text,
+                                               checkpoint_path, experimental_mode).encode()
+        return self.export_embeddings(export_dir, checkpoint_path).encode()
+
+    def _export_tf_saved_model(self, export_dir, serving_input_receiver_fn, assets_extra, as_text, checkpoint_path,
+                               experimental_mode) -> str:
+        if experimental_mode != ModeKeys.PREDICT:
+            raise ValueError(f"experimental_mode={experimental_mode!r}: this runner exports the PREDICT graph only "
+                             f"(experimental_mode={ModeKeys.PREDICT!r}); a served model has no engine to train with.")
+        if serving_input_receiver_fn is None:
+            raise ValueError("An input_receiver_fn must be defined.")
+        if self._tensor_core is not None:
+            raise ValueError("A TensorFlow model_fn with tensor-core columns cannot be exported yet (features "
+                             f"{self._tensor_core.feature_names}); see docs/tensorflow_estimator.md.")
+        from . import tf_serving
+
+        self._ensure_state(ModeKeys.PREDICT, checkpoint_path)
+        tables, combiners, features = {}, {}, []
+        if self._engine is not None:
+            for table in self._engine.spec.tables:
+                tables[table.name] = self._engine.table(table.name)
+                combiners[table.name] = table.combiner
+            features = list(self._engine.spec.features)
+        def call(receiver_features, scope):
+            context = TPUContext(mode=ModeKeys.PREDICT, global_step=self.global_step,
+                                 batch_size=self._batch_sizes[ModeKeys.PREDICT], dense_state=self._dense_state,
+                                 tensor_core=None, engine=self._engine, scope=scope, use_tpu=self._use_tpu)
+            params = self._model_params(ModeKeys.PREDICT, context)
+            with scope:
+                spec = self._call_model_fn(receiver_features, None, ModeKeys.PREDICT, params)
+            self._names.learn(scope.layer_names)
+            return spec
+
+        path = tf_serving.write_saved_model(
+            export_dir, serving_input_receiver_fn=serving_input_receiver_fn, call_model_fn=call, features=features,
+            tables=tables, combiners=combiners, table_names=self._names.variable, dense_state=self._dense_state,
+            global_step=self.global_step, assets_extra=assets_extra, as_text=as_text)
+        log.info("Exported a SavedModel at global step %d to %s.", self.global_step, path)
+        return path

@@ -25,3 +25,33 @@ def taking_tf_dtypes(function: Callable[..., Any]) -> Callable[..., Any]:
         return function(*[_plain(a) for a in args], **{k: _plain(v) for k, v in kwargs.items()})
 
     return wrapper
+
+
+def _tf_parse_spec(config: Any) -> Any:
+    """A parse spec of the project's columns (`VarLenFeature` / `FixedLenFeature`) as TensorFlow's."""
+    if type(config).__name__ == "VarLenFeature":
+        return tf.io.VarLenFeature(tf.as_dtype(config.dtype))
+    if type(config).__name__ == "FixedLenFeature":
+        return tf.io.FixedLenFeature(config.shape, tf.as_dtype(config.dtype), config.default_value)
+    return config
+
+
+def make_parse_example_spec(feature_columns: Any) -> dict:
+    """`tf.feature_column.make_parse_example_spec` over this project's columns and TensorFlow's, mixed.
+
+    The project's columns give their `parse_example_spec` with TensorFlow's
+    `tf.io` feature types; TensorFlow's columns are read by TensorFlow. A key
+    given two different specs is a ValueError, as in TensorFlow.
+    """
+    result: dict = {}
+    for column in feature_columns:
+        if type(column).__module__.startswith("tpu_embedding_shim."):
+            config = {key: _tf_parse_spec(value) for key, value in column.parse_example_spec.items()}
+        else:
+            config = tf.feature_column.make_parse_example_spec([column])
+        for key, value in config.items():
+            if key in result and result[key] != value:
+                raise ValueError(f"feature_columns contain different parse_spec for key {key}. Given {result[key]} "
+                                 f"and {value}")
+        result.update(config)
+    return result

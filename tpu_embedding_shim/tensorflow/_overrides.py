@@ -15,8 +15,8 @@ TensorFlow program needs a TensorFlow-facing form:
 Which feature columns: the categorical ones (they are what the engine looks
 up) and `embedding_column`, which takes them. TensorFlow's dense columns
 (`numeric_column`, `bucketized_column`, `indicator_column`,
-`sequence_numeric_column`), `shared_embeddings`, `linear_model` and
-`make_parse_example_spec` stay TensorFlow's.
+`sequence_numeric_column`), `shared_embeddings` and `linear_model` stay
+TensorFlow's; `make_parse_example_spec` reads both kinds (`_columns.py`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ..compat import v2 as tf2
 from ..compat.v1 import feature_column as v1_feature_column
 from ..compat.v2 import feature_column as v2_feature_column
 from . import _distribute, _midlevel
-from ._columns import taking_tf_dtypes
+from ._columns import make_parse_example_spec, taking_tf_dtypes
 from ._optimizers import CrossShardOptimizer
 
 CATEGORICAL_COLUMNS = (
@@ -67,6 +67,8 @@ OVERRIDES: Dict[str, Any] = {
     # Feature columns and the layers that read TPU embeddings.
     **_from("feature_column", v2_feature_column, CATEGORICAL_COLUMNS, taking_tf_dtypes),
     **_from("compat.v1.feature_column", v1_feature_column, CATEGORICAL_COLUMNS + " input_layer", taking_tf_dtypes),
+    "feature_column.make_parse_example_spec": make_parse_example_spec,
+    "compat.v1.feature_column.make_parse_example_spec": make_parse_example_spec,
     **_from("keras.layers", tf2.keras.layers, "DenseFeatures DenseFeature"),
     **_from("keras.experimental", tf2.keras.experimental, "SequenceFeatures"),
     **_from("compat.v1.keras.layers", tf2.keras.layers, "DenseFeatures DenseFeature"),
