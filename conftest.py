@@ -7,7 +7,8 @@ are not collected without it (their doctests need it); the tests that use
 them skip with a reason naming the extra:
 
 - the PyTorch bridge needs torch (the `torch` extra);
-- `tpu_embedding_shim.tensorflow`, `estimator/tf_bridge.py` and docs/tensorflow_bridge.md need TensorFlow (the `tensorflow` extra;
+- `tpu_embedding_shim.tensorflow`, `estimator/tf_bridge.py`, `estimator/tf_serving.py`,
+  `movielens/model_tf.py` and docs/tensorflow_bridge.md need TensorFlow (the `tensorflow` extra;
   tests/tf_bridge runs the page where it is installed);
 - the fast kernels in `engine/fast/` need numba (the `fast` extra);
   `engine/fast/__init__.py` itself imports nothing optional and is kept.
@@ -24,7 +25,8 @@ if importlib.util.find_spec("torch") is None:
 if importlib.util.find_spec("tensorflow") is None:
     collect_ignore_glob.append("tpu_embedding_shim/tensorflow/*")
     collect_ignore.append("docs/tensorflow_bridge.md")
-    collect_ignore.append("tpu_embedding_shim/estimator/tf_bridge.py")
+    collect_ignore += ["tpu_embedding_shim/estimator/tf_bridge.py", "tpu_embedding_shim/estimator/tf_serving.py",
+                       "tpu_embedding_shim/movielens/model_tf.py"]
 if importlib.util.find_spec("numba") is None:
     fast = Path(__file__).parent / "tpu_embedding_shim" / "engine" / "fast"
     collect_ignore += [

@@ -12,18 +12,49 @@
 
 __version__ = "0.1.0"
 
-from . import compat, spec  # noqa: E402,F401
-from .compat.v2 import keras  # noqa: E402,F401
-from .compat.v2 import config, distribute, function, nn, range, train  # noqa: E402,F401,A004
-from .compat.v2 import (  # noqa: E402,F401
-    RaggedTensor, SparseTensor, constant_initializer, estimator, feature_column, float32, float64, int32, int64,
-    ones_initializer, ragged, random_normal_initializer, random_uniform_initializer, string, tpu,
-    zeros_initializer,
-)
+import importlib
+import sys
+import types
+from typing import Any
+
+# The TF-shaped names (TensorFlow's `tf.<name>`), read from compat/v2 at first use, so that importing a lower
+# layer (`tpu_embedding_shim.spec`, `tpu_embedding_shim.engine`) does not load the namespaces (PEP 562).
+_V2_NAMES = frozenset(
+    "keras config distribute function nn range train RaggedTensor SparseTensor constant_initializer estimator "
+    "feature_column float32 float64 int32 int64 ones_initializer ragged random_normal_initializer "
+    "random_uniform_initializer string tpu zeros_initializer".split())
+_SUBPACKAGES = frozenset({"compat", "spec", "engine"})
 
 
-def __getattr__(name):
-    """`tf.GradientTape`: an AttributeError that says what to write instead (there is no autodiff here)."""
+class _Package(types.ModuleType):
+    """This package's module: `tf.estimator` stays TensorFlow's `tf.estimator` (compat/v2/estimator).
+
+    The import system binds every imported subpackage as an attribute of its
+    parent, so importing the runner (`tpu_embedding_shim.estimator`) would
+    otherwise replace the TF-shaped name with the runner's package.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "estimator" and getattr(value, "__name__", None) == f"{__name__}.estimator":
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __dir__():
+    return sorted(set(globals()) | _V2_NAMES | _SUBPACKAGES)
+
+
+def __getattr__(name: str) -> Any:
+    """A TF-shaped name or a subpackage, imported at first use; `tf.GradientTape` says what to write instead."""
+    if name in _V2_NAMES:
+        value = getattr(importlib.import_module(".compat.v2", __name__), name)
+        globals()[name] = value
+        return value
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f".{name}", __name__)
     if name == "GradientTape":
         raise AttributeError(
             "module 'tpu_embedding_shim' has no attribute 'GradientTape': this numpy package has no automatic "

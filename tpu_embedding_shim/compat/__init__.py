@@ -5,4 +5,12 @@ The implementation lives in the modules of this package (one idea each);
 `import tpu_embedding_shim as tf` keeps `tf.compat.v1....` calls working.
 """
 
-from . import v1, v2  # noqa: F401
+import importlib
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    """`tf.compat.v1` / `tf.compat.v2`: the namespaces (a higher layer), imported at first use (PEP 562)."""
+    if name in ("v1", "v2"):
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
