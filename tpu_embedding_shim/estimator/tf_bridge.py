@@ -43,7 +43,7 @@ from ..compat.feature_columns import NumericColumn
 from ..compat.feature_layers import LookupScope
 from ..compat.tensors import RaggedTensor, SparseTensor
 
-__all__ = ["uses_tensorflow", "as_batches", "GraphScope", "GraphModel"]
+__all__ = ["uses_tensorflow", "as_batches", "GraphLayers", "GraphScope", "GraphModel"]
 
 _TF_MODULES = ("tensorflow", "tf_keras", "keras", "tpu_embedding_shim.tensorflow")
 
@@ -136,14 +136,52 @@ def as_batches(result: Any) -> Any:
 # The feature layers' outputs in the graph --------------------------------------------------------
 
 
-class GraphScope(LookupScope):
+class GraphLayers(LookupScope):
+    """A scope whose feature layers return graph tensors: one per column, concatenated in the given (name) order.
+
+    Subclasses say how one column's tensor is made: `_pooled` and `_sequence`.
+    """
+
+    builds_graph = True
+
+    def _pooled(self, column: Any, features: Mapping[str, Any], owner: str) -> Any:
+        raise NotImplementedError
+
+    def _sequence(self, column: Any, owner: str, with_lengths: bool) -> Tuple[Any, Any]:
+        raise NotImplementedError
+
+    def dense_output(self, columns: List[Any], features: Mapping[str, Any], owner: str, layer: str) -> Any:
+        """DenseFeatures / input_layer: [B, sum D]; TensorFlow's numeric columns are read from the features."""
+        pieces = []
+        for column in columns:
+            if isinstance(column, NumericColumn):
+                pieces.append(numeric_tensor(column, features, owner))
+                continue
+            self.layer_names.setdefault(column.get_feature_key_name(), layer)
+            pieces.append(self._pooled(column, features, owner))
+        return _layer_output(pieces, layer)
+
+    def sequence_output(self, columns: List[Any], owner: str, layer: str) -> Tuple[Any, Any]:
+        """SequenceFeatures: ([B, L, sum D] tensor, [B] int64 lengths of the first column)."""
+        pieces, lengths = [], None
+        for column in columns:
+            self.layer_names.setdefault(column.get_feature_key_name(), layer)
+            piece, column_lengths = self._sequence(column, owner, with_lengths=lengths is None)
+            pieces.append(piece)
+            lengths = column_lengths if lengths is None else lengths
+        return _layer_output(pieces, layer), lengths
+
+
+def _layer_output(pieces: List[Any], layer: str) -> Any:
+    return tf.concat(pieces, axis=-1, name=layer) if len(pieces) > 1 else tf.identity(pieces[0], name=layer)
+
+
+class GraphScope(GraphLayers):
     """The scope the feature layers read while a model_fn builds its graph: outputs are fed placeholders.
 
     `fed` lists what each step feeds: ('activation' or 'length', feature key,
     placeholder).
     """
-
-    builds_graph = True
 
     def __init__(self, scope: LookupScope):
         super().__init__(scope.activations, scope.sequence_lengths, training=scope.training, features=scope.features)
@@ -155,29 +193,16 @@ class GraphScope(LookupScope):
         self.fed.append((kind, key, placeholder))
         return placeholder
 
-    def dense_output(self, columns: List[Any], features: Mapping[str, Any], owner: str, layer: str) -> Any:
-        """DenseFeatures / input_layer: the columns' tensors concatenated in name order."""
-        pieces = []
-        for column in columns:
-            if isinstance(column, NumericColumn):
-                pieces.append(numeric_tensor(column, features, owner))
-                continue
-            key = column.get_feature_key_name()
-            self.layer_names.setdefault(key, layer)
-            pieces.append(self._placeholder("activation", key, self.activation(column, owner), tf.float32))
-        return tf.concat(pieces, axis=-1, name=layer) if len(pieces) > 1 else tf.identity(pieces[0], name=layer)
+    def _pooled(self, column: Any, features: Mapping[str, Any], owner: str) -> Any:
+        key = column.get_feature_key_name()
+        return self._placeholder("activation", key, self.activation(column, owner), tf.float32)
 
-    def sequence_output(self, columns: List[Any], owner: str, layer: str) -> Tuple[Any, Any]:
-        """SequenceFeatures: ([B, L, sum D] tensor, [B] int64 lengths)."""
-        pieces, lengths = [], None
-        for column in columns:
-            key = column.get_feature_key_name()
-            self.layer_names.setdefault(key, layer)
-            pieces.append(self._placeholder("activation", key, self.activation(column, owner), tf.float32))
-            if lengths is None:
-                lengths = self._placeholder("length", key, np.asarray(self.sequence_lengths[key]), tf.int64)
-        output = tf.concat(pieces, axis=-1, name=layer) if len(pieces) > 1 else tf.identity(pieces[0], name=layer)
-        return output, lengths
+    def _sequence(self, column: Any, owner: str, with_lengths: bool) -> Tuple[Any, Any]:
+        key = column.get_feature_key_name()
+        activation = self._placeholder("activation", key, self.activation(column, owner), tf.float32)
+        lengths = (self._placeholder("length", key, np.asarray(self.sequence_lengths[key]), tf.int64)
+                   if with_lengths else None)
+        return activation, lengths
 
 
 def numeric_tensor(column: NumericColumn, features: Mapping[str, Any], owner: str) -> Any:

@@ -31,10 +31,9 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from ..compat.feature_columns import NumericColumn
 from ..compat.feature_layers import LookupScope
 from ..spec import FeatureSpec
-from .tf_bridge import numeric_tensor
+from .tf_bridge import GraphLayers
 
 __all__ = ["ServingScope", "write_saved_model"]
 
@@ -193,7 +192,7 @@ def sequence_lookup(table: Any, batch: Entries, max_sequence_length: int) -> Tup
 # The feature layers' outputs in the serving graph ----------------------------------------------
 
 
-class ServingScope(LookupScope):
+class ServingScope(GraphLayers):
     """The scope the feature layers read while the export builds its graph: outputs are TF lookups.
 
     Args:
@@ -201,8 +200,6 @@ class ServingScope(LookupScope):
       combiners: table -> combiner.
       table_variable: `(table name) -> tf.Variable`.
     """
-
-    builds_graph = True
 
     def __init__(self, features: Iterable[FeatureSpec], combiners: Mapping[str, str],
                  table_variable: Callable[[str], Any]):
@@ -230,33 +227,15 @@ class ServingScope(LookupScope):
             weights = features[feature.weight_key]
         return entries(features[feature.name], weights, feature)
 
-    def dense_output(self, columns: List[Any], features: Mapping[str, Any], owner: str, layer: str) -> Any:
-        """DenseFeatures / input_layer: the columns' lookups concatenated in the given (name) order."""
-        pieces = []
-        for column in columns:
-            if isinstance(column, NumericColumn):
-                pieces.append(numeric_tensor(column, features, owner))
-                continue
-            feature = self._spec(column, owner)
-            self.layer_names.setdefault(feature.name, layer)
-            table = self.table_variable(feature.table)
-            pieces.append(pooled_lookup(table, self._entries(feature, features, owner),
-                                        self.combiners[feature.table], feature.safe_lookup))
-        return tf.concat(pieces, axis=-1, name=layer) if len(pieces) > 1 else tf.identity(pieces[0], name=layer)
+    def _pooled(self, column: Any, features: Mapping[str, Any], owner: str) -> Any:
+        feature = self._spec(column, owner)
+        return pooled_lookup(self.table_variable(feature.table), self._entries(feature, features, owner),
+                             self.combiners[feature.table], feature.safe_lookup)
 
-    def sequence_output(self, columns: List[Any], owner: str, layer: str) -> Tuple[Any, Any]:
-        """SequenceFeatures: ([B, L, sum D], [B] int64 lengths of the first column)."""
-        features = self.features or {}
-        pieces, lengths = [], None
-        for column in columns:
-            feature = self._spec(column, owner)
-            self.layer_names.setdefault(feature.name, layer)
-            out, length = sequence_lookup(self.table_variable(feature.table),
-                                          self._entries(feature, features, owner), feature.max_sequence_length)
-            pieces.append(out)
-            lengths = length if lengths is None else lengths
-        output = tf.concat(pieces, axis=-1, name=layer) if len(pieces) > 1 else tf.identity(pieces[0], name=layer)
-        return output, lengths
+    def _sequence(self, column: Any, owner: str, with_lengths: bool) -> Tuple[Any, Any]:
+        feature = self._spec(column, owner)
+        return sequence_lookup(self.table_variable(feature.table), self._entries(feature, self.features or {}, owner),
+                               feature.max_sequence_length)
 
 
 # Signatures -----------------------------------------------------------------------------------
