@@ -43,7 +43,7 @@ class _Package(types.ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | _V2_NAMES | _SUBPACKAGES)
 
 

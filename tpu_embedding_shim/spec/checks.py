@@ -20,7 +20,7 @@ def fail(
     expected: str,
     value: Any,
     *,
-    error: type = ValueError,
+    error: type[Exception] = ValueError,
     owner: Optional[str] = None,
     hint: Optional[str] = None,
 ) -> Exception:
@@ -147,11 +147,11 @@ def check_name(name: str, value: Any, *, owner: Optional[str] = None) -> str:
 
 def parse_combiner(value: Any, *, name: str = "combiner", owner: Optional[str] = None) -> str:
     """The one place a combiner name is parsed: 'sum', 'mean' or 'sqrtn'."""
-    return check_choice(name, value, COMBINERS, owner=owner)
+    return str(check_choice(name, value, COMBINERS, owner=owner))
 
 
 def parse_partition_strategy(
     value: Any, *, name: str = "partition_strategy", owner: Optional[str] = None
 ) -> str:
     """The one place a partition strategy is parsed: 'div' or 'mod'."""
-    return check_choice(name, value, PARTITION_STRATEGIES, owner=owner)
+    return str(check_choice(name, value, PARTITION_STRATEGIES, owner=owner))

@@ -62,7 +62,7 @@ class EmbeddingSpec:
     clipping_limit: Optional[float] = None
     profile_data_directory: Optional[str] = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         owner = "EmbeddingSpec"
         object.__setattr__(self, "tables", tuple(self.tables))
         object.__setattr__(self, "features", tuple(self.features))
@@ -87,10 +87,11 @@ class EmbeddingSpec:
 
     def _check_names(self) -> None:
         tables: Dict[str, TableSpec] = {}
-        for table in self.tables:
-            if table.name in tables:
-                raise ValueError(f"EmbeddingSpec: two tables are named {table.name!r}; table names must be unique.")
-            tables[table.name] = table
+        for spec_table in self.tables:
+            if spec_table.name in tables:
+                raise ValueError(
+                    f"EmbeddingSpec: two tables are named {spec_table.name!r}; table names must be unique.")
+            tables[spec_table.name] = spec_table
         seen = set()
         used = set()
         for feature in self.features:

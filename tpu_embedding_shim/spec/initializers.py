@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -38,11 +38,11 @@ class TruncatedNormal:
     stddev: float = 1.0
     seed: Optional[int] = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_real("mean", self.mean, owner="TruncatedNormal")
         check_real("stddev", self.stddev, minimum=0.0, owner="TruncatedNormal")
 
-    def __call__(self, shape: Sequence[int], dtype=np.float32) -> np.ndarray:
+    def __call__(self, shape: Sequence[int], dtype: Any = np.float32) -> np.ndarray:
         rng = _rng(self.seed)
         out = rng.standard_normal(tuple(shape))
         bad = np.abs(out) > 2.0
@@ -60,7 +60,7 @@ class RandomNormal:
     stddev: float = 0.05
     seed: Optional[int] = None
 
-    def __call__(self, shape: Sequence[int], dtype=np.float32) -> np.ndarray:
+    def __call__(self, shape: Sequence[int], dtype: Any = np.float32) -> np.ndarray:
         return (self.mean + self.stddev * _rng(self.seed).standard_normal(tuple(shape))).astype(dtype)
 
 
@@ -72,7 +72,7 @@ class RandomUniform:
     maxval: float = 0.05
     seed: Optional[int] = None
 
-    def __call__(self, shape: Sequence[int], dtype=np.float32) -> np.ndarray:
+    def __call__(self, shape: Sequence[int], dtype: Any = np.float32) -> np.ndarray:
         return _rng(self.seed).uniform(self.minval, self.maxval, tuple(shape)).astype(dtype)
 
 
@@ -100,7 +100,7 @@ class Constant:
     value: Union[float, np.ndarray] = 0.0
     verify_shape: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         value = self.value
         if isinstance(value, numbers.Real):
             object.__setattr__(self, "value", float(value))  # nan and inf pass, as in TensorFlow
@@ -137,7 +137,7 @@ class Constant:
             f"{_size(shape)} elements. An array fills a variable of as many elements (read in row-major order); "
             "a single number fills any shape.")
 
-    def __call__(self, shape: Sequence[int], dtype=np.float32) -> np.ndarray:
+    def __call__(self, shape: Sequence[int], dtype: Any = np.float32) -> np.ndarray:
         shape = tuple(int(s) for s in shape)
         self.check_shape(shape)
         value = self.value
@@ -147,7 +147,7 @@ class Constant:
             return value.reshape(shape).astype(dtype)
         return np.full(shape, value[0], dtype=dtype)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
         if self.verify_shape != other.verify_shape or np.shape(self.value) != np.shape(other.value):
@@ -156,13 +156,13 @@ class Constant:
             return self.value == other.value
         return bool(np.array_equal(self.value, other.value))
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         if isinstance(self.value, float):
             return hash((self.value, self.verify_shape))
         values = (self.value.astype(np.float64) + 0.0).tobytes()  # + 0.0: -0.0 hashes as 0.0, which it equals
         return hash((values, self.value.shape, self.verify_shape))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         flag = ", verify_shape=True" if self.verify_shape else ""
         if isinstance(self.value, float):
             return f"Constant(value={self.value!r}{flag})"
@@ -182,7 +182,7 @@ def _size(shape: Tuple[int, ...]) -> int:
 class Zeros:
     """All zeros."""
 
-    def __call__(self, shape: Sequence[int], dtype=np.float32) -> np.ndarray:
+    def __call__(self, shape: Sequence[int], dtype: Any = np.float32) -> np.ndarray:
         return np.zeros(tuple(shape), dtype=dtype)
 
 
@@ -190,7 +190,7 @@ class Zeros:
 class Ones:
     """All ones."""
 
-    def __call__(self, shape: Sequence[int], dtype=np.float32) -> np.ndarray:
+    def __call__(self, shape: Sequence[int], dtype: Any = np.float32) -> np.ndarray:
         return np.ones(tuple(shape), dtype=dtype)
 
 
@@ -204,10 +204,10 @@ class RowIdInitializer:
 
     offset: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_int("offset", self.offset, minimum=-(2**62), owner="RowIdInitializer")
 
-    def __call__(self, shape: Sequence[int], dtype=np.float32) -> np.ndarray:
+    def __call__(self, shape: Sequence[int], dtype: Any = np.float32) -> np.ndarray:
         rows = np.arange(shape[0], dtype=np.float64) + self.offset
         return np.broadcast_to(rows.reshape((-1,) + (1,) * (len(shape) - 1)), tuple(shape)).astype(dtype)
 

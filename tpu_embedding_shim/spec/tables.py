@@ -52,7 +52,7 @@ class TableSpec:
     combiner: str = "mean"
     optimizer: Optional[OptimizerSpec] = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         owner = f"TableSpec {self.name!r}"
         check_name("name", self.name, owner="TableSpec")
         check_int("vocabulary_size", self.vocabulary_size, minimum=1, owner=owner)
@@ -107,7 +107,7 @@ class FeatureSpec:
     safe_lookup: bool = True
     dense_zero_is_padding: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         owner = f"FeatureSpec {self.name!r}"
         check_name("name", self.name, owner="FeatureSpec")
         check_name("table", self.table, owner=owner)
