@@ -63,6 +63,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     job.add_argument("--num-shards", type=int, default=2, help="shards per table, as TPU cores (>= 1)")
     job.add_argument("--pipelining", action="store_true", help="pipeline_execution_with_tensor_core=True")
     job.add_argument("--no-plot", action="store_true", help="do not draw training.png")
+    job.add_argument("--dense", choices=["numpy", "tf"], default="numpy",
+                     help="the model's dense part: the numpy MLP, or the same model as a TensorFlow model_fn "
+                          "(needs the `tensorflow` extra)")
     from . import checkpoint_cli
 
     checkpoint_cli.add_parser(commands)
@@ -74,16 +77,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "movielens":
         import logging
 
-        from .movielens.job import JobConfig, run
+        from .movielens.job import JobConfig, run, tf_model_module
 
         logging.basicConfig(level=logging.INFO, format="%(message)s")
         try:
             config = JobConfig(output_dir=args.output_dir, epochs=args.epochs, batch_size=args.batch_size,
                                max_examples=args.max_examples, wheel=args.wheel,
                                partition_strategy=args.partition_strategy, num_shards=args.num_shards,
-                               pipelining=args.pipelining, plot=not args.no_plot)
+                               pipelining=args.pipelining, plot=not args.no_plot, dense=args.dense)
         except ValueError as error:
             job.error(re.sub(r"Option `(\w+)`", lambda m: f"`--{m.group(1).replace('_', '-')}`", str(error)))
+        if config.dense == "tf":
+            try:
+                tf_model_module()
+            except ImportError as error:
+                job.error(str(error))
         run(config)
         return 0
     return 2  # pragma: no cover  (argparse rejects unknown commands)

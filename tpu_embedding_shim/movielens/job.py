@@ -5,12 +5,15 @@ model_fn of `model.py` with `TPUEstimator` and an `EmbeddingConfigSpec`
 (Adagrad for the embeddings, as on a TPU), evaluates after each epoch, prints
 test AUC and log loss next to a most-popular-item baseline, saves a
 checkpoint, exports the tables for CPU serving, and plots train loss and
-test AUC per epoch (when matplotlib is installed).
+test AUC per epoch (when matplotlib is installed). With `dense="tf"` the
+model's dense part is TensorFlow's (`model_tf.py`, needs the `tensorflow`
+extra); the default is the numpy MLP.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import logging
 import os
@@ -44,6 +47,7 @@ class JobConfig:
     seed: int = 0
     progress: Optional[bool] = None
     plot: bool = True
+    dense: str = "numpy"  # the dense part: "numpy" (model.py) or "tf" (model_tf.py, needs TensorFlow)
 
     def __post_init__(self):
         """Every option checked before anything is read or written: a bad one is a ValueError naming it."""
@@ -57,12 +61,15 @@ class JobConfig:
                 raise ValueError(f"Option `{name}` must be a number > 0. Received: {value!r}.")
         if self.partition_strategy not in ("div", "mod"):
             raise ValueError(f"Option `partition_strategy` must be 'div' or 'mod'. Received: {self.partition_strategy!r}.")
+        if self.dense not in DENSE_BACKENDS:
+            raise ValueError(f"Option `dense` must be one of {list(DENSE_BACKENDS)}. Received: {self.dense!r}.")
         if self.num_shards > MANY_SHARDS:
             log.warning("num_shards=%d: the numbers are the same for any shard count, but every step walks every "
                         "shard of every table, so more than %d shards make training much slower on a CPU.",
                         self.num_shards, MANY_SHARDS)
 
 
+DENSE_BACKENDS = ("numpy", "tf")
 MANY_SHARDS = 64
 """More shards than this: a warning (5,000 shards trained about 35x slower than 2)."""
 
@@ -87,6 +94,26 @@ class JobResult:
     export_dir: str
     plot: Optional[str]
     global_step: int
+    dense: str = "numpy"  # which dense part trained: "numpy" or "tf"
+
+
+TF_PACKAGES = ("tensorflow", "tensorflow_estimator")  # the `tensorflow` extra
+
+
+def tf_model_module():
+    """`model_tf` (it imports TensorFlow); without TensorFlow, an ImportError naming the `tensorflow` extra."""
+    try:
+        return importlib.import_module(f"{__package__}.model_tf")
+    except ImportError as error:
+        cause = error
+        while isinstance(cause.__cause__, ImportError):  # tpu_embedding_shim.tensorflow's: TensorFlow's own error
+            cause = cause.__cause__
+        if not (isinstance(cause, ModuleNotFoundError) and str(cause.name).split(".")[0] in TF_PACKAGES):
+            raise  # TensorFlow is installed: its own error, or the bridge's, as it is
+        raise ImportError(
+            f"The dense part in TensorFlow (--dense tf) needs TensorFlow, which is not installed ({cause}). Install "
+            "the `tensorflow` extra: pip install 'tpu-embedding-shim[tensorflow]', or use the default numpy dense part "
+            "(--dense numpy).") from error
 
 
 def _slice(data: ml_data.MovieLens, max_examples: Optional[int]) -> ml_data.MovieLens:
@@ -171,6 +198,10 @@ def build_estimator(config: JobConfig, data: ml_data.MovieLens, train_losses: Li
             mode, loss=loss, train_op=lambda: dense.step(dense_grads),
             embedding_gradients={pooled: d_pooled, sequence: d_sequence})
 
+    if config.dense == "tf":  # the same model, its dense part a TensorFlow graph
+        model_fn = tf_model_module().model_fn_for(pooled_columns, sequence_columns, layout, dims,
+                                                  learning_rate=config.dense_learning_rate, seed=config.seed,
+                                                  train_losses=train_losses)
     embedding_config = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
         feature_columns=pooled_columns + sequence_columns,
         optimization_parameters=tf.estimator.tpu.experimental.AdagradParameters(config.embedding_learning_rate),
@@ -195,6 +226,8 @@ def input_fn_for(data: ml_data.MovieLens, examples: np.ndarray, *, shuffle_seed:
 
 def run(config: JobConfig, *, echo=print) -> JobResult:
     """Trains, evaluates every epoch, saves, exports and plots; returns the figures."""
+    if config.dense == "tf":
+        tf_model_module()  # no TensorFlow: fail before anything is downloaded or written
     start = time.time()
     data = _slice(ml_data.load(config.wheel), config.max_examples)  # None: the cached download
     echo(f"MovieLens 100K: {len(data.train)} training and {len(data.test)} test ratings "
@@ -222,11 +255,11 @@ def run(config: JobConfig, *, echo=print) -> JobResult:
     plot = _plot(config, epoch_loss, test_auc, echo) if config.plot else None
     echo("")
     echo(f"{'model':<28}{'test AUC':>10}{'log loss':>10}")
-    echo(f"{'TPU-embedding model':<28}{test_auc[-1]:>10.4f}{test_log_loss[-1]:>10.4f}")
+    echo(f"{f'TPU-embedding model ({config.dense})':<28}{test_auc[-1]:>10.4f}{test_log_loss[-1]:>10.4f}")
     echo(f"{'most-popular-item baseline':<28}{base['auc']:>10.4f}{base['log_loss']:>10.4f}")
     echo(f"trained in {seconds:.1f} s; checkpoint {checkpoint}; export {export_dir}")
     result = JobResult(epoch_loss, test_auc, test_log_loss, base["auc"], base["log_loss"], seconds, checkpoint,
-                       export_dir, plot, estimator.global_step)
+                       export_dir, plot, estimator.global_step, config.dense)
     with open(os.path.join(config.output_dir, "results.json"), "w") as handle:
         json.dump(dataclasses.asdict(result), handle, indent=2)
     return result
@@ -250,7 +283,7 @@ def _plot(config: JobConfig, losses: List[float], aucs: List[float], echo) -> Op
     right = left.twinx()
     right.plot(epochs, aucs, "s-", color="tab:orange", label="test AUC")
     right.set_ylabel("test AUC", color="tab:orange")
-    left.set_title("MovieLens 100K on tpu-embedding-shim")
+    left.set_title(f"MovieLens 100K on tpu-embedding-shim (dense part: {config.dense})")
     figure.tight_layout()
     path = os.path.join(config.output_dir, "training.png")
     figure.savefig(path, dpi=100)
