@@ -22,6 +22,8 @@ import tpu_embedding_shim.tensorflow as shim_tf  # noqa: E402  (the program's on
 import tpu_embedding_shim as shim_np  # noqa: E402  (the numpy API: a model_fn reading it is not TensorFlow code)
 from tpu_embedding_shim.estimator import tf_bridge  # noqa: E402
 
+from .tf_versions import needs_estimator, needs_keras_2  # noqa: E402
+
 V, D, L, B, H = 40, 8, 5, 16, 16
 _rng = np.random.default_rng(0)
 TABLE = (_rng.normal(size=(V, D)) * 0.3).astype(np.float32)
@@ -97,6 +99,8 @@ def before_program(tf, model_dir, use_tpu=True, learning_rate=0.5, warm_start_fr
 DENSE = ["dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias"]
 
 
+@needs_estimator
+@needs_keras_2
 def test_one_step_dense_update_is_tensorflows_and_tables_train_with_the_spec_optimizer(tmp_path):
     features, labels = examples(B)
     ours = before_program(shim_tf, tmp_path / "ours").train(make_input_fn(features, labels), steps=1)
@@ -118,6 +122,7 @@ def test_one_step_dense_update_is_tensorflows_and_tables_train_with_the_spec_opt
         np.testing.assert_allclose(ours.get_variable_value(table), expected, rtol=1e-4, atol=1e-6)
 
 
+@needs_keras_2
 def test_loss_falls_and_predict_yields_numpy(tmp_path):
     features, labels = examples(8 * B)
     estimator = before_program(shim_tf, tmp_path)
@@ -146,6 +151,7 @@ def _auc(labels, p, num_thresholds=200):
     return float(np.sum((fpr[:-1] - fpr[1:]) * (tpr[:-1] + tpr[1:]) / 2))
 
 
+@needs_keras_2
 def test_evaluate_metrics_equal_a_numpy_recomputation(tmp_path):
     features, labels = examples(4 * B)
     estimator = before_program(shim_tf, tmp_path)
@@ -160,6 +166,7 @@ def test_evaluate_metrics_equal_a_numpy_recomputation(tmp_path):
     assert metrics["global_step"] == 5
 
 
+@needs_keras_2
 def test_resume_restores_dense_variables_and_tables(tmp_path):
     features, labels = examples(B)  # one batch, repeated: every step sees the same data
     straight = before_program(shim_tf, tmp_path / "a").train(make_input_fn(features, labels, repeat=True), steps=3)
@@ -185,6 +192,7 @@ def test_resume_restores_dense_variables_and_tables(tmp_path):
     ("host_call", "host_call"),
     ("tf_cross_shard", "CrossShardOptimizer"),
 ])
+@needs_keras_2
 def test_apis_the_bridge_cannot_serve_are_named(tmp_path, bad, message):
     tf = shim_tf
     column = tf.tpu.experimental.embedding_column(tf.feature_column.categorical_column_with_identity("user", V), D)
@@ -214,6 +222,7 @@ def test_apis_the_bridge_cannot_serve_are_named(tmp_path, bad, message):
     assert estimator.latest_checkpoint() is None  # nothing trained, nothing saved
 
 
+@needs_keras_2
 def test_tensorflow_numeric_columns_mix_in_and_global_step_is_the_engines(tmp_path):
     tf = shim_tf
     user_col = tf.compat.v1.tpu.experimental.embedding_column(
@@ -251,6 +260,8 @@ def test_tensorflow_numeric_columns_mix_in_and_global_step_is_the_engines(tmp_pa
                                                             axis=1), rtol=1e-6)
 
 
+@needs_estimator
+@needs_keras_2
 def test_warm_start_from_tensorflows_own_checkpoint_takes_its_dense_variables_and_tables(tmp_path):
     features, labels = examples(B)
     oracle = before_program(real_tf, tmp_path / "tf", use_tpu=False).train(make_input_fn(features, labels), steps=1)
@@ -262,6 +273,7 @@ def test_warm_start_from_tensorflows_own_checkpoint_takes_its_dense_variables_an
     assert not np.allclose(oracle.get_variable_value("dense/kernel"), W1)  # TF's step did move it
 
 
+@needs_keras_2
 def test_tensor_core_columns_with_a_tensorflow_model_fn_are_refused_naming_them(tmp_path):
     tf = shim_tf
     column = tf.tpu.experimental.embedding_column(
@@ -284,6 +296,7 @@ def test_tensor_core_columns_with_a_tensorflow_model_fn_are_refused_naming_them(
         estimator.train(make_input_fn({"user": features["user"]}, labels), steps=1)
 
 
+@needs_keras_2
 def test_ragged_dataset_ids_input_layer_and_sequence_features_read_the_engines_rows(tmp_path):
     tf = shim_tf
     init = tf.compat.v1.constant_initializer(TABLE)
@@ -321,6 +334,7 @@ def test_ragged_dataset_ids_input_layer_and_sequence_features_read_the_engines_r
     assert batch["len"].tolist() == [2, 3]
 
 
+@needs_keras_2
 def test_numpy_batches_whose_id_width_changes_feed_the_same_graph(tmp_path):
     tf = shim_tf
     user_col = tf.compat.v1.tpu.experimental.embedding_column(

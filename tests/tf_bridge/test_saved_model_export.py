@@ -53,7 +53,10 @@ def make_estimator(tmp_path):
         seq, lengths = tf.keras.experimental.SequenceFeatures([sequence])(features)
         mask = tf.sequence_mask(lengths, L, dtype=tf.float32)[:, :, None]
         summary = tf.reduce_sum(seq * mask, 1)
-        logits = tf.squeeze(tf.compat.v1.layers.dense(tf.concat([net, summary], 1), 1), -1)
+        inputs = tf.concat([net, summary], 1)
+        kernel = tf.compat.v1.get_variable("dense/kernel", [inputs.shape[1], 1], initializer=tf.zeros_initializer())
+        bias = tf.compat.v1.get_variable("dense/bias", [1], initializer=tf.zeros_initializer())
+        logits = tf.squeeze(tf.matmul(inputs, kernel) + bias, -1)  # tf.compat.v1 variables: any Keras
         if mode == tf.estimator.ModeKeys.PREDICT:
             return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
                 mode, predictions={"probability": tf.sigmoid(logits), "lengths": lengths, "features": net})

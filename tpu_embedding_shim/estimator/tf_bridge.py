@@ -262,7 +262,7 @@ def _graph_inputs(value: Any, prefix: str) -> Tuple[Any, Dict[Any, Callable[[Any
     return placeholder, feeds
 
 
-def _refuse_keras_3(next_creator: Callable[..., Any], **kwargs: Any) -> Any:
+def refuse_keras_3(next_creator: Callable[..., Any], **kwargs: Any) -> Any:
     """The model_fn graph's variable creator: a Keras 3 layer's variable is a ValueError naming the fix.
 
     Keras 3 (`tf.keras` on TensorFlow >= 2.16 by default) does not build
@@ -312,7 +312,7 @@ class GraphModel:
             graph_features, self._feature_feeds = _graph_inputs(features, "features")
             graph_labels, self._label_feeds = _graph_inputs(labels, "labels")
             self.scope = GraphScope(scope)
-            with tf.variable_creator_scope(_refuse_keras_3):
+            with tf.variable_creator_scope(refuse_keras_3):
                 spec = call_model_fn(graph_features, graph_labels, self.scope)
             self.spec = spec
             self._check_served(spec)

@@ -33,7 +33,7 @@ import tensorflow as tf
 
 from ..compat.feature_layers import LookupScope
 from ..spec import FeatureSpec
-from .tf_bridge import GraphLayers
+from .tf_bridge import GraphLayers, refuse_keras_3
 
 __all__ = ["ServingScope", "write_saved_model"]
 
@@ -310,7 +310,8 @@ def write_saved_model(export_dir: str, *, serving_input_receiver_fn: Callable[[]
                 initializer=tf.compat.v1.zeros_initializer(), trainable=False)
         scope = ServingScope(features, combiners, variables.__getitem__)
         scope.features = receiver_features
-        spec = call_model_fn(receiver_features, scope)
+        with tf.variable_creator_scope(refuse_keras_3):
+            spec = call_model_fn(receiver_features, scope)
         signatures = _signature_defs(receiver, spec)
         model_variables = [v for v in tf.compat.v1.global_variables()
                            if v is not step_variable and not any(v is t for t in variables.values())]

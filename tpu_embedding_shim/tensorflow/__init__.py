@@ -12,8 +12,11 @@ part of the program; the CPU engine holds and trains the embedding tables.
 TensorFlow itself is not changed. See docs/tensorflow_bridge.md.
 
 Needs TensorFlow: `pip install 'tpu-embedding-shim[tensorflow]'`
-(tensorflow-cpu 2.15.1 and tensorflow-estimator 2.15.0). The core (spec,
-engine, compat) never imports TensorFlow, and nothing imports this module.
+(tensorflow-cpu 2.15.1 and tensorflow-estimator 2.15.0); TensorFlow 2.15.1
+without tensorflow-estimator and TensorFlow 2.21 (with tf_keras for Keras 2
+programs) are covered too (docs/tensorflow_bridge.md, "Which TensorFlow").
+The core (spec, engine, compat) never imports TensorFlow, and nothing
+imports this module.
 """
 
 try:

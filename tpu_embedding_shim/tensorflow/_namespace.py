@@ -16,15 +16,25 @@ from typing import Any, Dict, Mapping, Optional
 
 import tensorflow
 
+from . import _versions
+
 PACKAGE = "tpu_embedding_shim.tensorflow"
 _MISSING = object()
 
 
 def real_attribute(path: str) -> Any:
-    """`tensorflow.<path>` (dotted), or `_MISSING` where TensorFlow has no such name."""
+    """`tensorflow.<path>` (dotted), or `_MISSING` where TensorFlow has no such name.
+
+    TensorFlow 2.15 keeps `tf.estimator` as a lazy loader even without
+    tensorflow-estimator installed: reading it is then an ImportError, which
+    means the same as a missing name.
+    """
     value: Any = tensorflow
     for part in path.split("."):
-        value = getattr(value, part, _MISSING)
+        try:
+            value = getattr(value, part, _MISSING)
+        except ImportError:
+            return _MISSING
         if value is _MISSING:
             return _MISSING
     return value
@@ -45,18 +55,24 @@ class Namespace(types.ModuleType):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         real = real_attribute(self._tf_path)
-        if real is _MISSING:
-            raise AttributeError(f"module 'tensorflow.{self._tf_path}' has no attribute {name!r}: TensorFlow "
-                                 f"{tensorflow.__version__} has no tf.{self._tf_path}; this project's names there are "
-                                 f"{sorted(self._own_names)}.")
-        try:
-            return getattr(real, name)
-        except AttributeError:
-            raise AttributeError(f"module 'tensorflow.{self._tf_path}' has no attribute {name!r}") from None
+        if real is not _MISSING:
+            try:
+                return getattr(real, name)
+            except AttributeError:
+                raise AttributeError(f"module 'tensorflow.{self._tf_path}' has no attribute {name!r}") from None
+            except ImportError:  # a lazy loader whose package is not installed: tf.estimator on TensorFlow 2.15
+                pass
+        raise AttributeError(f"module 'tensorflow.{self._tf_path}' has no attribute {name!r}: "
+                             f"{_versions.why_missing(self._tf_path)}; this project's names there are "
+                             f"{sorted(self._own_names)}.")
 
     def __dir__(self):
         real = real_attribute(self._tf_path)
-        return sorted(set(self._own_names) | (set(dir(real)) if real is not _MISSING else set()))
+        try:
+            theirs = set(dir(real)) if real is not _MISSING else set()
+        except ImportError:
+            theirs = set()
+        return sorted(set(self._own_names) | theirs)
 
     def __repr__(self) -> str:
         return f"<module 'tensorflow.{self._tf_path}' (TensorFlow, with tpu_embedding_shim's TPU-embedding names)>"

@@ -12,6 +12,11 @@ TensorFlow program needs a TensorFlow-facing form:
 - `CrossShardOptimizer` is TensorFlow's over one replica (`_optimizers.py`);
 - the feature-column functions take `tf.DType`s (`_columns.py`).
 
+Where TensorFlow has no `tf.estimator` (tensorflow-estimator not installed,
+or TensorFlow >= 2.16), `tf.estimator.export` is this project's too: the
+serving input receivers and TensorFlow core's export outputs
+(`_serving_input.py`). With tensorflow-estimator it stays TensorFlow's.
+
 Which feature columns: the categorical ones (they are what the engine looks
 up) and `embedding_column`, which takes them. TensorFlow's dense columns
 (`numeric_column`, `bucketized_column`, `indicator_column`,
@@ -27,9 +32,10 @@ from ..compat import v1 as tf1
 from ..compat import v2 as tf2
 from ..compat.v1 import feature_column as v1_feature_column
 from ..compat.v2 import feature_column as v2_feature_column
-from . import _distribute, _midlevel
+from . import _distribute, _midlevel, _versions
 from ._columns import make_parse_example_spec, taking_tf_dtypes
 from ._optimizers import CrossShardOptimizer
+from ._serving_input import EXPORT_NAMES
 
 CATEGORICAL_COLUMNS = (
     "categorical_column_with_identity categorical_column_with_hash_bucket categorical_column_with_vocabulary_file "
@@ -92,6 +98,8 @@ OVERRIDES: Dict[str, Any] = {
     **_from("compat.v1.estimator.tpu", tf1.estimator.tpu, ESTIMATOR_TPU),
     **_from("compat.v1.estimator.tpu.experimental", tf1.estimator.tpu.experimental,
             "EmbeddingConfigSpec " + ALL_PARAMETERS),
+    **({} if _versions.has_estimator() else {**_namespaced("estimator.export", EXPORT_NAMES),
+                                             **_namespaced("compat.v1.estimator.export", EXPORT_NAMES)}),
     # The TPUStrategy stand-in.
     "distribute.TPUStrategy": _distribute.TPUStrategy,
     "distribute.InputOptions": _distribute.InputOptions,
