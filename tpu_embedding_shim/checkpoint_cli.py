@@ -40,6 +40,7 @@ from .compat.engine_checkpoint_reader import GLOBAL_STEP, EngineCheckpoint
 from .engine import checkpoint as engine_checkpoint
 from .engine.checkpoint import EMBEDDING, CheckpointError
 from .engine.tf_bundle import BundleReader, data_files, index_file, write_bundle
+from .spec.optimizers import OPTIMIZER_SPECS
 
 __all__ = ["add_parser", "run", "open_checkpoint", "list_tensors", "show_tensor", "convert", "engine_slot_names",
            "split_engine_names"]
@@ -51,8 +52,6 @@ _STRING_CHARS = 70  # characters of a string element shown
 
 def engine_slot_names() -> List[str]:
     """Every slot name an engine optimizer has (`accumulators`, `momenta`, ...)."""
-    from .spec.optimizers import OPTIMIZER_SPECS
-
     return sorted({name for spec in OPTIMIZER_SPECS.values()
                    for name in spec(learning_rate=0.1).slot_initial_values()})
 

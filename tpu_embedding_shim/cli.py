@@ -17,7 +17,7 @@ from typing import List, Optional
 
 def demo() -> int:
     """TensorFlow's EmbeddingConfigSpec example, lowered and printed."""
-    import tpu_embedding_shim as tf
+    import tpu_embedding_shim as tf  # the program's own import, as TensorFlow's example writes it
 
     column_a = tf.feature_column.categorical_column_with_identity("a", num_buckets=100)
     column_b = tf.feature_column.categorical_column_with_identity("b", num_buckets=100)
@@ -66,7 +66,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     job.add_argument("--dense", choices=["numpy", "tf"], default="numpy",
                      help="the model's dense part: the numpy MLP, or the same model as a TensorFlow model_fn "
                           "(needs the `tensorflow` extra)")
-    from . import checkpoint_cli
+    from . import checkpoint_cli  # its commands' modules load only when one runs, so --help stays fast
 
     checkpoint_cli.add_parser(commands)
     args = parser.parse_args(argv)

@@ -337,6 +337,14 @@ def _device_bad(bad: Bad, device, shape, sequence_columns: Iterable[bool]) -> No
         bad.arg("embedding_lookup_device")
 
 
+def _dimension_and_combiner_bad(bad: Bad, dimension, combiner) -> None:
+    """The rules embedding_column and shared_embedding_columns share for `dimension` and `combiner`."""
+    if not int_at_least(dimension, 1):
+        bad.arg("dimension")
+    if combiner not in ("mean", "sum", "sqrtn"):
+        bad.arg("combiner")
+
+
 def _resolve_shape(token, device):
     tensor_core = device == "tpu_tensor_core"
     if token == "auto":
@@ -363,10 +371,7 @@ def test_embedding_column(a):
         bad.arg("categorical_column")
     if a["column"] == "hash":
         bad.text("HashedCategoricalColumn")
-    if not int_at_least(dimension, 1):
-        bad.arg("dimension")
-    if combiner not in ("mean", "sum", "sqrtn"):
-        bad.arg("combiner")
+    _dimension_and_combiner_bad(bad, dimension, combiner)
     if init is not None and not callable(init):
         bad.arg("initializer")
     if not is_int(msl) or (sequence and msl < 1) or (not sequence and msl != 0):
@@ -498,10 +503,7 @@ def test_shared_embedding_columns(a):
         sequence = name == "s"
         if not is_int(length) or (sequence and length < 1) or (not sequence and length != 0):
             bad.arg("max_sequence_length")
-    if not int_at_least(dimension, 1):
-        bad.arg("dimension")
-    if combiner not in ("mean", "sum", "sqrtn"):
-        bad.arg("combiner")
+    _dimension_and_combiner_bad(bad, dimension, combiner)
     if collection is not None and not nonempty_str(collection):
         bad.arg("shared_embedding_collection_name")
     _device_bad(bad, device, None, [n == "s" for n in names])
@@ -770,6 +772,16 @@ def test_v2_optimizers(a):
 
 # 6. v1 TableConfig / FeatureConfig through EmbeddingConfigSpec -------------------------------------
 
+def _table_config_bad(bad: Bad, vocabulary_size, dimension_name: str, dimension, initializer) -> None:
+    """The rules v1's and v2's TableConfig share: both sizes ints >= 1, the initializer None or callable."""
+    if not int_at_least(vocabulary_size, 1):
+        bad.arg("vocabulary_size")
+    if not int_at_least(dimension, 1):
+        bad.arg(dimension_name)
+    if initializer is not None and not callable(initializer):
+        bad.arg("initializer")
+
+
 V1_CONFIGS = {
     "vocabulary_size": P([10, 1, np.int64(4)], [0, 10.0, -1, None, "10", True]),
     "dimension": P([4, 1], [0, 2.5, None, "4"]),
@@ -792,12 +804,7 @@ V1_PARAMS = {None: None, "adam": v1.AdamParameters(0.3), "x": "x", "sgd_v2": v2.
 def test_v1_table_and_feature_config(a):
     learning_rate, learning_rate_fn = a["learning_rate"], a["learning_rate_fn"]
     bad = Bad()
-    if not int_at_least(a["vocabulary_size"], 1):
-        bad.arg("vocabulary_size")
-    if not int_at_least(a["dimension"], 1):
-        bad.arg("dimension")
-    if a["initializer"] is not None and not callable(a["initializer"]):
-        bad.arg("initializer")
+    _table_config_bad(bad, a["vocabulary_size"], "dimension", a["dimension"], a["initializer"])
     if a["combiner"] not in ("mean", "sum", "sqrtn", None):
         bad.arg("combiner")
     if learning_rate is not None and learning_rate_fn is not None:
@@ -875,12 +882,7 @@ V2_OPTIMIZERS = {None: None, "sgd": v2.SGD(0.2), "sgd_str": "sgd", "adagrad_v1":
 @example(a=first_valid(V2_CONFIGS, output_shape=5))
 def test_v2_table_and_feature_config(a):
     bad = Bad()
-    if not int_at_least(a["vocabulary_size"], 1):
-        bad.arg("vocabulary_size")
-    if not int_at_least(a["dim"], 1):
-        bad.arg("dim")
-    if a["initializer"] is not None and not callable(a["initializer"]):
-        bad.arg("initializer")
+    _table_config_bad(bad, a["vocabulary_size"], "dim", a["dim"], a["initializer"])
     if a["optimizer"] in ("sgd_str", "adagrad_v1"):
         bad.arg("optimizer")
     if a["combiner"] not in ("mean", "sum", "sqrtn"):

@@ -28,14 +28,9 @@ def save(directory, tables, step):
 
 
 @pytest.fixture
-def engine_dir(tmp_path):
+def engine_dir(tmp_path, two_table_engine):
     """A directory of two engine checkpoints of an Adam engine (two slots per table), steps 3 and 8."""
-    spec = EmbeddingSpec(tables=(TableSpec(name="users", vocabulary_size=6, dim=3),
-                                 TableSpec(name="towers/item id", vocabulary_size=4, dim=2)),
-                         features=(FeatureSpec(name="u", table="users", num_buckets=6),
-                                   FeatureSpec(name="i", table="towers/item id", num_buckets=4)),
-                         optimizer=AdamSpec(learning_rate=0.1))
-    engine = Engine(spec, seed=0)
+    engine = two_table_engine(AdamSpec(learning_rate=0.1), users=6, items=4, item_table="towers/item id")
     engine.global_step = 3
     engine.save(str(tmp_path / "ckpts"))
     result = engine.forward({"u": np.array([[1, 2]]), "i": np.array([[3]])})

@@ -30,9 +30,16 @@ E = tf.tpu.experimental.embedding
 B = 16  # train_batch_size
 
 
-def categorical_columns(vocabulary_size):
-    """The pages' `tf.feature_column.categorical_column_with_identity(...)`, filled in."""
-    return [tf.feature_column.categorical_column_with_identity(key, vocabulary_size) for key in ("a", "b", "c")]
+def page_tpu_columns(vocabulary_size):
+    """The TPU columns of pages 000 and 002 (the same lines on both): `a` and `b` share a table, `c` has its own.
+
+    The pages' `tf.feature_column.categorical_column_with_identity(...)` is filled in with `vocabulary_size`.
+    """
+    column_a, column_b, column_c = [tf.feature_column.categorical_column_with_identity(key, vocabulary_size)
+                                    for key in ("a", "b", "c")]
+    tpu_shared_columns = tf.tpu.experimental.shared_embedding_columns([column_a, column_b], 10)
+    tpu_non_shared_column = tf.tpu.experimental.embedding_column(column_c, 10)
+    return [tpu_non_shared_column] + tpu_shared_columns
 
 
 def regression_input_fn(keys, vocabulary_size, seed, labels=True):
@@ -117,10 +124,7 @@ def train_and_check(estimator, input_fn, losses, shapes, width, steps=150):
 
 
 def test_page_000_embedding_config_spec(tmp_path):
-    column_a, column_b, column_c = categorical_columns(20)
-    tpu_shared_columns = tf.tpu.experimental.shared_embedding_columns([column_a, column_b], 10)
-    tpu_non_shared_column = tf.tpu.experimental.embedding_column(column_c, 10)
-    tpu_columns = [tpu_non_shared_column] + tpu_shared_columns
+    tpu_columns = page_tpu_columns(20)
 
     def make_estimator(model_fn, model_dir):
         with pytest.warns(UserWarning, match="`column=` is not an argument"):  # the page's typo, read as feature_columns
@@ -183,10 +187,7 @@ def test_page_002_embedding_config_spec_filled_from_its_args_table(tmp_path):
     # The example is cut off after `estimator = tf.estimator.tpu.TPUEstimator(`; a reader fills it in from the
     # page's Args table (`feature_columns`, `optimization_parameters`), with the compat.v1 names its migration note
     # points at, and an optimizer the page lists (Adam).
-    column_a, column_b, column_c = categorical_columns(30)
-    tpu_shared_columns = tf.tpu.experimental.shared_embedding_columns([column_a, column_b], 10)
-    tpu_non_shared_column = tf.tpu.experimental.embedding_column(column_c, 10)
-    tpu_columns = [tpu_non_shared_column] + tpu_shared_columns
+    tpu_columns = page_tpu_columns(30)
 
     def make_estimator(model_fn, model_dir):
         return tf.compat.v1.estimator.tpu.TPUEstimator(

@@ -10,26 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpu_embedding_shim.engine import optimizers as opt
 from tpu_embedding_shim.engine.optimizers import (
-    apply_sequentially,
-    apply_sparse_update,
-    apply_update,
-    bias_corrected_learning_rate,
-    initial_slots,
-    reference_update,
-    sum_duplicates,
-    touches_all_rows,
+    apply_sequentially, apply_sparse_update, apply_update, bias_corrected_learning_rate, formulas, initial_slots,
+    optimizer_for, sum_duplicates, touches_all_rows,
 )
 from tpu_embedding_shim.spec import (
-    AdagradMomentumSpec,
-    AdagradSpec,
-    AdamSpec,
-    FtrlSpec,
-    MomentumSpec,
-    ProximalAdagradSpec,
-    RMSPropSpec,
-    SGDSpec,
+    AdagradMomentumSpec, AdagradSpec, AdamSpec, FtrlSpec, MomentumSpec, ProximalAdagradSpec, RMSPropSpec, SGDSpec,
 )
 
 
@@ -442,17 +428,17 @@ def test_initial_slots(spec, expected):
 
 
 @pytest.mark.parametrize("spec, function", [
-    (SGDSpec(learning_rate=0.1), opt.sgd_update),
-    (AdagradSpec(learning_rate=0.1), opt.adagrad_update),
-    (AdagradMomentumSpec(learning_rate=0.1), opt.adagrad_momentum_update),
-    (AdamSpec(learning_rate=0.1), opt.adam_update),
-    (FtrlSpec(learning_rate=0.1), opt.ftrl_update),
-    (MomentumSpec(learning_rate=0.1), opt.momentum_update),
-    (RMSPropSpec(learning_rate=0.1), opt.rmsprop_update),
-    (ProximalAdagradSpec(learning_rate=0.1), opt.proximal_adagrad_update),
+    (SGDSpec(learning_rate=0.1), formulas.sgd),
+    (AdagradSpec(learning_rate=0.1), formulas.adagrad),
+    (AdagradMomentumSpec(learning_rate=0.1), formulas.adagrad_momentum),
+    (AdamSpec(learning_rate=0.1), formulas.adam),
+    (FtrlSpec(learning_rate=0.1), formulas.ftrl),
+    (MomentumSpec(learning_rate=0.1), formulas.momentum),
+    (RMSPropSpec(learning_rate=0.1), formulas.rmsprop),
+    (ProximalAdagradSpec(learning_rate=0.1), formulas.proximal_adagrad),
 ], ids=lambda value: getattr(value, "__name__", type(value).__name__))
-def test_reference_update_names_the_per_optimizer_function(spec, function):
-    assert reference_update(spec) is function
+def test_the_registry_names_each_optimizers_formula(spec, function):
+    assert optimizer_for(spec).formula is function
 
 
 # ---------------------------------------------------------------- bad input

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import ctypes
 from typing import NamedTuple
 
 import numpy as np
 import pytest
 
-from tpu_embedding_shim.engine.ragged import Ragged, fingerprint64, hash_bucket, to_ragged
+from tpu_embedding_shim.engine.ragged import Ragged, hash_bucket, to_ragged
 from tpu_embedding_shim.spec import FeatureSpec
 
 
@@ -255,120 +254,3 @@ def test_oov_bucket_is_stable_and_in_range():
     assert set(r.values.tolist()) == {3, 4}  # both buckets are used
     again = to_ragged([tokens], feature=WORDS)
     np.testing.assert_array_equal(r.values, again.values)
-
-
-# --------------------------------------------------------------------------
-# FarmHash Fingerprint64: TF hashes OOV tokens with it (to_hash_bucket_fast)
-# --------------------------------------------------------------------------
-
-
-def _signed(x):
-    return ctypes.c_int64(x).value
-
-
-@pytest.mark.parametrize(
-    "data,expected",
-    [
-        (b"", -7286425919675154353),  # the constant k2
-        (b"test", 8581389452482819506),
-        (b"test" * 8, -4196240717365766262),  # 32 bytes
-        (b"test" * 64, 3500507768004279527),  # 256 bytes
-        (b"alphabet", -2427165924636348523),  # BigQuery FARM_FINGERPRINT
-        (b"1footrue", -1541654101129638711),
-        (b"2applefalse", 2794438866806483259),
-        (b"3true", -4880158226897771312),
-        (b"Amazon Redshift", 8085098817162212970),
-        (b"F7479877-4690-4A44-AFC9-8FE987EA512F:some_other_id", 6862335115798125349),  # 50 bytes
-    ],
-)
-def test_fingerprint64_published_values(data, expected):
-    assert _signed(fingerprint64(data)) == expected
-
-
-def test_fingerprint64_every_length_up_to_3200_bytes():
-    """Guava's cross-check against the C++ reference: hashes of buffers of every
-    length up to 3200 bytes folded into one number."""
-    mask = (1 << 64) - 1
-
-    def remix(h):
-        h ^= h >> 41
-        return (h * 949921979) & mask
-
-    def char(h):
-        return ord("a") + ((h & 0xFFFFF) % 26)
-
-    buf, n, h = bytearray(3200), 0, 0
-    for i in range(800):
-        # Four hashes per round, of prefixes of length i, i^2 % n, i^3 % n and n
-        # (n = bytes written so far, read at each step).
-        for length in (lambda: i, lambda: i * i % n, lambda: i * i * i % n, lambda: n):
-            h = remix(h ^ fingerprint64(bytes(buf[: length()])))
-            buf[n] = char(h)
-            n += 1
-        x0, x1, x2, x3 = buf[n - 1], buf[n - 2], buf[n - 3], buf[n // 2]
-        buf[((x0 << 16) + (x1 << 8) + x2) % n] ^= x3
-        buf[((x1 << 16) + (x2 << 8) + x3) % n] ^= i % 256
-    assert h == 0x7A1D67C50EC7E167
-
-
-def test_hash_bucket_matches_tf_docs_example():
-    # tf.strings.to_hash_bucket_fast(["Hello", "TensorFlow", "2.x"], 3) -> [0, 2, 2]
-    assert [hash_bucket(t, 3) for t in ("Hello", "TensorFlow", "2.x")] == [0, 2, 2]
-    assert hash_bucket(b"Hello", 3) == hash_bucket("Hello", 3)
-    assert hash_bucket(42, 7) == hash_bucket("42", 7)
-
-
-# --------------------------------------------------------------------------
-# Vocabulary mapping: the binary search gives the token dictionary's ids
-# --------------------------------------------------------------------------
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from tpu_embedding_shim.engine import ragged as ragged_module  # noqa: E402
-
-_TOKEN = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=4)
-
-
-@settings(max_examples=60, deadline=None)
-@given(vocab=st.lists(_TOKEN, min_size=1, max_size=12, unique=True), extra=st.lists(_TOKEN, max_size=6),
-       oov=st.integers(0, 3), default=st.booleans(), seed=st.integers(0, 99))
-def test_vocabulary_search_maps_like_the_token_dictionary(vocab, extra, oov, default, seed):
-    """Known tokens, unknown ones (OOV buckets, a default id, or dropped), any unicode: the same ids
-    as the per-token dictionary path (`_sorted_vocabulary` None)."""
-    rng = np.random.default_rng(seed)
-    pool = vocab + extra
-    tokens = np.array([pool[i] for i in rng.integers(0, len(pool), 24)], dtype=str).reshape(6, 4)
-    feature = FeatureSpec(name="f", table="t", num_buckets=len(vocab) + oov, id_source="vocabulary_list",
-                          vocabulary=tuple(vocab), num_oov_buckets=oov,
-                          default_value=0 if default and not oov else None)
-    searched = to_ragged(tokens, feature=feature)
-    entry = ragged_module._VOCAB_CACHE[id(feature.vocabulary)]
-    assert (entry[3] is None) == any(t.endswith("\x00") for t in vocab)  # else the binary search ran
-    ragged_module._VOCAB_CACHE[id(feature.vocabulary)] = entry[:3] + (None,)  # now the dictionary path
-    try:
-        looked_up = to_ragged(tokens, feature=feature)
-    finally:
-        ragged_module._VOCAB_CACHE[id(feature.vocabulary)] = entry
-    np.testing.assert_array_equal(searched.values, looked_up.values)
-    np.testing.assert_array_equal(searched.row_splits, looked_up.row_splits)
-    np.testing.assert_array_equal(searched.positions, looked_up.positions)
-
-
-def test_vocabulary_tokens_numpy_cannot_hold_use_the_dictionary():
-    """A token ending in NUL (numpy strips it) and an int beyond int64 keep the exact dictionary path."""
-    nul = FeatureSpec(name="f", table="t", num_buckets=2, id_source="vocabulary_list", vocabulary=("a\x00", "b"))
-    assert to_ragged(np.array([["a"], ["b"]]), feature=nul).values.tolist() == [1]  # "a" is not "a\x00"
-    assert ragged_module._VOCAB_CACHE[id(nul.vocabulary)][3] is None
-    big = FeatureSpec(name="g", table="t", num_buckets=2, id_source="vocabulary_list", vocabulary=(2**64 - 1, 5))
-    assert to_ragged(np.array([[5], [7]]), feature=big).values.tolist() == [1]
-    assert ragged_module._VOCAB_CACHE[id(big.vocabulary)][3] is None
-
-
-def test_integer_vocabulary_is_searched_too():
-    feature = FeatureSpec(name="f", table="t", num_buckets=5, id_source="vocabulary_list",
-                          vocabulary=(30, 4, 7), num_oov_buckets=2)
-    got = to_ragged(np.array([[7, 30], [4, 99]], dtype=np.int64), feature=feature)
-    assert got.values.tolist()[:3] == [2, 0, 1]
-    assert got.values[3] == 3 + hash_bucket(99, 2)
-    assert ragged_module._VOCAB_CACHE[id(feature.vocabulary)][3] is not None

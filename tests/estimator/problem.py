@@ -55,13 +55,15 @@ def input_fn_for(data, *, limit=None):
     return input_fn
 
 
-def numpy_model_fn(pooled, sequence, *, lr=0.5, record=None):
-    """A logistic regression over [DenseFeatures, mean of SequenceFeatures], gradients written out."""
+def numpy_model_fn(pooled, sequence, *, lr=0.5, record=None, w0=None):
+    """A logistic regression over [DenseFeatures, mean of SequenceFeatures], gradients written out.
+
+    The weights start at `w0` (zeros by default), the bias at 0."""
 
     def model_fn(features, labels, mode, params):
         state = params["dense_state"]
         width = D * (len(pooled) + len(sequence))
-        w = state.setdefault("w", np.zeros(width, np.float32))
+        w = state.setdefault("w", np.zeros(width, np.float32) if w0 is None else w0.copy())
         b = state.setdefault("b", np.zeros((), np.float32))
         net = tf.keras.layers.DenseFeatures(pooled)(features)
         seq, lengths = tf.keras.experimental.SequenceFeatures(sequence)(features)

@@ -136,7 +136,7 @@ def reference(tmp_path_factory):
     return base, values(once)
 
 
-def test_a_kill_before_any_step_of_a_runner_save_loses_nothing(tmp_path, reference):
+def test_a_kill_before_any_step_of_a_runner_save_loses_nothing(tmp_path, reference, killed_copies):
     base, expected = reference
     dry = tmp_path / "dry"
     shutil.copytree(base, dry)
@@ -146,18 +146,10 @@ def test_a_kill_before_any_step_of_a_runner_save_loses_nothing(tmp_path, referen
     assert 8 <= steps <= 40, steps  # renames, fsyncs and removes of one save, its pruning, the lock
     assert resume_to(dry, 4)[0] == 3
     starts = {}
-    for first in range(1, steps + 1, 3):
-        batch = []
-        for k in range(first, min(first + 3, steps + 1)):
-            directory = tmp_path / f"kill-{k}"
-            shutil.copytree(base, directory)
-            batch.append((k, directory, child(directory, "kill", k)))
-        for k, directory, process in batch:
-            code, _, err = finish(process)
-            assert code == -signal.SIGKILL, (k, err)
-            starts[k], est = resume_to(directory, 4)
-            assert_same(values(est), expected)  # bit for bit, from whichever checkpoint survived
-            assert_clean(directory)  # the resumed run's save removed what the killed one left
+    for k, directory in killed_copies(base, steps, lambda directory, k: child(directory, "kill", k), at_once=3):
+        starts[k], est = resume_to(directory, 4)
+        assert_same(values(est), expected)  # bit for bit, from whichever checkpoint survived
+        assert_clean(directory)  # the resumed run's save removed what the killed one left
     # Early kills resume from model.ckpt-2, late ones (after the state file named model.ckpt-3) from 3: the
     # pruning of model.ckpt-2 (keep_checkpoint_max=1) lies between.
     assert set(starts.values()) == {2, 3}

@@ -133,27 +133,28 @@ def test_each_table_is_named_after_the_layer_that_read_its_column(tmp_path, layo
     assert again.get_variable_names() == est.get_variable_names()
 
 
-# TensorFlow's TPU slot names (tensorflow_estimator 2.15, _tpu_estimator_embedding._get_slot_variable_names).
-TPU_SLOTS = {
-    "adagrad": {"Adagrad": "accumulators"},
-    "adam": {"Adam/m": "momenta", "Adam/v": "velocities"},
-    "ftrl": {"Ftrl": "accumulators", "Ftrl_1": "linears"},
-    "momentum": {"Momentum": "momenta"},
-    "rmsprop": {"RMSProp/ms": "ms", "RMSProp/mom": "mom"},
-    "proximal_adagrad": {"ProximalAdagrad": "accumulators"},
-    "sgd": {},
-}
+# TensorFlow's TPU slot names (tensorflow_estimator 2.15, _tpu_estimator_embedding._get_slot_variable_names):
+# (optimizer, {checkpoint suffix: engine slot}).
+TPU_SLOTS = [
+    ("adagrad", {"Adagrad": "accumulators"}),
+    ("adam", {"Adam/m": "momenta", "Adam/v": "velocities"}),
+    ("ftrl", {"Ftrl": "accumulators", "Ftrl_1": "linears"}),
+    ("momentum", {"Momentum": "momenta"}),
+    ("proximal_adagrad", {"ProximalAdagrad": "accumulators"}),
+    ("rmsprop", {"RMSProp/ms": "ms", "RMSProp/mom": "mom"}),
+    ("sgd", {}),
+]
 
 
-@pytest.mark.parametrize("optimizer", sorted(TPU_SLOTS))
-def test_slots_get_tensorflows_tpu_names(tmp_path, optimizer):
+@pytest.mark.parametrize("optimizer,tpu_slots", TPU_SLOTS, ids=[optimizer for optimizer, _ in TPU_SLOTS])
+def test_slots_get_tensorflows_tpu_names(tmp_path, optimizer, tpu_slots):
     est = trained(tmp_path, optimizer=optimizer, steps=2)
     table = "dense_features/user_embedding/embedding_weights"
     assert [n for n in est.get_variable_names() if n.startswith(table + "/")] == \
-        sorted(f"{table}/{suffix}" for suffix in TPU_SLOTS[optimizer])
+        sorted(f"{table}/{suffix}" for suffix in tpu_slots)
     slots = est.engine.slots("tbl_user")
     reader = tf.train.load_checkpoint(str(tmp_path))
-    for suffix, slot in TPU_SLOTS[optimizer].items():
+    for suffix, slot in tpu_slots.items():
         np.testing.assert_array_equal(reader.get_tensor(f"{table}/{suffix}"), slots[slot])
         np.testing.assert_array_equal(est.get_variable_value(f"{table}/{suffix}"), slots[slot])
     np.testing.assert_array_equal(reader.get_tensor(table), est.engine.table("tbl_user"))
@@ -665,9 +666,9 @@ def test_a_table_that_does_not_fit_is_named_and_changes_nothing(tmp_path):
                                               r"tbl_user is \[9, 2\] in this program"):
         est.engine
     fresh = make()
-    fresh._build()
-    np.testing.assert_array_equal(est._engine.table("tbl_user"), fresh._engine.table("tbl_user"))
-    assert est._engine.global_step == 0
+    fresh._state.build()
+    np.testing.assert_array_equal(est._state.engine.table("tbl_user"), fresh._state.engine.table("tbl_user"))
+    assert est._state.engine.global_step == 0
 
 
 def test_a_state_file_naming_a_missing_checkpoint_is_refused(tmp_path):

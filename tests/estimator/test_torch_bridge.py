@@ -5,7 +5,7 @@ import pytest
 
 import tpu_embedding_shim as tf
 
-from .problem import D, columns, estimator, input_fn_for, make_data
+from .problem import D, columns, estimator, input_fn_for, make_data, numpy_model_fn
 
 torch = pytest.importorskip("torch", reason="needs torch: the `torch` extra, pip install -e '.[torch]'")  # torch is an optional extra; this test needs it
 from tpu_embedding_shim.estimator import torch_bridge  # noqa: E402
@@ -43,36 +43,10 @@ def _linear():
     return module
 
 
-def numpy_twin(pooled, sequence, lr=0.5):
-    """The same model with its gradients written out by hand."""
-    def model_fn(features, labels, mode, params):
-        state = params["dense_state"]
-        w = state.setdefault("w", W0.copy())
-        b = state.setdefault("b", np.zeros((), np.float32))
-        net = tf.keras.layers.DenseFeatures(pooled)(features)
-        seq, lengths = tf.keras.experimental.SequenceFeatures(sequence)(features)
-        count = np.maximum(lengths, 1).astype(np.float32)
-        z = np.concatenate([net, seq.sum(axis=1) / count[:, None]], axis=1)
-        logits = z @ w + b
-        p = 1 / (1 + np.exp(-logits))
-        d_logits = (p - labels) / len(labels)
-        d_z = np.outer(d_logits, w)
-        d_seq = np.repeat((d_z[:, 2 * D:] / count[:, None])[:, None, :], seq.shape[1], axis=1)
-
-        def train_op():
-            state["w"] = w - lr * (z.T @ d_logits)
-            state["b"] = b - lr * d_logits.sum()
-
-        return tf.estimator.tpu.TPUEstimatorSpec(
-            mode, loss=float(np.mean(np.logaddexp(0, logits) - labels * logits)), train_op=train_op,
-            embedding_gradients={net: d_z[:, :2 * D], seq: d_seq})
-    return model_fn
-
-
 def test_torch_model_trains_and_matches_its_numpy_twin(tmp_path):
     pooled, sequence, cols = columns()
     with_torch = estimator(tmp_path / "torch", torch_model_fn(pooled, sequence), cols)
-    with_numpy = estimator(tmp_path / "numpy", numpy_twin(pooled, sequence), cols)
+    with_numpy = estimator(tmp_path / "numpy", numpy_model_fn(pooled, sequence, w0=W0), cols)  # gradients by hand
     with_torch.train(input_fn_for(TRAIN), steps=5)
     with_numpy.train(input_fn_for(TRAIN), steps=5)
     for table in ("tbl_user", "tbl_hist_item_shared_embedding"):

@@ -38,7 +38,8 @@ LABELS = np.array([1.0, -0.5, 0.25, 2.0], np.float32)
 # TensorFlow 2.15 -----------------------------------------------------------------------------------------
 
 
-def tf_columns(tf):
+def columns(tf):
+    """The program's columns, built with the module `tf`: TensorFlow 2.15 or this package (the same calls)."""
     fc, tpu = tf.feature_column, tf.compat.v1.tpu.experimental
     init = tf.compat.v1.truncated_normal_initializer(stddev=0.5, seed=7)
     user = tpu.embedding_column(fc.categorical_column_with_identity("user", V_USER), D, initializer=init)
@@ -61,7 +62,7 @@ def tf_optimizer(tf, name, lr):
 
 def tf_estimator(tf, model_dir, *, optimizer="adagrad", lr=0.1, warm_start_from=None, keep=1):
     """TensorFlow's TPUEstimator(use_tpu=False) running the program (tables trained by `optimizer`, as on a CPU)."""
-    user, item, hist, shared = tf_columns(tf)
+    user, item, hist, shared = columns(tf)
 
     def input_fn(params):
         features = {k: tf.constant(v) for k, v in FEATURES.items()}
@@ -98,15 +99,7 @@ def tf_estimator(tf, model_dir, *, optimizer="adagrad", lr=0.1, warm_start_from=
 def shim_columns():
     import tpu_embedding_shim as tf
 
-    fc, tpu = tf.feature_column, tf.tpu.experimental
-    init = tf.compat.v1.truncated_normal_initializer(stddev=0.5, seed=7)
-    user = tpu.embedding_column(fc.categorical_column_with_identity("user", V_USER), D, initializer=init)
-    item = tpu.embedding_column(fc.categorical_column_with_identity("item", V_ITEM), D, initializer=init)
-    hist = tpu.embedding_column(fc.sequence_categorical_column_with_identity("hist", V_HIST), D,
-                                max_sequence_length=L, initializer=init)
-    shared = tpu.shared_embedding_columns([fc.categorical_column_with_identity("q2", V_Q),
-                                           fc.categorical_column_with_identity("q1", V_Q)], D, initializer=init)
-    return user, item, hist, shared
+    return columns(tf)
 
 
 def shim_optimizer(name, lr):

@@ -32,6 +32,8 @@ from tpu_embedding_shim.engine.tf_bundle import (
 )
 from tpu_embedding_shim.engine.tf_bundle.object_graph import OBJECT_GRAPH_KEY
 
+from .nests import assert_same_structure
+
 E = tf.tpu.experimental.embedding
 V, D = 9, 2
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "tf_checkpoints"
@@ -201,21 +203,6 @@ def zeroed(structure):
     if isinstance(structure, list):
         return [zeroed(v) for v in structure]
     return np.zeros_like(structure)
-
-
-def assert_same_structure(a, b):
-    assert type(a) is type(b)
-    if isinstance(a, dict):
-        assert list(a) == list(b)
-        for key in a:
-            assert_same_structure(a[key], b[key])
-    elif isinstance(a, list):
-        assert len(a) == len(b)
-        for x, y in zip(a, b):
-            assert_same_structure(x, y)
-    else:
-        assert a.dtype == b.dtype and a.shape == b.shape
-        np.testing.assert_array_equal(a, b)
 
 
 @settings(max_examples=60, deadline=None)

@@ -142,7 +142,7 @@ def finish(process):
     return process.returncode, out, err
 
 
-def test_a_kill_before_any_step_of_a_save_loses_nothing(tmp_path):
+def test_a_kill_before_any_step_of_a_save_loses_nothing(tmp_path, killed_copies):
     base = tmp_path / "base"
     save_first(base)
     dry = tmp_path / "dry"
@@ -153,22 +153,13 @@ def test_a_kill_before_any_step_of_a_save_loses_nothing(tmp_path):
     assert 10 <= steps <= 40, steps  # renames, removes and fsyncs of one save
     assert check(dry)[0] == 2
     outcomes = {}
-    for first in range(1, steps + 1, 2):
-        batch = []
-        for k in (first, first + 1):
-            if k <= steps:
-                directory = tmp_path / f"kill-{k}"
-                shutil.copytree(base, directory)
-                batch.append((k, directory, child(directory, "kill", k)))
-        for k, directory, process in batch:
-            code, _, err = finish(process)
-            assert code == -signal.SIGKILL, (k, err)
-            outcomes[k], manager, embedding, model = check(directory)
-            # The next save removes what the killed one left, and is itself complete.
-            model["w"][:] = 7
-            path = manager.save()
-            assert_clean(directory)
-            assert is_bundle(path) and read_state(str(directory)).model_checkpoint_path == path
+    for k, directory in killed_copies(base, steps, lambda directory, k: child(directory, "kill", k), at_once=2):
+        outcomes[k], manager, embedding, model = check(directory)
+        # The next save removes what the killed one left, and is itself complete.
+        model["w"][:] = 7
+        path = manager.save()
+        assert_clean(directory)
+        assert is_bundle(path) and read_state(str(directory)).model_checkpoint_path == path
     # Early kills keep ckpt-1, late ones (after the state file named ckpt-2) keep ckpt-2.
     assert set(outcomes.values()) == {1, 2}
     assert outcomes[1] == 1 and outcomes[steps] == 2

@@ -7,6 +7,8 @@ import pytest
 
 import tpu_embedding_shim as tf
 
+from .nests import assert_same_structure
+
 E = tf.tpu.experimental.embedding
 V, D = 12, 3
 
@@ -57,19 +59,6 @@ def trained_embedding():
     return embedding
 
 
-def assert_nest_equal(a, b):
-    assert type(a) is type(b)
-    if isinstance(a, dict):
-        assert list(a) == list(b)
-        for key in a:
-            assert_nest_equal(a[key], b[key])
-    elif isinstance(a, list):
-        for x, y in zip(a, b):
-            assert_nest_equal(x, y)
-    else:
-        np.testing.assert_array_equal(a, b)
-
-
 def test_serving_lookups_equal_the_training_lookups(tmp_path):
     embedding = trained_embedding()
     embedding.enqueue(features(), weights=weights(), training=False)
@@ -78,7 +67,7 @@ def test_serving_lookups_equal_the_training_lookups(tmp_path):
 
     # serving_embedding_lookup on the trained tables
     served = E.serving_embedding_lookup(features(), weights(), embedding.embedding_tables, embedding._feature_config)
-    assert_nest_equal(served, training)
+    assert_same_structure(served, training)
 
     # TPUEmbeddingForServing restored from the training checkpoint (no optimizer: slots are skipped)
     path = tf.train.Checkpoint(embedding=embedding).save(str(tmp_path / "ckpt"))
@@ -86,8 +75,8 @@ def test_serving_lookups_equal_the_training_lookups(tmp_path):
     status = tf.train.Checkpoint(embedding=serving).restore(path).assert_existing_objects_matched()
     with pytest.raises(AssertionError, match="accumulators"):  # the slots are left over, as in TensorFlow 2.15
         status.assert_consumed()
-    assert_nest_equal(serving.embedding_lookup(features(), weights()), training)
-    assert_nest_equal(serving(features(), weights()), training)
+    assert_same_structure(serving.embedding_lookup(features(), weights()), training)
+    assert_same_structure(serving(features(), weights()), training)
     assert sorted(next(iter(serving.variables.values()))) == ["parameters"]
 
 

@@ -74,21 +74,18 @@ def test_dense_model_gradients_match_finite_differences():
 
     logits = model.forward(pooled, sequence, lengths)
     d_pooled, d_sequence, _ = model.backward((ml_model._sigmoid(logits) - labels) / 4, sequence.shape)
-    eps = 1e-6
+
+    def central_difference(argument, index, eps=1e-6):
+        """d loss / d argument[index] (argument 0: pooled, 1: sequence), numerically."""
+        bumped, lower = [pooled.copy(), sequence.copy()], [pooled.copy(), sequence.copy()]
+        bumped[argument][index] += eps
+        lower[argument][index] -= eps
+        return (loss(*bumped) - loss(*lower)) / (2 * eps)
+
     for index in [(0, 0), (1, 3), (2, 6), (3, 7)]:
-        bumped = pooled.copy()
-        bumped[index] += eps
-        lower = pooled.copy()
-        lower[index] -= eps
-        numeric = (loss(bumped, sequence) - loss(lower, sequence)) / (2 * eps)
-        assert d_pooled[index] == pytest.approx(numeric, rel=1e-3, abs=1e-6)
+        assert d_pooled[index] == pytest.approx(central_difference(0, index), rel=1e-3, abs=1e-6)
     for index in [(1, 1, 2), (2, 5, 0), (3, 4, 1)]:
-        bumped = sequence.copy()
-        bumped[index] += eps
-        lower = sequence.copy()
-        lower[index] -= eps
-        numeric = (loss(pooled, bumped) - loss(pooled, lower)) / (2 * eps)
-        assert d_sequence[index] == pytest.approx(numeric, rel=1e-3, abs=1e-6)
+        assert d_sequence[index] == pytest.approx(central_difference(1, index), rel=1e-3, abs=1e-6)
     assert d_sequence[3, 4, 1] == 0.0  # beyond the length: no gradient
 
 

@@ -33,17 +33,6 @@ BAD_TABLES = [
     ({"optimizer": "adagrad"}, TypeError, "optimizer"),
 ]
 
-
-@pytest.mark.parametrize("overrides,error,fragment", BAD_TABLES, ids=[str(o) for o, _, _ in BAD_TABLES])
-def test_bad_table_is_refused_naming_the_argument(overrides, error, fragment):
-    with pytest.raises(error, match=fragment):
-        table(**overrides)
-
-
-def test_table_default_initializer_is_truncated_normal_one_over_sqrt_dim():
-    assert table(dim=16).initializer == TruncatedNormal(mean=0.0, stddev=0.25)
-
-
 BAD_FEATURES = [
     ({"max_sequence_length": -1}, ValueError, "max_sequence_length"),
     ({"max_sequence_length": 2.0}, ValueError, "max_sequence_length"),
@@ -59,11 +48,18 @@ BAD_FEATURES = [
     ({"weight_key": ""}, ValueError, "weight_key"),
 ]
 
+BAD_SPECS = [(table, *row) for row in BAD_TABLES] + [(feature, *row) for row in BAD_FEATURES]
 
-@pytest.mark.parametrize("overrides,error,fragment", BAD_FEATURES, ids=[str(o) for o, _, _ in BAD_FEATURES])
-def test_bad_feature_is_refused_naming_the_argument(overrides, error, fragment):
+
+@pytest.mark.parametrize("build,overrides,error,fragment", BAD_SPECS,
+                         ids=[f"{build.__name__}-{o}" for build, o, _, _ in BAD_SPECS])
+def test_bad_table_or_feature_is_refused_naming_the_argument(build, overrides, error, fragment):
     with pytest.raises(error, match=fragment):
-        feature(**overrides)
+        build(**overrides)
+
+
+def test_table_default_initializer_is_truncated_normal_one_over_sqrt_dim():
+    assert table(dim=16).initializer == TruncatedNormal(mean=0.0, stddev=0.25)
 
 
 BAD_OPTIMIZERS = [

@@ -2,7 +2,7 @@
 TensorFlow's format is read and restored by TensorFlow; a checkpoint TensorFlow saved with the engine's names
 converts back to an engine checkpoint with equal values.
 
-Runs only where TensorFlow is installed (see test_tf_bundle_interop.py).
+Runs only where TensorFlow is installed (see __init__.py).
 """
 
 import numpy as np
@@ -13,17 +13,11 @@ tf = pytest.importorskip("tensorflow", reason="the TensorFlow interop tests need
 
 from tpu_embedding_shim.cli import main  # noqa: E402
 from tpu_embedding_shim.engine.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
-from tpu_embedding_shim.engine.engine import Engine  # noqa: E402
-from tpu_embedding_shim.spec import AdagradSpec, EmbeddingSpec, FeatureSpec, TableSpec  # noqa: E402
+from tpu_embedding_shim.spec import AdagradSpec  # noqa: E402
 
 
-def test_tensorflow_reads_and_restores_a_converted_engine_checkpoint(tmp_path):
-    spec = EmbeddingSpec(tables=(TableSpec(name="users", vocabulary_size=7, dim=3),
-                                 TableSpec(name="towers/items", vocabulary_size=5, dim=2)),
-                         features=(FeatureSpec(name="u", table="users", num_buckets=7),
-                                   FeatureSpec(name="i", table="towers/items", num_buckets=5)),
-                         optimizer=AdagradSpec(learning_rate=0.5))
-    engine = Engine(spec, seed=0)
+def test_tensorflow_reads_and_restores_a_converted_engine_checkpoint(tmp_path, two_table_engine):
+    engine = two_table_engine(AdagradSpec(learning_rate=0.5), users=7, items=5, item_table="towers/items")
     result = engine.forward({"u": np.array([[1, 4]]), "i": np.array([[2]])})
     engine.apply_gradients(result, {"u": np.ones((1, 3), np.float32), "i": np.ones((1, 2), np.float32)})
     path = engine.save(str(tmp_path / "engine"))

@@ -1,11 +1,7 @@
 """The mid-level API's checkpoints both ways against a real TensorFlow (2.15): `tf.train.Checkpoint` of an embedding
 written here restores into TensorFlow's `TPUEmbeddingForServing` / `TPUEmbedding`, and TensorFlow's restore here.
 
-Runs only where TensorFlow is installed (a separate venv; the project never
-depends on it):
-
-    /work/tfvenv/bin/pip install -e '.[test]'
-    /work/tfvenv/bin/python -m pytest tests/tf_interop -q
+Runs only where TensorFlow is installed (see __init__.py).
 """
 
 import os

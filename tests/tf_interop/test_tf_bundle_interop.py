@@ -1,11 +1,7 @@
 """TensorFlow checkpoints both ways, against a real TensorFlow (2.15): TF writes -> we read, we write -> TF reads
 and restores into TF variables.
 
-Runs only where TensorFlow is installed (a separate venv; the project never
-depends on it):
-
-    /work/tfvenv/bin/pip install -e '.[test]'
-    /work/tfvenv/bin/python -m pytest tests/tf_interop -q
+Runs only where TensorFlow is installed (see __init__.py).
 """
 
 import itertools

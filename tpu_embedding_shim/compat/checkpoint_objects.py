@@ -43,7 +43,8 @@ import numpy as np
 from ..engine.checkpoint import CheckpointError
 from ..engine.tf_bundle.dtypes import code_of, name_of
 from ..engine.tf_bundle.object_graph import Node, checkpoint_key
-from .tpu_embedding_v2 import MidLevelBase
+from .checkpoint_sources import shim_key
+from .midlevel_base import MidLevelBase
 
 __all__ = ["adapter_for", "Plan", "TF_VARIABLE_NAME", "EMBEDDING_SAVER"]
 
@@ -286,8 +287,6 @@ class _Embedding:
         return root
 
     def extras(self, path: Path) -> Dict[str, Any]:
-        from .checkpoint_sources import shim_key
-
         return {shim_key(path, "global_step"): np.int64(self._value.engine.global_step)}
 
     def plan(self, source: Any, path: Path, plan: Plan) -> None:

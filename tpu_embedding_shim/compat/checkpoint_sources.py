@@ -35,6 +35,7 @@ from ..engine.tf_bundle import BundleReader, NotFoundError, is_bundle
 from ..engine.tf_bundle.dtypes import code_of, name_of
 from ..engine.tf_bundle.object_graph import OBJECT_GRAPH_KEY, VARIABLE_VALUE, TrackableObjectGraph, escape_local_name
 from ..engine.tf_bundle.wire import WireError
+from .checkpoint_reader import latest_checkpoint
 
 __all__ = ["Saved", "BundleSource", "LegacySource", "open_source", "shim_key", "LEGACY_MANIFEST", "SHIM_KEY"]
 
@@ -199,8 +200,6 @@ def open_source(path: str) -> Any:
         return LegacySource(path)
     hint = ""
     if os.path.isdir(path):
-        from .checkpoint_reader import latest_checkpoint
-
         latest = latest_checkpoint(path)
         hint = (f" It is a directory: did you mean tf.train.latest_checkpoint({path!r}) = {latest!r}?" if latest
                 else " It is a directory, with no checkpoint recorded in it.")

@@ -25,6 +25,7 @@ import warnings
 from typing import Any, Dict, Tuple
 
 from ..spec.checks import check_bool, check_callable, check_real, fail, parse_partition_strategy
+from . import lowering
 from .feature_columns import EmbeddingColumn, NumericColumn
 from .tpu_embedding_v1 import OPTIMIZATION_PARAMETER_CLASSES, FeatureConfig, TableConfig
 from .tpu_feature_columns import TENSOR_CORE, TPU_EMBEDDING_COLUMN_CLASSES
@@ -103,8 +104,6 @@ class EmbeddingConfigSpec(collections.namedtuple("EmbeddingConfigSpec", _FIELDS)
 
     def to_spec(self, num_shards: int = 1):
         """The `EmbeddingSpec` the engine runs (tables split into `num_shards`)."""
-        from . import lowering
-
         return lowering.spec_from_embedding_config_spec(self, num_shards=num_shards)
 
 
@@ -220,8 +219,6 @@ def get_configs_from_feature_columns(feature_columns):
     Tables are keyed `'tbl_' + column.get_embedding_var_name()`, features by
     feature key, with TensorFlow's duplicate-feature check.
     """
-    from . import lowering
-
     tables, features = lowering.specs_from_feature_columns(list(feature_columns), optimizer=None)
     columns_by_table = {}
     for column in feature_columns:

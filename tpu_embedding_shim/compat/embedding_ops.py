@@ -47,7 +47,7 @@ from typing import Any, List, NamedTuple, Optional, Tuple
 import numpy as np
 
 from ..engine import lookup
-from ..engine.ragged import Ragged, to_ragged
+from ..engine.ragged import Ragged, is_ragged_tensor, is_sparse, to_ragged
 from ..engine.sharding import locate, shard_sizes
 from ..spec import FeatureSpec, parse_combiner, parse_partition_strategy
 from ..spec.checks import check_bool, check_real
@@ -66,14 +66,6 @@ __all__ = [
 # --------------------------------------------------------------------------
 # Arguments
 # --------------------------------------------------------------------------
-
-
-def _is_sparse(x: Any) -> bool:
-    return all(hasattr(x, a) for a in ("indices", "values", "dense_shape"))
-
-
-def _is_ragged(x: Any) -> bool:
-    return hasattr(x, "values") and hasattr(x, "row_splits")
 
 
 def _max_norm(max_norm: Any) -> Optional[float]:
@@ -194,7 +186,7 @@ def _as_coo(x: Any, name: str, *, safe: bool) -> Tuple[_Coo, Tuple[int, ...]]:
     the rows are all dimensions but the last. Plain lookup (TensorFlow's
     segments are the first index): the rows are the first dimension.
     """
-    if _is_sparse(x):
+    if is_sparse(x):
         st = SparseTensor(x.indices, x.values, x.dense_shape)
         indices, shape = st.indices, st.dense_shape
         if shape.size == 0:
@@ -218,10 +210,10 @@ def _batch(
 ) -> Tuple[Ragged, Tuple[int, ...]]:
     """The engine's batch for a pooled lookup, every id checked, and the output's leading shape."""
     ids_name, weights_name = names
-    if _is_sparse(sp_ids):
-        kind, same_kind = "SparseTensor", _is_sparse
-    elif _is_ragged(sp_ids):
-        kind, same_kind = "RaggedTensor", _is_ragged
+    if is_sparse(sp_ids):
+        kind, same_kind = "SparseTensor", is_sparse
+    elif is_ragged_tensor(sp_ids):
+        kind, same_kind = "RaggedTensor", is_ragged_tensor
     else:
         raise TypeError(f"Argument `{ids_name}` must be a SparseTensor or a RaggedTensor. "
                         f"Received: {type(sp_ids).__name__}.")
@@ -332,10 +324,10 @@ def embedding_lookup(
     strategy = parse_partition_strategy(partition_strategy)
     max_norm = _max_norm(max_norm)
     table = _table(params, strategy, "params")
-    if _is_sparse(ids):
+    if is_sparse(ids):
         raise ValueError("Argument `ids` must be a dense array of ids. Received: a SparseTensor; "
                          "use embedding_lookup_sparse or safe_embedding_lookup_sparse.")
-    if _is_ragged(ids):
+    if is_ragged_tensor(ids):
         raise TypeError("Argument `ids` must be a dense array of ids. Received: a RaggedTensor; look up "
                         "`ids.values` and keep `ids.row_splits`, or use embedding_lookup_sparse to combine rows.")
     ids = _int_ids("ids", np.asarray(ids))

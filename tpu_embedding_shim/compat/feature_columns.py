@@ -384,8 +384,24 @@ class CrossedColumn(CategoricalColumn):
         return list(self.keys)
 
 
+class BaseEmbeddingColumn(OverCategoricalColumn, DenseColumn, SequenceDenseColumn):
+    """What every embedding column has, TPU or not: the name `<categorical column's name>_embedding` (a
+    shared TPU column's suffix is `_shared_embedding`) and one example's shape, `(dimension,)` (TensorFlow:
+    `TensorShape([dimension])`)."""
+
+    _name_suffix = "_embedding"
+
+    @property
+    def name(self) -> str:
+        return f"{self.categorical_column.name}{self._name_suffix}"
+
+    @property
+    def variable_shape(self) -> Tuple[int, ...]:
+        return (self.dimension,)
+
+
 @dataclasses.dataclass(frozen=True, eq=True)
-class EmbeddingColumn(OverCategoricalColumn, DenseColumn, SequenceDenseColumn):
+class EmbeddingColumn(BaseEmbeddingColumn):
     """`tf.feature_column.embedding_column`: NOT a TPU column.
 
     `EmbeddingConfigSpec` refuses it here (TensorFlow fails later); use
@@ -400,14 +416,6 @@ class EmbeddingColumn(OverCategoricalColumn, DenseColumn, SequenceDenseColumn):
     tensor_name_in_ckpt: Any = None
     max_norm: Any = None
     trainable: bool = True
-
-    @property
-    def name(self) -> str:
-        return f"{self.categorical_column.name}_embedding"
-
-    @property
-    def variable_shape(self) -> Tuple[int, ...]:
-        return (self.dimension,)
 
 
 # Constructors ------------------------------------------------------------------

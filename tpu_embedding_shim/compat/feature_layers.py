@@ -420,7 +420,37 @@ def _dense_output(columns: Sequence[FeatureColumn], features: Any, owner: str,
 # The layers ------------------------------------------------------------------------------
 
 
-class DenseFeatures:
+class _FeatureLayer:
+    """What DenseFeatures and SequenceFeatures share: their columns, checked, `trainable` and a `name`.
+
+    The columns are normalized (a sorted list), each must be a `_column_type` and a TPU embedding or numeric
+    column, then pass the layer's own `_check_columns`; only then is a default name taken (unique in the
+    step), so a refused layer changes nothing.
+    """
+
+    _owner = "layer"  # the name errors give
+    _column_type: type = FeatureColumn
+    _default_name = "layer"
+
+    def __init__(self, feature_columns: Any, trainable: bool, name: Optional[str]):
+        columns = normalize_feature_columns(feature_columns)
+        _check_type(columns, self._column_type)
+        for column in columns:
+            _check_embeddable(column, self._owner)
+        self._check_columns(columns)
+        self._feature_columns = columns
+        self.trainable = trainable
+        self.name = _layer_name(name, self._default_name)
+
+    def _check_columns(self, columns: List[FeatureColumn]) -> None:
+        """Raises what this layer refuses in `columns` (checked and sorted already)."""
+
+    @property
+    def feature_columns(self) -> List[FeatureColumn]:
+        return list(self._feature_columns)
+
+
+class DenseFeatures(_FeatureLayer):
     """`tf.keras.layers.DenseFeatures`: the concatenated [B, sum D] activations of its columns.
 
     Args:
@@ -436,23 +466,18 @@ class DenseFeatures:
     """
 
     _owner = "DenseFeatures"
+    _column_type = DenseColumn
+    _default_name = "dense_features"
 
     def __init__(self, feature_columns: Any, trainable: bool = True, name: Optional[str] = None,
                  partitioner: Any = None, **kwargs: Any):
-        columns = normalize_feature_columns(feature_columns)
-        _check_type(columns, DenseColumn)
+        super().__init__(feature_columns, trainable, name)
+
+    def _check_columns(self, columns: List[FeatureColumn]) -> None:
         for column in columns:
-            _check_embeddable(column, self._owner)
             if isinstance(column, TPU_EMBEDDING_COLUMN_CLASSES) and isinstance(
                     column.categorical_column, SequenceCategoricalColumn):
                 raise _dense_sequence_error(column, "DenseFeatures")
-        self._feature_columns = columns
-        self.trainable = trainable
-        self.name = _layer_name(name, "dense_features")
-
-    @property
-    def feature_columns(self) -> List[FeatureColumn]:
-        return list(self._feature_columns)
 
     def __call__(self, features: Mapping[str, Any], cols_to_output_tensors: Optional[dict] = None,
                  training: Any = None) -> EmbeddingActivations:
@@ -506,7 +531,7 @@ def input_layer(features: Mapping[str, Any], feature_columns: Any, weight_collec
     return output
 
 
-class SequenceFeatures:
+class SequenceFeatures(_FeatureLayer):
     """`tf.keras.experimental.SequenceFeatures`: ([B, L, sum D] activations, [B] lengths).
 
     Every column must be a TPU embedding column over a
@@ -518,12 +543,14 @@ class SequenceFeatures:
     """
 
     _owner = "SequenceFeatures"
+    _column_type = SequenceDenseColumn
+    _default_name = "sequence_features"
 
     def __init__(self, feature_columns: Any, trainable: bool = True, name: Optional[str] = None, **kwargs: Any):
-        columns = normalize_feature_columns(feature_columns)
-        _check_type(columns, SequenceDenseColumn)
+        super().__init__(feature_columns, trainable, name)
+
+    def _check_columns(self, columns: List[FeatureColumn]) -> None:
         for column in columns:
-            _check_embeddable(column, self._owner)
             if not isinstance(column.categorical_column, SequenceCategoricalColumn):
                 raise ValueError(
                     f"In embedding_column: {column.name}. categorical_column must be of type "
@@ -535,13 +562,6 @@ class SequenceFeatures:
         if len(set(lengths.values())) > 1:
             raise ValueError(f"{self._owner}: all columns must have the same max_sequence_length to be concatenated "
                              f"along the last axis. Received: {lengths}.")
-        self._feature_columns = columns
-        self.trainable = trainable
-        self.name = _layer_name(name, "sequence_features")
-
-    @property
-    def feature_columns(self) -> List[FeatureColumn]:
-        return list(self._feature_columns)
 
     def __call__(self, features: Mapping[str, Any], training: Any = None) -> Tuple[EmbeddingActivations, np.ndarray]:
         if not isinstance(features, Mapping):

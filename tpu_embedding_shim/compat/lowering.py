@@ -1,9 +1,9 @@
 """The one place TensorFlow-shaped objects become specs.
 
-Optimizer parameter classes (v1 `*Parameters`, v2 `SGD` / `Adagrad` / ...)
-become `OptimizerSpec`s; TPU embedding columns, v1 config dicts and v2
-`FeatureConfig` nests become an `EmbeddingSpec`. Nothing else in `compat/`
-builds specs or knows the engine.
+TPU embedding columns, v1 config dicts and v2 `FeatureConfig` nests become
+an `EmbeddingSpec`; the optimizer objects in them become `OptimizerSpec`s
+through `optimizer_lowering.py` (re-exported here). Nothing else in
+`compat/` builds specs or knows the engine.
 
 Naming follows TensorFlow: a column's table is `'tbl_' +
 column.get_embedding_var_name()`, its feature is
@@ -20,128 +20,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..spec import (
-    AdagradMomentumSpec, AdagradSpec, AdamSpec, EmbeddingSpec, FeatureSpec, FtrlSpec, MomentumSpec,
-    OptimizerSpec, ProximalAdagradSpec, RMSPropSpec, SGDSpec, TableSpec,
-)
-from . import tpu_embedding_v1 as v1
+from ..spec import EmbeddingSpec, FeatureSpec, OptimizerSpec, TableSpec
+from ..spec.initializers import Constant
 from . import tpu_embedding_v2_utils as v2
 from .feature_columns import (
     CategoricalColumn, IdentityCategoricalColumn, NumericColumn, SequenceCategoricalColumn,
     VocabularyFileCategoricalColumn, VocabularyListCategoricalColumn, WeightedCategoricalColumn,
 )
+from .nest import flatten_with_paths, path_string
+from .optimizer_lowering import LearningRateMemo, ZeroArgumentLearningRate, build, optimizer_spec  # noqa: F401
 from .tpu_feature_columns import TPU_EMBEDDING_COLUMN_CLASSES
-
-_COMMON = ("learning_rate", "use_gradient_accumulation", "clip_weight_min", "clip_weight_max",
-           "weight_decay_factor", "clip_gradient_min", "clip_gradient_max")
-
-# TF class -> (spec class, {spec field: TF attribute}) beyond the common fields.
-_OPTIMIZERS = {
-    v1.StochasticGradientDescentParameters: (SGDSpec, {}),
-    v1.AdagradParameters: (AdagradSpec, {"initial_accumulator": "initial_accumulator"}),
-    v1.ProximalAdagradParameters: (ProximalAdagradSpec, {
-        "initial_accumulator": "initial_accumulator", "l1_regularization_strength": "l1_regularization_strength",
-        "l2_regularization_strength": "l2_regularization_strength"}),
-    v1.AdamParameters: (AdamSpec, {"beta1": "beta1", "beta2": "beta2", "epsilon": "epsilon",
-                                   "lazy_adam": "lazy_adam", "sum_inside_sqrt": "sum_inside_sqrt"}),
-    v1.FtrlParameters: (FtrlSpec, {
-        "learning_rate_power": "learning_rate_power", "initial_accumulator_value": "initial_accumulator_value",
-        "l1_regularization_strength": "l1_regularization_strength",
-        "l2_regularization_strength": "l2_regularization_strength", "beta": "beta",
-        "multiply_linear_by_learning_rate": "multiply_linear_by_learning_rate",
-        "allow_zero_accumulator": "allow_zero_accumulator"}),
-    v1.MomentumParameters: (MomentumSpec, {"momentum": "momentum", "use_nesterov": "use_nesterov"}),
-    v1.RMSPropParameters: (RMSPropSpec, {"rho": "rho", "momentum": "momentum", "epsilon": "epsilon"}),
-    v2.SGD: (SGDSpec, {}),
-    v2.Adagrad: (AdagradSpec, {"initial_accumulator": "initial_accumulator_value"}),
-    v2.AdagradMomentum: (AdagradMomentumSpec, {"momentum": "momentum", "use_nesterov": "use_nesterov",
-                                               "exponent": "exponent", "beta2": "beta2", "epsilon": "epsilon"}),
-    v2.Adam: (AdamSpec, {"beta1": "beta_1", "beta2": "beta_2", "epsilon": "epsilon", "lazy_adam": "lazy_adam",
-                         "sum_inside_sqrt": "sum_inside_sqrt"}),
-    v2.FTRL: (FtrlSpec, {
-        "learning_rate_power": "learning_rate_power", "initial_accumulator_value": "initial_accumulator_value",
-        "l1_regularization_strength": "l1_regularization_strength",
-        "l2_regularization_strength": "l2_regularization_strength", "beta": "beta",
-        "multiply_linear_by_learning_rate": "multiply_linear_by_learning_rate",
-        "allow_zero_accumulator": "allow_zero_accumulator"}),
-}
-
-
-class LearningRateMemo:
-    """Evaluates each v2 callable learning rate once per `apply_gradients`, as TensorFlow does.
-
-    TensorFlow's `TPUEmbedding.apply_gradients` calls every distinct
-    learning-rate callable once and sends the values with the gradients,
-    however many tables share it. The mid-level classes call `evaluate`
-    before an update and `clear` after it; in between, every
-    `ZeroArgumentLearningRate` holding this memo reads the stored value.
-    Outside that window a learning rate calls its function directly.
-    """
-
-    def __init__(self) -> None:
-        self._values: Optional[Dict[int, float]] = None
-
-    def evaluate(self, functions: List[Callable[[], Any]]) -> None:
-        values: Dict[int, float] = {}
-        for function in functions:
-            if id(function) not in values:
-                values[id(function)] = function()
-        self._values = values
-
-    def clear(self) -> None:
-        self._values = None
-
-    def value(self, function: Callable[[], Any]) -> Any:
-        if self._values is not None and id(function) in self._values:
-            return self._values[id(function)]
-        return function()
-
-
-@dataclasses.dataclass(frozen=True)
-class ZeroArgumentLearningRate:
-    """A v2 learning rate (a zero-argument callable) seen as a function of the step."""
-
-    function: Callable[[], float]
-    memo: Optional[LearningRateMemo] = dataclasses.field(default=None, compare=False, repr=False)
-
-    def __call__(self, step: int) -> float:
-        if self.memo is not None:
-            return self.memo.value(self.function)
-        return self.function()
-
-
-def optimizer_spec(params: Any, *, learning_rate_memo: Optional[LearningRateMemo] = None) -> OptimizerSpec:
-    """The spec of a v1 `*Parameters` or v2 optimizer object.
-
-    Errors come out in the user's terms: the TensorFlow class name and
-    argument names, not the spec's. A v2 callable learning rate reads its
-    value through `learning_rate_memo` when one is given.
-    """
-    entry = _OPTIMIZERS.get(type(params))
-    if entry is None:
-        names = ", ".join(sorted(c.__name__ for c in _OPTIMIZERS))
-        raise ValueError(f"Unsupported optimizer {params!r}: expected an instance of one of {names}.")
-    spec_class, specific = entry
-    kwargs = {name: getattr(params, name) for name in _COMMON}
-    multiply = params.multiply_weight_decay_factor_by_learning_rate
-    kwargs["multiply_weight_decay_factor_by_learning_rate"] = False if multiply is None else multiply
-    if isinstance(params, v2._Optimizer) and callable(params.learning_rate):
-        kwargs["learning_rate"] = ZeroArgumentLearningRate(params.learning_rate, learning_rate_memo)
-    kwargs.update({field: getattr(params, attribute) for field, attribute in specific.items()})
-    renames = {field: attribute for field, attribute in specific.items() if field != attribute}
-    return build(spec_class, type(params).__name__, renames, **kwargs)
-
-
-def build(spec_class: type, owner: str, renames: Optional[Dict[str, str]] = None, **kwargs: Any) -> Any:
-    """`spec_class(**kwargs)`, with errors renamed to the TensorFlow object the user wrote."""
-    try:
-        return spec_class(**kwargs)
-    except (ValueError, TypeError) as error:
-        message = str(error).replace(spec_class.__name__, owner)
-        for field, attribute in (renames or {}).items():
-            message = message.replace(f"`{field}`", f"`{attribute}`")
-        raise type(error)(message) from None
-
 
 def with_learning_rate(optimizer: Optional[OptimizerSpec], learning_rate: Any) -> Optional[OptimizerSpec]:
     """`optimizer` with its learning rate replaced (None stays None)."""
@@ -265,18 +153,9 @@ def spec_from_embedding_config_spec(config: Any, num_shards: int = 1) -> Embeddi
 # v2 FeatureConfig nests -------------------------------------------------------------
 
 
-def flatten_with_paths(structure: Any, path: Tuple[Any, ...] = ()) -> List[Tuple[Tuple[Any, ...], Any]]:
-    """`tf.nest` order: dict keys sorted, lists and tuples in order."""
-    if isinstance(structure, dict):
-        return [item for key in sorted(structure) for item in flatten_with_paths(structure[key], path + (key,))]
-    if isinstance(structure, (list, tuple)):
-        return [item for i, value in enumerate(structure) for item in flatten_with_paths(value, path + (i,))]
-    return [(path, structure)]
-
-
 def feature_name(path: Tuple[Any, ...], config: Any) -> str:
     """A v2 feature's name: its `name`, else its path in the nest ('a/0')."""
-    return config.name or "/".join(str(p) for p in path) or "feature"
+    return config.name or path_string(path) or "feature"
 
 
 def spec_from_feature_config(
@@ -338,7 +217,5 @@ def slot_names_and_initializers(optimizer: Any) -> Tuple[List[str], List[Callabl
     >>> slot_names_and_initializers(v2.Adagrad(0.1, initial_accumulator_value=0.5))
     (['accumulators'], [Constant(value=0.5)])
     """
-    from ..spec.initializers import Constant
-
     values = optimizer_spec(optimizer).slot_initial_values()
     return list(values), [Constant(float(value)) for value in values.values()]

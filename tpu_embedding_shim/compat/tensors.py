@@ -18,6 +18,7 @@ from typing import Any, List
 
 import numpy as np
 
+from ..engine.ragged import checked_sparse_indices
 from ..spec.checks import check_int, fail
 
 
@@ -53,21 +54,7 @@ class SparseTensor:
         vals = np.asarray(values)
         if vals.ndim != 1:
             raise fail("values", "a rank-1 array", values, owner=owner)
-        if idx.shape[1] != len(shape):
-            raise ValueError(
-                f"SparseTensor: `indices` has {idx.shape[1]} columns but `dense_shape` has rank "
-                f"{len(shape)}; they must agree. Received: dense_shape={shape.tolist()}."
-            )
-        if idx.shape[0] != vals.shape[0]:
-            raise ValueError(
-                f"SparseTensor: `indices` has {idx.shape[0]} rows but `values` has {vals.shape[0]} "
-                "entries; they must agree."
-            )
-        if idx.size and (np.any(idx < 0) or np.any(idx >= shape)):
-            bad = idx[np.any((idx < 0) | (idx >= shape), axis=1)][0].tolist()
-            raise ValueError(
-                f"SparseTensor: index {bad} is out of bounds for dense_shape {shape.tolist()}."
-            )
+        idx = checked_sparse_indices(idx, vals.shape[0], shape, owner)
         self.indices, self.values, self.dense_shape = idx, vals, shape
         for array in (self.indices, self.values, self.dense_shape):
             array.setflags(write=False)

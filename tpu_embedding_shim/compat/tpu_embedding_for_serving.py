@@ -43,7 +43,9 @@ from ..engine import lookup
 from ..engine.ragged import to_ragged
 from . import lowering
 from . import tpu_embedding_v2_utils as v2_utils
-from .tpu_embedding_v2 import MidLevelBase, _under_tpu_strategy, convert_input, flatten_up_to, pack_as
+from .midlevel_base import MidLevelBase, under_tpu_strategy
+from .midlevel_inputs import convert_input
+from .nest import flatten_up_to, flatten_with_paths, pack_as
 
 __all__ = ["TPUEmbeddingForServing", "serving_embedding_lookup"]
 
@@ -64,7 +66,7 @@ class TPUEmbeddingForServing(MidLevelBase):
     _class_name = "TPUEmbeddingForServing"
 
     def __init__(self, feature_config: Any, optimizer: Any, experimental_sparsecore_restore_info: Any = None):
-        if _under_tpu_strategy():
+        if under_tpu_strategy():
             raise RuntimeError("Serving on TPU is not yet supported.")
         super().__init__(feature_config, optimizer)
 
@@ -117,7 +119,7 @@ def serving_embedding_lookup(inputs: Any, weights: Optional[Any], tables: Mappin
         (see `TPUEmbeddingForServing.embedding_lookup`).
       TypeError: a sequence type that differs from `feature_config`'s.
     """
-    flat_configs = lowering.flatten_with_paths(feature_config)
+    flat_configs = flatten_with_paths(feature_config)
     flat_inputs = flatten_up_to(feature_config, inputs, "inputs")
     flat_weights = [None] * len(flat_inputs)
     if weights is not None:

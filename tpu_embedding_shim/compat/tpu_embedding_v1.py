@@ -5,7 +5,7 @@ The optimizer parameter classes (`AdagradParameters`, `AdamParameters`,
 RMSProp and ProximalAdagrad classes `EmbeddingConfigSpec` also accepts) and
 the v1 `TableConfig` / `FeatureConfig` used with `feature_to_config_dict` and
 `table_to_config_dict`. Signatures and defaults are TensorFlow 2.15's. Each
-object is checked when built by lowering it to its spec (see `lowering.py`),
+object is checked when built by lowering it to its spec (see `optimizer_lowering.py`),
 so a bad value fails at the line that wrote it.
 
 >>> AdagradParameters(0.1).initial_accumulator
@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import collections
 
+from ..spec import AdagradSpec, AdamSpec, FtrlSpec, MomentumSpec, ProximalAdagradSpec, RMSPropSpec, SGDSpec
 from ..spec.checks import check_bool, check_callable, check_name, check_int, check_real, fail, parse_combiner
 from ..spec.initializers import default_table_initializer
+from .optimizer_lowering import lowers_to, optimizer_spec, same
 
 
 class _OptimizationParameters:
@@ -40,9 +42,7 @@ class _OptimizationParameters:
         self.clip_gradient_max = clip_gradient_max
 
     def _validate(self) -> None:
-        from . import lowering  # lowering imports this module; import at call time
-
-        lowering.optimizer_spec(self)
+        optimizer_spec(self)
 
     def __repr__(self):
         fields = ", ".join(f"{k}={v!r}" for k, v in sorted(vars(self).items()))
@@ -54,6 +54,7 @@ class _OptimizationParameters:
     __hash__ = object.__hash__
 
 
+@lowers_to(AdagradSpec, same("initial_accumulator"))
 class AdagradParameters(_OptimizationParameters):
     """Adagrad: `a += g**2; w -= lr * g / sqrt(a)`, accumulator starting at `initial_accumulator`."""
 
@@ -67,6 +68,8 @@ class AdagradParameters(_OptimizationParameters):
         self._validate()
 
 
+@lowers_to(ProximalAdagradSpec, same("initial_accumulator", "l1_regularization_strength",
+                                         "l2_regularization_strength"))
 class ProximalAdagradParameters(_OptimizationParameters):
     """Adagrad followed by l1 / l2 proximal shrinkage."""
 
@@ -83,6 +86,7 @@ class ProximalAdagradParameters(_OptimizationParameters):
         self._validate()
 
 
+@lowers_to(AdamSpec, same("beta1", "beta2", "epsilon", "lazy_adam", "sum_inside_sqrt"))
 class AdamParameters(_OptimizationParameters):
     """Adam without bias correction; lazy (only touched rows) by default."""
 
@@ -101,6 +105,9 @@ class AdamParameters(_OptimizationParameters):
         self._validate()
 
 
+@lowers_to(FtrlSpec, same("learning_rate_power", "initial_accumulator_value", "l1_regularization_strength",
+                          "l2_regularization_strength", "beta", "multiply_linear_by_learning_rate",
+                          "allow_zero_accumulator"))
 class FtrlParameters(_OptimizationParameters):
     """FTRL-proximal, TensorFlow's TPU formulation."""
 
@@ -124,6 +131,7 @@ class FtrlParameters(_OptimizationParameters):
         self._validate()
 
 
+@lowers_to(SGDSpec)
 class StochasticGradientDescentParameters(_OptimizationParameters):
     """Plain SGD: `w -= lr * g`."""
 
@@ -136,6 +144,7 @@ class StochasticGradientDescentParameters(_OptimizationParameters):
         self._validate()
 
 
+@lowers_to(MomentumSpec, same("momentum", "use_nesterov"))
 class MomentumParameters(_OptimizationParameters):
     """Momentum (optionally Nesterov): `m = momentum * m + g; w -= lr * m`."""
 
@@ -151,6 +160,7 @@ class MomentumParameters(_OptimizationParameters):
         self._validate()
 
 
+@lowers_to(RMSPropSpec, same("rho", "momentum", "epsilon"))
 class RMSPropParameters(_OptimizationParameters):
     """RMSProp with momentum."""
 
@@ -167,10 +177,7 @@ class RMSPropParameters(_OptimizationParameters):
         self._validate()
 
 
-OPTIMIZATION_PARAMETER_CLASSES = (
-    ProximalAdagradParameters, AdagradParameters, AdamParameters, FtrlParameters,
-    StochasticGradientDescentParameters, MomentumParameters, RMSPropParameters,
-)
+OPTIMIZATION_PARAMETER_CLASSES = tuple(_OptimizationParameters.__subclasses__())  # every class above
 
 
 class TableConfig(collections.namedtuple("TableConfig", (

@@ -19,8 +19,10 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Optional, Tuple, Union
 
+from ..spec import AdagradMomentumSpec, AdagradSpec, AdamSpec, FtrlSpec, SGDSpec
 from ..spec.checks import check_name, check_bool, check_callable, check_int, check_real, fail, is_real, parse_combiner
 from ..spec.initializers import RowIdInitializer, TruncatedNormal, default_table_initializer  # noqa: F401
+from .optimizer_lowering import lowers_to, optimizer_spec, same
 
 
 def _clip_bounds(clipvalue: Any, owner: str) -> Tuple[Optional[float], Optional[float]]:
@@ -47,6 +49,8 @@ def _clip_bounds(clipvalue: Any, owner: str) -> Tuple[Optional[float], Optional[
 class _Optimizer:
     """Options shared by every v2 TPU embedding optimizer."""
 
+    zero_argument_learning_rate = True  # a callable learning rate takes no argument (evaluated per update)
+
     def __init__(self, learning_rate, use_gradient_accumulation, clip_weight_min, clip_weight_max,
                  weight_decay_factor, multiply_weight_decay_factor_by_learning_rate, clipvalue=None,
                  slot_variable_creation_fn=None, low_dimensional_packing_status=False):
@@ -67,14 +71,10 @@ class _Optimizer:
                                                          low_dimensional_packing_status, owner=owner)
 
     def _validate(self) -> None:
-        from . import lowering  # lowering imports this module; import at call time
-
-        lowering.optimizer_spec(self)
+        optimizer_spec(self)
 
     def _slot_names(self):
-        from . import lowering
-
-        return list(lowering.optimizer_spec(self).slot_initial_values())
+        return list(optimizer_spec(self).slot_initial_values())
 
     def __repr__(self):
         fields = ", ".join(f"{k}={v!r}" for k, v in sorted(vars(self).items()))
@@ -89,6 +89,7 @@ class _Optimizer:
         return hash(tuple(vars(self).items()))
 
 
+@lowers_to(SGDSpec)
 class SGD(_Optimizer):
     """Stochastic gradient descent: `w -= lr * g`."""
 
@@ -102,6 +103,7 @@ class SGD(_Optimizer):
         self._validate()
 
 
+@lowers_to(AdagradSpec, {"initial_accumulator": "initial_accumulator_value"})
 class Adagrad(_Optimizer):
     """Adagrad; the `accumulators` slot starts at `initial_accumulator_value` (> 0)."""
 
@@ -116,6 +118,7 @@ class Adagrad(_Optimizer):
         self._validate()
 
 
+@lowers_to(AdagradMomentumSpec, same("momentum", "use_nesterov", "exponent", "beta2", "epsilon"))
 class AdagradMomentum(_Optimizer):
     """Adagrad with momentum; slots `accumulators` and `momenta`, both starting at 0."""
 
@@ -135,6 +138,9 @@ class AdagradMomentum(_Optimizer):
         self._validate()
 
 
+@lowers_to(FtrlSpec, same("learning_rate_power", "initial_accumulator_value", "l1_regularization_strength",
+                     "l2_regularization_strength", "beta", "multiply_linear_by_learning_rate",
+                     "allow_zero_accumulator"))
 class FTRL(_Optimizer):
     """FTRL-proximal; slots `accumulators` (initial value > 0) and `linears` (0)."""
 
@@ -159,6 +165,7 @@ class FTRL(_Optimizer):
         self._validate()
 
 
+@lowers_to(AdamSpec, {"beta1": "beta_1", "beta2": "beta_2", **same("epsilon", "lazy_adam", "sum_inside_sqrt")})
 class Adam(_Optimizer):
     """Adam without bias correction; slots `momenta` and `velocities`; lazy by default."""
 

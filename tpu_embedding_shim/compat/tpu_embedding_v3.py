@@ -49,9 +49,10 @@ import numpy as np
 
 from ..engine.engine import LookupResult
 from ..engine.lookup import pooled_coefficients
-from . import lowering
 from . import tpu_embedding_v2_utils as v2_utils
-from .tpu_embedding_v2 import ConvertedInput, MidLevelBase, flatten_up_to
+from .midlevel_base import MidLevelBase
+from .midlevel_inputs import ConvertedInput
+from .nest import flatten_up_to, flatten_with_paths, pack_as
 
 __all__ = ["TPUEmbeddingV2", "PartitionedCsrFormatTensor", "SparseCoreEmbeddingConfig"]
 
@@ -112,7 +113,7 @@ class PreservedOutputs(dict):
 def _tables_of(feature_config: Any) -> List[v2_utils.TableConfig]:
     """The distinct `TableConfig`s of a `FeatureConfig` nest (anything else is left to the base class to refuse)."""
     tables: List[v2_utils.TableConfig] = []
-    for _, config in lowering.flatten_with_paths(feature_config):
+    for _, config in flatten_with_paths(feature_config):
         table = getattr(config, "table", None) if isinstance(config, v2_utils.FeatureConfig) else None
         if isinstance(table, v2_utils.TableConfig) and not any(table is t for t in tables):
             tables.append(table)
@@ -205,8 +206,6 @@ class TPUEmbeddingV2(MidLevelBase):
         if features is None and "flat_inputs" in kwargs:
             flat_inputs = list(kwargs["flat_inputs"])
             flat_weights = kwargs.get("flat_weights")
-            from .tpu_embedding_v2 import pack_as
-
             features = pack_as(self._feature_config, flat_inputs)
             weights = None if flat_weights is None else pack_as(self._feature_config, list(flat_weights))
         converted = self._convert(features, weights)
@@ -237,8 +236,6 @@ class TPUEmbeddingV2(MidLevelBase):
             raise ValueError("Expect the output of this object's enqueue() or preprocess_features() but got "
                              f"{type(partitioned_tensors)}.")
         self.build()
-        from .tpu_embedding_v2 import pack_as
-
         converted = list(partitioned_tensors.converted)
         result, activations = self._lookup(converted, training=True)
         preserved = PreservedOutputs(self._csr(result, converted), result, partitioned_tensors.converted, id(self))
@@ -305,7 +302,8 @@ class TPUEmbeddingV2(MidLevelBase):
         tokens: Dict[str, List[np.ndarray]] = {t.name: [] for t in self._table_config}
         gains: Dict[str, List[np.ndarray]] = {t.name: [] for t in self._table_config}
         counts = {t.name: 0 for t in self._table_config}
-        for spec, (_, config) in zip(self._feature_specs, self._flat):
+        for feature in self._features:
+            spec, config = feature.spec, feature.config
             # The engine's samples are TensorFlow's: prod(output_shape) per feature, row-major (a sequence or
             # per-position input: example * k + position, one id each, gain 1).
             batch = result.batches[spec.name]

@@ -33,15 +33,16 @@ sequence lengths, an empty or duplicated shared list, and a
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import dataclasses
+import operator
 
 from ..spec.checks import check_name, check_bool, check_callable, check_int, fail, is_int, parse_combiner
 from ..spec.initializers import default_table_initializer
 from .feature_columns import (
-    BucketizedColumn, CategoricalColumn, CrossedColumn, DenseColumn, HashedCategoricalColumn, OverCategoricalColumn,
-    SequenceCategoricalColumn, SequenceDenseColumn, WeightedCategoricalColumn,
+    BaseEmbeddingColumn, BucketizedColumn, CategoricalColumn, CrossedColumn, HashedCategoricalColumn,
+    OverCategoricalColumn, SequenceCategoricalColumn, WeightedCategoricalColumn, serialize_column,
 )
 
 EMBEDDING_CORE = "tpu_embedding_core"
@@ -51,7 +52,12 @@ LOOKUP_DEVICES = (CPU, TENSOR_CORE, EMBEDDING_CORE)
 _UNSUPPORTED_ARGUMENTS = ("ckpt_to_load_from", "tensor_name_in_ckpt", "max_norm", "trainable")
 
 
-class _TPUBaseEmbeddingColumn(OverCategoricalColumn, DenseColumn, SequenceDenseColumn):
+def _read_only(attribute: str) -> property:
+    """A property that returns `self.<attribute>` and cannot be set."""
+    return property(operator.attrgetter(attribute))
+
+
+class _TPUBaseEmbeddingColumn(BaseEmbeddingColumn):
     """What every TPU embedding column has: the categorical column, sequence length, lookup options."""
 
     def __init__(self, categorical_column, dimension, combiner, initializer, max_sequence_length,
@@ -105,42 +111,24 @@ class _TPUBaseEmbeddingColumn(OverCategoricalColumn, DenseColumn, SequenceDenseC
         return isinstance(self.categorical_column, WeightedCategoricalColumn)
 
     @property
-    def variable_shape(self) -> Tuple[int, ...]:
-        """The shape of one example's embedding: `(dimension,)` (TensorFlow: `TensorShape([dimension])`)."""
-        return (self.dimension,)
-
-    @property
     def max_norm(self) -> None:
         """Always None: TPU embedding columns do not clip embeddings by norm."""
         return None
 
     # The TF1 (`_FeatureColumn`) names of the same values, which TensorFlow's own tests still read.
-    _variable_shape = variable_shape
+    _variable_shape = BaseEmbeddingColumn.variable_shape
     _parse_example_spec = OverCategoricalColumn.parse_example_spec
 
     @property
     def _var_scope_name(self) -> str:
         return self.name
 
-    @property
-    def learning_rate_fn(self):
-        return self._learning_rate_fn
-
-    @property
-    def max_sequence_length(self) -> int:
-        return self._max_sequence_length
-
-    @property
-    def embedding_lookup_device(self) -> Optional[str]:
-        return self._embedding_lookup_device
-
-    @property
-    def tensor_core_shape(self):
-        return self._tensor_core_shape
-
-    @property
-    def dimension(self) -> int:
-        return self._dimension
+    # The constructor's arguments, read-only as TensorFlow's column fields are.
+    dimension = _read_only("_dimension")
+    max_sequence_length = _read_only("_max_sequence_length")
+    learning_rate_fn = _read_only("_learning_rate_fn")
+    embedding_lookup_device = _read_only("_embedding_lookup_device")
+    tensor_core_shape = _read_only("_tensor_core_shape")
 
     def __repr__(self):
         return (f"{type(self).__name__}(name={self.name!r}, categorical_column={self.categorical_column!r}, "
@@ -150,10 +138,6 @@ class _TPUBaseEmbeddingColumn(OverCategoricalColumn, DenseColumn, SequenceDenseC
 
 class _TPUEmbeddingColumnV2(_TPUBaseEmbeddingColumn):
     """A TPU embedding column with a table of its own."""
-
-    @property
-    def name(self) -> str:
-        return f"{self.categorical_column.name}_embedding"
 
     def get_embedding_var_name(self) -> str:
         return self.categorical_column.name
@@ -175,8 +159,6 @@ class _TPUEmbeddingColumnV2(_TPUBaseEmbeddingColumn):
         name. `max_sequence_length` and `learning_rate_fn` are not in it
         (they are not in TensorFlow's either).
         """
-        from .feature_columns import serialize_column
-
         return {
             "categorical_column": serialize_column(self.categorical_column), "dimension": self.dimension,
             "combiner": self.combiner, "initializer": _serialize_initializer(self.initializer),
@@ -218,25 +200,23 @@ class _TPUDeviceSpecificEmbeddingColumnV2(_TPUEmbeddingColumnV2):
     """An embedding column with an explicit `embedding_lookup_device`."""
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
 class SharedEmbeddingColumnCreator:
-    """What the columns of one `shared_embedding_columns` call share: the table."""
+    """What the columns of one `shared_embedding_columns` call share: the table, named `name` (the shared
+    embedding collection name). One object per call: compared by identity."""
 
-    def __init__(self, dimension, initializer, shared_embedding_collection_name, num_buckets, combiner,
-                 learning_rate_fn):
-        self.dimension = dimension
-        self.initializer = initializer
-        self._name = shared_embedding_collection_name
-        self.num_buckets = num_buckets
-        self.combiner = combiner
-        self.learning_rate_fn = learning_rate_fn
-
-    @property
-    def name(self) -> str:
-        return self._name
+    dimension: int
+    initializer: Any
+    name: str
+    num_buckets: int
+    combiner: str
+    learning_rate_fn: Any
 
 
 class _TPUSharedEmbeddingColumnV2(_TPUBaseEmbeddingColumn):
     """A TPU embedding column that shares its table with the other columns of its call."""
+
+    _name_suffix = "_shared_embedding"
 
     def __init__(self, categorical_column, shared_embedding_column_creator, combiner, initializer,
                  max_sequence_length, learning_rate_fn, use_safe_embedding_lookup, embedding_lookup_device=None,
@@ -245,10 +225,6 @@ class _TPUSharedEmbeddingColumnV2(_TPUBaseEmbeddingColumn):
                          max_sequence_length, learning_rate_fn, use_safe_embedding_lookup,
                          embedding_lookup_device, tensor_core_shape)
         self.shared_embedding_column_creator = shared_embedding_column_creator
-
-    @property
-    def name(self) -> str:
-        return f"{self.categorical_column.name}_shared_embedding"
 
     def get_embedding_var_name(self) -> str:
         return self.shared_embedding_column_creator.name

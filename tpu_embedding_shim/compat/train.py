@@ -50,7 +50,6 @@ import collections
 import logging
 import os
 import re
-import secrets
 import shutil
 import time
 import weakref
@@ -59,6 +58,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from ..engine.checkpoint import CheckpointError
+from ..engine.files import discard_directory
 from ..engine.tf_bundle import (
     DataLossError, delete_bundle, is_bundle, newest_complete, read_state, write_bundle, write_state,
 )
@@ -340,9 +340,7 @@ def _delete(path: str) -> None:
 
 def _delete_directory(path: str) -> None:
     """Removes an older-format checkpoint directory: out of sight at once (a rename), then deleted."""
-    aside = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp-deleted-{secrets.token_hex(4)}")
-    os.rename(path, aside)
-    shutil.rmtree(aside, ignore_errors=True)
+    discard_directory(path, f".{os.path.basename(path)}.tmp-deleted-")  # `_clean` knows the aside name
 
 
 def _evaluate(counter: Any) -> int:

@@ -49,6 +49,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 import numpy as np
 
 from ..spec.checks import check_int, fail, is_int
+from .files import discard_directory, fsync_directory, safe_stem, write_synced
 
 State = Dict[str, Dict[str, np.ndarray]]
 PathLike = Union[str, "os.PathLike[str]"]
@@ -85,12 +86,6 @@ def checkpoint_name(step: int) -> str:
     return f"{_PREFIX}{step:010d}"
 
 
-def _safe_stem(text: str, limit: int = 48) -> str:
-    """`text` reduced to `[A-Za-z0-9_.-]`, never starting with a dot."""
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:limit].lstrip(".")
-    return stem or "_"
-
-
 def array_file_name(table: str, slot: str) -> str:
     """The file of one array: readable, filesystem-safe and unambiguous.
 
@@ -102,7 +97,7 @@ def array_file_name(table: str, slot: str) -> str:
     'towers_user_id__accumulators'
     """
     digest = hashlib.sha256(json.dumps([table, slot]).encode()).hexdigest()[:12]
-    return f"{_safe_stem(table)}__{_safe_stem(slot, 24)}-{digest}.npy"
+    return f"{safe_stem(table)}__{safe_stem(slot, 24)}-{digest}.npy"
 
 
 # Saving -----------------------------------------------------------------------
@@ -176,7 +171,7 @@ def save_checkpoint(
                 "extra": extra,
                 "saved_at_unix": time.time(),
             }
-            _write_file(os.path.join(tmp, MANIFEST), _dumps(manifest).encode())
+            write_synced(os.path.join(tmp, MANIFEST), _dumps(manifest).encode())
             fsync_directory(tmp)
             _install(directory, tmp, final)
         finally:
@@ -286,29 +281,8 @@ def _write_array(tmp: str, table: str, slot: str, array: np.ndarray) -> Dict[str
     }
 
 
-def _write_file(path: str, data: bytes) -> None:
-    with open(path, "xb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-
-
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n"
-
-
-def fsync_directory(path: str) -> None:
-    """Makes a directory's entries (new names, renames) durable where the OS allows it."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # e.g. Windows cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _install(directory: str, tmp: str, final: str) -> None:
@@ -337,10 +311,7 @@ def _install(directory: str, tmp: str, final: str) -> None:
 
 def _remove(directory: str, name: str) -> None:
     """Deletes a checkpoint: rename it out of sight (atomic), then delete the files."""
-    trash = tempfile.mkdtemp(prefix=f"{_DEL_PREFIX}{os.getpid()}-", dir=directory)
-    os.rmdir(trash)
-    os.rename(os.path.join(directory, name), trash)
-    shutil.rmtree(trash, ignore_errors=True)
+    discard_directory(os.path.join(directory, name), f"{_DEL_PREFIX}{os.getpid()}-")
 
 
 def _clean_debris(directory: str) -> None:
@@ -445,6 +416,21 @@ def latest_checkpoint(directory: PathLike) -> Optional[str]:
     """The path of the complete checkpoint with the highest step, or None."""
     paths = list_checkpoints(directory)
     return paths[-1] if paths else None
+
+
+def resolve_checkpoint(path: PathLike) -> str:
+    """The checkpoint `path` names: itself, or, for a directory of checkpoints, its latest.
+
+    Raises:
+      CheckpointError: `path` is a directory without a complete checkpoint.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path) and not os.path.exists(os.path.join(path, MANIFEST)):
+        latest = latest_checkpoint(path)
+        if latest is None:
+            raise CheckpointError(f"No checkpoint in {path!r}.")
+        return latest
+    return path
 
 
 # Loading ----------------------------------------------------------------------

@@ -14,7 +14,7 @@ What it emulates of a TPU, and says so in `describe()` and the log:
 - `pipeline_execution_with_tensor_core`: the update of step N is applied
   after the lookup of step N+1, so that lookup is one step stale;
 - the gradient multiplier function of the global step, per-table learning
-  rates, gradient and weight clipping, weight decay (see `optimizers.py`);
+  rates, gradient and weight clipping, weight decay (see `optimizers/`);
 - `clipping_limit` has no effect (as in TensorFlow): one warning.
 
 A call that raises leaves every table, slot and the global step as they were.
@@ -43,10 +43,13 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from ..spec import EmbeddingSpec, FeatureSpec, TableSpec
-from . import aligned, lookup
+from . import aligned, fast, lookup
+from .checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
+from .memmap import open_table
 from .optimizers import apply_update, initial_slots, touches_all_rows
 from .ragged import Ragged, check_nan_weights_dropped, to_ragged
 from .sharding import ShardedTable
+from .statistics import LookupStatistics
 
 log = logging.getLogger("tpu_embedding_shim")
 _warned_clipping_limit = False
@@ -119,8 +122,6 @@ class Engine:
         for table in spec.tables:
             optimizer = spec.optimizer_for(table.name)
             if table.name in table_files:
-                from .memmap import open_table
-
                 full, slots = open_table(table_files[table.name], table, optimizer, rng)
             else:
                 full = _initial_table(table, rng)
@@ -132,8 +133,6 @@ class Engine:
             }
         self.statistics = None
         if spec.profile_data_directory:
-            from .statistics import LookupStatistics
-
             self.statistics = LookupStatistics(spec.profile_data_directory, spec)
         self._warn_clipping_limit()
         for line in self.describe():
@@ -145,8 +144,6 @@ class Engine:
         `fast.forked_after_parallel_use`; the numbers are the same)."""
         if self._fast_kernels is None:
             return None
-        from . import fast
-
         if not fast.forked_after_parallel_use():
             return self._fast_kernels
         if not self._warned_fork:
@@ -181,8 +178,6 @@ class Engine:
         if spec.clipping_limit is not None:
             lines.append(f"  clipping_limit={spec.clipping_limit} is ignored, as in TensorFlow.")
         if self._fast is None:
-            from . import fast
-
             lines.append(f"  kernels: numpy reference ({fast.unavailable_reason() or 'kernels=numpy'}).")
         else:
             numpy_updates = sorted({t.name for t in spec.tables if spec.optimizer_for(t.name) is not None
@@ -506,8 +501,6 @@ class Engine:
 
     def save(self, directory: str, *, keep: int = 5, extra: Optional[dict] = None) -> str:
         """Writes a checkpoint of every table, slot and the global step; returns its path."""
-        from .checkpoint import save_checkpoint
-
         path = save_checkpoint(directory, self.state(), step=self.global_step, spec_structure=self.spec.structure(),
                                fingerprint=self.spec.fingerprint(), extra=extra, keep=keep)
         if self.statistics is not None:
@@ -516,16 +509,7 @@ class Engine:
 
     def restore(self, path: str) -> dict:
         """Loads a checkpoint (a directory of checkpoints: its latest); returns its manifest."""
-        from .checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
-
-        import os
-
-        if os.path.isdir(path) and not os.path.exists(os.path.join(path, "manifest.json")):
-            latest = latest_checkpoint(path)
-            if latest is None:
-                raise CheckpointError(f"No checkpoint in {path!r}.")
-            path = latest
-        state, step, manifest = load_checkpoint(path, spec_structure=self.spec.structure())
+        state, step, manifest = load_checkpoint(resolve_checkpoint(path), spec_structure=self.spec.structure())
         self.load_state(state, step=step)
         return manifest
 
@@ -548,8 +532,6 @@ def _on_storage(batch: Ragged, table: ShardedTable) -> Ragged:
 
 def _fast_path(kernels: str):
     """A `fast.path.FastPath`, or None for the numpy kernels."""
-    from . import fast
-
     if kernels not in ("auto", "numpy", "fast"):
         raise ValueError(f"Argument `kernels` must be one of 'auto', 'numpy', 'fast'. Received: {kernels!r}.")
     if kernels == "numpy":
@@ -559,14 +541,14 @@ def _fast_path(kernels: str):
             raise ImportError(f"kernels='fast' needs numba: {fast.unavailable_reason()}. Install it with "
                               "`pip install 'tpu-embedding-shim[fast]'`, or pass kernels='auto'.")
         return None
-    from .fast.path import FastPath
+    from .fast.path import FastPath  # imports numba: only once numba is known to be there
 
     return FastPath()
 
 
 def fast_fusable(optimizer) -> bool:
     """True when a fused in-place kernel implements `optimizer` (see `fast.fused.fusable`)."""
-    from .fast.fused import fusable
+    from .fast.fused import fusable  # imports numba: only where the fast kernels are used
 
     return fusable(optimizer)
 

@@ -33,7 +33,8 @@ Rules (the same for every input form unless said otherwise):
   num_oov_buckets`, where `fingerprint64` is FarmHash's `Fingerprint64`
   (the hash TensorFlow's `tf.strings.to_hash_bucket_fast` uses, so the OOV
   buckets are TensorFlow's). Integer tokens are hashed as their decimal
-  string, as TensorFlow does.
+  string, as TensorFlow does. (`vocabulary.py` maps the tokens,
+  `farmhash.py` hashes them.)
 
 >>> from tpu_embedding_shim.spec import FeatureSpec
 >>> f = FeatureSpec(name="movie", table="tbl_movie", num_buckets=10)
@@ -51,9 +52,12 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from tpu_embedding_shim.spec import FeatureSpec
+from ..spec import FeatureSpec
+from .farmhash import fingerprint64, hash_bucket
+from .vocabulary import map_vocabulary, normalize_token
 
-__all__ = ["Ragged", "to_ragged", "fingerprint64", "hash_bucket"]
+# `fingerprint64` and `hash_bucket` (farmhash.py) stay importable from here, where they were first documented.
+__all__ = ["Ragged", "to_ragged", "is_sparse", "is_ragged_tensor", "fingerprint64", "hash_bucket"]
 
 
 # --------------------------------------------------------------------------
@@ -137,275 +141,6 @@ class Ragged:
 
 
 # --------------------------------------------------------------------------
-# FarmHash Fingerprint64 (farmhashna::Hash64), for OOV buckets
-# --------------------------------------------------------------------------
-
-_MASK = (1 << 64) - 1
-_K0 = 0xC3A5C85C97CB3127
-_K1 = 0xB492B66FBE98F273
-_K2 = 0x9AE16A3B2F90404F
-
-
-def _rot(v: int, shift: int) -> int:
-    """64-bit rotate right."""
-    return v if shift == 0 else ((v >> shift) | (v << (64 - shift))) & _MASK
-
-
-def _shift_mix(v: int) -> int:
-    return v ^ (v >> 47)
-
-
-def _fetch64(s: bytes, i: int) -> int:
-    return int.from_bytes(s[i:i + 8], "little")
-
-
-def _fetch32(s: bytes, i: int) -> int:
-    return int.from_bytes(s[i:i + 4], "little")
-
-
-def _hash_len16(u: int, v: int, mul: int) -> int:
-    a = ((u ^ v) * mul) & _MASK
-    a ^= a >> 47
-    b = ((v ^ a) * mul) & _MASK
-    b ^= b >> 47
-    return (b * mul) & _MASK
-
-
-def _hash_len0to16(s: bytes) -> int:
-    n = len(s)
-    if n >= 8:
-        mul = _K2 + n * 2
-        a = (_fetch64(s, 0) + _K2) & _MASK
-        b = _fetch64(s, n - 8)
-        c = (_rot(b, 37) * mul + a) & _MASK
-        d = ((_rot(a, 25) + b) * mul) & _MASK
-        return _hash_len16(c, d, mul)
-    if n >= 4:
-        mul = _K2 + n * 2
-        a = _fetch32(s, 0)
-        return _hash_len16((n + (a << 3)) & _MASK, _fetch32(s, n - 4), mul)
-    if n > 0:
-        y = s[0] + (s[n >> 1] << 8)
-        z = n + (s[n - 1] << 2)
-        return (_shift_mix(((y * _K2) ^ (z * _K0)) & _MASK) * _K2) & _MASK
-    return _K2
-
-
-def _hash_len17to32(s: bytes) -> int:
-    n = len(s)
-    mul = _K2 + n * 2
-    a = (_fetch64(s, 0) * _K1) & _MASK
-    b = _fetch64(s, 8)
-    c = (_fetch64(s, n - 8) * mul) & _MASK
-    d = (_fetch64(s, n - 16) * _K2) & _MASK
-    return _hash_len16(
-        (_rot((a + b) & _MASK, 43) + _rot(c, 30) + d) & _MASK,
-        (a + _rot((b + _K2) & _MASK, 18) + c) & _MASK,
-        mul,
-    )
-
-
-def _hash_len33to64(s: bytes) -> int:
-    n = len(s)
-    mul = _K2 + n * 2
-    a = (_fetch64(s, 0) * _K2) & _MASK
-    b = _fetch64(s, 8)
-    c = (_fetch64(s, n - 8) * mul) & _MASK
-    d = (_fetch64(s, n - 16) * _K2) & _MASK
-    y = (_rot((a + b) & _MASK, 43) + _rot(c, 30) + d) & _MASK
-    z = _hash_len16(y, (a + _rot((b + _K2) & _MASK, 18) + c) & _MASK, mul)
-    e = (_fetch64(s, 16) * mul) & _MASK
-    f = _fetch64(s, 24)
-    g = ((y + _fetch64(s, n - 32)) * mul) & _MASK
-    h = ((z + _fetch64(s, n - 24)) * mul) & _MASK
-    return _hash_len16(
-        (_rot((e + f) & _MASK, 43) + _rot(g, 30) + h) & _MASK,
-        (e + _rot((f + a) & _MASK, 18) + g) & _MASK,
-        mul,
-    )
-
-
-def _weak_hash32(s: bytes, i: int, a: int, b: int) -> Tuple[int, int]:
-    w, x, y, z = (_fetch64(s, i + 8 * k) for k in range(4))
-    a = (a + w) & _MASK
-    b = _rot((b + a + z) & _MASK, 21)
-    c = a
-    a = (a + x + y) & _MASK
-    b = (b + _rot(a, 44)) & _MASK
-    return (a + z) & _MASK, (b + c) & _MASK
-
-
-def fingerprint64(data: bytes) -> int:
-    """FarmHash `Fingerprint64` of `data` (an unsigned 64-bit int).
-
-    This is `farmhashna::Hash64`, the fingerprint TensorFlow uses in
-    `tf.strings.to_hash_bucket_fast` and in vocabulary tables' OOV buckets.
-    It is fixed forever and does not depend on the machine or the run.
-
-    >>> fingerprint64(b"Hello") % 3, fingerprint64(b"TensorFlow") % 3, fingerprint64(b"2.x") % 3
-    (0, 2, 2)
-    """
-    s = bytes(data)
-    n = len(s)
-    if n <= 16:
-        return _hash_len0to16(s)
-    if n <= 32:
-        return _hash_len17to32(s)
-    if n <= 64:
-        return _hash_len33to64(s)
-    seed = 81
-    x = seed
-    y = (seed * _K1 + 113) & _MASK
-    z = (_shift_mix((y * _K2 + 113) & _MASK) * _K2) & _MASK
-    v = (0, 0)
-    w = (0, 0)
-    x = (x * _K2 + _fetch64(s, 0)) & _MASK
-    end = ((n - 1) // 64) * 64
-    last64 = n - 64
-    i = 0
-    while True:
-        x = (_rot((x + y + v[0] + _fetch64(s, i + 8)) & _MASK, 37) * _K1) & _MASK
-        y = (_rot((y + v[1] + _fetch64(s, i + 48)) & _MASK, 42) * _K1) & _MASK
-        x ^= w[1]
-        y = (y + v[0] + _fetch64(s, i + 40)) & _MASK
-        z = (_rot((z + w[0]) & _MASK, 33) * _K1) & _MASK
-        v = _weak_hash32(s, i, (v[1] * _K1) & _MASK, (x + w[0]) & _MASK)
-        w = _weak_hash32(s, i + 32, (z + w[1]) & _MASK, (y + _fetch64(s, i + 16)) & _MASK)
-        z, x = x, z
-        i += 64
-        if i == end:
-            break
-    mul = _K1 + ((z & 0xFF) << 1)
-    i = last64
-    w = ((w[0] + ((n - 1) & 63)) & _MASK, w[1])
-    v = ((v[0] + w[0]) & _MASK, v[1])
-    w = ((w[0] + v[0]) & _MASK, w[1])
-    x = (_rot((x + y + v[0] + _fetch64(s, i + 8)) & _MASK, 37) * mul) & _MASK
-    y = (_rot((y + v[1] + _fetch64(s, i + 48)) & _MASK, 42) * mul) & _MASK
-    x ^= (w[1] * 9) & _MASK
-    y = (y + v[0] * 9 + _fetch64(s, i + 40)) & _MASK
-    z = (_rot((z + w[0]) & _MASK, 33) * mul) & _MASK
-    v = _weak_hash32(s, i, (v[1] * mul) & _MASK, (x + w[0]) & _MASK)
-    w = _weak_hash32(s, i + 32, (z + w[1]) & _MASK, (y + _fetch64(s, i + 16)) & _MASK)
-    z, x = x, z
-    return _hash_len16(
-        (_hash_len16(v[0], w[0], mul) + _shift_mix(y) * _K0 + z) & _MASK,
-        (_hash_len16(v[1], w[1], mul) + x) & _MASK,
-        mul,
-    )
-
-
-def _token_bytes(token: Any) -> bytes:
-    """The bytes TensorFlow hashes for a token: UTF-8 of a string, decimal of an int."""
-    if isinstance(token, bytes):
-        return token
-    if isinstance(token, str):
-        return token.encode("utf-8", "surrogateescape")
-    return str(int(token)).encode("ascii")
-
-
-def hash_bucket(token: Any, num_buckets: int) -> int:
-    """`fingerprint64(token) % num_buckets`: TensorFlow's `to_hash_bucket_fast`."""
-    return fingerprint64(_token_bytes(token)) % num_buckets
-
-
-# --------------------------------------------------------------------------
-# Vocabularies
-# --------------------------------------------------------------------------
-
-_VOCAB_CACHE: dict = {}
-_VOCAB_CACHE_SIZE = 64
-
-
-def _norm_token(token: Any) -> Any:
-    """Strings and bytes compare as text (bytes are decoded as UTF-8); ints as ints."""
-    if isinstance(token, bytes):
-        return token.decode("utf-8", "surrogateescape")
-    if isinstance(token, (str, np.str_)):
-        return str(token)
-    return int(token)
-
-
-def _vocab_index(feature: FeatureSpec) -> Tuple[dict, bool, Optional[Tuple[np.ndarray, np.ndarray]]]:
-    """(token -> id dict, True for a string vocabulary, `_sorted_vocabulary`), cached per vocabulary tuple."""
-    vocab = feature.vocabulary
-    hit = _VOCAB_CACHE.get(id(vocab))
-    if hit is not None and hit[0] is vocab:
-        return hit[1:]
-    is_text = [isinstance(t, (str, bytes, np.str_, np.bytes_)) for t in vocab]
-    is_integer = [isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in vocab]
-    if all(is_text):
-        text = True
-    elif all(is_integer):
-        text = False
-    else:
-        raise TypeError(
-            f"Feature {feature.name!r}: `vocabulary` must hold only strings or only ints. "
-            f"Received: {vocab[:5]!r}{'...' if len(vocab) > 5 else ''}."
-        )
-    index = {_norm_token(t): i for i, t in enumerate(vocab)}
-    if len(_VOCAB_CACHE) >= _VOCAB_CACHE_SIZE:
-        _VOCAB_CACHE.pop(next(iter(_VOCAB_CACHE)))
-    entry = (vocab, index, text, _sorted_vocabulary(index, text))
-    _VOCAB_CACHE[id(vocab)] = entry  # keeps `vocab` alive, so its id stays unique
-    return entry[1:]
-
-
-def _sorted_vocabulary(index: dict, text: bool) -> Optional[Tuple[np.ndarray, np.ndarray]]:
-    """(the tokens as one sorted numpy array, their ids) for `np.searchsorted`, or None when numpy
-    would not hold every token exactly: a str ending in NUL (numpy strips it), an int beyond int64."""
-    tokens = list(index)
-    if text and any(t.endswith("\x00") for t in tokens):
-        return None
-    try:
-        array = np.array(tokens, dtype=str if text else np.int64)
-    except OverflowError:
-        return None
-    order = np.argsort(array, kind="stable")
-    return array[order], np.fromiter(index.values(), dtype=np.int64, count=len(tokens))[order]
-
-
-def _map_vocabulary(feature: FeatureSpec, tokens: np.ndarray, kind: str) -> np.ndarray:
-    """int64 ids for `tokens`; -1 for unknown tokens that are dropped."""
-    index, text, searchable = _vocab_index(feature)
-    if text != (kind == "str"):
-        want = "strings" if text else "integers"
-        got = "strings" if kind == "str" else "integers"
-        raise TypeError(
-            f"Feature {feature.name!r} has a vocabulary of {want}; its ids must be {want}. "
-            f"Received {got}."
-        )
-    n_vocab = len(feature.vocabulary)
-    default = -1 if feature.default_value is None else int(feature.default_value)
-    if tokens.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    tokens = tokens.reshape(-1)
-    if searchable is not None and (tokens.dtype.kind == "U" if text else tokens.dtype == np.int64):
-        # Known tokens by binary search, all at once; only the unknown ones one by one (their OOV hash).
-        known, ids = searchable
-        at = np.minimum(np.searchsorted(known, tokens), known.shape[0] - 1)
-        found = known[at] == tokens
-        mapped = np.where(found, ids[at], default)
-        if feature.num_oov_buckets > 0 and not found.all():
-            missing, where = np.unique(tokens[~found], return_inverse=True)
-            buckets = [n_vocab + hash_bucket(_norm_token(t), feature.num_oov_buckets) for t in missing.tolist()]
-            mapped[~found] = np.array(buckets, dtype=np.int64)[where.reshape(-1)]
-        return mapped
-    uniques, inverse = np.unique(tokens, return_inverse=True)
-    mapped = np.empty(len(uniques), dtype=np.int64)
-    for u, token in enumerate(uniques.tolist()):
-        token = _norm_token(token)
-        found = index.get(token)
-        if found is not None:
-            mapped[u] = found
-        elif feature.num_oov_buckets > 0:
-            mapped[u] = n_vocab + hash_bucket(token, feature.num_oov_buckets)
-        else:
-            mapped[u] = default
-    return mapped[inverse.reshape(-1)]
-
-
-# --------------------------------------------------------------------------
 # Classifying raw values
 # --------------------------------------------------------------------------
 
@@ -420,7 +155,7 @@ def _kind(values: np.ndarray, feature: FeatureSpec, what: str = "ids") -> Tuple[
     if k == "O":
         flat = values.ravel().tolist()
         if all(isinstance(v, (str, bytes)) for v in flat):
-            return "str", np.array([_norm_token(v) for v in flat], dtype=str).reshape(values.shape)
+            return "str", np.array([normalize_token(v) for v in flat], dtype=str).reshape(values.shape)
         if all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in flat):
             return "int", np.array(flat, dtype=np.int64).reshape(values.shape)
     received = f"dtype {values.dtype}" if k != "O" else "objects of type " + ", ".join(
@@ -475,12 +210,17 @@ def check_nan_weights_dropped(batch: "Ragged", feature: FeatureSpec, combiner: s
         )
 
 
-def _is_sparse(x: Any) -> bool:
+def is_sparse(x: Any) -> bool:
+    """Whether `x` is a SparseTensor-like input: it has `indices`, `values` and `dense_shape`."""
     return all(hasattr(x, a) for a in ("indices", "values", "dense_shape"))
 
 
-def _is_ragged_tensor(x: Any) -> bool:
+def is_ragged_tensor(x: Any) -> bool:
+    """Whether `x` is a RaggedTensor-like input: it has `values` and `row_splits`."""
     return hasattr(x, "values") and hasattr(x, "row_splits")
+
+
+_is_sparse, _is_ragged_tensor = is_sparse, is_ragged_tensor  # the names engine/fast/path.py still imports
 
 
 def _is_row(x: Any) -> bool:
@@ -508,9 +248,39 @@ class _Flat:
     dense: bool = False         # True: negative ints / '' strings are padding
 
 
+def checked_sparse_indices(indices: Any, num_values: int, dense_shape: np.ndarray, where: str) -> np.ndarray:
+    """A sparse tensor's `indices` as int64 `[N, rank]`, after TensorFlow's checks of a SparseTensor.
+
+    One row per value, one integer column per dimension of `dense_shape`,
+    every index inside it; otherwise a ValueError starting with `where`
+    (the feature or the object being built).
+    """
+    indices = np.asarray(indices)
+    rank = dense_shape.shape[0]
+    if indices.size == 0:
+        indices = indices.reshape(0, rank).astype(np.int64)
+    if indices.ndim != 2 or indices.shape[1] != rank or indices.dtype.kind not in "iu":
+        raise ValueError(
+            f"{where}: sparse `indices` must be integers of shape [N, {rank}] (one column per dimension: the rank "
+            f"of dense_shape). Received shape {indices.shape}, dtype {indices.dtype}."
+        )
+    if indices.shape[0] != num_values:
+        raise ValueError(
+            f"{where}: sparse `indices` and `values` must have the same length. "
+            f"Received {indices.shape[0]} indices and {num_values} values."
+        )
+    indices = indices.astype(np.int64)
+    bad = np.flatnonzero(np.any((indices < 0) | (indices >= dense_shape), axis=1))
+    if bad.size:
+        raise ValueError(
+            f"{where}: sparse index {indices[bad[0]].tolist()} is outside dense_shape {dense_shape.tolist()} (out "
+            "of bounds). Every index must satisfy 0 <= index < dense_shape."
+        )
+    return indices
+
+
 def _from_sparse(ids: Any, weights: Any, feature: FeatureSpec) -> _Flat:
     name = feature.name
-    indices = np.asarray(ids.indices)
     values = np.asarray(ids.values).reshape(-1)
     dense_shape = np.asarray(ids.dense_shape).reshape(-1)
     if dense_shape.shape != (2,):
@@ -518,36 +288,18 @@ def _from_sparse(ids: Any, weights: Any, feature: FeatureSpec) -> _Flat:
             f"Feature {name!r}: sparse ids must have rank 2 ([batch, positions]). "
             f"Received dense_shape {dense_shape.tolist()}."
         )
-    if indices.size == 0:
-        indices = indices.reshape(0, 2).astype(np.int64)
-    if indices.ndim != 2 or indices.shape[1] != 2 or indices.dtype.kind not in "iu":
-        raise ValueError(
-            f"Feature {name!r}: sparse `indices` must be integers of shape [N, 2]. "
-            f"Received shape {indices.shape}, dtype {indices.dtype}."
-        )
-    if indices.shape[0] != values.shape[0]:
-        raise ValueError(
-            f"Feature {name!r}: sparse `indices` and `values` must have the same length. "
-            f"Received {indices.shape[0]} indices and {values.shape[0]} values."
-        )
-    indices = indices.astype(np.int64)
-    num_rows, num_cols = int(dense_shape[0]), int(dense_shape[1])
+    indices = checked_sparse_indices(ids.indices, values.shape[0], dense_shape, f"Feature {name!r}")
+    num_rows = int(dense_shape[0])
     rows, cols = indices[:, 0], indices[:, 1]
-    bad = (rows < 0) | (rows >= num_rows) | (cols < 0) | (cols >= num_cols)
-    if bad.any():
-        k = int(np.flatnonzero(bad)[0])
-        raise ValueError(
-            f"Feature {name!r}: sparse index {indices[k].tolist()} is outside dense_shape "
-            f"{dense_shape.tolist()}. Every index must satisfy 0 <= index < dense_shape."
-        )
 
     w = None
     if weights is not None:
-        if not _is_sparse(weights):
+        if not is_sparse(weights):
             raise _mismatch(feature, f"ids are sparse, weights are {type(weights).__name__}.")
         w_indices = np.asarray(weights.indices).reshape(-1, 2) if np.size(weights.indices) else np.zeros((0, 2))
         w_shape = np.asarray(weights.dense_shape).reshape(-1)
-        if w_indices.shape != indices.shape or not np.array_equal(w_indices, indices) or not np.array_equal(w_shape, dense_shape):
+        if (w_indices.shape != indices.shape or not np.array_equal(w_indices, indices)
+                or not np.array_equal(w_shape, dense_shape)):
             raise _mismatch(feature, "the sparse weights have other indices or another dense_shape than the ids.")
         w = _weights_array(weights.values, feature).reshape(-1)
 
@@ -571,7 +323,7 @@ def _from_sparse(ids: Any, weights: Any, feature: FeatureSpec) -> _Flat:
 
 def _from_ragged_tensor(ids: Any, weights: Any, feature: FeatureSpec) -> _Flat:
     name = feature.name
-    if _is_ragged_tensor(ids.values):
+    if is_ragged_tensor(ids.values):
         raise ValueError(f"Feature {name!r}: ragged ids must have one ragged dimension ([batch, (ids)]).")
     values = np.asarray(ids.values)
     splits = np.asarray(ids.row_splits).reshape(-1)
@@ -586,7 +338,7 @@ def _from_ragged_tensor(ids: Any, weights: Any, feature: FeatureSpec) -> _Flat:
     splits = splits.astype(np.int64)
     w = None
     if weights is not None:
-        if not _is_ragged_tensor(weights):
+        if not is_ragged_tensor(weights):
             raise _mismatch(feature, f"ids are ragged, weights are {type(weights).__name__}.")
         if not np.array_equal(np.asarray(weights.row_splits).reshape(-1), splits):
             raise _mismatch(feature, "the ragged weights have other row_splits than the ids.")
@@ -642,7 +394,7 @@ def _from_dense(ids: Any, weights: Any, feature: FeatureSpec) -> _Flat:
     length = 1 if arr.ndim == 1 else arr.shape[1]
     w = None
     if weights is not None:
-        if _is_sparse(weights) or _is_ragged_tensor(weights):
+        if is_sparse(weights) or is_ragged_tensor(weights):
             raise _mismatch(feature, f"ids are dense, weights are {type(weights).__name__}.")
         w_arr = _asarray(weights, feature, "weights")
         if w_arr.shape != arr.shape:
@@ -715,9 +467,9 @@ def to_ragged(ids: Any, weights: Any = None, *, feature: FeatureSpec) -> Ragged:
     if not isinstance(feature, FeatureSpec):
         raise TypeError(f"Argument `feature` must be a FeatureSpec. Received: {feature!r}.")
 
-    if _is_sparse(ids):
+    if is_sparse(ids):
         flat = _from_sparse(ids, weights, feature)
-    elif _is_ragged_tensor(ids):
+    elif is_ragged_tensor(ids):
         flat = _from_ragged_tensor(ids, weights, feature)
     elif isinstance(ids, (list, tuple)) and any(_is_row(r) for r in ids):
         if not all(_is_row(r) for r in ids):
@@ -772,7 +524,7 @@ def to_ragged(ids: Any, weights: Any = None, *, feature: FeatureSpec) -> Ragged:
     else:
         ids64 = np.full(n, -1, dtype=np.int64)
         live = ~padding
-        ids64[live] = _map_vocabulary(feature, values[live], kind)
+        ids64[live] = map_vocabulary(feature, values[live], kind)
 
     keep = ids64 >= 0
     if keep.all():

@@ -32,8 +32,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
-import tempfile
 from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
@@ -41,6 +39,7 @@ import numpy as np
 from ..spec.checks import check_real, fail
 from ..spec.embedding import EmbeddingSpec
 from ..spec.tables import TableSpec
+from .files import replace_file, safe_stem
 
 FORMAT = "tpu_embedding_shim.lookup_statistics"
 FORMAT_VERSION = 1
@@ -50,11 +49,6 @@ try:  # POSIX: serialise read-merge-write among processes sharing the directory.
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None
-
-
-def _safe_stem(text: str, limit: int = 48) -> str:
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:limit].lstrip(".")
-    return stem or "_"
 
 
 def table_parameters(table: TableSpec, spec: EmbeddingSpec) -> Dict[str, Any]:
@@ -197,7 +191,7 @@ class LookupStatistics:
         """
         params = table_parameters(table, spec)
         digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
-        return f"{_safe_stem(table.name)}-{digest}.json"
+        return f"{safe_stem(table.name)}-{digest}.json"
 
     def path(self, table: str) -> str:
         """Where the statistics of `table` are written."""
@@ -221,7 +215,8 @@ class LookupStatistics:
                 path = self.path(name)
                 params = table_parameters(self._tables[name], self.spec)
                 merged = _merge(_read_existing(path, params), counts, params, self.sample_rate)
-                _write_atomic(path, json.dumps(merged, indent=2, sort_keys=True, allow_nan=False) + "\n")
+                text = json.dumps(merged, indent=2, sort_keys=True, allow_nan=False) + "\n"
+                replace_file(path, text.encode("utf-8"))
                 self._counts[name] = _Counts(self.spec.num_shards)
                 paths.append(path)
         return paths
@@ -296,18 +291,3 @@ def _merge(old: Optional[Dict[str, Any]], counts: _Counts, params: Dict[str, Any
         "shard_load": [_number(x) for x in load],
         "shard_load_imbalance": float(load.max()) / mean_load if mean_load > 0 else None,
     }
-
-
-def _write_atomic(path: str, text: str) -> None:
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + "-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise

@@ -39,7 +39,7 @@ import numpy as np
 from ..compat import lowering
 from ..compat.tensors import RaggedTensor, SparseTensor
 from ..engine import lookup as lookup_kernels
-from ..engine.ragged import Ragged, to_ragged
+from ..engine.ragged import Ragged, is_ragged_tensor, is_sparse, to_ragged
 
 
 class TPUContext:
@@ -151,14 +151,14 @@ def first_positions(ids: Any, count: int) -> Any:
     input and the index inside a ragged row. A one-id-per-example input
     ([B]) and inputs whose form to_ragged will refuse pass unchanged.
     """
-    if all(hasattr(ids, a) for a in ("indices", "values", "dense_shape")):
+    if is_sparse(ids):
         indices, values = np.asarray(ids.indices), np.asarray(ids.values)
         shape = np.asarray(ids.dense_shape).reshape(-1)
         if indices.ndim != 2 or indices.shape[1:] != (2,) or shape.shape != (2,) or len(values) != len(indices):
             return ids
         keep = indices[:, 1] < count
         return SparseTensor(indices[keep], values[keep], [int(shape[0]), min(int(shape[1]), count)])
-    if hasattr(ids, "values") and hasattr(ids, "row_splits"):
+    if is_ragged_tensor(ids):
         values, splits = np.asarray(ids.values), np.asarray(ids.row_splits).reshape(-1)
         if values.ndim != 1 or splits.size < 1 or splits[-1] != len(values) or np.any(np.diff(splits) < 0):
             return ids

@@ -14,7 +14,8 @@ checkpoint has them). The manifest lists, per feature, everything a CPU
 lookup needs (table, combiner, max_sequence_length, vocabulary, default
 value, OOV buckets, weight key), so `load_exported(dir).lookup(features)`
 serves the same activations the model_fn saw in PREDICT mode, with numpy
-only. Files are written to a temporary directory and renamed.
+only. Files are written to a temporary directory, fsynced and renamed
+(`engine/files.py`).
 """
 
 from __future__ import annotations
@@ -23,13 +24,12 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 
 from ..engine import lookup as lookup_kernels
+from ..engine.files import new_directory
 from ..engine.ragged import to_ragged
 from ..spec import FeatureSpec
 from .state import DenseState
@@ -61,8 +61,7 @@ def write_export(export_dir: str, *, tables: Mapping[str, np.ndarray], trained_b
         raise FileExistsError(f"Export directory {export_dir!r} already exists; exports are never overwritten.")
     parent = os.path.dirname(os.path.abspath(export_dir))
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-export-", dir=parent)
-    try:
+    with new_directory(export_dir, temporary_prefix=".tmp-export-") as tmp:
         os.makedirs(os.path.join(tmp, "tables"))
         entries = []
         for name, array in tables.items():
@@ -86,10 +85,6 @@ def write_export(export_dir: str, *, tables: Mapping[str, np.ndarray], trained_b
         with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as handle:
             json.dump(manifest, handle, indent=2, sort_keys=True)
             handle.write("\n")
-        os.replace(tmp, export_dir)
-    finally:
-        if os.path.isdir(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
     return export_dir
 
 

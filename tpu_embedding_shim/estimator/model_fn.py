@@ -1,4 +1,4 @@
-"""What a model_fn returns: `EstimatorSpec`, `TPUEstimatorSpec`, and `ModeKeys`.
+"""What a model_fn returns: `EstimatorSpec`, `TPUEstimatorSpec`, and `ModeKeys`; how the runner reads its values.
 
 Both specs are TensorFlow's namedtuples with one field added at the end,
 `embedding_gradients`: the numpy stand-in for the backward pass TensorFlow
@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import collections
 from typing import Any
+
+import numpy as np
 
 
 class ModeKeys:
@@ -131,3 +133,18 @@ def _check_train_op(train_op: Any) -> None:
             f"calls it after the embedding update). Received: {type(train_op).__name__}. With the torch "
             "bridge, use torch_bridge.train_op(optimizer)."
         )
+
+
+def to_numpy(value: Any) -> Any:
+    """A returned value as numpy reads it: a torch tensor detached and copied to the CPU, anything else as is."""
+    if hasattr(value, "detach") and hasattr(value, "numpy"):
+        return value.detach().cpu().numpy()
+    return value
+
+
+def scalar(value: Any, what: str) -> float:
+    """A returned scalar (a number, a 0-d or one-element array, a torch scalar) as a float; `what` names it."""
+    array = np.asarray(to_numpy(value), dtype=np.float64)
+    if array.size != 1:
+        raise ValueError(f"{what} must be a scalar. Received an array of shape {list(array.shape)}.")
+    return float(array.reshape(()))

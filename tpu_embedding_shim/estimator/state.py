@@ -41,10 +41,11 @@ import io
 import json
 import os
 import re
-import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
+
+from ..engine.files import replace_file
 
 _DENSE_PREFIX = "dense-"
 _DENSE_RE = re.compile(r"^dense-(\d{10,})\.npz$")
@@ -283,16 +284,7 @@ def write_dense(directory: str, step: int, state: DenseState) -> Tuple[str, str]
     data = state.to_bytes()
     os.makedirs(directory, exist_ok=True)
     name = dense_file_name(step)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-" + name, dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, os.path.join(directory, name))
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    replace_file(os.path.join(directory, name), data)
     return name, hashlib.sha256(data).hexdigest()
 
 

@@ -73,15 +73,12 @@ TPU_SLOT_SUFFIXES: Dict[str, Dict[str, str]] = {
 """Engine slot -> TensorFlow's TPU slot suffix, per optimizer kind (what the runner writes)."""
 
 CPU_SLOT_SUFFIXES: Dict[str, Dict[str, str]] = {
-    "sgd": {},
-    "adagrad": {"accumulators": "Adagrad"},
+    **TPU_SLOT_SUFFIXES,
     "adam": {"momenta": "Adam", "velocities": "Adam_1"},
-    "ftrl": {"accumulators": "Ftrl", "linears": "Ftrl_1"},
-    "momentum": {"momenta": "Momentum"},
     "rmsprop": {"ms": "RMSProp", "mom": "RMSProp_1"},
-    "proximal_adagrad": {"accumulators": "ProximalAdagrad"},
 }
-"""Engine slot -> the slot suffix of TensorFlow's v1 CPU optimizer of the same kind (read only)."""
+"""Engine slot -> the slot suffix of TensorFlow's v1 CPU optimizer of the same kind (read only): the TPU
+names, except Adam's and RMSProp's (`Adam`, `Adam_1` where the TPU writes `Adam/m`, `Adam/v`)."""
 
 # How sure a table's name is; a higher one replaces a lower one.
 DEFAULT = 0  # no layer has read the column yet: DenseFeatures' (or SequenceFeatures') name

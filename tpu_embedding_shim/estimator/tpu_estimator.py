@@ -28,7 +28,6 @@ import contextlib
 import copy
 import logging
 import math
-import json
 import os
 import sys
 import tempfile
@@ -43,15 +42,15 @@ from ..compat.feature_layers import LookupScope
 from ..engine.engine import Engine
 from ..engine.tf_bundle.debris import sole_writer
 from .context import TensorCoreColumns, TPUContext
+from .evaluation import EvalMetrics
+from .export import write_export
 from .inputs import BatchStream, call_input_fn, fn_args
-from .model_fn import EstimatorSpec, ModeKeys, NanLossDuringTrainingError, TPUEstimatorSpec
+from .model_dir import ModelState
+from .model_fn import EstimatorSpec, ModeKeys, NanLossDuringTrainingError, TPUEstimatorSpec, scalar, to_numpy
 from .progress import Progress, progress_enabled
 from .run_config import InputPipelineConfig, RunConfig, TPURunConfig, check_positive_integer
-from . import checkpoints
-from .restore import Program, resume_plan, warm_start_plan
 from .state import DenseState
-from .tf_names import DEFAULT, ProgramNames, slot_suffixes
-from .warm_start import WarmStartSettings, warm_start_settings
+from .warm_start import warm_start_settings
 
 log = logging.getLogger("tpu_embedding_shim")
 
@@ -66,19 +65,6 @@ _MODEL_FN_FIX = ("TPUEstimator calls model_fn(features, labels, mode, params[, c
 class ExportSavedModelApiVersion:
     V1 = 1
     V2 = 2
-
-
-def _to_numpy(value: Any) -> Any:
-    if hasattr(value, "detach") and hasattr(value, "numpy"):
-        return value.detach().cpu().numpy()
-    return value
-
-
-def _scalar(value: Any, what: str) -> float:
-    array = np.asarray(_to_numpy(value), dtype=np.float64)
-    if array.size != 1:
-        raise ValueError(f"{what} must be a scalar. Received an array of shape {list(array.shape)}.")
-    return float(array.reshape(()))
 
 
 def _check_hooks(value: Any, name: str) -> None:
@@ -194,20 +180,10 @@ class TPUEstimator:
         self._tensor_core = None
         if embedding_config_spec is not None and embedding_config_spec.tensor_core_feature_columns:
             self._tensor_core = TensorCoreColumns(embedding_config_spec.tensor_core_feature_columns)
-        # An engine only for engine tables: a spec whose columns are all tensor-core (or numeric) leaves it
-        # nothing to own, and such a model checkpoints its dense state alone, like one without a spec.
-        self._uses_engine = embedding_config_spec is not None and bool(embedding_config_spec.to_spec().tables)
-        self._names = ProgramNames()
-        if embedding_config_spec is not None:
-            self._names = ProgramNames(embedding_config_spec.feature_columns or (),
-                                       embedding_config_spec.tensor_core_feature_columns or (),
-                                       tables=[t.name for t in embedding_config_spec.to_spec().tables])
-        self._noted_defaults: set = set()
-        self._engine: Optional[Engine] = None
-        self._step = 0  # the global step when there is no engine
-        self._dense_state = DenseState()
-        self._initialized = False
-        self._loaded_step: Optional[int] = None
+        self._state = ModelState(self._model_dir, embedding_config_spec=embedding_config_spec,
+                                 tensor_core=self._tensor_core, num_shards=self._num_shards,
+                                 seed=config.tf_random_seed, warm_start_settings=self._warm_start_settings)
+        self._uses_engine = self._state.uses_engine
         self._announced = False
         self._warned_no_gradient: set = set()
         self.progress: Optional[bool] = None  # default for train/evaluate/predict(progress=None)
@@ -239,19 +215,19 @@ class TPUEstimator:
     @property
     def global_step(self) -> int:
         """The step the next training step will compute (the engine's)."""
-        return self._engine.global_step if self._engine is not None else self._step
+        return self._state.global_step
 
     @property
     def engine(self) -> Optional[Engine]:
         """The embedding engine (built, or restored from the latest checkpoint, on first use)."""
         self._ensure_state(ModeKeys.TRAIN)
-        return self._engine
+        return self._state.engine
 
     @property
     def dense_state(self) -> DenseState:
         """The dense model's state (`params['dense_state']` in the model_fn), built or restored on first use."""
         self._ensure_state(ModeKeys.TRAIN)
-        return self._dense_state
+        return self._state.dense_state
 
     # Construction checks ---------------------------------------------------------------
 
@@ -274,178 +250,31 @@ class TPUEstimator:
         if unexpected:
             raise ValueError(f"model_fn ({model_fn}) has following not expected args: {unexpected}")
 
-    # State: build, restore, save -------------------------------------------------------
-
-    def _build(self) -> None:
-        seed = self._config.tf_random_seed
-        if self._uses_engine:
-            spec = self._embedding_config_spec.to_spec(num_shards=self._num_shards)
-            self._engine = Engine(spec, seed=seed)
-        self._step = 0
-        self._dense_state = DenseState()
-        if self._tensor_core is not None:
-            rng = np.random.default_rng(None if seed is None else [int(seed), 1])
-            self._tensor_core.initialize(self._dense_state, rng)
-        self._initialized = True
-        self._loaded_step = None
+    # State (model_dir.py) ------------------------------------------------------------------
 
     def _ensure_state(self, mode: str, checkpoint_path: Optional[str] = None) -> None:
         """Makes the in-memory state the latest checkpoint's (or `checkpoint_path`'s), or a fresh one."""
-        if checkpoint_path is not None:
-            if not self._initialized:
-                self._build()
-            self._restore(checkpoint_path)
-            return
-        latest = self.latest_checkpoint()
-        if latest is None:
-            if not self._initialized:
-                if mode != ModeKeys.TRAIN:
-                    raise ValueError(f"Could not find trained model in model_dir: {self._model_dir}.")
-                self._build()
-                if self._warm_start_settings is not None:
-                    try:
-                        self._warm_start(self._warm_start_settings)
-                    except BaseException:
-                        self._initialized = False  # the next call tries again, never trains unwarmed
-                        raise
-            return
-        step = checkpoints.step_of(latest)
-        if not self._initialized or step != self._loaded_step or step != self.global_step:
-            if not self._initialized:
-                self._build()
-            self._restore(latest)
+        self._state.ensure(mode, checkpoint_path)
 
-    def _program(self) -> Program:
-        """The program as a restore sees it (with a copy of the table names: a failed restore changes none)."""
-        tables, optimizers, tensor_core = {}, {}, {}
-        if self._engine is not None:
-            for table in self._engine.spec.tables:
-                tables[table.name] = (table.vocabulary_size, table.dim)
-                optimizers[table.name] = self._engine.spec.optimizer_for(table.name)
-        if self._tensor_core is not None:
-            tensor_core = {name: (t.vocabulary_size, t.dim) for name, t in self._tensor_core.tables.items()}
-        strategy = getattr(self._embedding_config_spec, "partition_strategy", None) or "div"
-        return Program(copy.deepcopy(self._names), tables, optimizers, tensor_core, strategy)
-
-    def _open(self, path: Any) -> checkpoints.Source:
-        return checkpoints.open_source(path, uses_engine=self._uses_engine, legacy_tensors=self._legacy_tensors)
-
-    def _legacy_tensors(self, state: Mapping[str, Mapping[str, np.ndarray]]) -> Dict[str, np.ndarray]:
-        """An engine checkpoint of the earlier format, as tensors under this program's TensorFlow names."""
-        tensors = {}
-        for table, arrays in state.items():
-            if table not in self._names.tables:
-                tensors[table] = arrays["embedding"]
-                continue
-            name = self._names.variable(table)
-            tensors[name] = arrays["embedding"]
-            slots = [slot for slot in arrays if slot != "embedding"]
-            optimizer = self._engine.spec.optimizer_for(table) if self._engine is not None else None
-            for slot, suffix in slot_suffixes(optimizer.kind if optimizer else None, slots).items():
-                tensors[f"{name}/{suffix}"] = arrays[slot]
-        return tensors
-
-    def _restore(self, path: str) -> None:
-        """Resumes from the checkpoint `path` (a prefix or directory; this runner's, TensorFlow's, or older)."""
-        source = self._open(path)
-        plan = resume_plan(source, self._program())
-        self._apply(plan, resume=True)
-        self._loaded_step = plan.step
-        log.info("Restored the model from %s (global step %d).", source.path, plan.step)
-
-    def _warm_start(self, settings: WarmStartSettings) -> None:
-        source = self._open(settings.ckpt_to_initialize_from)
-        fresh = self._engine.state() if self._engine is not None else {}
-        program = self._program()
-        fresh_tensor_core = {name: self._dense_state[name] for name in program.tensor_core}
-        plan = warm_start_plan(source, program, settings, fresh, fresh_tensor_core)
-        self._apply(plan, resume=False)
-
-    def _apply(self, plan, *, resume: bool) -> None:
-        """Assigns a checked plan: engine tables and step, tensor-core tables, dense state, table names."""
-        if self._engine is not None:
-            self._engine.load_state(plan.tables, step=plan.step)
-        else:
-            self._step = plan.step
-        kind, value = plan.dense
-        if kind == "replace":
-            self._dense_state.replace(value)
-        elif resume:  # a TensorFlow-written checkpoint: its tensors wait for the dense_state keys of their names
-            self._dense_state.replace({})
-        if kind == "update":
-            self._dense_state.load_entries(value)
-        elif kind == "pending":
-            self._dense_state.add_pending(value)
-        for name, table in plan.tensor_core.items():
-            self._dense_state[name] = np.array(table, dtype=np.float32)
-        for table, (name, certainty) in plan.names.items():
-            self._names.set(table, name, certainty)
-        for note in plan.notes:
-            log.info("%s", note)
-
-    def _checkpoint_tensors(self, *, values: bool = True) -> Dict[str, Any]:
-        """name -> array of everything a checkpoint holds, under TensorFlow's names (see tf_names.py)."""
-        if ModeKeys.TRAIN in self._tf_graphs:  # the TF session's dense variables, under their TF names
-            self._tf_graphs[ModeKeys.TRAIN].save_to(self._dense_state)
-        step = self.global_step
-        tensors: Dict[str, Any] = {"global_step": np.int64(step)}
-        recorded = {}
-        if self._engine is not None:
-            structure = self._engine.spec.structure()
-            state = self._engine.state() if values else {
-                table: dict.fromkeys(["embedding", *info["slots"]]) for table, info in structure.items()}
-            for table, arrays in state.items():
-                name = self._names.variable(table)
-                self._note_default(table)
-                recorded[table] = {"name": name, "certainty": self._names.certainty(table)}
-                tensors[name] = arrays["embedding"]
-                optimizer = self._engine.spec.optimizer_for(table)
-                slots = [slot for slot in arrays if slot != "embedding"]
-                for slot, suffix in slot_suffixes(optimizer.kind if optimizer else None, slots).items():
-                    tensors[f"{name}/{suffix}"] = arrays[slot]
-        rename = {}
-        if self._tensor_core is not None:
-            for table in self._tensor_core.tables:
-                rename[table] = self._names.variable(table)
-                self._note_default(table)
-                recorded[table] = {"name": rename[table], "certainty": self._names.certainty(table)}
-        dense, structure = self._dense_state.to_tensors(rename)
-        for name in dense:
-            if name in tensors or name == checkpoints.METADATA:
-                what = "the global step" if name == "global_step" else "an embedding table or slot"
-                raise ValueError(f"dense_state would be saved as the tensor {name!r}, which is already {what} of "
-                                 "the checkpoint; rename the dense_state key.")
-        tensors.update(dense)
-        meta = {"format": checkpoints.FORMAT, "version": checkpoints.FORMAT_VERSION, "global_step": step,
-                "tables": recorded, "dense_state": structure}
-        tensors[checkpoints.METADATA] = np.array(json.dumps(meta).encode("utf-8"), dtype=object)
-        return tensors
-
-    def _note_default(self, table: str) -> None:
-        if self._names.certainty(table) == DEFAULT and table not in self._noted_defaults:
-            self._noted_defaults.add(table)
-            log.info("Table %s: no feature layer has read its column yet; it is saved as %s (TensorFlow's name "
-                     "when DenseFeatures / SequenceFeatures read it).", table, self._names.variable(table))
+    def _tf_save_dense(self) -> None:
+        """A running TensorFlow training graph's dense variables into dense_state, before they are saved or read."""
+        if ModeKeys.TRAIN in self._tf_graphs:
+            self._tf_graphs[ModeKeys.TRAIN].save_to(self._state.dense_state)
 
     def _save(self) -> str:
-        step = self.global_step
-        tensors = self._checkpoint_tensors()
-        path = checkpoints.save(self._model_dir, step, tensors, keep=self._config.keep_checkpoint_max or None)
-        if self._engine is not None and self._engine.statistics is not None:
-            self._engine.statistics.flush()
-        self._loaded_step = step
-        log.info("Saving checkpoints for %d into %s.", step, path)
-        return path
+        self._tf_save_dense()
+        return self._state.save(keep=self._config.keep_checkpoint_max or None)
 
     def latest_checkpoint(self) -> Optional[str]:
         """The latest checkpoint of model_dir (`<model_dir>/model.ckpt-<step>`, or an older-format one), or None."""
-        return checkpoints.latest(self._model_dir, uses_engine=self._uses_engine)
+        return self._state.latest_checkpoint()
 
     def get_variable_names(self) -> List[str]:
         """The checkpoint's variable names (TensorFlow's, see docs/checkpoints.md), sorted: tables, slots, the dense
         state, 'global_step'."""
         self._ensure_state(ModeKeys.PREDICT)
-        return sorted(n for n in self._checkpoint_tensors(values=False) if n != checkpoints.METADATA)
+        self._tf_save_dense()
+        return self._state.variable_names()
 
     def get_variable_value(self, name: str) -> Any:
         """The value of a variable of `get_variable_names()` in the latest checkpoint (a table full, in id order).
@@ -454,26 +283,10 @@ class TPUEstimator:
         'tbl_user/accumulators' (its slot), and dense_state keys.
         """
         self._ensure_state(ModeKeys.PREDICT)
-        if name == "global_step":
-            return self.global_step
-        if self._engine is not None:
-            for table in self._engine.spec.structure():
-                variable = self._names.variable(table)
-                optimizer = self._engine.spec.optimizer_for(table)
-                slots = sorted(optimizer.slot_initial_values()) if optimizer else []
-                suffixes = slot_suffixes(optimizer.kind if optimizer else None, slots)
-                if name in (variable, table):
-                    return self._engine.table(table)
-                for slot, suffix in suffixes.items():
-                    if name in (f"{variable}/{suffix}", f"{table}/{slot}"):
-                        return self._engine.slots(table)[slot]
-        rename = {t: self._names.variable(t) for t in (self._tensor_core.tables if self._tensor_core else {})}
-        dense, _ = self._dense_state.to_tensors(rename)
-        if name in dense:
-            return np.array(dense[name], copy=True)
-        if name in self._dense_state and not hasattr(self._dense_state[name], "state_dict"):
-            return np.array(self._dense_state[name], copy=True)
-        raise ValueError(f"Variable {name!r} not found; variables are {self.get_variable_names()}.")
+        try:
+            return self._state.variable_value(name)
+        except KeyError:
+            raise ValueError(f"Variable {name!r} not found; variables are {self.get_variable_names()}.") from None
 
     # One step ------------------------------------------------------------------------------
 
@@ -507,7 +320,7 @@ class TPUEstimator:
         if batch_size is not None:
             params["batch_size"] = batch_size
         params["context"] = context
-        params["dense_state"] = self._dense_state
+        params["dense_state"] = self._state.dense_state
         return params
 
     def _input_params(self, mode: str) -> dict:
@@ -548,7 +361,7 @@ class TPUEstimator:
         return spec
 
     def _check_features(self, features: Any) -> Any:
-        if self._engine is not None or self._tensor_core is not None:
+        if self._state.engine is not None or self._tensor_core is not None:
             if not isinstance(features, Mapping):
                 raise ValueError("With an embedding_config_spec, `features` must be a dict of feature name -> ids "
                                  f"(as TPUEstimator's input splitting requires). Received: {type(features).__name__}.")
@@ -559,17 +372,17 @@ class TPUEstimator:
         result, tc_batches = None, None
         activations: Dict[str, np.ndarray] = {}
         lengths: Dict[str, np.ndarray] = {}
-        if self._engine is not None:
-            result = self._engine.forward(features, training=training)
+        if self._state.engine is not None:
+            result = self._state.engine.forward(features, training=training)
             activations.update(result.activations)
             lengths.update(result.sequence_lengths)
         if self._tensor_core is not None:
-            tc_activations, tc_batches = self._tensor_core.lookup(features, self._dense_state)
+            tc_activations, tc_batches = self._tensor_core.lookup(features, self._state.dense_state)
             activations.update(tc_activations)
         scope = LookupScope(activations, lengths, training=training, features=features)
         context = TPUContext(mode=mode, global_step=self.global_step, batch_size=self._batch_sizes[mode],
-                             dense_state=self._dense_state, tensor_core=self._tensor_core, engine=self._engine,
-                             scope=scope, use_tpu=self._use_tpu)
+                             dense_state=self._state.dense_state, tensor_core=self._tensor_core,
+                             engine=self._state.engine, scope=scope, use_tpu=self._use_tpu)
         return result, tc_batches, scope, context
 
     def _train_step(self, features: Any, labels: Any) -> float:
@@ -579,14 +392,14 @@ class TPUEstimator:
         result, tc_batches, scope, context = self._step_scope(features, ModeKeys.TRAIN, training=True)
         with scope:
             spec = self._call_model_fn(features, labels, ModeKeys.TRAIN, self._model_params(ModeKeys.TRAIN, context))
-        self._names.learn(scope.layer_names)
+        self._state.names.learn(scope.layer_names)
         grads = scope.split_gradients(spec.embedding_gradients)
         if hasattr(spec.loss, "backward"):
             from . import torch_bridge
 
             for key, grad in torch_bridge.backward(spec.loss, scope).items():
                 grads[key] = grads[key] + grad if key in grads else grad
-        loss = _scalar(spec.loss, "The loss")
+        loss = scalar(spec.loss, "The loss")
         if math.isnan(loss):
             raise NanLossDuringTrainingError()
         self._apply_engine_gradients(result, grads)
@@ -597,18 +410,18 @@ class TPUEstimator:
 
     def _apply_engine_gradients(self, result: Any, grads: Dict[str, np.ndarray]) -> None:
         """The engine applies d(loss)/d(activations) per feature (zeros, with a warning, for a missing one)."""
-        if self._engine is not None:
+        if self._state.engine is not None:
             engine_grads = {}
-            for feature in self._engine.spec.features:
+            for feature in self._state.engine.spec.features:
                 if feature.name in grads:
                     engine_grads[feature.name] = grads[feature.name]
                 elif feature.name not in self._warned_no_gradient:
                     self._warned_no_gradient.add(feature.name)
                     log.warning("No gradient for feature %r (its activation was not used, or not passed back in "
                                 "embedding_gradients); using zeros, as TensorFlow does.", feature.name)
-            self._engine.apply_gradients(result, engine_grads)
+            self._state.engine.apply_gradients(result, engine_grads)
         else:
-            self._step += 1
+            self._state.step += 1
 
     # The TensorFlow bridge (estimator/tf_bridge.py) -------------------------------------------------
 
@@ -633,7 +446,7 @@ class TPUEstimator:
         graph = self._tf_graphs.pop(mode, None)
         if graph is not None:
             if mode == ModeKeys.TRAIN:
-                graph.save_to(self._dense_state)
+                graph.save_to(self._state.dense_state)
             graph.close()
 
     def _tf_graph(self, mode: str, features: Any, labels: Any, scope: LookupScope, context: TPUContext):
@@ -652,10 +465,10 @@ class TPUEstimator:
             def call(graph_features, graph_labels, graph_scope):
                 with graph_scope:
                     spec = self._call_model_fn(graph_features, graph_labels, mode, params)
-                self._names.learn(graph_scope.layer_names)
+                self._state.names.learn(graph_scope.layer_names)
                 return spec
 
-            graph = tf_bridge.GraphModel(mode, call, features, labels, scope, self._dense_state)
+            graph = tf_bridge.GraphModel(mode, call, features, labels, scope, self._state.dense_state)
             self._tf_graphs[mode] = graph
         return graph
 
@@ -686,7 +499,7 @@ class TPUEstimator:
         no_grad = torch.no_grad() if torch is not None else contextlib.nullcontext()
         with scope, no_grad:
             spec = self._call_model_fn(features, labels, mode, self._model_params(mode, context))
-        self._names.learn(scope.layer_names)
+        self._state.names.learn(scope.layer_names)
         return spec
 
     # train / evaluate / predict -----------------------------------------------------------------
@@ -754,7 +567,7 @@ class TPUEstimator:
                     last_save = time.monotonic()
         finally:
             bar.close()
-        if self._loaded_step != self.global_step or self.latest_checkpoint() is None:
+        if self._state.loaded_step != self.global_step or self.latest_checkpoint() is None:
             self._save()
         self._tf_close(ModeKeys.TRAIN)
         log.info("Loss for final step: %s.", loss)
@@ -782,54 +595,19 @@ class TPUEstimator:
         stream = BatchStream(result, ModeKeys.EVAL, repeat=steps or 1)
         total = steps if stream.length is None else (stream.length if steps is None else min(steps, stream.length))
         bar = Progress("evaluate", total, enabled=progress_enabled(self.progress if progress is None else progress))
-        losses: List[float] = []
-        metric_fn, structure, collected = None, None, None
-        op_values: Dict[str, List[float]] = {}
+        collected = EvalMetrics()
         try:
             for features, labels in stream:
-                if steps is not None and len(losses) >= steps:
+                if steps is not None and len(collected.losses) >= steps:
                     break
-                spec = self._infer(features, labels, ModeKeys.EVAL)
-                losses.append(_scalar(spec.loss, "The loss"))
-                if isinstance(spec, TPUEstimatorSpec) and spec.eval_metrics is not None:
-                    metric_fn, tensors = spec.eval_metrics
-                    if collected is None:
-                        structure = "dict" if isinstance(tensors, dict) else "list"
-                        collected = {k: [] for k in tensors} if structure == "dict" else [[] for _ in tensors]
-                    items = tensors.items() if structure == "dict" else enumerate(tensors)
-                    for key, value in items:
-                        collected[key].append(np.asarray(_to_numpy(value)))
-                if isinstance(spec, EstimatorSpec) and spec.eval_metric_ops:
-                    for key, value in spec.eval_metric_ops.items():
-                        value = value[0] if isinstance(value, tuple) else value
-                        op_values.setdefault(key, []).append(_scalar(value, f"eval_metric_ops[{key!r}]"))
-                bar.update(loss=float(np.mean(losses)))
+                bar.update(loss=collected.add(self._infer(features, labels, ModeKeys.EVAL)))
         finally:
             bar.close()
-        if not losses:
-            raise ValueError("evaluate: input_fn produced no batch.")
-        metrics: Dict[str, Any] = {}
+        graph_metrics: Dict[str, Any] = {}
         if ModeKeys.EVAL in self._tf_graphs:  # tf.compat.v1.metrics: their values after all update ops
-            metrics.update(self._tf_graphs[ModeKeys.EVAL].metrics())
+            graph_metrics.update(self._tf_graphs[ModeKeys.EVAL].metrics())
             self._tf_close(ModeKeys.EVAL)
-        if metric_fn is not None:
-            def join(parts):
-                return np.concatenate([np.atleast_1d(p) for p in parts], axis=0)
-
-            if structure == "dict":
-                out = metric_fn(**{k: join(v) for k, v in collected.items()})
-            else:
-                out = metric_fn(*[join(v) for v in collected])
-            if not isinstance(out, Mapping):
-                raise TypeError(f"metric_fn must return a dict {{name: value or (value, update_op)}}. Received: "
-                                f"{type(out).__name__}.")
-            for key, value in out.items():
-                value = _to_numpy(value[0] if isinstance(value, tuple) else value)
-                array = np.asarray(value)
-                metrics[key] = float(array) if array.size == 1 and array.dtype.kind in "biuf" else array
-        for key, values in op_values.items():
-            metrics[key] = float(np.mean(values))
-        metrics["loss"] = float(np.mean(losses))
+        metrics = collected.results(graph_metrics)
         metrics["global_step"] = self.global_step
         log.info("Saving dict for global step %d: %s", self.global_step,
                  ", ".join(f"{k} = {v}" for k, v in sorted(metrics.items())))
@@ -861,7 +639,7 @@ class TPUEstimator:
                 predictions = spec.predictions
                 bar.update()
                 if isinstance(predictions, Mapping):
-                    predictions = {k: np.asarray(_to_numpy(v)) for k, v in predictions.items()}
+                    predictions = {k: np.asarray(to_numpy(v)) for k, v in predictions.items()}
                     if predict_keys is not None:
                         missing = [k for k in predict_keys if k not in predictions]
                         if missing:
@@ -869,7 +647,7 @@ class TPUEstimator:
                                              f"provided {predict_keys}.")
                         predictions = {k: predictions[k] for k in predict_keys}
                 else:
-                    predictions = np.asarray(_to_numpy(predictions))
+                    predictions = np.asarray(to_numpy(predictions))
                 if not yield_single_examples:
                     yield predictions
                     continue
@@ -892,24 +670,22 @@ class TPUEstimator:
 
     def export_embeddings(self, export_dir: str, checkpoint_path: Optional[str] = None) -> str:
         """Writes the unsharded tables, the dense state and a manifest to `export_dir` (see export.py)."""
-        from .export import write_export
-
         self._ensure_state(ModeKeys.PREDICT, checkpoint_path)
         tables, trained_by, combiners, features = {}, {}, {}, []
-        if self._engine is not None:
-            for table in self._engine.spec.tables:
-                tables[table.name] = self._engine.table(table.name)
+        if self._state.engine is not None:
+            for table in self._state.engine.spec.tables:
+                tables[table.name] = self._state.engine.table(table.name)
                 trained_by[table.name] = "embedding engine"
                 combiners[table.name] = table.combiner
-            features += list(self._engine.spec.features)
+            features += list(self._state.engine.spec.features)
         if self._tensor_core is not None:
             for name, table in self._tensor_core.tables.items():
-                tables[name] = np.asarray(self._dense_state[name])
+                tables[name] = np.asarray(self._state.dense_state[name])
                 trained_by[name] = "model (tpu_tensor_core)"
                 combiners[name] = table.combiner
             features += list(self._tensor_core.features)
         path = write_export(export_dir, tables=tables, trained_by=trained_by, combiners=combiners, features=features,
-                            dense_state=self._dense_state, global_step=self.global_step,
+                            dense_state=self._state.dense_state, global_step=self.global_step,
                             extra={"partition_strategy": getattr(self._embedding_config_spec, "partition_strategy",
                                                                  None),
                                    "num_shards": self._num_shards})
@@ -955,24 +731,25 @@ class TPUEstimator:
 
         self._ensure_state(ModeKeys.PREDICT, checkpoint_path)
         tables, combiners, features = {}, {}, []
-        if self._engine is not None:
-            for table in self._engine.spec.tables:
-                tables[table.name] = self._engine.table(table.name)
+        if self._state.engine is not None:
+            for table in self._state.engine.spec.tables:
+                tables[table.name] = self._state.engine.table(table.name)
                 combiners[table.name] = table.combiner
-            features = list(self._engine.spec.features)
+            features = list(self._state.engine.spec.features)
         def call(receiver_features, scope):
             context = TPUContext(mode=ModeKeys.PREDICT, global_step=self.global_step,
-                                 batch_size=self._batch_sizes[ModeKeys.PREDICT], dense_state=self._dense_state,
-                                 tensor_core=None, engine=self._engine, scope=scope, use_tpu=self._use_tpu)
+                                 batch_size=self._batch_sizes[ModeKeys.PREDICT], dense_state=self._state.dense_state,
+                                 tensor_core=None, engine=self._state.engine, scope=scope, use_tpu=self._use_tpu)
             params = self._model_params(ModeKeys.PREDICT, context)
             with scope:
                 spec = self._call_model_fn(receiver_features, None, ModeKeys.PREDICT, params)
-            self._names.learn(scope.layer_names)
+            self._state.names.learn(scope.layer_names)
             return spec
 
         path = tf_serving.write_saved_model(
             export_dir, serving_input_receiver_fn=serving_input_receiver_fn, call_model_fn=call, features=features,
-            tables=tables, combiners=combiners, table_names=self._names.variable, dense_state=self._dense_state,
-            global_step=self.global_step, assets_extra=assets_extra, as_text=as_text)
+            tables=tables, combiners=combiners, table_names=self._state.names.variable,
+            dense_state=self._state.dense_state, global_step=self.global_step, assets_extra=assets_extra,
+            as_text=as_text)
         log.info("Exported a SavedModel at global step %d to %s.", self.global_step, path)
         return path

@@ -27,6 +27,8 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from ..compat.tensors import RaggedTensor
+
 log = logging.getLogger("tpu_embedding_shim.movielens")
 
 WHEEL = "recbole==1.2.1"
@@ -184,8 +186,6 @@ def features_of(data: MovieLens, examples: np.ndarray) -> Tuple[Dict[str, object
     ragged), occupation, gender (strings, [B, 1]), age (ids, [B, 1]),
     zip (strings, [B, 1]).
     """
-    from ..compat.tensors import RaggedTensor
-
     users, items = data.user[examples], data.item[examples]
     history = RaggedTensor(*_ragged_rows(data.history_values, data.history_splits, examples))
     genres = RaggedTensor(*_ragged_rows(data.genre_values.astype(str), data.genre_splits, items))

@@ -23,6 +23,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+import tpu_embedding_shim as tf
+
 from . import data as ml_data
 from . import model as ml_model
 
@@ -170,8 +172,6 @@ def prepare_output_dir(output_dir: str, echo=print) -> None:
 
 def build_estimator(config: JobConfig, data: ml_data.MovieLens, train_losses: List[float]):
     """The TPUEstimator, its model_fn and the EmbeddingConfigSpec: a legacy TPU program, import changed."""
-    import tpu_embedding_shim as tf
-
     os.makedirs(config.output_dir, exist_ok=True)
     vocabulary = ml_data.write_zip_vocabulary(data, os.path.join(config.output_dir, "zip_prefixes.txt"))
     dims = ml_model.Dims()

@@ -12,7 +12,7 @@ from .initializers import (
 )
 from .optimizers import (
     OPTIMIZER_SPECS, AdagradMomentumSpec, AdagradSpec, AdamSpec, FtrlSpec, MomentumSpec,
-    OptimizerSpec, ProximalAdagradSpec, RMSPropSpec, SGDSpec,
+    OptimizerSpec, ProximalAdagradSpec, RMSPropSpec, SGDSpec, bias_corrected_learning_rate,
 )
 from .tables import ID_SOURCES, FeatureSpec, TableSpec
 
@@ -20,7 +20,7 @@ __all__ = [
     "COMBINERS", "PARTITION_STRATEGIES", "ID_SOURCES", "parse_combiner", "parse_partition_strategy",
     "EmbeddingSpec", "TableSpec", "FeatureSpec", "OptimizerSpec", "OPTIMIZER_SPECS",
     "SGDSpec", "AdagradSpec", "AdagradMomentumSpec", "AdamSpec", "FtrlSpec", "MomentumSpec",
-    "RMSPropSpec", "ProximalAdagradSpec", "optimizer_to_dict", "optimizer_from_dict",
+    "RMSPropSpec", "ProximalAdagradSpec", "bias_corrected_learning_rate", "optimizer_to_dict", "optimizer_from_dict",
     "TruncatedNormal", "RandomNormal", "RandomUniform", "Constant", "Zeros", "Ones",
     "RowIdInitializer", "default_table_initializer",
 ]

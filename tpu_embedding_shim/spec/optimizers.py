@@ -18,6 +18,7 @@ as TensorFlow does.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable, ClassVar, Dict, Optional, Union
 
 from .checks import check_bool, check_real, fail, is_real
@@ -82,7 +83,7 @@ class OptimizerSpec:
     clip_gradient_min: Optional[float] = None
     clip_gradient_max: Optional[float] = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         owner = type(self).__name__
         _check_learning_rate(self.learning_rate, owner)
         check_bool("use_gradient_accumulation", self.use_gradient_accumulation, owner=owner)
@@ -127,6 +128,35 @@ class OptimizerSpec:
         return {}
 
 
+def bias_corrected_learning_rate(
+    learning_rate: LearningRate, beta1: float, beta2: float
+) -> Callable[[int], float]:
+    """A learning-rate function that folds Adam's bias correction in.
+
+    A TPU's Adam has no bias correction; TensorFlow's answer is to feed
+
+        lr_t = lr * sqrt(1 - beta2**t) / (1 - beta1**t),   t = step + 1
+
+    as the learning rate (the global step is 0 at the first update, and t
+    counts updates from 1). With `AdamSpec(sum_inside_sqrt=False)` this gives
+    exactly `tf.compat.v1.train.AdamOptimizer` (whose epsilon is the "epsilon
+    hat" of the Adam paper: added to sqrt(v) of the uncorrected v).
+
+    >>> fn = bias_corrected_learning_rate(0.1, beta1=0.9, beta2=0.999)
+    >>> round(fn(0), 6)   # 0.1 * sqrt(0.001) / 0.1
+    0.031623
+    """
+    if not callable(learning_rate):
+        base = float(learning_rate)
+        learning_rate = lambda step: base  # noqa: E731
+
+    def corrected(step: int) -> float:
+        t = step + 1
+        return float(learning_rate(step)) * math.sqrt(1.0 - beta2 ** t) / (1.0 - beta1 ** t)
+
+    return corrected
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SGDSpec(OptimizerSpec):
     """Stochastic gradient descent: `w -= lr * g`. No slots."""
@@ -145,11 +175,11 @@ class AdagradSpec(OptimizerSpec):
     kind: ClassVar[str] = "adagrad"
     initial_accumulator: float = 0.1
 
-    def _check(self):
+    def _check(self) -> None:
         check_real("initial_accumulator", self.initial_accumulator, minimum=0.0, min_open=True,
                    owner=type(self).__name__)
 
-    def slot_initial_values(self):
+    def slot_initial_values(self) -> Dict[str, float]:
         return {"accumulators": float(self.initial_accumulator)}
 
 
@@ -172,7 +202,7 @@ class AdagradMomentumSpec(OptimizerSpec):
     beta2: float = 1.0
     epsilon: float = 1e-10
 
-    def _check(self):
+    def _check(self) -> None:
         owner = type(self).__name__
         check_real("momentum", self.momentum, owner=owner)
         check_bool("use_nesterov", self.use_nesterov, owner=owner)
@@ -180,7 +210,7 @@ class AdagradMomentumSpec(OptimizerSpec):
         check_real("beta2", self.beta2, minimum=0.0, maximum=1.0, owner=owner)
         check_real("epsilon", self.epsilon, minimum=0.0, min_open=True, owner=owner)
 
-    def slot_initial_values(self):
+    def slot_initial_values(self) -> Dict[str, float]:
         return {"accumulators": 0.0, "momenta": 0.0}
 
 
@@ -205,7 +235,7 @@ class AdamSpec(OptimizerSpec):
     lazy_adam: bool = True
     sum_inside_sqrt: bool = True
 
-    def _check(self):
+    def _check(self) -> None:
         owner = type(self).__name__
         check_real("beta1", self.beta1, minimum=0.0, maximum=1.0, max_open=True, owner=owner)
         check_real("beta2", self.beta2, minimum=0.0, maximum=1.0, max_open=True, owner=owner)
@@ -218,7 +248,7 @@ class AdamSpec(OptimizerSpec):
                 "`use_gradient_accumulation=True`. Received: use_gradient_accumulation=False."
             )
 
-    def slot_initial_values(self):
+    def slot_initial_values(self) -> Dict[str, float]:
         return {"momenta": 0.0, "velocities": 0.0}
 
 
@@ -248,7 +278,7 @@ class FtrlSpec(OptimizerSpec):
     allow_zero_accumulator: bool = False
     initial_linear_value: float = 0.0
 
-    def _check(self):
+    def _check(self) -> None:
         owner = type(self).__name__
         check_real("learning_rate_power", self.learning_rate_power, maximum=0.0, owner=owner)
         check_real("initial_accumulator_value", self.initial_accumulator_value, minimum=0.0, owner=owner)
@@ -259,7 +289,7 @@ class FtrlSpec(OptimizerSpec):
         check_bool("allow_zero_accumulator", self.allow_zero_accumulator, owner=owner)
         check_real("initial_linear_value", self.initial_linear_value, owner=owner)
 
-    def slot_initial_values(self):
+    def slot_initial_values(self) -> Dict[str, float]:
         return {
             "accumulators": float(self.initial_accumulator_value),
             "linears": float(self.initial_linear_value),
@@ -274,11 +304,11 @@ class MomentumSpec(OptimizerSpec):
     momentum: float = 0.0
     use_nesterov: bool = False
 
-    def _check(self):
+    def _check(self) -> None:
         check_real("momentum", self.momentum, minimum=0.0, owner=type(self).__name__)
         check_bool("use_nesterov", self.use_nesterov, owner=type(self).__name__)
 
-    def slot_initial_values(self):
+    def slot_initial_values(self) -> Dict[str, float]:
         return {"momenta": 0.0}
 
 
@@ -291,13 +321,13 @@ class RMSPropSpec(OptimizerSpec):
     momentum: float = 0.0
     epsilon: float = 1e-10
 
-    def _check(self):
+    def _check(self) -> None:
         owner = type(self).__name__
         check_real("rho", self.rho, minimum=0.0, maximum=1.0, owner=owner)
         check_real("momentum", self.momentum, minimum=0.0, owner=owner)
         check_real("epsilon", self.epsilon, minimum=0.0, min_open=True, owner=owner)
 
-    def slot_initial_values(self):
+    def slot_initial_values(self) -> Dict[str, float]:
         return {"ms": 0.0, "mom": 0.0}
 
 
@@ -310,13 +340,13 @@ class ProximalAdagradSpec(OptimizerSpec):
     l1_regularization_strength: float = 0.0
     l2_regularization_strength: float = 0.0
 
-    def _check(self):
+    def _check(self) -> None:
         owner = type(self).__name__
         check_real("initial_accumulator", self.initial_accumulator, minimum=0.0, min_open=True, owner=owner)
         check_real("l1_regularization_strength", self.l1_regularization_strength, minimum=0.0, owner=owner)
         check_real("l2_regularization_strength", self.l2_regularization_strength, minimum=0.0, owner=owner)
 
-    def slot_initial_values(self):
+    def slot_initial_values(self) -> Dict[str, float]:
         return {"accumulators": float(self.initial_accumulator)}
 
 

@@ -1,6 +1,6 @@
 """Fast CPU kernels (numba) for the engine's hot path; optional.
 
-The numpy kernels in `lookup.py` and `optimizers.py` are the executable
+The numpy kernels in `lookup.py` and `optimizers/` are the executable
 specification. The kernels here compute the same numbers, in the same
 float32 arithmetic, faster: they are used by `Engine` when numba imports
 (`pip install tpu-embedding-shim[fast]`), and the engine falls back to the
@@ -21,7 +21,8 @@ One idea per module:
 - `fused.py`: every optimizer's update applied in place to the rows a
   partition owns (non-lazy Adam: to every row), with the options every
   optimizer shares (gradient clipping, weight decay, weight clipping, the
-  step's learning rate), giving the reference's bits.
+  step's learning rate), giving the reference's bits: the generic row loops
+  that inline each optimizer's formula (`optimizers/formulas.py`).
 - `threads.py`: which thread runs what: small calls on the calling
   thread alone, small independent calls (features, tables) side by side
   on Python threads.

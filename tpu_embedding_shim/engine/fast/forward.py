@@ -41,30 +41,52 @@ def _ahead(table, ids, k):
         prefetch_row(table, ids[k + AHEAD_ROWS])
 
 
+@numba.njit(inline="always")
+def _pool_chunk(table, ids, row_splits, coef, out, chunk, acc, width):
+    """Fills the rows of `out` of one chunk of examples, each summed in `acc[:width]` then copied out.
+
+    An empty `coef` means "no coefficients" (an unweighted sum: multiplying
+    by 1 would change no value, so it is skipped). Inlined into the kernels
+    below: with `width` a compile-time constant, LLVM unrolls every loop over
+    a row and keeps a stack `acc` in registers."""
+    num_examples = row_splits.shape[0] - 1
+    weighted = coef.shape[0] != 0
+    for b in range(chunk * _CHUNK, min(num_examples, (chunk + 1) * _CHUNK)):
+        start, stop = row_splits[b], row_splits[b + 1]
+        o = out[b]
+        if stop == start:
+            for j in range(width):
+                o[j] = np.float32(0.0)
+            continue
+        _ahead(table, ids, start)
+        row = table[ids[start]]
+        if weighted:
+            c = coef[start]
+            for j in range(width):
+                acc[j] = c * row[j]
+        else:
+            for j in range(width):
+                acc[j] = row[j]
+        for k in range(start + 1, stop):
+            _ahead(table, ids, k)
+            row = table[ids[k]]
+            if weighted:
+                c = coef[k]
+                for j in range(width):
+                    acc[j] += c * row[j]
+            else:
+                for j in range(width):
+                    acc[j] += row[j]
+        for j in range(width):
+            o[j] = acc[j]
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
 def pooled_forward(table, ids, row_splits, coef, out):
-    """Fills `out` [B, D] float32; `coef` [N] float32 (ones for an unweighted sum)."""
-    num_examples = row_splits.shape[0] - 1
+    """Fills `out` [B, D] float32, any D; `coef` [N] float32, or empty for an unweighted sum."""
     dim = table.shape[1]
-    for chunk in numba.prange((num_examples + _CHUNK - 1) // _CHUNK):
-        for b in range(chunk * _CHUNK, min(num_examples, (chunk + 1) * _CHUNK)):
-            start, stop = row_splits[b], row_splits[b + 1]
-            o = out[b]
-            if stop == start:
-                for j in range(dim):
-                    o[j] = np.float32(0.0)
-                continue
-            _ahead(table, ids, start)
-            row = table[ids[start]]
-            c = coef[start]
-            for j in range(dim):
-                o[j] = c * row[j]
-            for k in range(start + 1, stop):
-                _ahead(table, ids, k)
-                row = table[ids[k]]
-                c = coef[k]
-                for j in range(dim):
-                    o[j] += c * row[j]
+    for chunk in numba.prange((row_splits.shape[0] - 1 + _CHUNK - 1) // _CHUNK):
+        _pool_chunk(table, ids, row_splits, coef, out, chunk, np.empty(dim, np.float32), dim)
 
 
 _FIXED_MAX_DIM = 256  # widths up to this get a kernel compiled for their own D (stack accumulator)
@@ -75,45 +97,12 @@ def _fixed_kernel(DIM):
     """`pooled_forward` for tables of width DIM (a compile-time constant), same numbers, same order.
 
     With D known, LLVM unrolls every loop over a row and keeps the running
-    sum in a stack buffer (registers where it fits) instead of writing
-    `out[b]` term after term; an empty `coef` means "no coefficients" (an
-    unweighted sum: multiplying by 1 would change no value, so it is
-    skipped)."""
+    sum in a stack buffer (registers where it fits) instead of a heap one."""
 
     @numba.njit(parallel=True, cache=True, nogil=True)
     def kernel(table, ids, row_splits, coef, out):
-        num_examples = row_splits.shape[0] - 1
-        weighted = coef.shape[0] != 0
-        for chunk in numba.prange((num_examples + _CHUNK - 1) // _CHUNK):
-            acc = numba.carray(stack_f32(DIM), DIM)
-            for b in range(chunk * _CHUNK, min(num_examples, (chunk + 1) * _CHUNK)):
-                start, stop = row_splits[b], row_splits[b + 1]
-                o = out[b]
-                if stop == start:
-                    for j in range(DIM):
-                        o[j] = np.float32(0.0)
-                    continue
-                _ahead(table, ids, start)
-                row = table[ids[start]]
-                if weighted:
-                    c = coef[start]
-                    for j in range(DIM):
-                        acc[j] = c * row[j]
-                else:
-                    for j in range(DIM):
-                        acc[j] = row[j]
-                for k in range(start + 1, stop):
-                    _ahead(table, ids, k)
-                    row = table[ids[k]]
-                    if weighted:
-                        c = coef[k]
-                        for j in range(DIM):
-                            acc[j] += c * row[j]
-                    else:
-                        for j in range(DIM):
-                            acc[j] += row[j]
-                for j in range(DIM):
-                    o[j] = acc[j]
+        for chunk in numba.prange((row_splits.shape[0] - 1 + _CHUNK - 1) // _CHUNK):
+            _pool_chunk(table, ids, row_splits, coef, out, chunk, numba.carray(stack_f32(DIM), DIM), DIM)
 
     return kernel
 
@@ -129,8 +118,6 @@ def pooled(table, ids, row_splits, coef, out):
             kernel = _FIXED[dim] = _fixed_kernel(dim)
         kernel(table, ids, row_splits, coef, out)
         return
-    if coef.shape[0] != ids.shape[0]:
-        coef = np.ones(ids.shape[0], dtype=np.float32)
     pooled_forward(table, ids, row_splits, coef, out)
 
 

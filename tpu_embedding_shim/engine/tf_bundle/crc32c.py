@@ -33,6 +33,8 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
+from ..fast import available
+
 __all__ = ["crc32c", "mask", "unmask", "backend", "crc32c_numpy", "crc32c_numba"]
 
 Bytes = Union[bytes, bytearray, memoryview, np.ndarray]
@@ -199,11 +201,9 @@ def _register_kernel(register, data, tables):  # pragma: no cover - compiled by 
 
 @functools.lru_cache(maxsize=1)
 def _numba_kernel() -> Optional[Callable[..., Any]]:
-    from ..fast import available
-
     if not available():
         return None
-    import numba
+    import numba  # optional (the `fast` extra): imported only where it is installed
 
     return numba.njit(cache=True, nogil=True)(_register_kernel)
 

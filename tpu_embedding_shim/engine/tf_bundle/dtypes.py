@@ -26,24 +26,12 @@ __all__ = [
 BFLOAT16 = 14
 STRING = 7
 
-# code -> (TensorFlow's name, the numpy dtype of the bytes on disk, little-endian)
-_STORED: Dict[int, tuple] = {
-    1: ("float32", "<f4"),
-    2: ("float64", "<f8"),
-    3: ("int32", "<i4"),
-    4: ("uint8", "u1"),
-    5: ("int16", "<i2"),
-    6: ("int8", "i1"),
-    7: ("string", None),
-    8: ("complex64", "<c8"),
-    9: ("int64", "<i8"),
-    10: ("bool", "?"),
-    14: ("bfloat16", "<u2"),
-    17: ("uint16", "<u2"),
-    18: ("complex128", "<c16"),
-    19: ("float16", "<f2"),
-    22: ("uint32", "<u4"),
-    23: ("uint64", "<u8"),
+# code -> TensorFlow's name, for the dtypes this package reads and writes. A numeric tensor is stored as the
+# bytes of the numpy dtype of the same name, little-endian; bfloat16 as its 16 bits (uint16).
+_SUPPORTED: Dict[int, str] = {
+    1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 7: "string", 8: "complex64",
+    9: "int64", 10: "bool", 14: "bfloat16", 17: "uint16", 18: "complex128", 19: "float16", 22: "uint32",
+    23: "uint64",
 }
 # Codes TensorFlow has that this reader does not (quantized, resource, variant, float8, int4, ...).
 _KNOWN_UNSUPPORTED = {
@@ -51,27 +39,32 @@ _KNOWN_UNSUPPORTED = {
     24: "float8_e5m2", 25: "float8_e4m3fn", 29: "int4", 30: "uint4",
 }
 
-CODES: Dict[str, int] = {name: code for code, (name, _) in _STORED.items()}
+CODES: Dict[str, int] = {name: code for code, name in _SUPPORTED.items()}
 """TensorFlow's dtype name -> code, for the dtypes this package reads and writes."""
 
 
 def name_of(code: int) -> str:
     """TensorFlow's name of dtype `code` ('float32', 'qint8', or 'unknown dtype 99')."""
-    if code in _STORED:
-        return _STORED[code][0]
+    if code in _SUPPORTED:
+        return _SUPPORTED[code]
     return _KNOWN_UNSUPPORTED.get(code, f"unknown dtype {code}")
 
 
 def is_supported(code: int) -> bool:
-    return code in _STORED
+    return code in _SUPPORTED
+
+
+def _numeric(code: int) -> np.dtype:
+    """The numpy dtype of a numeric code's stored bytes, native byte order (bfloat16: uint16)."""
+    return np.dtype(np.uint16 if code == BFLOAT16 else _SUPPORTED[code])
 
 
 def stored_dtype(code: int, byteorder: str = "<") -> Optional[np.dtype]:
     """The numpy dtype of the stored bytes (None for strings); `byteorder` '>' for a big-endian bundle."""
-    spec = _STORED[code][1]
-    if spec is None:
+    if code == STRING:
         return None
-    return np.dtype(spec).newbyteorder(byteorder) if np.dtype(spec).itemsize > 1 else np.dtype(spec)
+    dtype = _numeric(code)
+    return dtype.newbyteorder(byteorder) if dtype.itemsize > 1 else dtype
 
 
 def numpy_dtype(code: int) -> np.dtype:
@@ -80,7 +73,7 @@ def numpy_dtype(code: int) -> np.dtype:
         return np.dtype(object)
     if code == BFLOAT16:
         return np.dtype(np.float32)
-    return np.dtype(_STORED[code][1]).newbyteorder("=")
+    return _numeric(code)
 
 
 def code_of(dtype: np.dtype) -> int:
@@ -88,11 +81,10 @@ def code_of(dtype: np.dtype) -> int:
     dtype = np.dtype(dtype)
     if dtype.kind in "SUO":
         return STRING
-    for code, (name, spec) in _STORED.items():
-        if spec is not None and code != BFLOAT16 and np.dtype(spec).newbyteorder("=") == dtype.newbyteorder("="):
+    for code in _SUPPORTED:
+        if code not in (STRING, BFLOAT16) and _numeric(code) == dtype.newbyteorder("="):
             return code
-    raise TypeError(f"dtype {dtype} has no TensorFlow checkpoint dtype; supported: "
-                    f"{sorted(n for c, (n, _) in _STORED.items())}.")
+    raise TypeError(f"dtype {dtype} has no TensorFlow checkpoint dtype; supported: {sorted(_SUPPORTED.values())}.")
 
 
 def to_bfloat16(values: np.ndarray) -> np.ndarray:

@@ -32,10 +32,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import secrets
 from typing import List, Optional, Sequence, Tuple
 
-from ..checkpoint import fsync_directory  # noqa: F401  (writer.py imports it from here)
+from ..files import replace_file
 from .errors import DataLossError
 
 __all__ = ["STATE_FILE", "CheckpointState", "read_state", "write_state", "record_latest", "escape", "unescape"]
@@ -202,20 +201,8 @@ def write_state(directory: "str | os.PathLike[str]", model_checkpoint_path: str,
     if last_preserved_timestamp is not None:
         lines.append(f"last_preserved_timestamp: {float(last_preserved_timestamp)!r}")
     os.makedirs(directory or ".", exist_ok=True)
-    final = os.path.join(directory, latest_filename or STATE_FILE)
-    tmp = os.path.join(directory, f".{os.path.basename(final)}.tmp-{secrets.token_hex(8)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as to TF's file
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as file:
-            file.write("\n".join(lines) + "\n")
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    fsync_directory(directory or ".")
+    # `.checkpoint.tmp-<hex>` while written (debris.py knows the name); the umask applies, as to TF's file.
+    replace_file(os.path.join(directory, latest_filename or STATE_FILE), ("\n".join(lines) + "\n").encode("ascii"))
 
 
 def record_latest(prefix: "str | os.PathLike[str]", latest_filename: Optional[str] = None) -> CheckpointState:

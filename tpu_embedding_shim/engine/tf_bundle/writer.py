@@ -44,12 +44,13 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..files import fsync_directory
 from .crc32c import crc32c, mask
 from .dtypes import BFLOAT16, CODES, STRING, code_of, name_of, stored_dtype, to_bfloat16
 from .naming import data_file, data_files, index_file
 from .ordered_code import slice_key
 from .protos import BIG, FULL, LITTLE, BundleEntry, BundleHeader, Slice
-from .state import fsync_directory, record_latest
+from .state import record_latest
 from .strings import encode_strings
 from .table import build_table
 

@@ -1,0 +1,179 @@
+"""The package's layers, as the code imports them: no module imports a higher layer, and no import cycle.
+
+spec <- engine <- compat <- estimator (with the framework bridges) <- the TF-shaped namespaces <- cli / movielens
+
+(docs/architecture.md draws them). Every `import` statement of every module
+counts, at module level or inside a function: an import inside a function
+hides an edge of the graph, it does not remove it.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import subprocess
+import sys
+from typing import Dict, List, Set, Tuple
+
+PACKAGE = "tpu_embedding_shim"
+ROOT = pathlib.Path(__file__).resolve().parents[1] / PACKAGE
+
+# Lowest first. A module belongs to the first layer with a matching prefix, so the namespaces inside `compat`
+# (`compat.v1`, `compat.v2`) are listed before `compat`.
+LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
+    ("namespaces", ("compat.v1", "compat.v2", "tensorflow", "")),  # "" is the package's own __init__
+    ("cli", ("cli", "checkpoint_cli", "movielens", "__main__")),
+    ("spec", ("spec",)),
+    ("engine", ("engine",)),
+    ("compat", ("compat",)),
+    ("estimator", ("estimator",)),
+]
+ORDER = ["spec", "engine", "compat", "estimator", "namespaces", "cli"]
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def layer_of(module: str) -> str:
+    for layer, prefixes in LAYERS:
+        for prefix in prefixes:
+            if prefix == "" and module == "":
+                return layer
+            if prefix and (module == prefix or module.startswith(prefix + ".")):
+                return layer
+    raise AssertionError(f"module {module!r} is in no layer: add it to LAYERS")
+
+
+def imports_of(path: pathlib.Path, module: str, modules: Set[str]) -> Set[str]:
+    """The package's modules that `module` imports (package-relative names)."""
+    is_package = path.name == "__init__.py"
+    package = module if is_package else module.rpartition(".")[0]
+    found: Set[str] = set()
+
+    def add(name: str) -> None:
+        while name and name not in modules:  # `from .x import y`: y may be a name in x, not a module
+            name = name.rpartition(".")[0]
+        if name != module and (name or module):
+            found.add(name)
+
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == PACKAGE or alias.name.startswith(PACKAGE + "."):
+                    add(alias.name[len(PACKAGE) + 1:])
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".") if package else []
+                base = base[:len(base) - (node.level - 1)] if node.level > 1 else base
+                target = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and (node.module == PACKAGE or node.module.startswith(PACKAGE + ".")):
+                target = node.module[len(PACKAGE) + 1:]
+            else:
+                continue
+            for alias in node.names:
+                candidate = f"{target}.{alias.name}" if target else alias.name
+                add(candidate if candidate in modules else target)
+    return found
+
+
+def import_graph() -> Dict[str, Set[str]]:
+    paths = {module_name(p): p for p in ROOT.rglob("*.py")}
+    modules = set(paths)
+    return {module: imports_of(path, module, modules) for module, path in paths.items()}
+
+
+def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    found: List[List[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for successor in sorted(graph.get(node, ())):
+            if successor not in index:
+                visit(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in on_stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def upward_imports(graph: Dict[str, Set[str]]) -> List[str]:
+    out = []
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            if ORDER.index(layer_of(target)) > ORDER.index(layer_of(module)):
+                out.append(f"{module or PACKAGE} ({layer_of(module)}) imports {target or PACKAGE} "
+                           f"({layer_of(target)})")
+    return out
+
+
+def test_every_module_is_in_a_layer():
+    for module in import_graph():
+        layer_of(module)
+
+
+def test_no_module_imports_a_higher_layer():
+    assert upward_imports(import_graph()) == []
+
+
+def test_no_import_cycle():
+    assert cycles(import_graph()) == []
+
+
+def test_the_checker_sees_relative_absolute_and_function_level_imports(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("from ..spec import tables\nimport tpu_embedding_shim.engine.lookup\n"
+                      "def f():\n    from .. import estimator\n")
+    modules = {"spec", "spec.tables", "engine", "engine.lookup", "estimator", "compat", "compat.m"}
+    assert imports_of(source, "compat.m", modules) == {"spec.tables", "engine.lookup", "estimator"}
+    assert upward_imports({"compat.m": {"estimator"}, "estimator": set()}) == [
+        "compat.m (compat) imports estimator (estimator)"]
+    assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+
+
+def loaded_by(statement: str) -> Set[str]:
+    """The package's modules a fresh interpreter has loaded after `statement`."""
+    code = f"import sys\n{statement}\nprint(' '.join(m for m in sys.modules if m.startswith('{PACKAGE}')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return {m[len(PACKAGE) + 1:] for m in out.split() if m != PACKAGE}
+
+
+def test_a_lower_layer_imports_alone():
+    assert {layer_of(m) for m in loaded_by("import tpu_embedding_shim.spec")} == {"spec"}
+    assert {layer_of(m) for m in loaded_by("import tpu_embedding_shim.engine")} <= {"spec", "engine"}
+    assert {layer_of(m) for m in loaded_by("import tpu_embedding_shim.compat.feature_columns")} <= {
+        "spec", "engine", "compat"}
+
+
+def test_the_namespace_names_load_at_first_use():
+    assert "compat.v2" not in loaded_by("import tpu_embedding_shim")
+    assert "compat.v2" in loaded_by("import tpu_embedding_shim as tf; tf.feature_column")
+    # Importing the runner's package first does not replace TensorFlow's `tf.estimator`:
+    names = loaded_by("import tpu_embedding_shim.estimator.tpu_estimator\nimport tpu_embedding_shim as tf\n"
+                      "assert tf.estimator.__name__ == 'tpu_embedding_shim.compat.v2.estimator', tf.estimator\n"
+                      "assert 'tpu_embedding_shim.estimator' in sys.modules")
+    assert "estimator.tpu_estimator" in names

@@ -1,0 +1,272 @@
+"""What the three mid-level classes share: tables, features, optimizer defaulting, the engine and its state.
+
+`TPUEmbedding` (tpu_embedding_v2.py), `TPUEmbeddingV2` (tpu_embedding_v3.py)
+and `TPUEmbeddingForServing` (tpu_embedding_for_serving.py) derive from
+`MidLevelBase`, TensorFlow's `TPUEmbeddingBase`. It keeps one
+`MidLevelFeature` per leaf of `feature_config`, in `tf.nest` order: where the
+leaf sits, its `FeatureConfig`, the engine's spec of it, and its output
+shape once known. Each batch goes through `_convert` (TensorFlow's input
+rules, midlevel_inputs.py), `_lookup`, and for training `_engine_gradients`
+and `_apply`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+from ..engine.checkpoint import CheckpointError
+from ..engine.engine import Engine, LookupResult
+from ..spec import FeatureSpec
+from . import distribute, lowering
+from . import tpu_embedding_v2_utils as v2_utils
+from .midlevel_inputs import ConvertedInput, check_gradient, convert_input, zero_gradient_warning
+from .nest import Path, flatten_up_to, flatten_with_paths, path_string
+
+__all__ = ["MidLevelBase", "MidLevelFeature", "under_tpu_strategy"]
+
+
+def under_tpu_strategy() -> bool:
+    """Whether the current `tf.distribute` strategy is the (emulated) `TPUStrategy`."""
+    return isinstance(distribute.get_strategy(), distribute.TPUStrategy)
+
+
+@dataclasses.dataclass
+class MidLevelFeature:
+    """One leaf of `feature_config`, as a mid-level object keeps it.
+
+    Attributes:
+      path: where the leaf sits in the nest (`('a', 0)`; `()` for a bare leaf).
+      config: its `FeatureConfig`.
+      spec: the engine's spec of the feature, pooled: the engine looks every
+        input up as pooled samples (`ConvertedInput`), a sequence as one
+        sample per position, so one feature can be a sequence in one batch
+        and pooled in another (TensorFlow's rules).
+      output_shape: the output shape without the embedding dimension, fixed
+        by `FeatureConfig.output_shape`, `build()` or the first batch; None
+        until then.
+    """
+
+    path: Path
+    config: v2_utils.FeatureConfig
+    spec: FeatureSpec
+    output_shape: Optional[Tuple[int, ...]]
+
+
+class MidLevelBase:
+    """Tables, features, optimizer defaulting, the engine and its state.
+
+    TensorFlow's `TPUEmbeddingBase`: the table order is the order of first
+    appearance in `tf.nest.flatten(feature_config)`; a table without an
+    optimizer gets the global one and an unnamed table is named
+    `table_<i>`, both by mutating the `TableConfig` (as TensorFlow does);
+    duplicate table names are a `ValueError`.
+    """
+
+    _class_name = "TPUEmbedding"
+
+    def __init__(self, feature_config: Any, optimizer: Any, pipeline_execution_with_tensor_core: bool = False, *,
+                 num_shards: int = 1, partition_strategy: str = "div"):
+        self._strategy = distribute.get_strategy()
+        self._using_tpu = under_tpu_strategy()
+        self._feature_config = feature_config
+        leaves = flatten_with_paths(feature_config)
+        for path, config in leaves:
+            if not isinstance(config, v2_utils.FeatureConfig):
+                raise ValueError(
+                    f"Argument `feature_config` must be a nest of tf.tpu.experimental.embedding.FeatureConfig. "
+                    f"Received {config!r} at path '{path_string(path)}'.")
+        if optimizer is not None and not isinstance(optimizer, v2_utils._Optimizer):
+            raise ValueError(f"{type(optimizer)} is an unsupported optimizer class. Please pass an instance of one "
+                             "of the optimizer classes under tf.tpu.experimental.embedding.")
+        self._table_config: List[v2_utils.TableConfig] = []
+        for _, config in leaves:
+            if not any(config.table is t for t in self._table_config):
+                self._table_config.append(config.table)
+        # TensorFlow names the tables and gives them the global optimizer by changing the user's TableConfigs;
+        # a call that raises changes nothing here, so they are put back if anything below fails.
+        originals = [(table, table.name, table.optimizer) for table in self._table_config]
+        try:
+            names: List[str] = []
+            for i, table in enumerate(self._table_config):
+                if table.optimizer is None:
+                    table.optimizer = optimizer
+                if (table.optimizer is not None or self._using_tpu) and not isinstance(table.optimizer,
+                                                                                        v2_utils._Optimizer):
+                    raise ValueError(f"{type(table.optimizer)} is an unsupported optimizer class. Please pass an "
+                                     "instance of one of the optimizer classes under tf.tpu.experimental.embedding.")
+                if table.name is None:
+                    table.name = f"table_{i}"
+                if table.name in names:
+                    raise ValueError(f"Tables must have a unique name. Multiple tables with name {table.name} found.")
+                names.append(table.name)
+            self._optimizer = optimizer
+            self._pipeline_execution_with_tensor_core = bool(pipeline_execution_with_tensor_core)
+            self._learning_rates = lowering.LearningRateMemo()
+            self._spec = lowering.spec_from_feature_config(
+                feature_config, None, pipeline_execution_with_tensor_core=self._pipeline_execution_with_tensor_core,
+                num_shards=num_shards, partition_strategy=partition_strategy, learning_rate_memo=self._learning_rates)
+        except BaseException:
+            for table, name, table_optimizer in originals:
+                table.name, table.optimizer = name, table_optimizer
+            raise
+        self._features = [
+            MidLevelFeature(path, config, dataclasses.replace(spec, max_sequence_length=0),
+                            tuple(config.output_shape) if config.output_shape is not None else None)
+            for (path, config), spec in zip(leaves, self._spec.features)]
+        self._engine_spec = dataclasses.replace(self._spec, features=tuple(f.spec for f in self._features))
+        self._engine: Optional[Engine] = None
+        self._built = False
+
+    # Views the TF bridge (tensorflow/_midlevel.py) and TensorFlow-ported tests read ----------------
+
+    @property
+    def _flat(self) -> List[Tuple[Path, v2_utils.FeatureConfig]]:
+        """`(path, FeatureConfig)` of every feature, in `tf.nest` order."""
+        return [(f.path, f.config) for f in self._features]
+
+    @property
+    def _output_shapes(self) -> List[Optional[Tuple[int, ...]]]:
+        """Every feature's output shape (None while unknown), in `tf.nest` order."""
+        return [f.output_shape for f in self._features]
+
+    # Building ------------------------------------------------------------------------------
+
+    def _build_engine(self) -> Engine:
+        """Creates the tables and slots (once), honouring `slot_variable_creation_fn`."""
+        if self._engine is None:
+            engine = Engine(self._engine_spec)
+            custom = [t for t in self._table_config
+                      if t.optimizer is not None and getattr(t.optimizer, "slot_variable_creation_fn", None)]
+            if custom:
+                state = engine.state()
+                for table in custom:
+                    state[table.name].update(self._created_slots(table, state[table.name]["embedding"]))
+                engine.load_state(state, step=0)
+            self._engine = engine
+        return self._engine
+
+    @staticmethod
+    def _created_slots(table: v2_utils.TableConfig, parameters: np.ndarray) -> Dict[str, np.ndarray]:
+        names, initializers = lowering.slot_names_and_initializers(table.optimizer)
+        created = table.optimizer.slot_variable_creation_fn(parameters.copy(), list(names), list(initializers))
+        if not isinstance(created, Mapping) or sorted(created) != sorted(names):
+            received = sorted(created) if isinstance(created, Mapping) else type(created).__name__
+            raise ValueError(f"slot_variable_creation_fn of table {table.name!r} must return a dict with exactly the "
+                             f"slot names {names}. Received: {received}.")
+        slots = {}
+        for name in names:
+            value = np.asarray(created[name], dtype=np.float32)
+            if value.shape != parameters.shape:
+                raise ValueError(f"slot_variable_creation_fn of table {table.name!r} returned slot {name!r} of shape "
+                                 f"{list(value.shape)}; it must have the table's shape {list(parameters.shape)}.")
+            slots[name] = value
+        return slots
+
+    @property
+    def engine(self) -> Engine:
+        """The CPU engine holding the tables (built on first use). Not a TensorFlow attribute."""
+        return self._build_engine()
+
+    # Tables ----------------------------------------------------------------------------------
+
+    @property
+    def embedding_tables(self) -> Dict[v2_utils.TableConfig, np.ndarray]:
+        """A dict of the full embedding tables `[vocabulary_size, dim]`, keyed by `TableConfig`.
+
+        Copies, in id order, with any pending (pipelined) update applied. In
+        TensorFlow this works only outside a `TPUStrategy`; here it always
+        works.
+        """
+        engine = self._build_engine()
+        return {table: engine.table(table.name) for table in self._table_config}
+
+    @property
+    def variables(self) -> Dict[v2_utils.TableConfig, Dict[str, np.ndarray]]:
+        """`{TableConfig: {'parameters': table, <slot name>: slot}}`, TensorFlow's names (copies)."""
+        engine = self._build_engine()
+        return {table: {"parameters": engine.table(table.name), **engine.slots(table.name)}
+                for table in self._table_config}
+
+    # Inputs and gradients ---------------------------------------------------------------------------
+
+    def _convert(self, features: Any, weights: Any, *, serving: bool = False) -> List[ConvertedInput]:
+        """Each feature's input checked and mapped to the engine's samples (`convert_input`).
+
+        Features may have different batch sizes (TensorFlow checks each
+        feature's output shape, not one batch size for all).
+        """
+        flat_inputs = flatten_up_to(self._feature_config, features, "features")
+        flat_weights = [None] * len(flat_inputs)
+        if weights is not None:
+            flat_weights = flatten_up_to(self._feature_config, weights, "weights")
+        return [convert_input(ids, weight, f.config, f.path, feature=f.spec, serving=serving,
+                              known=None if f.config.output_shape is not None else f.output_shape)
+                for ids, weight, f in zip(flat_inputs, flat_weights, self._features)]
+
+    def _check_output_shapes(self, converted: List[ConvertedInput]) -> None:
+        """The first batch fixes each feature's output shape (unless configured or built); later ones keep it."""
+        for f, c in zip(self._features, converted):
+            if f.output_shape is None:
+                f.output_shape = c.output_shape
+
+    def _lookup(self, converted: List[ConvertedInput], training: bool) -> Tuple[LookupResult, List[np.ndarray]]:
+        features = {f.spec.name: c.ids for f, c in zip(self._features, converted)}
+        weights = {f.spec.name: c.weights for f, c in zip(self._features, converted) if c.weights is not None}
+        result = self._build_engine().forward(features, weights or None, training=training, same_batch_size=False)
+        activations = [result.activations[f.spec.name].reshape(c.output_shape + (f.config.table.dim,))
+                       for f, c in zip(self._features, converted)]
+        return result, activations
+
+    def _engine_gradients(self, gradients: Any, converted: List[ConvertedInput]) -> Dict[str, np.ndarray]:
+        """The gradients as the engine's `[samples, dim]`, after TensorFlow's checks (`output_shape + [dim]`)."""
+        flat = flatten_up_to(self._feature_config, gradients, "gradients")
+        expected = [tuple(c.output_shape) + (f.config.table.dim,) for f, c in zip(self._features, converted)]
+        arrays = [check_gradient(g, shape, f.path) for g, shape, f in zip(flat, expected, self._features)]
+        out = {}
+        for array, shape, c, f in zip(arrays, expected, converted, self._features):
+            if array is None:
+                zero_gradient_warning(f.path, shape)
+                array = np.zeros(shape, np.float32)
+            out[f.spec.name] = array.reshape(c.num_samples, f.config.table.dim)
+        return out
+
+    def _apply(self, result: LookupResult, gradients: Dict[str, np.ndarray]) -> None:
+        """The engine update, each callable learning rate evaluated once (TensorFlow's rule)."""
+        functions = [t.optimizer.learning_rate for t in self._table_config
+                     if t.optimizer is not None and callable(t.optimizer.learning_rate)]
+        self._learning_rates.evaluate(functions)
+        try:
+            self._build_engine().apply_gradients(result, gradients)
+        finally:
+            self._learning_rates.clear()
+
+    # Checkpoints (used by tf.train.Checkpoint) --------------------------------------------------
+
+    def _checkpoint_restore(self, state: Mapping[str, Mapping[str, np.ndarray]], step: int) -> None:
+        """Loads tables and the slots this object has; extra slots in the checkpoint are ignored."""
+        engine = self._build_engine()
+        wanted = {}
+        for name, info in engine.spec.structure().items():
+            if name not in state:
+                raise CheckpointError(f"The checkpoint has no table {name!r} (it holds {sorted(state)}).")
+            keys = ["embedding"] + list(info["slots"])
+            missing = [k for k in keys if k not in state[name]]
+            if missing:
+                raise CheckpointError(f"Table {name!r}: the checkpoint lacks {missing} (it holds "
+                                      f"{sorted(state[name])}). Was it saved with another optimizer?")
+            wanted[name] = {k: state[name][k] for k in keys}
+        engine.load_state(wanted, step=step)
+        self._built = True
+        self._forget_lookup()
+
+    def _forget_lookup(self) -> None:
+        """Drops what a subclass keeps of a lookup made before a restore (it can't be trained on after it)."""
+
+    def __repr__(self) -> str:
+        where = "under an emulated TPUStrategy" if self._using_tpu else "outside a TPUStrategy"
+        return (f"<{self._class_name} on the CPU engine ({where}): {len(self._table_config)} table(s) "
+                f"{[t.name for t in self._table_config]}, {len(self._features)} feature(s), pipelining "
+                f"{'on' if self._pipeline_execution_with_tensor_core else 'off'}>")

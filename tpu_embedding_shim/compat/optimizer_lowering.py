@@ -1,0 +1,120 @@
+"""A TensorFlow optimizer object -> its `OptimizerSpec`: the one lowering of optimizers.
+
+Every TensorFlow optimizer class (v1 `*Parameters`, v2 `SGD` / `Adagrad` /
+...) names its spec class and the spec fields it fills with
+`@lowers_to(SpecClass, {spec field: TF attribute})`, next to its own
+definition; `optimizer_spec(obj)` builds the spec. The options every
+optimizer has (`COMMON`) need no row. Errors come out in the user's terms:
+the TensorFlow class and argument names, not the spec's.
+
+This module imports only `spec/`, so the optimizer classes can lower
+themselves when built (a bad value fails at the line that wrote it) without
+an import cycle with `lowering.py`, which imports the classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+
+from ..spec import OptimizerSpec
+
+COMMON = ("learning_rate", "use_gradient_accumulation", "clip_weight_min", "clip_weight_max",
+          "weight_decay_factor", "clip_gradient_min", "clip_gradient_max")
+
+# TensorFlow's optimizer class -> (its spec class, {spec field: TF attribute} beyond COMMON): one row each.
+LOWERINGS: Dict[type, Tuple[type, Dict[str, str]]] = {}
+
+_Class = TypeVar("_Class", bound=type)
+
+
+def same(*fields: str) -> Dict[str, str]:
+    """Spec field -> TensorFlow attribute, for fields TensorFlow names the same."""
+    return {field: field for field in fields}
+
+
+def lowers_to(spec_class: type, fields: Optional[Dict[str, str]] = None) -> Callable[[_Class], _Class]:
+    """Class decorator: this TensorFlow optimizer class lowers to `spec_class`, filling `fields` from it."""
+
+    def register(cls: _Class) -> _Class:
+        LOWERINGS[cls] = (spec_class, dict(fields or {}))
+        return cls
+
+    return register
+
+
+class LearningRateMemo:
+    """Evaluates each v2 callable learning rate once per `apply_gradients`, as TensorFlow does.
+
+    TensorFlow's `TPUEmbedding.apply_gradients` calls every distinct
+    learning-rate callable once and sends the values with the gradients,
+    however many tables share it. The mid-level classes call `evaluate`
+    before an update and `clear` after it; in between, every
+    `ZeroArgumentLearningRate` holding this memo reads the stored value.
+    Outside that window a learning rate calls its function directly.
+    """
+
+    def __init__(self) -> None:
+        self._values: Optional[Dict[int, float]] = None
+
+    def evaluate(self, functions: List[Callable[[], Any]]) -> None:
+        values: Dict[int, float] = {}
+        for function in functions:
+            if id(function) not in values:
+                values[id(function)] = function()
+        self._values = values
+
+    def clear(self) -> None:
+        self._values = None
+
+    def value(self, function: Callable[[], Any]) -> Any:
+        if self._values is not None and id(function) in self._values:
+            return self._values[id(function)]
+        return function()
+
+
+@dataclasses.dataclass(frozen=True)
+class ZeroArgumentLearningRate:
+    """A v2 learning rate (a zero-argument callable) seen as a function of the step."""
+
+    function: Callable[[], float]
+    memo: Optional[LearningRateMemo] = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __call__(self, step: int) -> float:
+        if self.memo is not None:
+            return self.memo.value(self.function)
+        return self.function()
+
+
+def optimizer_spec(params: Any, *, learning_rate_memo: Optional[LearningRateMemo] = None) -> OptimizerSpec:
+    """The spec of a v1 `*Parameters` or v2 optimizer object.
+
+    A v2 callable learning rate (its class says
+    `zero_argument_learning_rate = True`) reads its value through
+    `learning_rate_memo` when one is given.
+    """
+    entry = LOWERINGS.get(type(params))
+    if entry is None:
+        names = ", ".join(sorted(c.__name__ for c in LOWERINGS))
+        raise ValueError(f"Unsupported optimizer {params!r}: expected an instance of one of {names}.")
+    spec_class, specific = entry
+    kwargs = {name: getattr(params, name) for name in COMMON}
+    multiply = params.multiply_weight_decay_factor_by_learning_rate
+    kwargs["multiply_weight_decay_factor_by_learning_rate"] = False if multiply is None else multiply
+    if getattr(params, "zero_argument_learning_rate", False) and callable(params.learning_rate):
+        kwargs["learning_rate"] = ZeroArgumentLearningRate(params.learning_rate, learning_rate_memo)
+    kwargs.update({field: getattr(params, attribute) for field, attribute in specific.items()})
+    renames = {field: attribute for field, attribute in specific.items() if field != attribute}
+    spec: OptimizerSpec = build(spec_class, type(params).__name__, renames, **kwargs)
+    return spec
+
+
+def build(spec_class: type, owner: str, renames: Optional[Dict[str, str]] = None, **kwargs: Any) -> Any:
+    """`spec_class(**kwargs)`, with errors renamed to the TensorFlow object the user wrote."""
+    try:
+        return spec_class(**kwargs)
+    except (ValueError, TypeError) as error:
+        message = str(error).replace(spec_class.__name__, owner)
+        for field, attribute in (renames or {}).items():
+            message = message.replace(f"`{field}`", f"`{attribute}`")
+        raise type(error)(message) from None

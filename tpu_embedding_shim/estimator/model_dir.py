@@ -1,0 +1,278 @@
+"""The runner's model state and its model_dir: build it, restore it, warm-start it, save it.
+
+A TPUEstimator program's state is the embedding engine (its tables, slots
+and global step; None when no table is trained by the engine), the dense
+model's `DenseState` (with the tensor-core tables) and the TensorFlow
+names of the tables (`ProgramNames`). `ModelState` owns all of it and its
+checkpoints in model_dir (checkpoints.py writes and finds the files,
+restore.py plans what a checkpoint gives to whom):
+
+    ensure(mode)   the state of the latest checkpoint, or a fresh (warm-started) one for training
+    save()         model.ckpt-<step> in TensorFlow's format, under TensorFlow's names
+    restore(path)  any checkpoint the runner reads: its own, TensorFlow's, an older format
+
+A model without engine tables keeps its global step here (`step`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from typing import Any, Dict, List, Mapping, Optional
+
+import numpy as np
+
+from ..compat.embedding_config_spec import EmbeddingConfigSpec
+from ..engine.engine import Engine
+from . import checkpoints
+from .context import TensorCoreColumns
+from .model_fn import ModeKeys
+from .restore import Program, resume_plan, warm_start_plan
+from .state import DenseState
+from .tf_names import DEFAULT, ProgramNames, slot_suffixes
+from .warm_start import WarmStartSettings
+
+log = logging.getLogger("tpu_embedding_shim")
+
+__all__ = ["ModelState"]
+
+
+class ModelState:
+    """The engine, the dense state and the table names of one TPUEstimator, and its checkpoints in `model_dir`.
+
+    Args:
+      model_dir: the directory of the checkpoints.
+      embedding_config_spec: the program's `EmbeddingConfigSpec`, or None.
+      tensor_core: its tensor-core columns (tables in the dense state), or None.
+      num_shards: the engine's shard count.
+      seed: `RunConfig.tf_random_seed` (None: a random start).
+      warm_start_settings: what a fresh model_dir takes from another run, or None.
+    """
+
+    def __init__(self, model_dir: str, *, embedding_config_spec: Optional[EmbeddingConfigSpec],
+                 tensor_core: Optional[TensorCoreColumns], num_shards: int, seed: Optional[int],
+                 warm_start_settings: Optional[WarmStartSettings]):
+        self.model_dir = model_dir
+        self._embedding_config_spec = embedding_config_spec
+        self._tensor_core = tensor_core
+        self._num_shards = num_shards
+        self._seed = seed
+        self._warm_start_settings = warm_start_settings
+        # An engine only for engine tables: a spec whose columns are all tensor-core (or numeric) leaves it
+        # nothing to own, and such a model checkpoints its dense state alone, like one without a spec.
+        self.uses_engine = embedding_config_spec is not None and bool(embedding_config_spec.to_spec().tables)
+        self.names = ProgramNames()
+        if embedding_config_spec is not None:
+            self.names = ProgramNames(embedding_config_spec.feature_columns or (),
+                                      embedding_config_spec.tensor_core_feature_columns or (),
+                                      tables=[t.name for t in embedding_config_spec.to_spec().tables])
+        self.engine: Optional[Engine] = None
+        self.step = 0  # the global step when there is no engine
+        self.dense_state = DenseState()
+        self.loaded_step: Optional[int] = None  # the step of the checkpoint the state was restored from or saved as
+        self._initialized = False
+        self._noted_defaults: set = set()
+
+    @property
+    def global_step(self) -> int:
+        """The step the next training step will compute (the engine's)."""
+        return self.engine.global_step if self.engine is not None else self.step
+
+    # Build, restore, warm-start --------------------------------------------------------------
+
+    def build(self) -> None:
+        """A fresh state: new tables from the seed, step 0, an empty dense state (and the tensor-core tables)."""
+        if self.uses_engine:
+            spec = self._embedding_config_spec.to_spec(num_shards=self._num_shards)
+            self.engine = Engine(spec, seed=self._seed)
+        self.step = 0
+        self.dense_state = DenseState()
+        if self._tensor_core is not None:
+            rng = np.random.default_rng(None if self._seed is None else [int(self._seed), 1])
+            self._tensor_core.initialize(self.dense_state, rng)
+        self._initialized = True
+        self.loaded_step = None
+
+    def ensure(self, mode: str, checkpoint_path: Optional[str] = None) -> None:
+        """Makes the in-memory state the latest checkpoint's (or `checkpoint_path`'s), or a fresh one."""
+        if checkpoint_path is not None:
+            if not self._initialized:
+                self.build()
+            self.restore(checkpoint_path)
+            return
+        latest = self.latest_checkpoint()
+        if latest is None:
+            if not self._initialized:
+                if mode != ModeKeys.TRAIN:
+                    raise ValueError(f"Could not find trained model in model_dir: {self.model_dir}.")
+                self.build()
+                if self._warm_start_settings is not None:
+                    try:
+                        self.warm_start(self._warm_start_settings)
+                    except BaseException:
+                        self._initialized = False  # the next call tries again, never trains unwarmed
+                        raise
+            return
+        step = checkpoints.step_of(latest)
+        if not self._initialized or step != self.loaded_step or step != self.global_step:
+            if not self._initialized:
+                self.build()
+            self.restore(latest)
+
+    def _program(self) -> Program:
+        """The program as a restore sees it (with a copy of the table names: a failed restore changes none)."""
+        tables, optimizers, tensor_core = {}, {}, {}
+        if self.engine is not None:
+            for table in self.engine.spec.tables:
+                tables[table.name] = (table.vocabulary_size, table.dim)
+                optimizers[table.name] = self.engine.spec.optimizer_for(table.name)
+        if self._tensor_core is not None:
+            tensor_core = {name: (t.vocabulary_size, t.dim) for name, t in self._tensor_core.tables.items()}
+        strategy = getattr(self._embedding_config_spec, "partition_strategy", None) or "div"
+        return Program(copy.deepcopy(self.names), tables, optimizers, tensor_core, strategy)
+
+    def _open(self, path: Any) -> checkpoints.Source:
+        return checkpoints.open_source(path, uses_engine=self.uses_engine, legacy_tensors=self._legacy_tensors)
+
+    def _legacy_tensors(self, state: Mapping[str, Mapping[str, np.ndarray]]) -> Dict[str, np.ndarray]:
+        """An engine checkpoint of the earlier format, as tensors under this program's TensorFlow names."""
+        tensors = {}
+        for table, arrays in state.items():
+            if table not in self.names.tables:
+                tensors[table] = arrays["embedding"]
+                continue
+            name = self.names.variable(table)
+            tensors[name] = arrays["embedding"]
+            slots = [slot for slot in arrays if slot != "embedding"]
+            optimizer = self.engine.spec.optimizer_for(table) if self.engine is not None else None
+            for slot, suffix in slot_suffixes(optimizer.kind if optimizer else None, slots).items():
+                tensors[f"{name}/{suffix}"] = arrays[slot]
+        return tensors
+
+    def restore(self, path: str) -> None:
+        """Resumes from the checkpoint `path` (a prefix or directory; this runner's, TensorFlow's, or older)."""
+        source = self._open(path)
+        plan = resume_plan(source, self._program())
+        self._apply(plan, resume=True)
+        self.loaded_step = plan.step
+        log.info("Restored the model from %s (global step %d).", source.path, plan.step)
+
+    def warm_start(self, settings: WarmStartSettings) -> None:
+        """Takes what `settings` asks for from another run's checkpoint into this fresh state."""
+        source = self._open(settings.ckpt_to_initialize_from)
+        fresh = self.engine.state() if self.engine is not None else {}
+        program = self._program()
+        fresh_tensor_core = {name: self.dense_state[name] for name in program.tensor_core}
+        plan = warm_start_plan(source, program, settings, fresh, fresh_tensor_core)
+        self._apply(plan, resume=False)
+
+    def _apply(self, plan, *, resume: bool) -> None:
+        """Assigns a checked plan: engine tables and step, tensor-core tables, dense state, table names."""
+        if self.engine is not None:
+            self.engine.load_state(plan.tables, step=plan.step)
+        else:
+            self.step = plan.step
+        kind, value = plan.dense
+        if kind == "replace":
+            self.dense_state.replace(value)
+        elif resume:  # a TensorFlow-written checkpoint: its tensors wait for the dense_state keys of their names
+            self.dense_state.replace({})
+        if kind == "update":
+            self.dense_state.load_entries(value)
+        elif kind == "pending":
+            self.dense_state.add_pending(value)
+        for name, table in plan.tensor_core.items():
+            self.dense_state[name] = np.array(table, dtype=np.float32)
+        for table, (name, certainty) in plan.names.items():
+            self.names.set(table, name, certainty)
+        for note in plan.notes:
+            log.info("%s", note)
+
+    # Save ------------------------------------------------------------------------------------
+
+    def checkpoint_tensors(self, *, values: bool = True) -> Dict[str, Any]:
+        """name -> array of everything a checkpoint holds, under TensorFlow's names (see tf_names.py)."""
+        step = self.global_step
+        tensors: Dict[str, Any] = {"global_step": np.int64(step)}
+        recorded = {}
+        if self.engine is not None:
+            structure = self.engine.spec.structure()
+            state = self.engine.state() if values else {
+                table: dict.fromkeys(["embedding", *info["slots"]]) for table, info in structure.items()}
+            for table, arrays in state.items():
+                name = self.names.variable(table)
+                self._note_default(table)
+                recorded[table] = {"name": name, "certainty": self.names.certainty(table)}
+                tensors[name] = arrays["embedding"]
+                optimizer = self.engine.spec.optimizer_for(table)
+                slots = [slot for slot in arrays if slot != "embedding"]
+                for slot, suffix in slot_suffixes(optimizer.kind if optimizer else None, slots).items():
+                    tensors[f"{name}/{suffix}"] = arrays[slot]
+        rename = {}
+        if self._tensor_core is not None:
+            for table in self._tensor_core.tables:
+                rename[table] = self.names.variable(table)
+                self._note_default(table)
+                recorded[table] = {"name": rename[table], "certainty": self.names.certainty(table)}
+        dense, structure = self.dense_state.to_tensors(rename)
+        for name in dense:
+            if name in tensors or name == checkpoints.METADATA:
+                what = "the global step" if name == "global_step" else "an embedding table or slot"
+                raise ValueError(f"dense_state would be saved as the tensor {name!r}, which is already {what} of "
+                                 "the checkpoint; rename the dense_state key.")
+        tensors.update(dense)
+        meta = {"format": checkpoints.FORMAT, "version": checkpoints.FORMAT_VERSION, "global_step": step,
+                "tables": recorded, "dense_state": structure}
+        tensors[checkpoints.METADATA] = np.array(json.dumps(meta).encode("utf-8"), dtype=object)
+        return tensors
+
+    def _note_default(self, table: str) -> None:
+        if self.names.certainty(table) == DEFAULT and table not in self._noted_defaults:
+            self._noted_defaults.add(table)
+            log.info("Table %s: no feature layer has read its column yet; it is saved as %s (TensorFlow's name "
+                     "when DenseFeatures / SequenceFeatures read it).", table, self.names.variable(table))
+
+    def save(self, *, keep: Optional[int]) -> str:
+        """Writes `model.ckpt-<global step>`, keeping the `keep` newest (None: all); returns its prefix."""
+        step = self.global_step
+        tensors = self.checkpoint_tensors()
+        path = checkpoints.save(self.model_dir, step, tensors, keep=keep)
+        if self.engine is not None and self.engine.statistics is not None:
+            self.engine.statistics.flush()
+        self.loaded_step = step
+        log.info("Saving checkpoints for %d into %s.", step, path)
+        return path
+
+    def latest_checkpoint(self) -> Optional[str]:
+        """The latest checkpoint of model_dir (`<model_dir>/model.ckpt-<step>`, or an older-format one), or None."""
+        return checkpoints.latest(self.model_dir, uses_engine=self.uses_engine)
+
+    # Variables by name -------------------------------------------------------------------------
+
+    def variable_names(self) -> List[str]:
+        """The checkpoint's variable names, sorted: tables, slots, the dense state, 'global_step'."""
+        return sorted(n for n in self.checkpoint_tensors(values=False) if n != checkpoints.METADATA)
+
+    def variable_value(self, name: str) -> Any:
+        """The value of the variable `name` (TensorFlow's name, or the engine's); KeyError if there is none."""
+        if name == "global_step":
+            return self.global_step
+        if self.engine is not None:
+            for table in self.engine.spec.structure():
+                variable = self.names.variable(table)
+                optimizer = self.engine.spec.optimizer_for(table)
+                slots = sorted(optimizer.slot_initial_values()) if optimizer else []
+                suffixes = slot_suffixes(optimizer.kind if optimizer else None, slots)
+                if name in (variable, table):
+                    return self.engine.table(table)
+                for slot, suffix in suffixes.items():
+                    if name in (f"{variable}/{suffix}", f"{table}/{slot}"):
+                        return self.engine.slots(table)[slot]
+        rename = {t: self.names.variable(t) for t in (self._tensor_core.tables if self._tensor_core else {})}
+        dense, _ = self.dense_state.to_tensors(rename)
+        if name in dense:
+            return np.array(dense[name], copy=True)
+        if name in self.dense_state and not hasattr(self.dense_state[name], "state_dict"):
+            return np.array(self.dense_state[name], copy=True)
+        raise KeyError(name)
