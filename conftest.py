@@ -25,12 +25,13 @@ if importlib.util.find_spec("torch") is None:
 if importlib.util.find_spec("tensorflow") is None:
     collect_ignore_glob.append("tpu_embedding_shim/tensorflow/*")
     collect_ignore.append("docs/tensorflow_bridge.md")
-    collect_ignore += ["tpu_embedding_shim/estimator/tf_bridge.py", "tpu_embedding_shim/estimator/tf_serving.py",
-                       "tpu_embedding_shim/movielens/model_tf.py"]
+    collect_ignore += [
+        "tpu_embedding_shim/estimator/tf_bridge.py",
+        "tpu_embedding_shim/estimator/tf_serving.py",
+        "tpu_embedding_shim/movielens/model_tf.py",
+    ]
 if importlib.util.find_spec("numba") is None:
     fast = Path(__file__).parent / "tpu_embedding_shim" / "engine" / "fast"
     collect_ignore += [
-        str(path.relative_to(Path(__file__).parent))
-        for path in sorted(fast.glob("*.py"))
-        if path.name != "__init__.py"
+        str(path.relative_to(Path(__file__).parent)) for path in sorted(fast.glob("*.py")) if path.name != "__init__.py"
     ]

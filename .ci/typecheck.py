@@ -49,8 +49,11 @@ def main() -> int:
         print(f"baseline: {sum(rest.values())} errors in {len(rest)} files")
     baseline = read_baseline()
     failures = [f"{f}: {n} errors (must be 0)" for f, n in sorted(counts.items()) if f.startswith(CLEAN)]
-    failures += [f"{f}: {n} errors, baseline {baseline.get(f, 0)}" for f, n in sorted(counts.items())
-                 if not f.startswith(CLEAN) and n > baseline.get(f, 0)]
+    failures += [
+        f"{f}: {n} errors, baseline {baseline.get(f, 0)}"
+        for f, n in sorted(counts.items())
+        if not f.startswith(CLEAN) and n > baseline.get(f, 0)
+    ]
     lower = [f for f, n in baseline.items() if counts.get(f, 0) < n]
     for f in lower:
         print(f"{f}: {counts.get(f, 0)} errors, below its baseline {baseline[f]}: lower it (--update)")
@@ -58,8 +61,10 @@ def main() -> int:
         print("mypy: more errors than allowed:\n  " + "\n  ".join(failures))
         subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT)
         return 1
-    print(f"mypy: spec/ and engine/ clean; {sum(counts.values())} errors elsewhere, none above the baseline "
-          f"({sum(baseline.values())})")
+    print(
+        f"mypy: spec/ and engine/ clean; {sum(counts.values())} errors elsewhere, none above the baseline "
+        f"({sum(baseline.values())})"
+    )
     return 0
 
 

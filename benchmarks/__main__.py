@@ -5,6 +5,6 @@ if sys.argv[1:2] == ["checkpoints"]:  # `python -m benchmarks checkpoints ...`: 
 
     sys.exit(main(sys.argv[2:]))
 
-from .run import main  # noqa: E402
+from .run import main
 
 sys.exit(main())

@@ -38,7 +38,7 @@ bound), timed once after the repeats:
 from __future__ import annotations
 
 import time
-from typing import Dict, List, Sequence, Tuple
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -97,7 +97,7 @@ if numba is not None:
 
     try:
         from tpu_embedding_shim.engine.fast.prefetch import prefetch_row
-    except Exception:  # noqa: BLE001 - the prefetching gather is extra information only
+    except Exception:
         prefetch_row = None
 
     if prefetch_row is not None:
@@ -136,7 +136,7 @@ class Bound:
     (the same one every time it comes back), keyed by the arrays' identity.
     """
 
-    def __init__(self, vocab: List[int], dim: int, num_slots: int, update: str = "rows"):
+    def __init__(self, vocab: list[int], dim: int, num_slots: int, update: str = "rows"):
         if update not in UPDATES:
             raise ValueError(f"update must be 'rows', 'table' or 'none', not {update!r}")
         self.vocab, self.dim, self.num_slots, self.update = list(vocab), dim, num_slots, update
@@ -145,11 +145,11 @@ class Bound:
         # an unaligned 256-byte row spans 5 cache lines instead of 4.
         self.arrays = [aligned.full((1 + num_slots, v, dim), 1.0, np.float32) for v in self.vocab]
         self.sink = np.zeros((self.threads, dim), np.float32)
-        self.gathers: List[float] = []  # seconds per timed repeat, summed over the tables
-        self.updates: List[float] = []
-        self.rows: List[int] = []  # distinct ids per timed repeat, summed over the tables
+        self.gathers: list[float] = []  # seconds per timed repeat, summed over the tables
+        self.updates: list[float] = []
+        self.rows: list[int] = []  # distinct ids per timed repeat, summed over the tables
         self._rng = np.random.default_rng(7)
-        self._orders: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
+        self._orders: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         # Compile (or load from the cache) without touching the tables.
         empty = np.zeros(0, np.int64)
         _gather(self.arrays[0][0], empty, self.sink)
@@ -183,7 +183,7 @@ class Bound:
             self._gather_all(step)
             self._update_all(step)
 
-    def repeat(self, step: Sequence[np.ndarray]) -> Tuple[float, float]:
+    def repeat(self, step: Sequence[np.ndarray]) -> tuple[float, float]:
         """Times one repeat: the gather over every table, then the update; returns (gather s, update s)."""
         gather = _timed(lambda: self._gather_all(step))
         update = _timed(lambda: self._update_all(step)) if self.update != "none" else 0.0
@@ -198,21 +198,25 @@ class Bound:
         prefetches = []
         if _gather_prefetch is not None:
             for step in steps:
-                def gather():
+
+                def gather(step=step):
                     for arrays, ids in zip(self.arrays, step):
                         _gather_prefetch(arrays[0], self._order(ids), self.sink, PREFETCH_AHEAD)
+
                 prefetches.append(_timed(gather))
                 self._update_all(step)
         self._prefetch_s = float(np.median(prefetches)) if prefetches else None
         step = steps[0]
-        self._same_gather_s = float(np.median([_timed(lambda: self._gather_all(step))
-                                               for _ in range(SAME_IDS_REPEATS)]))
+        self._same_gather_s = float(
+            np.median([_timed(lambda: self._gather_all(step)) for _ in range(SAME_IDS_REPEATS)])
+        )
         self._same_rmw_s = 0.0
         if self.update != "none":
-            self._same_rmw_s = float(np.median([_timed(lambda: self._update_all(step))
-                                                for _ in range(SAME_IDS_REPEATS)]))
+            self._same_rmw_s = float(
+                np.median([_timed(lambda: self._update_all(step)) for _ in range(SAME_IDS_REPEATS)])
+            )
 
-    def summary(self) -> Dict:
+    def summary(self) -> dict:
         """The result record over every timed repeat (call `compare` first).
 
         Returns:
@@ -225,24 +229,41 @@ class Bound:
         rmw_s = float(np.median(self.updates)) if self.update != "none" else 0.0
         unique_ids = float(np.mean(self.rows))
         gather_bytes = unique_ids * self.dim * 4
-        rmw_bytes = {"rows": 2 * unique_ids * self.dim * 4 * (1 + self.num_slots),
-                     "table": 2 * sum(self.vocab) * self.dim * 4 * (1 + self.num_slots), "none": 0}[self.update]
+        rmw_bytes = {
+            "rows": 2 * unique_ids * self.dim * 4 * (1 + self.num_slots),
+            "table": 2 * sum(self.vocab) * self.dim * 4 * (1 + self.num_slots),
+            "none": 0,
+        }[self.update]
         prefetch_s = self._prefetch_s
         return {
-            "gather_ms": gather_s * 1e3, "rmw_ms": rmw_s * 1e3, "bound_ms": (gather_s + rmw_s) * 1e3,
+            "gather_ms": gather_s * 1e3,
+            "rmw_ms": rmw_s * 1e3,
+            "bound_ms": (gather_s + rmw_s) * 1e3,
             "gather_gbs": gather_bytes / gather_s / 1e9 if gather_s else 0.0,
             "rmw_gbs": rmw_bytes / rmw_s / 1e9 if rmw_s else 0.0,
-            "threads": self.threads, "update": self.update, "repeats": len(self.gathers), "unique_ids": unique_ids,
-            "same_ids": {"gather_ms": self._same_gather_s * 1e3, "rmw_ms": self._same_rmw_s * 1e3,
-                         "bound_ms": (self._same_gather_s + self._same_rmw_s) * 1e3},
+            "threads": self.threads,
+            "update": self.update,
+            "repeats": len(self.gathers),
+            "unique_ids": unique_ids,
+            "same_ids": {
+                "gather_ms": self._same_gather_s * 1e3,
+                "rmw_ms": self._same_rmw_s * 1e3,
+                "bound_ms": (self._same_gather_s + self._same_rmw_s) * 1e3,
+            },
             "prefetch_gather_ms": prefetch_s * 1e3 if prefetch_s is not None else None,
             "prefetch_gather_gbs": gather_bytes / prefetch_s / 1e9 if prefetch_s else None,
             "prefetch_ahead": PREFETCH_AHEAD if prefetch_s is not None else None,
         }
 
 
-def measure_bound(vocab: List[int], dim: int, steps: Sequence[Sequence[np.ndarray]], num_slots: int,
-                  update: str = "rows", before: Sequence[Sequence[np.ndarray]] = ()) -> Dict:
+def measure_bound(
+    vocab: list[int],
+    dim: int,
+    steps: Sequence[Sequence[np.ndarray]],
+    num_slots: int,
+    update: str = "rows",
+    before: Sequence[Sequence[np.ndarray]] = (),
+) -> dict:
     """The bound alone (nothing alternating with it): `before` untimed, then one repeat per step in `steps`.
 
     `steps[r][t]` holds the distinct ids of table t in the batch timed round r uses; see `Bound.summary`.

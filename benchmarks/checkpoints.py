@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, List, Optional
+from collections.abc import Callable
 
 import numpy as np
 
@@ -54,7 +54,7 @@ TABLE = "items"
 SLOT = f"{TABLE}/accumulators"
 
 
-def make_arrays(rows: int, dim: int, seed: int = 0) -> Dict[str, np.ndarray]:
+def make_arrays(rows: int, dim: int, seed: int = 0) -> dict[str, np.ndarray]:
     """The table (normal values) and its Adagrad accumulator (0.1 plus squared gradients), float32."""
     rng = np.random.default_rng(seed)
     table = rng.standard_normal((rows, dim), dtype=np.float32)
@@ -70,7 +70,7 @@ def _fsync_write_npy(path: str, array: np.ndarray, fsync: bool) -> None:
             os.fsync(file.fileno())
 
 
-def operations(arrays: Dict[str, np.ndarray], directory: str) -> Dict[str, Callable[[], Optional[Dict]]]:
+def operations(arrays: dict[str, np.ndarray], directory: str) -> dict[str, Callable[[], dict | None]]:
     """key -> a function doing that operation once; a read returns what it read (for the check)."""
     from tpu_embedding_shim.engine.checkpoint import load_checkpoint, save_checkpoint
     from tpu_embedding_shim.engine.tf_bundle import BundleReader, crc32c, write_bundle
@@ -95,8 +95,7 @@ def operations(arrays: Dict[str, np.ndarray], directory: str) -> Dict[str, Calla
             _fsync_write_npy(npy[name], array, fsync)
 
     def engine_write():
-        written["engine"] = save_checkpoint(engine_dir, state, step=1, spec_structure=structure, fingerprint="",
-                                            keep=1)
+        written["engine"] = save_checkpoint(engine_dir, state, step=1, spec_structure=structure, fingerprint="", keep=1)
 
     def tf_read(mmap, verify):
         reader = BundleReader(prefix, verify=verify)
@@ -110,14 +109,20 @@ def operations(arrays: Dict[str, np.ndarray], directory: str) -> Dict[str, Calla
         return {TABLE: loaded[TABLE]["embedding"], SLOT: loaded[TABLE]["accumulators"]}
 
     return {
-        "crc": crc, "tf_write": tf_write, "npy_write_fsync": lambda: npy_write(True),
-        "npy_write": lambda: npy_write(False), "engine_write": engine_write,
-        "tf_read": lambda: tf_read(False, True), "tf_read_mmap": lambda: tf_read(True, True),
-        "tf_read_nocrc": lambda: tf_read(False, False), "npy_read": npy_read, "engine_read": engine_read,
+        "crc": crc,
+        "tf_write": tf_write,
+        "npy_write_fsync": lambda: npy_write(True),
+        "npy_write": lambda: npy_write(False),
+        "engine_write": engine_write,
+        "tf_read": lambda: tf_read(False, True),
+        "tf_read_mmap": lambda: tf_read(True, True),
+        "tf_read_nocrc": lambda: tf_read(False, False),
+        "npy_read": npy_read,
+        "engine_read": engine_read,
     }
 
 
-def measure(rows: int, dim: int, repeats: int, directory: Optional[str] = None) -> Dict:
+def measure(rows: int, dim: int, repeats: int, directory: str | None = None) -> dict:
     """Times every operation `repeats` times with the CRC-32C backend of this process."""
     from tpu_embedding_shim.engine.tf_bundle import crc32c
     from tpu_embedding_shim.engine.tf_bundle.crc32c import backend
@@ -134,10 +139,10 @@ def measure(rows: int, dim: int, repeats: int, directory: Optional[str] = None) 
                 for name, array in arrays.items():
                     if not np.array_equal(result[name], array):
                         raise AssertionError(f"{key}: {name} read back differs from what was written")
-        seconds: Dict[str, List[float]] = {key: [] for key, _ in OPERATIONS}
+        seconds: dict[str, list[float]] = {key: [] for key, _ in OPERATIONS}
         keys = [key for key, _ in OPERATIONS]
         for r in range(repeats):  # the order rotates every repeat: memory speed drifts on a shared machine
-            for key in keys[r % len(keys):] + keys[:r % len(keys)]:
+            for key in keys[r % len(keys) :] + keys[: r % len(keys)]:
                 start = time.perf_counter()
                 result = ops[key]()
                 seconds[key].append(time.perf_counter() - start)
@@ -146,11 +151,18 @@ def measure(rows: int, dim: int, repeats: int, directory: Optional[str] = None) 
         shutil.rmtree(work, ignore_errors=True)
     mbs = {key: nbytes / 1e6 / statistics.median(times) for key, times in seconds.items()}
     best = {key: nbytes / 1e6 / min(times) for key, times in seconds.items()}
-    return {"backend": backend(), "rows": rows, "dim": dim, "bytes": nbytes, "repeats": repeats,
-            "median_mbs": mbs, "best_mbs": best}
+    return {
+        "backend": backend(),
+        "rows": rows,
+        "dim": dim,
+        "bytes": nbytes,
+        "repeats": repeats,
+        "median_mbs": mbs,
+        "best_mbs": best,
+    }
 
 
-def report(results: Dict[str, Dict], info: Dict[str, str], out=print) -> None:
+def report(results: dict[str, dict], info: dict[str, str], out=print) -> None:
     """The markdown table: one row per operation, one column per CRC-32C backend."""
     out("Machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
     any_result = next((r for r in results.values() if "median_mbs" in r), None)
@@ -158,8 +170,10 @@ def report(results: Dict[str, Dict], info: Dict[str, str], out=print) -> None:
         for name, result in results.items():
             out(f"{name}: FAILED: {result.get('error')}")
         return
-    size = f"{any_result['rows']:,} x {any_result['dim']} float32 table + its Adagrad slot, " \
-           f"{any_result['bytes'] / 1e6:.0f} MB"
+    size = (
+        f"{any_result['rows']:,} x {any_result['dim']} float32 table + its Adagrad slot, "
+        f"{any_result['bytes'] / 1e6:.0f} MB"
+    )
     out(f"Checkpoints: {size}; MB/s, median (best) of {any_result['repeats']} runs, page cache warm")
     out("")
     names = list(results)
@@ -169,37 +183,52 @@ def report(results: Dict[str, Dict], info: Dict[str, str], out=print) -> None:
         cells = []
         for name in names:
             result = results[name]
-            cells.append(f"{result['median_mbs'][key]:.0f} ({result['best_mbs'][key]:.0f})"
-                         if "median_mbs" in result else "-")
+            cells.append(
+                f"{result['median_mbs'][key]:.0f} ({result['best_mbs'][key]:.0f})" if "median_mbs" in result else "-"
+            )
         out(f"| {label} | " + " | ".join(cells) + " |")
     for name, result in results.items():
         if "error" in result:
             out(f"- CRC-32C {name}: not measured: {result['error']}")
 
 
-def _run_backend(backend: str, args: argparse.Namespace) -> Dict:
+def _run_backend(backend: str, args: argparse.Namespace) -> dict:
     env = _env()
     if backend == "numpy":
         env["TPU_EMBEDDING_SHIM_KERNELS"] = "numpy"
     else:
         env.pop("TPU_EMBEDDING_SHIM_KERNELS", None)
-    cmd = [sys.executable, "-m", "benchmarks.checkpoints", "--one", backend, "--rows", str(args.rows), "--dim",
-           str(args.dim), "--repeats", str(args.repeats)] + (["--dir", args.dir] if args.dir else [])
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=_root(), env=env)
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.checkpoints",
+        "--one",
+        backend,
+        "--rows",
+        str(args.rows),
+        "--dim",
+        str(args.dim),
+        "--repeats",
+        str(args.repeats),
+    ] + (["--dir", args.dir] if args.dir else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=_root(), env=env)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks checkpoints", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a 20,000 x 64 table, 1 repeat: a smoke run")
     parser.add_argument("--rows", type=int, default=None, help="table rows (default 1,000,000)")
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=None, help="timed runs of each operation (default 5)")
     parser.add_argument("--dir", default=None, help="where the files are written (default: the temp directory)")
-    parser.add_argument("--in-process", action="store_true",
-                        help="only this process's CRC-32C backend, measured here (no fresh processes)")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="only this process's CRC-32C backend, measured here (no fresh processes)",
+    )
     parser.add_argument("--json", default=None, help="also write the results here")
     parser.add_argument("--one", choices=BACKENDS, help=argparse.SUPPRESS)  # internal: one backend, print JSON
     args = parser.parse_args(argv)
@@ -209,8 +238,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.one:
         result = measure(args.rows, args.dim, args.repeats, args.dir)
         if result["backend"] != args.one:
-            print(f"asked for the {args.one} CRC-32C, this process has {result['backend']} (is numba installed?)",
-                  file=sys.stderr)
+            print(
+                f"asked for the {args.one} CRC-32C, this process has {result['backend']} (is numba installed?)",
+                file=sys.stderr,
+            )
             return 1
         print(json.dumps(result))
         return 0

@@ -22,9 +22,11 @@ def main(argv=None) -> None:
     from tpu_embedding_shim.spec import AdagradSpec, EmbeddingSpec, FeatureSpec, TableSpec
 
     t1 = time.perf_counter()
-    spec = EmbeddingSpec(tables=(TableSpec(name="t", vocabulary_size=vocab, dim=64, combiner="sum"),),
-                         features=(FeatureSpec(name="f", table="t", num_buckets=vocab),),
-                         optimizer=AdagradSpec(learning_rate=0.05))
+    spec = EmbeddingSpec(
+        tables=(TableSpec(name="t", vocabulary_size=vocab, dim=64, combiner="sum"),),
+        features=(FeatureSpec(name="f", table="t", num_buckets=vocab),),
+        optimizer=AdagradSpec(learning_rate=0.05),
+    )
     engine = Engine(spec, seed=0)
     t2 = time.perf_counter()
     rng = np.random.default_rng(0)
@@ -37,8 +39,18 @@ def main(argv=None) -> None:
         engine.apply_gradients(result, {"f": grad})
         times.append(time.perf_counter() - start)
     kernels = [line.strip() for line in engine.describe() if "kernels:" in line]
-    print(json.dumps({"import": t1 - t0, "build": t2 - t1, "first_step": times[0], "second_step": times[1],
-                      "vocab": vocab, "kernels": kernels}))
+    print(
+        json.dumps(
+            {
+                "import": t1 - t0,
+                "build": t2 - t1,
+                "first_step": times[0],
+                "second_step": times[1],
+                "vocab": vocab,
+                "kernels": kernels,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

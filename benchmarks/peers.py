@@ -13,7 +13,7 @@ the agreement check.
   SGD / SparseAdam (nn.Embedding for sequence features); non-lazy Adam is
   a dense EmbeddingBag + torch.optim.Adam. torch has no optimizer that does
   the spec's FTRL, momentum, RMSProp, proximal Adagrad or Adagrad with
-  momentum on the touched rows only: `Unsupported`, with the reason.
+  momentum on the touched rows only: `UnsupportedError`, with the reason.
 - `FbgemmImpl`: FBGEMM's table-batched embedding (TBE) on the CPU, fused
   EXACT_SGD / EXACT_ADAGRAD (no exact match for the other optimizers).
 - `NumpyImpl`: plain numpy (fancy indexing, reduceat, unique, add.at), every
@@ -25,20 +25,33 @@ never change, so the peers ignore it.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
-
 import numpy as np
 
 from .workload import (
-    ADAGRAD_INITIAL, ADAGRAD_MOMENTUM_EPS, ADAM_EPS, BETA1, BETA2, L1, L2, LR, MOMENTUM, RMSPROP_EPS, RMSPROP_LR,
-    RMSPROP_MOMENTUM, RMSPROP_RHO, Batch, Workload, engine_spec, optimizer_spec,
+    ADAGRAD_INITIAL,
+    ADAGRAD_MOMENTUM_EPS,
+    ADAM_EPS,
+    BETA1,
+    BETA2,
+    L1,
+    L2,
+    LR,
+    MOMENTUM,
+    RMSPROP_EPS,
+    RMSPROP_LR,
+    RMSPROP_MOMENTUM,
+    RMSPROP_RHO,
+    Batch,
+    Workload,
+    engine_spec,
+    optimizer_spec,
 )
 
 __all__ = ["EngineImpl", "TorchImpl", "FbgemmImpl", "NumpyImpl", "PEERS", "missing_reason"]
 
 
-class Unsupported(Exception):
-    """This implementation can't run this workload (said in the report, not an error)."""
+class UnsupportedError(Exception):
+    """This implementation can't run this workload: the report says why, and the run goes on."""
 
 
 class _RaggedInput:
@@ -49,7 +62,7 @@ class _RaggedInput:
 
 
 class EngineImpl:
-    def __init__(self, w: Workload, tables: List[np.ndarray], kernels: str = "auto", table_files=None):
+    def __init__(self, w: Workload, tables: list[np.ndarray], kernels: str = "auto", table_files=None):
         import dataclasses
 
         from tpu_embedding_shim.engine.engine import Engine
@@ -57,13 +70,15 @@ class EngineImpl:
         self.name = "engine" if kernels != "numpy" else "engine (numpy reference)"
         spec = engine_spec(w)
         # The initial values come in through the public initializer hook: init(shape, dtype) -> array.
-        spec = dataclasses.replace(spec, tables=tuple(
-            dataclasses.replace(t, initializer=_Fixed(table)) for t, table in zip(spec.tables, tables)))
+        spec = dataclasses.replace(
+            spec,
+            tables=tuple(dataclasses.replace(t, initializer=_Fixed(table)) for t, table in zip(spec.tables, tables)),
+        )
         self.w = w
         self.engine = Engine(spec, seed=0, kernels=kernels, table_files=table_files)
         self.kernels = [line.strip() for line in self.engine.describe() if "kernels:" in line]
 
-    def _features(self, step: List[Batch]):
+    def _features(self, step: list[Batch]):
         features, weights = {}, {}
         for t, b in enumerate(step):
             features[f"f{t}"] = _RaggedInput(b.values, b.offsets)
@@ -71,18 +86,18 @@ class EngineImpl:
                 weights[f"f{t}"] = _RaggedInput(b.weights, b.offsets)
         return features, (weights or None)
 
-    def forward(self, step: List[Batch]):
+    def forward(self, step: list[Batch]):
         features, weights = self._features(step)
         result = self.engine.forward(features, weights, training=False)
         return [result.activations[f"f{t}"] for t in range(len(step))]
 
-    def step(self, step: List[Batch]):
+    def step(self, step: list[Batch]):
         features, weights = self._features(step)
         result = self.engine.forward(features, weights)
         self.engine.apply_gradients(result, {f"f{t}": b.grad for t, b in enumerate(step)})
         return [result.activations[f"f{t}"] for t in range(len(step))]
 
-    def rows(self, ids: List[np.ndarray]) -> List[np.ndarray]:
+    def rows(self, ids: list[np.ndarray]) -> list[np.ndarray]:
         return [self.engine.table(f"t{t}")[i] for t, i in enumerate(ids)]
 
 
@@ -117,13 +132,14 @@ class NumpyImpl:
 
     name = "numpy"
 
-    def __init__(self, w: Workload, tables: List[np.ndarray]):
+    def __init__(self, w: Workload, tables: list[np.ndarray]):
         self.w = w
         self.t = [t.copy() for t in tables]
         # The slots TensorFlow names, at their initial values (from the spec: names and starting values only).
         initial = optimizer_spec(w).slot_initial_values()
-        self.slots: List[Dict[str, np.ndarray]] = [
-            {name: np.full_like(t, value) for name, value in initial.items()} for t in self.t]
+        self.slots: list[dict[str, np.ndarray]] = [
+            {name: np.full_like(t, value) for name, value in initial.items()} for t in self.t
+        ]
         self.steps = 0
 
     def _lookup(self, table, b: Batch):
@@ -145,7 +161,7 @@ class NumpyImpl:
     def step(self, step):
         outs = self.forward(step)
         self.steps += 1
-        for t, (table, slots, b) in enumerate(zip(self.t, self.slots, step)):
+        for table, slots, b in zip(self.t, self.slots, step):
             row = np.repeat(np.arange(self.w.batch), np.diff(b.offsets))
             if self.w.sequence:
                 entry = b.grad[row, b.positions]
@@ -183,7 +199,7 @@ class NumpyImpl:
         if opt in ("adam", "adam-nonlazy"):
             m = f32(BETA1) * s["momenta"] + f32(1 - BETA1) * g
             v = f32(BETA2) * s["velocities"] + f32(1 - BETA2) * g * g
-            step_size = LR * np.sqrt(1 - BETA2 ** self.steps) / (1 - BETA1 ** self.steps)
+            step_size = LR * np.sqrt(1 - BETA2**self.steps) / (1 - BETA1**self.steps)
             return w - f32(step_size) * m / (np.sqrt(v) + f32(ADAM_EPS)), {"momenta": m, "velocities": v}
         if opt == "momentum":
             m = f32(MOMENTUM) * s["momenta"] + g
@@ -208,7 +224,7 @@ class NumpyImpl:
             linear = s["linears"] + g - (root - np.sqrt(s["accumulators"])) / lr * w
             new = (np.sign(linear) * f32(L1) - linear) / (root / lr + f32(2 * L2))
             return np.where(np.abs(linear) > f32(L1), new, f32(0)), {"accumulators": a, "linears": linear}
-        raise Unsupported(f"no numpy update for {opt}")
+        raise UnsupportedError(f"no numpy update for {opt}")
 
     def rows(self, ids):
         return [t[i] for t, i in zip(self.t, ids)]
@@ -217,9 +233,9 @@ class NumpyImpl:
 TORCH_UNSUPPORTED = {
     "ftrl": "torch.optim has no FTRL",
     "momentum": "torch.optim.SGD's momentum is not lazy (rows of earlier steps keep moving as their momentum "
-                "decays); the spec's updates only the step's rows",
+    "decays); the spec's updates only the step's rows",
     "rmsprop": "torch.optim.RMSprop takes no sparse gradient, and with a dense one updates every row every step "
-               "(not lazy) with epsilon outside the root",
+    "(not lazy) with epsilon outside the root",
     "proximal-adagrad": "torch.optim has no proximal Adagrad (l1 / l2 shrinkage)",
     "adagrad-momentum": "torch.optim has no Adagrad with momentum",
 }
@@ -241,11 +257,11 @@ class TorchImpl:
 
     name = "torch"
 
-    def __init__(self, w: Workload, tables: List[np.ndarray]):
+    def __init__(self, w: Workload, tables: list[np.ndarray]):
         import torch
 
         if w.optimizer in TORCH_UNSUPPORTED:
-            raise Unsupported(TORCH_UNSUPPORTED[w.optimizer])
+            raise UnsupportedError(TORCH_UNSUPPORTED[w.optimizer])
         self.torch, self.w = torch, w
         self.mods, self.opts = [], []
         self.steps = 0
@@ -269,7 +285,7 @@ class TorchImpl:
             elif w.optimizer == "adam-nonlazy":
                 opt = torch.optim.Adam(params, lr=LR, betas=(BETA1, BETA2), eps=ADAM_EPS)
             else:
-                raise Unsupported(f"no torch optimizer for {w.optimizer} here")
+                raise UnsupportedError(f"no torch optimizer for {w.optimizer} here")
             self.mods.append(mod)
             self.opts.append(opt)
         self.mode_sum = w.sequence == 0 and not (w.combiner == "mean" and not w.weighted)
@@ -293,7 +309,8 @@ class TorchImpl:
                 lengths = torch.from_numpy(np.diff(b.offsets))
                 row = torch.repeat_interleave(torch.arange(self.w.batch), lengths)
                 den = torch.zeros(self.w.batch, dtype=torch.float64).index_add_(
-                    0, row, w.double() if self.w.combiner == "mean" else w.double() ** 2)
+                    0, row, w.double() if self.w.combiner == "mean" else w.double() ** 2
+                )
                 if self.w.combiner == "sqrtn":
                     den = den.sqrt()
                 psw = (w.double() / den[row]).float()
@@ -310,7 +327,7 @@ class TorchImpl:
             if self.w.optimizer == "adam-nonlazy":
                 # torch.optim.Adam adds epsilon to sqrt(v / (1 - beta2**t)); the spec adds it to sqrt(v) (the
                 # paper's "epsilon hat", as SparseAdam does): the same update with epsilon / sqrt(1 - beta2**t).
-                opt.param_groups[0]["eps"] = ADAM_EPS / np.sqrt(1 - BETA2 ** self.steps)
+                opt.param_groups[0]["eps"] = ADAM_EPS / np.sqrt(1 - BETA2**self.steps)
             opt.zero_grad(set_to_none=True)
             out = self._lookup(mod, b)
             out.backward(self.torch.from_numpy(b.grad))
@@ -327,27 +344,34 @@ class FbgemmImpl:
 
     name = "fbgemm"
 
-    def __init__(self, w: Workload, tables: List[np.ndarray]):
+    def __init__(self, w: Workload, tables: list[np.ndarray]):
         import torch
         from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
         from fbgemm_gpu.split_table_batched_embeddings_ops_common import PoolingMode
         from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-            ComputeDevice, EmbeddingLocation, SplitTableBatchedEmbeddingBagsCodegen,
+            ComputeDevice,
+            EmbeddingLocation,
+            SplitTableBatchedEmbeddingBagsCodegen,
         )
 
         if w.sequence:
-            raise Unsupported("sequence features are not run on FBGEMM here (pooled TBE only)")
+            raise UnsupportedError("sequence features are not run on FBGEMM here (pooled TBE only)")
         kinds = {"sgd": EmbOptimType.EXACT_SGD, "adagrad": EmbOptimType.EXACT_ADAGRAD}
         if w.optimizer not in kinds:
-            raise Unsupported(FBGEMM_UNSUPPORTED.get(
-                w.optimizer, f"no exact {w.optimizer} in FBGEMM's CPU TBE that matches the spec"))
+            raise UnsupportedError(
+                FBGEMM_UNSUPPORTED.get(w.optimizer, f"no exact {w.optimizer} in FBGEMM's CPU TBE that matches the spec")
+            )
         self.torch, self.w = torch, w
         pooling = PoolingMode.MEAN if (w.combiner == "mean" and not w.weighted) else PoolingMode.SUM
         self.weighted = pooling == PoolingMode.SUM and (w.combiner != "sum" or w.weighted)
         self.emb = SplitTableBatchedEmbeddingBagsCodegen(
             [(t.shape[0], w.dim, EmbeddingLocation.HOST, ComputeDevice.CPU) for t in tables],
-            optimizer=kinds[w.optimizer], learning_rate=LR, eps=0.0, pooling_mode=pooling,
-            weights_precision=SparseType.FP32)
+            optimizer=kinds[w.optimizer],
+            learning_rate=LR,
+            eps=0.0,
+            pooling_mode=pooling,
+            weights_precision=SparseType.FP32,
+        )
         with torch.no_grad():
             for view, table in zip(self.emb.split_embedding_weights(), tables):
                 view.copy_(torch.from_numpy(table))
@@ -369,7 +393,7 @@ class FbgemmImpl:
         return values, offsets, psw
 
     def _split(self, out):
-        return [out[:, t * self.w.dim:(t + 1) * self.w.dim] for t in range(self.w.num_tables)]
+        return [out[:, t * self.w.dim : (t + 1) * self.w.dim] for t in range(self.w.num_tables)]
 
     def forward(self, step):
         values, offsets, psw = self._inputs(step)
@@ -387,17 +411,17 @@ class FbgemmImpl:
         return [v.detach().numpy()[i] for v, i in zip(self.emb.split_embedding_weights(), ids)]
 
 
-def missing_reason(name: str) -> Optional[str]:
+def missing_reason(name: str) -> str | None:
     """None when the peer can be imported, else why not."""
     try:
         if name == "torch":
-            import torch  # noqa: F401
+            import torch
         elif name == "fbgemm":
-            import torch  # noqa: F401
             import fbgemm_gpu  # noqa: F401
+            import torch  # noqa: F401
         elif name == "numba":
             import numba  # noqa: F401
-    except Exception as error:  # noqa: BLE001 - any import failure means "missing"
+    except Exception as error:
         return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
     return None
 

@@ -26,12 +26,11 @@ import resource
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional
 
 import numpy as np
 
 from . import bandwidth
-from .peers import PEERS, EngineImpl, Unsupported, missing_reason
+from .peers import PEERS, EngineImpl, UnsupportedError, missing_reason
 from .variants import DEFAULT, PEERS_FOR, QUICK, VARIANTS, quick
 from .workload import Workload, initial_tables, make_batches, num_slots, touches_all_rows
 
@@ -66,7 +65,7 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _max_diff(a: List[np.ndarray], b: List[np.ndarray], atol: float = ATOL) -> Optional[float]:
+def _max_diff(a: list[np.ndarray], b: list[np.ndarray], atol: float = ATOL) -> float | None:
     """Largest |a - b| if all are within tolerance, else raise."""
     worst = 0.0
     for x, y in zip(a, b):
@@ -78,17 +77,25 @@ def _max_diff(a: List[np.ndarray], b: List[np.ndarray], atol: float = ATOL) -> O
     return worst
 
 
-def run_variant(w: Workload, rounds: int, allowed: List[str], log=print) -> Dict:
+def run_variant(w: Workload, rounds: int, allowed: list[str], log=print) -> dict:
     """Builds, checks and times one variant in this process; returns the result record."""
-    result: Dict = {"variant": w.name, "workload": w.describe(), "impls": {}, "missing": {}, "skipped": {},
-                    "disagree": {}}
+    result: dict = {
+        "variant": w.name,
+        "workload": w.describe(),
+        "impls": {},
+        "missing": {},
+        "skipped": {},
+        "disagree": {},
+    }
     batches = make_batches(w, NUM_BATCHES)
     tables0 = initial_tables(w)
     total_rows = sum(w.vocab)
     # Rows compared after two steps: every row the two steps touched, and 1000 untouched ones per table.
     check_rng = np.random.default_rng(5)
-    check_ids = [np.union1d(np.union1d(b0.values, b1.values), check_rng.integers(0, v, 1000))
-                 for b0, b1, v in zip(batches[0], batches[1], w.vocab)]
+    check_ids = [
+        np.union1d(np.union1d(b0.values, b1.values), check_rng.integers(0, v, 1000))
+        for b0, b1, v in zip(batches[0], batches[1], w.vocab)
+    ]
 
     # The truth: the engine with the numpy reference kernels (the executable specification), tables in one
     # shard: sharding is storage only, so a sharded engine must give the same numbers.
@@ -118,7 +125,7 @@ def run_variant(w: Workload, rounds: int, allowed: List[str], log=print) -> Dict
         before = _rss_mb()
         try:
             impl = EngineImpl(w, tables0) if name == "engine" else PEERS[name](w, tables0)
-        except Unsupported as why:
+        except UnsupportedError as why:
             result["skipped"][name] = str(why)
             continue
         fwd = impl.forward(batches[0])
@@ -133,8 +140,9 @@ def run_variant(w: Workload, rounds: int, allowed: List[str], log=print) -> Dict
                 tables = impl.rows(check_ids)
                 if truth_tables is None:
                     truth_tables = tables
-                table_diff = _max_diff(tables, truth_tables,
-                                       ADAM_ATOL if w.optimizer in LOOSE_ATOL_OPTIMIZERS else ATOL)
+                table_diff = _max_diff(
+                    tables, truth_tables, ADAM_ATOL if w.optimizer in LOOSE_ATOL_OPTIMIZERS else ATOL
+                )
                 del tables
         except AssertionError as error:
             result["disagree"][name] = str(error).strip().splitlines()[:6]
@@ -146,8 +154,10 @@ def run_variant(w: Workload, rounds: int, allowed: List[str], log=print) -> Dict
             record["kernels"] = impl.kernels
         result["impls"][name] = record
         impls.append((name, impl))
-        log(f"  {name}: agrees (forward max |diff| {fwd_diff:.2e}"
-            + (f", tables after 2 steps {table_diff:.2e})" if table_diff is not None else ")"))
+        log(
+            f"  {name}: agrees (forward max |diff| {fwd_diff:.2e}"
+            + (f", tables after 2 steps {table_diff:.2e})" if table_diff is not None else ")")
+        )
     del tables0
 
     # Interleaved rounds: every implementation once per round, order rotated.
@@ -158,18 +168,18 @@ def run_variant(w: Workload, rounds: int, allowed: List[str], log=print) -> Dict
         rec["step_ms"] = float(np.median(step_times[name])) * 1e3 if step_times[name] else None
     engine = dict(impls).get("engine")
     impls.clear()
-    impl = None  # noqa: F841 - free every peer's tables before the bound allocates its own
+    impl = None
     _bound_and_back_to_back(w, engine, batches, rounds, result)
     result["peak_rss_mb"] = _peak_rss_mb()
     return result
 
 
-def _rounds(w: Workload, impls: List, batches: List, rounds: int):
+def _rounds(w: Workload, impls: list, batches: list, rounds: int):
     """Times every implementation once per round, the order rotated; returns (step times, lookup times)."""
-    step_times: Dict[str, List[float]] = {n: [] for n, _ in impls}
-    fwd_times: Dict[str, List[float]] = {n: [] for n, _ in impls}
+    step_times: dict[str, list[float]] = {n: [] for n, _ in impls}
+    fwd_times: dict[str, list[float]] = {n: [] for n, _ in impls}
     for r in range(rounds):
-        order = impls[r % len(impls):] + impls[:r % len(impls)] if impls else []
+        order = impls[r % len(impls) :] + impls[: r % len(impls)] if impls else []
         for name, impl in order:
             if not w.forward_only:
                 start = time.perf_counter()
@@ -181,7 +191,7 @@ def _rounds(w: Workload, impls: List, batches: List, rounds: int):
     return step_times, fwd_times
 
 
-def _bound_and_back_to_back(w: Workload, engine, batches: List, rounds: int, result: Dict) -> None:
+def _bound_and_back_to_back(w: Workload, engine, batches: list, rounds: int, result: dict) -> None:
     """The bound's repeats and the engine's steps back to back, in alternating blocks over one sequence of batches.
 
     In the rounds, the peers run between two engine steps and evict what a training loop keeps in cache (hot Zipf
@@ -231,7 +241,7 @@ def _bound_and_back_to_back(w: Workload, engine, batches: List, rounds: int, res
 # --------------------------------------------------------------------------------------------------
 
 
-def machine() -> Dict[str, str]:
+def machine() -> dict[str, str]:
     info = {"python": platform.python_version(), "platform": platform.platform(), "cpus": str(os.cpu_count())}
     try:
         with open("/proc/cpuinfo") as f:
@@ -246,7 +256,7 @@ def machine() -> Dict[str, str]:
     for module in ("numpy", "numba", "torch", "fbgemm_gpu"):
         try:
             info[module] = __import__(module).__version__
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             info[module] = f"missing ({type(error).__name__})"
     try:
         import numba
@@ -263,12 +273,17 @@ def machine() -> Dict[str, str]:
     return info
 
 
-def cold_start(vocab: int) -> Dict:
+def cold_start(vocab: int) -> dict:
     """Two fresh processes: the first may fill the kernel cache; the second is the warm-cache figure."""
     runs = []
     for _ in range(2):
-        out = subprocess.run([sys.executable, "-m", "benchmarks.coldstart", str(vocab)], capture_output=True,
-                             text=True, cwd=_root(), env=_env())
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks.coldstart", str(vocab)],
+            capture_output=True,
+            text=True,
+            cwd=_root(),
+            env=_env(),
+        )
         if out.returncode != 0:
             return {"error": out.stderr.strip().splitlines()[-1:]}
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -279,7 +294,7 @@ def _root() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _env() -> Dict[str, str]:
+def _env() -> dict[str, str]:
     env = dict(os.environ)
     # torch and numba each bring an OpenMP runtime; with both spinning on 2 cores, every parallel region
     # waits for a scheduler tick (8 ms quanta were measured). Idle threads sleep instead, for every peer alike.
@@ -288,18 +303,20 @@ def _env() -> Dict[str, str]:
     return env
 
 
-def _fmt(x: Optional[float], digits: int = 1) -> str:
+def _fmt(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def report(results: List[Dict], info: Dict, cold: Optional[Dict], out=print) -> None:
+def report(results: list[dict], info: dict, cold: dict | None, out=print) -> None:
     out("Machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
     out("")
     out("Step = pooled lookup + backward + optimizer update (duplicates summed); medians of interleaved rounds, ms.")
     out("")
-    header = ("| variant | workload | engine | torch | fbgemm | numpy | engine / best peer | bound | engine / bound "
-              "| engine back to back | back to back / bound | fwd engine | fwd torch | fwd engine / torch "
-              "| peak RSS MB |")
+    header = (
+        "| variant | workload | engine | torch | fbgemm | numpy | engine / best peer | bound | engine / bound "
+        "| engine back to back | back to back / bound | fwd engine | fwd torch | fwd engine / torch "
+        "| peak RSS MB |"
+    )
     out(header)
     out("|" + "|".join(["---"] * (header.count("|") - 1)) + "|")
     for r in results:
@@ -311,7 +328,7 @@ def report(results: List[Dict], info: Dict, cold: Optional[Dict], out=print) -> 
         eng = ms.get("engine")
         bound = (r.get("bound") or {}).get("bound_ms")
 
-        def cell(name):
+        def cell(name, ms=ms, r=r):
             if name in ms:
                 return _fmt(ms[name])
             if name in r["missing"]:
@@ -322,11 +339,13 @@ def report(results: List[Dict], info: Dict, cold: Optional[Dict], out=print) -> 
 
         fe, ft = impls.get("engine", {}).get("fwd_ms"), impls.get("torch", {}).get("fwd_ms")
         b2b = impls.get("engine", {}).get("back_to_back_ms")
-        out(f"| {r['variant']} | {r['workload']} | {cell('engine')} | {cell('torch')} | {cell('fbgemm')} | "
+        out(
+            f"| {r['variant']} | {r['workload']} | {cell('engine')} | {cell('torch')} | {cell('fbgemm')} | "
             f"{cell('numpy')} | {_fmt(eng / best, 2) if eng and best else '-'} | {_fmt(bound)} | "
             f"{_fmt(eng / bound, 2) if eng and bound else '-'} | {_fmt(b2b)} | "
             f"{_fmt(b2b / bound, 2) if b2b and bound else '-'} | {_fmt(fe, 2)} | {_fmt(ft, 2)} | "
-            f"{_fmt(fe / ft, 2) if fe and ft else '-'} | {r.get('peak_rss_mb', 0):.0f} |")
+            f"{_fmt(fe / ft, 2) if fe and ft else '-'} | {r.get('peak_rss_mb', 0):.0f} |"
+        )
     out("")
     for r in results:
         b = r.get("bound")
@@ -344,8 +363,10 @@ def report(results: List[Dict], info: Dict, cold: Optional[Dict], out=print) -> 
             notes.append(f"{name} not run: {why}")
         for name, why in r["disagree"].items():
             notes.append(f"{name} DISAGREES: {' '.join(why)}")
-        diffs = ", ".join(f"{n} {v['table_max_diff'] if v['table_max_diff'] is not None else v['fwd_max_diff']:.1e}"
-                          for n, v in r["impls"].items())
+        diffs = ", ".join(
+            f"{n} {v['table_max_diff'] if v['table_max_diff'] is not None else v['fwd_max_diff']:.1e}"
+            for n, v in r["impls"].items()
+        )
         notes.append(f"agreement (max |diff| vs {r['truth']}): {diffs}")
         out(f"- {r['variant']}: " + "; ".join(notes))
     if cold:
@@ -354,12 +375,14 @@ def report(results: List[Dict], info: Dict, cold: Optional[Dict], out=print) -> 
             out(f"Cold start: failed: {cold['error']}")
         else:
             for label, c in (("first process", cold["first_process"]), ("warm cache", cold["warm_cache"])):
-                out(f"Cold start ({label}, V={c['vocab']:,}): import {c['import']:.2f} s + first step "
+                out(
+                    f"Cold start ({label}, V={c['vocab']:,}): import {c['import']:.2f} s + first step "
                     f"{c['first_step']:.2f} s = {c['import'] + c['first_step']:.2f} s (engine build, table "
-                    f"initialization, {c['build']:.2f} s; second step {c['second_step'] * 1e3:.1f} ms)")
+                    f"initialization, {c['build']:.2f} s; second step {c['second_step'] * 1e3:.1f} ms)"
+                )
 
 
-def _bound_note(b: Dict) -> str:
+def _bound_note(b: dict) -> str:
     """The bound and its comparison figures, one note."""
     what = {"rows": "read-modify-write", "table": "full-table read-modify-write (non-lazy Adam: every row)"}
     text = f"bound {b['bound_ms']:.2f} ms = gather {b['gather_ms']:.2f} ms ({b['gather_gbs']:.1f} GB/s)"
@@ -370,21 +393,28 @@ def _bound_note(b: Dict) -> str:
     if b.get("blocks"):
         text += f" ({b['blocks']} blocks alternating with the engine's steps back to back)"
     same = b["same_ids"]
-    text += (f"; bound with one batch's ids repeated (the old bound) {same['bound_ms']:.2f} ms (gather "
-             f"{same['gather_ms']:.2f})")
+    text += (
+        f"; bound with one batch's ids repeated (the old bound) {same['bound_ms']:.2f} ms (gather "
+        f"{same['gather_ms']:.2f})"
+    )
     if b.get("prefetch_gather_ms") is not None:
-        text += (f"; prefetching gather ({b['prefetch_ahead']} rows ahead) {b['prefetch_gather_ms']:.2f} ms "
-                 f"({b['prefetch_gather_gbs']:.1f} GB/s) against gather {b['gather_ms']:.2f} ms")
+        text += (
+            f"; prefetching gather ({b['prefetch_ahead']} rows ahead) {b['prefetch_gather_ms']:.2f} ms "
+            f"({b['prefetch_gather_gbs']:.1f} GB/s) against gather {b['gather_ms']:.2f} ms"
+        )
     else:
         text += "; prefetching gather not measured (prefetch_row did not import)"
     return text
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, 3 rounds: a smoke run (< 60 s)")
-    parser.add_argument("--variants", default=None,
-                        help=f"comma-separated, from: {', '.join(VARIANTS)} (default: all; --quick: {','.join(QUICK)})")
+    parser.add_argument(
+        "--variants",
+        default=None,
+        help=f"comma-separated, from: {', '.join(VARIANTS)} (default: all; --quick: {','.join(QUICK)})",
+    )
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds per variant (default 15; quick 3)")
     parser.add_argument("--peers", default="torch,fbgemm,numpy", help="peers to run beside the engine")
     parser.add_argument("--no-cold-start", action="store_true")

@@ -8,21 +8,55 @@ gradients once, shared by every implementation; `engine_spec` is the
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Tuple
 
 import numpy as np
 
 from tpu_embedding_shim.engine.optimizers import bias_corrected_learning_rate
 from tpu_embedding_shim.engine.optimizers import touches_all_rows as _touches_all_rows
 from tpu_embedding_shim.spec import (
-    AdagradMomentumSpec, AdagradSpec, AdamSpec, EmbeddingSpec, FeatureSpec, FtrlSpec, MomentumSpec,
-    ProximalAdagradSpec, RMSPropSpec, SGDSpec, TableSpec,
+    AdagradMomentumSpec,
+    AdagradSpec,
+    AdamSpec,
+    EmbeddingSpec,
+    FeatureSpec,
+    FtrlSpec,
+    MomentumSpec,
+    ProximalAdagradSpec,
+    RMSPropSpec,
+    SGDSpec,
+    TableSpec,
 )
 
 # The 26 categorical features of Criteo (Kaggle display advertising), vocabulary sizes as in DLRM's
 # preprocessing; capped by `Workload.vocab_cap` so 26 tables fit beside every peer's copy.
-CRITEO_SIZES = (1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194, 27,
-                14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572)
+CRITEO_SIZES = (
+    1460,
+    583,
+    10131227,
+    2202608,
+    305,
+    24,
+    12517,
+    633,
+    3,
+    93145,
+    5683,
+    8351593,
+    3194,
+    27,
+    14992,
+    5461306,
+    10,
+    5652,
+    2173,
+    4,
+    7046547,
+    18,
+    15,
+    286181,
+    105,
+    142572,
+)
 
 LR = 0.05
 ADAGRAD_INITIAL = 0.1
@@ -32,8 +66,17 @@ RMSPROP_LR, RMSPROP_RHO, RMSPROP_MOMENTUM, RMSPROP_EPS = 0.001, 0.9, 0.9, 1e-10 
 L1, L2 = 1e-3, 1e-3  # FTRL and proximal Adagrad: small, but every row goes through the shrinkage code
 ADAGRAD_MOMENTUM_EPS = 1e-10
 
-OPTIMIZERS = ("sgd", "adagrad", "adam", "adam-nonlazy", "ftrl", "momentum", "rmsprop", "proximal-adagrad",
-              "adagrad-momentum")
+OPTIMIZERS = (
+    "sgd",
+    "adagrad",
+    "adam",
+    "adam-nonlazy",
+    "ftrl",
+    "momentum",
+    "rmsprop",
+    "proximal-adagrad",
+    "adagrad-momentum",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,19 +84,19 @@ class Workload:
     """One benchmark configuration. `tables` vocabulary sizes, one feature per table."""
 
     name: str
-    vocab: Tuple[int, ...] = (1_000_000,)
+    vocab: tuple[int, ...] = (1_000_000,)
     dim: int = 64
     batch: int = 4096
-    bag: Tuple[int, int] = (20, 20)       # ids per example: min, max (uniform in between)
-    ids: str = "uniform"                   # 'uniform' or 'zipf'
+    bag: tuple[int, int] = (20, 20)  # ids per example: min, max (uniform in between)
+    ids: str = "uniform"  # 'uniform' or 'zipf'
     zipf_a: float = 1.05
-    combiner: str = "sum"                  # sum, mean, sqrtn
+    combiner: str = "sum"  # sum, mean, sqrtn
     weighted: bool = False
-    optimizer: str = "adagrad"             # one of OPTIMIZERS ('adam' is lazy Adam)
-    sequence: int = 0                      # > 0: a sequence feature of this max length (no pooling)
+    optimizer: str = "adagrad"  # one of OPTIMIZERS ('adam' is lazy Adam)
+    sequence: int = 0  # > 0: a sequence feature of this max length (no pooling)
     forward_only: bool = False
-    num_shards: int = 1                    # EmbeddingSpec.num_shards: storage only, numbers never change
-    partition_strategy: str = "div"        # 'div' or 'mod' (with num_shards > 1)
+    num_shards: int = 1  # EmbeddingSpec.num_shards: storage only, numbers never change
+    partition_strategy: str = "div"  # 'div' or 'mod' (with num_shards > 1)
 
     @property
     def num_tables(self) -> int:
@@ -62,21 +105,25 @@ class Workload:
     def describe(self) -> str:
         v = f"{self.vocab[0]:,}" if self.num_tables == 1 else f"{self.num_tables} tables, {sum(self.vocab):,} rows"
         bag = f"{self.bag[0]}" if self.bag[0] == self.bag[1] else f"{self.bag[0]}..{self.bag[1]}"
-        kind = f"sequence L={self.sequence}" if self.sequence else f"{self.combiner}{' weighted' if self.weighted else ''}"
+        kind = (
+            f"sequence L={self.sequence}" if self.sequence else f"{self.combiner}{' weighted' if self.weighted else ''}"
+        )
         shards = f" {self.num_shards} shards {self.partition_strategy}" if self.num_shards > 1 else ""
-        return (f"V={v} D={self.dim} B={self.batch} L={bag} {self.ids} {kind} "
-                f"{'forward only' if self.forward_only else self.optimizer}{shards}")
+        return (
+            f"V={v} D={self.dim} B={self.batch} L={bag} {self.ids} {kind} "
+            f"{'forward only' if self.forward_only else self.optimizer}{shards}"
+        )
 
 
 @dataclasses.dataclass
 class Batch:
     """One feature's ids in ragged form plus its activation gradient."""
 
-    values: np.ndarray          # int64 [N]
-    offsets: np.ndarray         # int64 [B + 1]
-    weights: Optional[np.ndarray]  # float32 [N] or None
-    positions: np.ndarray       # int64 [N]
-    grad: np.ndarray            # float32 [B, D] or [B, L, D]
+    values: np.ndarray  # int64 [N]
+    offsets: np.ndarray  # int64 [B + 1]
+    weights: np.ndarray | None  # float32 [N] or None
+    positions: np.ndarray  # int64 [N]
+    grad: np.ndarray  # float32 [B, D] or [B, L, D]
 
 
 def _draw_ids(rng: np.random.Generator, w: Workload, vocab: int, n: int) -> np.ndarray:
@@ -91,7 +138,7 @@ def _draw_ids(rng: np.random.Generator, w: Workload, vocab: int, n: int) -> np.n
     return ((ranks.astype(np.int64) - 1) * 2654435761) % vocab
 
 
-def make_batches(w: Workload, count: int, seed: int = 0) -> List[List[Batch]]:
+def make_batches(w: Workload, count: int, seed: int = 0) -> list[list[Batch]]:
     """`count` steps, each a list with one `Batch` per table."""
     rng = np.random.default_rng(seed)
     steps = []
@@ -121,18 +168,33 @@ def optimizer_spec(w: Workload):
     if w.optimizer in ("adam", "adam-nonlazy"):
         # torch's Adam corrects the bias; a TPU's Adam doesn't: fold the correction into the learning rate
         # (optimizers.bias_corrected_learning_rate) and put epsilon outside the root.
-        return AdamSpec(learning_rate=bias_corrected_learning_rate(LR, BETA1, BETA2), beta1=BETA1, beta2=BETA2,
-                        epsilon=ADAM_EPS, lazy_adam=w.optimizer == "adam", sum_inside_sqrt=False)
+        return AdamSpec(
+            learning_rate=bias_corrected_learning_rate(LR, BETA1, BETA2),
+            beta1=BETA1,
+            beta2=BETA2,
+            epsilon=ADAM_EPS,
+            lazy_adam=w.optimizer == "adam",
+            sum_inside_sqrt=False,
+        )
     if w.optimizer == "ftrl":
-        return FtrlSpec(learning_rate=LR, learning_rate_power=-0.5, initial_accumulator_value=ADAGRAD_INITIAL,
-                        l1_regularization_strength=L1, l2_regularization_strength=L2)
+        return FtrlSpec(
+            learning_rate=LR,
+            learning_rate_power=-0.5,
+            initial_accumulator_value=ADAGRAD_INITIAL,
+            l1_regularization_strength=L1,
+            l2_regularization_strength=L2,
+        )
     if w.optimizer == "momentum":
         return MomentumSpec(learning_rate=LR, momentum=MOMENTUM)
     if w.optimizer == "rmsprop":
         return RMSPropSpec(learning_rate=RMSPROP_LR, rho=RMSPROP_RHO, momentum=RMSPROP_MOMENTUM, epsilon=RMSPROP_EPS)
     if w.optimizer == "proximal-adagrad":
-        return ProximalAdagradSpec(learning_rate=LR, initial_accumulator=ADAGRAD_INITIAL,
-                                   l1_regularization_strength=L1, l2_regularization_strength=L2)
+        return ProximalAdagradSpec(
+            learning_rate=LR,
+            initial_accumulator=ADAGRAD_INITIAL,
+            l1_regularization_strength=L1,
+            l2_regularization_strength=L2,
+        )
     if w.optimizer == "adagrad-momentum":
         return AdagradMomentumSpec(learning_rate=LR, momentum=MOMENTUM, epsilon=ADAGRAD_MOMENTUM_EPS)
     raise ValueError(f"unknown optimizer {w.optimizer!r}; choose from {OPTIMIZERS}")
@@ -153,13 +215,17 @@ def engine_spec(w: Workload) -> EmbeddingSpec:
     tables, features = [], []
     for t, vocab in enumerate(w.vocab):
         tables.append(TableSpec(name=f"t{t}", vocabulary_size=vocab, dim=w.dim, combiner=w.combiner))
-        features.append(FeatureSpec(name=f"f{t}", table=f"t{t}", num_buckets=vocab,
-                                    max_sequence_length=w.sequence))
-    return EmbeddingSpec(tables=tuple(tables), features=tuple(features), optimizer=optimizer_spec(w),
-                         num_shards=w.num_shards, partition_strategy=w.partition_strategy)
+        features.append(FeatureSpec(name=f"f{t}", table=f"t{t}", num_buckets=vocab, max_sequence_length=w.sequence))
+    return EmbeddingSpec(
+        tables=tuple(tables),
+        features=tuple(features),
+        optimizer=optimizer_spec(w),
+        num_shards=w.num_shards,
+        partition_strategy=w.partition_strategy,
+    )
 
 
-def initial_tables(w: Workload, seed: int = 1) -> List[np.ndarray]:
+def initial_tables(w: Workload, seed: int = 1) -> list[np.ndarray]:
     """The same initial table for every implementation (uniform in +-1/sqrt(D))."""
     rng = np.random.default_rng(seed)
     scale = np.float32(1.0 / np.sqrt(w.dim))

@@ -43,11 +43,17 @@ def two_table_engine():
     """
 
     def make(optimizer, *, users, items, item_table):
-        spec = EmbeddingSpec(tables=(TableSpec(name="users", vocabulary_size=users, dim=3),
-                                     TableSpec(name=item_table, vocabulary_size=items, dim=2)),
-                             features=(FeatureSpec(name="u", table="users", num_buckets=users),
-                                       FeatureSpec(name="i", table=item_table, num_buckets=items)),
-                             optimizer=optimizer)
+        spec = EmbeddingSpec(
+            tables=(
+                TableSpec(name="users", vocabulary_size=users, dim=3),
+                TableSpec(name=item_table, vocabulary_size=items, dim=2),
+            ),
+            features=(
+                FeatureSpec(name="u", table="users", num_buckets=users),
+                FeatureSpec(name="i", table=item_table, num_buckets=items),
+            ),
+            optimizer=optimizer,
+        )
         return Engine(spec, seed=0)
 
     return make

@@ -43,8 +43,14 @@ def tree(root):
 
 
 def save(directory, tables, step):
-    structure = {name: {"vocabulary_size": arrays["embedding"].shape[0], "dim": arrays["embedding"].shape[1],
-                        "slots": sorted(s for s in arrays if s != "embedding")} for name, arrays in tables.items()}
+    structure = {
+        name: {
+            "vocabulary_size": arrays["embedding"].shape[0],
+            "dim": arrays["embedding"].shape[1],
+            "slots": sorted(s for s in arrays if s != "embedding"),
+        }
+        for name, arrays in tables.items()
+    }
     return save_checkpoint(str(directory), tables, step=step, spec_structure=structure, fingerprint="f")
 
 
@@ -55,9 +61,13 @@ def engine_ckpt(tmp_path):
     users = rng.standard_normal((5, 4)).astype(np.float32)
     users[0, :3] = [np.nan, np.inf, -0.0]
     users.view(np.uint32)[0, 0] = 0x7FC0BEEF  # a NaN payload survives bit for bit
-    tables = {"users": {"embedding": users, "accumulators": np.full((5, 4), 0.1, np.float32)},
-              "towers/item id": {"embedding": np.arange(6, dtype=np.float32).reshape(3, 2),
-                                 "accumulators": np.arange(6, 12, dtype=np.float32).reshape(3, 2)}}
+    tables = {
+        "users": {"embedding": users, "accumulators": np.full((5, 4), 0.1, np.float32)},
+        "towers/item id": {
+            "embedding": np.arange(6, dtype=np.float32).reshape(3, 2),
+            "accumulators": np.arange(6, 12, dtype=np.float32).reshape(3, 2),
+        },
+    }
     return save(tmp_path / "engine", tables, 12)
 
 
@@ -96,8 +106,10 @@ def test_list_tensorflow_written_checkpoints(directory, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"{FIXTURES / directory / meta['latest']}: TensorFlow checkpoint, {len(meta['tensors'])} tensors"
     listed = [line.split(maxsplit=2) for line in lines[2:-1]]
-    assert listed == [[name, info["dtype"], "[" + ", ".join(map(str, info["shape"])) + "]"]
-                      for name, info in sorted(meta["tensors"].items())]
+    assert listed == [
+        [name, info["dtype"], "[" + ", ".join(map(str, info["shape"])) + "]"]
+        for name, info in sorted(meta["tensors"].items())
+    ]
     assert lines[-1] == "verified: every tensor's CRC-32C matches"
 
 
@@ -134,8 +146,15 @@ def test_show_scalars_strings_bools_bfloat16_and_empty_tensors(capsys):
     saver = FIXTURES / "saver_v1"
     cases = {
         "global_step": ["dtype: int64", "shape: []", "value: 42"],
-        "vocab": ["dtype: string", "shape: [3]", "lengths: 0-5 bytes, 10 in all", "elements 0-2 of 3:",
-                  "  0: b'apple'", "  1: b''", "  2: b'caf\\xc3\\xa9'"],
+        "vocab": [
+            "dtype: string",
+            "shape: [3]",
+            "lengths: 0-5 bytes, 10 in all",
+            "elements 0-2 of 3:",
+            "  0: b'apple'",
+            "  1: b''",
+            "  2: b'caf\\xc3\\xa9'",
+        ],
         "mask": ["dtype: bool", "shape: [3]", "true: 2 of 3", "values 0-2 of 3: [ True False  True]"],
         "empty": ["dtype: float32", "shape: [0, 3]", "(empty)"],
     }
@@ -186,14 +205,17 @@ def test_engine_to_tensorflow_to_engine_bit_for_bit(engine_ckpt, tmp_path, capsy
     state, back_step, manifest = load_checkpoint(path)
     assert back_step == step == 12
     assert {t: {s: bits(a) for s, a in arrays.items()} for t, arrays in state.items()} == {
-        t: {s: bits(a) for s, a in arrays.items()} for t, arrays in original.items()}
+        t: {s: bits(a) for s, a in arrays.items()} for t, arrays in original.items()
+    }
     assert manifest["extra"] == {"converted_from": str(prefix)}
 
 
 def test_a_converted_checkpoint_restores_into_an_engine(tmp_path):
-    spec = EmbeddingSpec(tables=(TableSpec(name="t", vocabulary_size=5, dim=2),),
-                         features=(FeatureSpec(name="f", table="t", num_buckets=5),),
-                         optimizer=AdagradSpec(learning_rate=0.5))
+    spec = EmbeddingSpec(
+        tables=(TableSpec(name="t", vocabulary_size=5, dim=2),),
+        features=(FeatureSpec(name="f", table="t", num_buckets=5),),
+        optimizer=AdagradSpec(learning_rate=0.5),
+    )
     engine = Engine(spec, seed=1)
     result = engine.forward({"f": np.array([[0, 3]])})
     engine.apply_gradients(result, {"f": np.ones((1, 2), np.float32)})
@@ -210,9 +232,16 @@ def test_a_converted_checkpoint_restores_into_an_engine(tmp_path):
 
 def test_a_tensorflow_checkpoint_of_the_engines_form_converts(tmp_path, capsys):
     prefix = str(tmp_path / "m")
-    write_bundle(prefix, {"t": np.ones((3, 2), np.float32), "t/momenta": np.zeros((3, 2), np.float32),
-                          "t/velocities": np.full((3, 2), 0.5, np.float32),
-                          "b": np.array([[1.5, 2.0]], np.float32)}, dtypes={"b": "bfloat16"})
+    write_bundle(
+        prefix,
+        {
+            "t": np.ones((3, 2), np.float32),
+            "t/momenta": np.zeros((3, 2), np.float32),
+            "t/velocities": np.full((3, 2), 0.5, np.float32),
+            "b": np.array([[1.5, 2.0]], np.float32),
+        },
+        dtypes={"b": "bfloat16"},
+    )
     assert run("convert", prefix, tmp_path / "out") == 0
     assert "no global_step in the checkpoint: the engine checkpoint gets step 0" in capsys.readouterr().err
     state, step, _ = load_checkpoint(latest_checkpoint(tmp_path / "out"))
@@ -226,10 +255,15 @@ def test_a_tensorflow_checkpoint_of_another_form_is_refused_listing_what_does_no
     err = capsys.readouterr().err
     assert err.startswith("tpu-embedding-shim checkpoint convert: error: ")
     assert f"{FIXTURES / 'saver_v1' / 'model.ckpt-42'}: not convertible to an engine checkpoint" in err
-    assert ("input_layer/user_embedding/embedding_weights/Adagrad (float32 [7, 3]): 'Adagrad' is not an engine slot "
-            "name") in err
-    for line in ("dense/bias (float64 [2]): not a [vocabulary_size, dim] table", "vocab (string [3]): not a",
-                 "mask (bool [3]): not a", "lr (float32 []): not a"):
+    assert (
+        "input_layer/user_embedding/embedding_weights/Adagrad (float32 [7, 3]): 'Adagrad' is not an engine slot name"
+    ) in err
+    for line in (
+        "dense/bias (float64 [2]): not a [vocabulary_size, dim] table",
+        "vocab (string [3]): not a",
+        "mask (bool [3]): not a",
+        "lr (float32 []): not a",
+    ):
         assert line in err
     assert "global_step" not in err.split("These do not fit:")[1]  # it fits
     assert tree(tmp_path) == before
@@ -237,9 +271,16 @@ def test_a_tensorflow_checkpoint_of_another_form_is_refused_listing_what_does_no
 
 def test_every_unfit_form_is_named(tmp_path, capsys):
     prefix = str(tmp_path / "m")
-    write_bundle(prefix, {"t": np.ones((3, 2), np.float32), "t/accumulators": np.ones((2, 2), np.float32),
-                          "s": np.ones(3, np.float32), "s/accumulators": np.ones((3, 2), np.float32),
-                          "global_step": np.float32(3)})
+    write_bundle(
+        prefix,
+        {
+            "t": np.ones((3, 2), np.float32),
+            "t/accumulators": np.ones((2, 2), np.float32),
+            "s": np.ones(3, np.float32),
+            "s/accumulators": np.ones((3, 2), np.float32),
+            "global_step": np.float32(3),
+        },
+    )
     assert run("convert", prefix, tmp_path / "out") == 1
     err = capsys.readouterr().err
     assert "t/accumulators (float32 [2, 2]): a slot must be numbers with the table's 3 rows" in err
@@ -259,8 +300,11 @@ def test_convert_never_overwrites(engine_ckpt, tmp_path, capsys):
 
 
 def test_a_table_nested_in_another_is_announced_and_comes_back_as_its_slot(tmp_path, capsys):
-    path = save(tmp_path / "e", {"a": {"embedding": np.ones((2, 2), np.float32)},
-                                 "a/momenta": {"embedding": np.zeros((2, 2), np.float32)}}, 1)
+    path = save(
+        tmp_path / "e",
+        {"a": {"embedding": np.ones((2, 2), np.float32)}, "a/momenta": {"embedding": np.zeros((2, 2), np.float32)}},
+        1,
+    )
     assert run("convert", path, tmp_path / "tf" / "m") == 0
     assert "tables 'a/momenta' are named after another table plus '/<name>'" in capsys.readouterr().err
     assert run("convert", tmp_path / "tf" / "m", tmp_path / "back") == 0
@@ -269,9 +313,14 @@ def test_a_table_nested_in_another_is_announced_and_comes_back_as_its_slot(tmp_p
 
 
 def test_what_has_no_place_in_tensorflows_format_is_announced(tmp_path, capsys):
-    path = save_checkpoint(str(tmp_path / "e"), {"t": {"embedding": np.ones((2, 2), np.float32)}}, step=1,
-                           spec_structure={"t": {"vocabulary_size": 2, "dim": 2, "slots": []}}, fingerprint="x",
-                           extra={"dense_state_file": "dense-1.npz", "epoch": 2})
+    path = save_checkpoint(
+        str(tmp_path / "e"),
+        {"t": {"embedding": np.ones((2, 2), np.float32)}},
+        step=1,
+        spec_structure={"t": {"vocabulary_size": 2, "dim": 2, "slots": []}},
+        fingerprint="x",
+        extra={"dense_state_file": "dense-1.npz", "epoch": 2},
+    )
     assert run("convert", path, tmp_path / "tf" / "m") == 0
     assert "not converted: the manifest's `extra` (dense_state_file, epoch)" in capsys.readouterr().err
 
@@ -297,8 +346,14 @@ def truncate(path, size):
 @pytest.fixture
 def tf_ckpt(tmp_path):
     prefix = tmp_path / "src" / "model.ckpt-5"
-    write_bundle(str(prefix), {"t": np.arange(8, dtype=np.float32).reshape(4, 2),
-                               "t/accumulators": np.ones((4, 2), np.float32), "global_step": np.int64(5)})
+    write_bundle(
+        str(prefix),
+        {
+            "t": np.arange(8, dtype=np.float32).reshape(4, 2),
+            "t/accumulators": np.ones((4, 2), np.float32),
+            "global_step": np.int64(5),
+        },
+    )
     return prefix
 
 
@@ -318,8 +373,11 @@ def test_a_crc_mismatch(tf_ckpt, tmp_path, capsys):
     data = f"{tf_ckpt}.data-00000-of-00001"
     reader = BundleReader(str(tf_ckpt))
     corrupt(data, reader.entry("t/accumulators").offset + 3)
-    for argv in (["show", tf_ckpt, "t/accumulators"], ["convert", tf_ckpt, tmp_path / "out"],
-                 ["list", tf_ckpt, "--verify"]):
+    for argv in (
+        ["show", tf_ckpt, "t/accumulators"],
+        ["convert", tf_ckpt, tmp_path / "out"],
+        ["list", tf_ckpt, "--verify"],
+    ):
         expect_failure(capsys, tmp_path, argv, data, "tensor 't/accumulators'", "checksum does not match")
 
 
@@ -345,26 +403,41 @@ def test_a_truncated_or_corrupt_index(tf_ckpt, tmp_path, capsys, damage):
 def test_an_unknown_dtype(tf_ckpt, tmp_path, capsys):
     index = pathlib.Path(index_file(str(tf_ckpt)))
     pairs = read_table(index.read_bytes(), "index")
-    key = [i for i, (k, _) in enumerate(pairs) if k == b"t/accumulators"][0]
+    key = next(i for i, (k, _) in enumerate(pairs) if k == b"t/accumulators")
     entry = BundleEntry.decode(pairs[key][1])
-    pairs[key] = (pairs[key][0], BundleEntry(99, entry.shape, entry.shard_id, entry.offset, entry.size,
-                                             entry.crc32c).encode())
+    pairs[key] = (
+        pairs[key][0],
+        BundleEntry(99, entry.shape, entry.shard_id, entry.offset, entry.size, entry.crc32c).encode(),
+    )
     index.write_bytes(build_table(pairs))
     assert run("list", tf_ckpt) == 0  # listing reads the index only: the dtype is named
     assert "t/accumulators  unknown dtype 99  [4, 2]" in capsys.readouterr().out
-    expect_failure(capsys, tmp_path, ["show", tf_ckpt, "t/accumulators"], str(tf_ckpt), "tensor 't/accumulators'",
-                   "unknown dtype 99")
+    expect_failure(
+        capsys,
+        tmp_path,
+        ["show", tf_ckpt, "t/accumulators"],
+        str(tf_ckpt),
+        "tensor 't/accumulators'",
+        "unknown dtype 99",
+    )
     expect_failure(capsys, tmp_path, ["list", tf_ckpt, "--verify"], "tensor 't/accumulators'", "unknown dtype 99")
-    expect_failure(capsys, tmp_path, ["convert", tf_ckpt, tmp_path / "out"],
-                   "t/accumulators (unknown dtype 99 [4, 2]): a slot must be numbers")
+    expect_failure(
+        capsys,
+        tmp_path,
+        ["convert", tf_ckpt, tmp_path / "out"],
+        "t/accumulators (unknown dtype 99 [4, 2]): a slot must be numbers",
+    )
 
 
 def test_a_corrupt_engine_array(engine_ckpt, tmp_path, capsys):
     manifest = json.loads(pathlib.Path(engine_ckpt, "manifest.json").read_text())
     entry = next(e for e in manifest["arrays"] if e["table"] == "users" and e["slot"] == "accumulators")
     corrupt(os.path.join(engine_ckpt, entry["file"]), -1)
-    for argv in (["show", engine_ckpt, "users/accumulators"], ["convert", engine_ckpt, tmp_path / "out"],
-                 ["list", engine_ckpt, "--verify"]):
+    for argv in (
+        ["show", engine_ckpt, "users/accumulators"],
+        ["convert", engine_ckpt, tmp_path / "out"],
+        ["list", engine_ckpt, "--verify"],
+    ):
         expect_failure(capsys, tmp_path, argv, "table 'users' slot 'accumulators'", entry["file"], "sha256")
 
 
@@ -373,8 +446,9 @@ def test_a_missing_or_truncated_engine_array_and_a_broken_manifest(engine_ckpt, 
     manifest = json.loads(manifest_path.read_text())
     entry = next(e for e in manifest["arrays"] if e["table"] == "users" and e["slot"] == "embedding")
     truncate(os.path.join(engine_ckpt, entry["file"]), 100)
-    expect_failure(capsys, tmp_path, ["convert", engine_ckpt, tmp_path / "out"], "table 'users' slot 'embedding'",
-                   entry["file"])
+    expect_failure(
+        capsys, tmp_path, ["convert", engine_ckpt, tmp_path / "out"], "table 'users' slot 'embedding'", entry["file"]
+    )
     os.remove(os.path.join(engine_ckpt, entry["file"]))
     expect_failure(capsys, tmp_path, ["show", engine_ckpt, "users"], entry["file"], "file not found")
     manifest_path.write_text(manifest_path.read_text()[:-20])
@@ -440,4 +514,5 @@ def test_any_engine_checkpoint_round_trips_through_tensorflows_format(tmp_path, 
     back, back_step, _ = load_checkpoint(latest_checkpoint(case / "b"))
     assert back_step == step
     assert {t: {s: bits(a) for s, a in arrays.items()} for t, arrays in back.items()} == {
-        t: {s: bits(a) for s, a in arrays.items()} for t, arrays in state.items()}
+        t: {s: bits(a) for s, a in arrays.items()} for t, arrays in state.items()
+    }

@@ -13,14 +13,13 @@ import ast
 import pathlib
 import subprocess
 import sys
-from typing import Dict, List, Set, Tuple
 
 PACKAGE = "tpu_embedding_shim"
 ROOT = pathlib.Path(__file__).resolve().parents[1] / PACKAGE
 
 # Lowest first. A module belongs to the first layer with a matching prefix, so the namespaces inside `compat`
 # (`compat.v1`, `compat.v2`) are listed before `compat`.
-LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("namespaces", ("compat.v1", "compat.v2", "tensorflow", "")),  # "" is the package's own __init__
     ("cli", ("cli", "checkpoint_cli", "movielens", "__main__")),
     ("spec", ("spec",)),
@@ -48,11 +47,11 @@ def layer_of(module: str) -> str:
     raise AssertionError(f"module {module!r} is in no layer: add it to LAYERS")
 
 
-def imports_of(path: pathlib.Path, module: str, modules: Set[str]) -> Set[str]:
+def imports_of(path: pathlib.Path, module: str, modules: set[str]) -> set[str]:
     """The package's modules that `module` imports (package-relative names)."""
     is_package = path.name == "__init__.py"
     package = module if is_package else module.rpartition(".")[0]
-    found: Set[str] = set()
+    found: set[str] = set()
 
     def add(name: str) -> None:
         while name and name not in modules:  # `from .x import y`: y may be a name in x, not a module
@@ -64,14 +63,14 @@ def imports_of(path: pathlib.Path, module: str, modules: Set[str]) -> Set[str]:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name == PACKAGE or alias.name.startswith(PACKAGE + "."):
-                    add(alias.name[len(PACKAGE) + 1:])
+                    add(alias.name[len(PACKAGE) + 1 :])
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".") if package else []
-                base = base[:len(base) - (node.level - 1)] if node.level > 1 else base
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
                 target = ".".join(base + ([node.module] if node.module else []))
             elif node.module and (node.module == PACKAGE or node.module.startswith(PACKAGE + ".")):
-                target = node.module[len(PACKAGE) + 1:]
+                target = node.module[len(PACKAGE) + 1 :]
             else:
                 continue
             for alias in node.names:
@@ -80,19 +79,19 @@ def imports_of(path: pathlib.Path, module: str, modules: Set[str]) -> Set[str]:
     return found
 
 
-def import_graph() -> Dict[str, Set[str]]:
+def import_graph() -> dict[str, set[str]]:
     paths = {module_name(p): p for p in ROOT.rglob("*.py")}
     modules = set(paths)
     return {module: imports_of(path, module, modules) for module, path in paths.items()}
 
 
-def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan)."""
-    index: Dict[str, int] = {}
-    low: Dict[str, int] = {}
-    stack: List[str] = []
-    on_stack: Set[str] = set()
-    found: List[List[str]] = []
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
 
     def visit(node: str) -> None:
         index[node] = low[node] = len(index)
@@ -121,13 +120,12 @@ def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
     return found
 
 
-def upward_imports(graph: Dict[str, Set[str]]) -> List[str]:
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     out = []
     for module, targets in sorted(graph.items()):
         for target in sorted(targets):
             if ORDER.index(layer_of(target)) > ORDER.index(layer_of(module)):
-                out.append(f"{module or PACKAGE} ({layer_of(module)}) imports {target or PACKAGE} "
-                           f"({layer_of(target)})")
+                out.append(f"{module or PACKAGE} ({layer_of(module)}) imports {target or PACKAGE} ({layer_of(target)})")
     return out
 
 
@@ -146,34 +144,41 @@ def test_no_import_cycle():
 
 def test_the_checker_sees_relative_absolute_and_function_level_imports(tmp_path):
     source = tmp_path / "m.py"
-    source.write_text("from ..spec import tables\nimport tpu_embedding_shim.engine.lookup\n"
-                      "def f():\n    from .. import estimator\n")
+    source.write_text(
+        "from ..spec import tables\nimport tpu_embedding_shim.engine.lookup\ndef f():\n    from .. import estimator\n"
+    )
     modules = {"spec", "spec.tables", "engine", "engine.lookup", "estimator", "compat", "compat.m"}
     assert imports_of(source, "compat.m", modules) == {"spec.tables", "engine.lookup", "estimator"}
     assert upward_imports({"compat.m": {"estimator"}, "estimator": set()}) == [
-        "compat.m (compat) imports estimator (estimator)"]
+        "compat.m (compat) imports estimator (estimator)"
+    ]
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
 
 
-def loaded_by(statement: str) -> Set[str]:
+def loaded_by(statement: str) -> set[str]:
     """The package's modules a fresh interpreter has loaded after `statement`."""
     code = f"import sys\n{statement}\nprint(' '.join(m for m in sys.modules if m.startswith('{PACKAGE}')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    return {m[len(PACKAGE) + 1:] for m in out.split() if m != PACKAGE}
+    return {m[len(PACKAGE) + 1 :] for m in out.split() if m != PACKAGE}
 
 
 def test_a_lower_layer_imports_alone():
     assert {layer_of(m) for m in loaded_by("import tpu_embedding_shim.spec")} == {"spec"}
     assert {layer_of(m) for m in loaded_by("import tpu_embedding_shim.engine")} <= {"spec", "engine"}
     assert {layer_of(m) for m in loaded_by("import tpu_embedding_shim.compat.feature_columns")} <= {
-        "spec", "engine", "compat"}
+        "spec",
+        "engine",
+        "compat",
+    }
 
 
 def test_the_namespace_names_load_at_first_use():
     assert "compat.v2" not in loaded_by("import tpu_embedding_shim")
     assert "compat.v2" in loaded_by("import tpu_embedding_shim as tf; tf.feature_column")
     # Importing the runner's package first does not replace TensorFlow's `tf.estimator`:
-    names = loaded_by("import tpu_embedding_shim.estimator.tpu_estimator\nimport tpu_embedding_shim as tf\n"
-                      "assert tf.estimator.__name__ == 'tpu_embedding_shim.compat.v2.estimator', tf.estimator\n"
-                      "assert 'tpu_embedding_shim.estimator' in sys.modules")
+    names = loaded_by(
+        "import tpu_embedding_shim.estimator.tpu_estimator\nimport tpu_embedding_shim as tf\n"
+        "assert tf.estimator.__name__ == 'tpu_embedding_shim.compat.v2.estimator', tf.estimator\n"
+        "assert 'tpu_embedding_shim.estimator' in sys.modules"
+    )
     assert "estimator.tpu_estimator" in names

@@ -20,9 +20,32 @@ from typing import Any
 # The TF-shaped names (TensorFlow's `tf.<name>`), read from compat/v2 at first use, so that importing a lower
 # layer (`tpu_embedding_shim.spec`, `tpu_embedding_shim.engine`) does not load the namespaces (PEP 562).
 _V2_NAMES = frozenset(
-    "keras config distribute function nn range train RaggedTensor SparseTensor constant_initializer estimator "
-    "feature_column float32 float64 int32 int64 ones_initializer ragged random_normal_initializer "
-    "random_uniform_initializer string tpu zeros_initializer".split())
+    [
+        "keras",
+        "config",
+        "distribute",
+        "function",
+        "nn",
+        "range",
+        "train",
+        "RaggedTensor",
+        "SparseTensor",
+        "constant_initializer",
+        "estimator",
+        "feature_column",
+        "float32",
+        "float64",
+        "int32",
+        "int64",
+        "ones_initializer",
+        "ragged",
+        "random_normal_initializer",
+        "random_uniform_initializer",
+        "string",
+        "tpu",
+        "zeros_initializer",
+    ]
+)
 _SUBPACKAGES = frozenset({"compat", "spec", "engine"})
 
 
@@ -61,5 +84,6 @@ def __getattr__(name: str) -> Any:
             "differentiation. Compute d loss / d activations yourself (numpy by hand, JAX or PyTorch) and pass them "
             "to apply_gradients; docs/mid_level_api.md ('The training loop of TensorFlow's page') shows TensorFlow's "
             "tf.GradientTape loop in numpy. With TensorFlow installed, `import tpu_embedding_shim.tensorflow as tf` "
-            "runs the loop as written (docs/tensorflow_bridge.md).")
+            "runs the loop as written (docs/tensorflow_bridge.md)."
+        )
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

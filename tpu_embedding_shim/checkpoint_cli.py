@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -42,18 +42,25 @@ from .engine.checkpoint import EMBEDDING, CheckpointError
 from .engine.tf_bundle import BundleReader, data_files, index_file, write_bundle
 from .spec.optimizers import OPTIMIZER_SPECS
 
-__all__ = ["add_parser", "run", "open_checkpoint", "list_tensors", "show_tensor", "convert", "engine_slot_names",
-           "split_engine_names"]
+__all__ = [
+    "add_parser",
+    "run",
+    "open_checkpoint",
+    "list_tensors",
+    "show_tensor",
+    "convert",
+    "engine_slot_names",
+    "split_engine_names",
+]
 
 _STAT_BLOCK = 1 << 22  # elements per block when computing a tensor's statistics
 _MAX_PROBLEMS = 20  # unfit tensors named in a convert error
 _STRING_CHARS = 70  # characters of a string element shown
 
 
-def engine_slot_names() -> List[str]:
+def engine_slot_names() -> list[str]:
     """Every slot name an engine optimizer has (`accumulators`, `momenta`, ...)."""
-    return sorted({name for spec in OPTIMIZER_SPECS.values()
-                   for name in spec(learning_rate=0.1).slot_initial_values()})
+    return sorted({name for spec in OPTIMIZER_SPECS.values() for name in spec(learning_rate=0.1).slot_initial_values()})
 
 
 def _display(name: str) -> str:
@@ -61,7 +68,7 @@ def _display(name: str) -> str:
     return name if name.isprintable() else repr(name)
 
 
-def _shape(shape: Tuple[int, ...]) -> str:
+def _shape(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(n) for n in shape) + "]"
 
 
@@ -151,7 +158,7 @@ def _array(values: np.ndarray) -> str:
     return np.array2string(np.asarray(values), precision=6, threshold=12, edgeitems=3, max_line_width=110)
 
 
-def _statistics(value: np.ndarray) -> List[str]:
+def _statistics(value: np.ndarray) -> list[str]:
     """min / max / mean / std over the finite values, computed block by block (no copy of a large tensor)."""
     flat = value.reshape(-1)
     if value.dtype.kind == "b":
@@ -163,7 +170,7 @@ def _statistics(value: np.ndarray) -> List[str]:
     low, high = None, None
     nan = inf = 0
     for begin in range(0, flat.size, _STAT_BLOCK):
-        block = np.asarray(flat[begin:begin + _STAT_BLOCK])
+        block = np.asarray(flat[begin : begin + _STAT_BLOCK])
         if block.dtype.kind == "f":
             finite = np.isfinite(block)
             if not finite.all():
@@ -209,7 +216,7 @@ def _show_strings(value: np.ndarray, rows: int, start: int) -> None:
         text = repr(item)
         if len(text) > _STRING_CHARS:
             cut = _STRING_CHARS // 4
-            while len(repr(item[:cut + 1])) <= _STRING_CHARS:
+            while len(repr(item[: cut + 1])) <= _STRING_CHARS:
                 cut += 1
             text = f"{item[:cut]!r}... ({len(item)} bytes)"
         print(f"  {i}: {text}")
@@ -218,7 +225,7 @@ def _show_strings(value: np.ndarray, rows: int, start: int) -> None:
 # convert ----------------------------------------------------------------------------------------
 
 
-def split_engine_names(source: Any) -> Tuple[Dict[str, Dict[str, str]], Optional[str], List[str]]:
+def split_engine_names(source: Any) -> tuple[dict[str, dict[str, str]], str | None, list[str]]:
     """How the tensors of a TensorFlow checkpoint map onto an engine checkpoint.
 
     Returns:
@@ -229,8 +236,8 @@ def split_engine_names(source: Any) -> Tuple[Dict[str, Dict[str, str]], Optional
     """
     slots = engine_slot_names()
     names = set(source.names())
-    tables: Dict[str, Dict[str, str]] = {}
-    problems: List[str] = []
+    tables: dict[str, dict[str, str]] = {}
+    problems: list[str] = []
     step_name = None
 
     def unfit(name: str, why: str) -> None:
@@ -246,8 +253,11 @@ def split_engine_names(source: Any) -> Tuple[Dict[str, Dict[str, str]], Optional
                 step_name = name
         elif parent in names and parent != GLOBAL_STEP:
             if leaf not in slots:
-                unfit(name, f"{leaf!r} is not an engine slot name ({', '.join(slots)}); TensorFlow names its "
-                      "slots after the optimizer (/Adagrad, /Adam/m, ...)")
+                unfit(
+                    name,
+                    f"{leaf!r} is not an engine slot name ({', '.join(slots)}); TensorFlow names its "
+                    "slots after the optimizer (/Adagrad, /Adam/m, ...)",
+                )
             else:
                 tables.setdefault(parent, {})[leaf] = name
         elif len(shape) != 2 or not _numeric(source, name):
@@ -294,8 +304,10 @@ def _engine_to_tensorflow(source: EngineCheckpoint, dst: str) -> str:
     if os.path.isdir(dst) or dst.endswith(os.sep) or (os.altsep and dst.endswith(os.altsep)):
         prefix = os.path.join(dst, f"model.ckpt-{source.step}")
     if os.path.lexists(index_file(prefix)) or data_files(prefix):
-        raise CheckpointError(f"{prefix!r} already holds a TensorFlow checkpoint; remove it or choose another "
-                              "destination (convert never overwrites).")
+        raise CheckpointError(
+            f"{prefix!r} already holds a TensorFlow checkpoint; remove it or choose another "
+            "destination (convert never overwrites)."
+        )
     tensors = {name: source.read(name, mmap=True) for name in source.names()}  # all read and checked first
     try:
         write_bundle(prefix, tensors, update_state=True)
@@ -304,25 +316,33 @@ def _engine_to_tensorflow(source: EngineCheckpoint, dst: str) -> str:
     tables = {source.table_and_slot(name)[0] for name in source.names() if name != GLOBAL_STEP}
     nested = sorted(table for table in tables if table.rpartition("/")[0] in tables)
     if nested:
-        print(f"note: tables {', '.join(map(repr, nested))} are named after another table plus '/<name>': "
-              "converting this checkpoint back reads them as that table's slots (or refuses them)", file=sys.stderr)
+        print(
+            f"note: tables {', '.join(map(repr, nested))} are named after another table plus '/<name>': "
+            "converting this checkpoint back reads them as that table's slots (or refuses them)",
+            file=sys.stderr,
+        )
     extra = source.manifest.get("extra") or {}
     if extra:
-        print(f"note: not converted: the manifest's `extra` ({', '.join(sorted(extra))}), which TensorFlow's "
-              "format has no place for", file=sys.stderr)
+        print(
+            f"note: not converted: the manifest's `extra` ({', '.join(sorted(extra))}), which TensorFlow's "
+            "format has no place for",
+            file=sys.stderr,
+        )
     return prefix
 
 
 def _tensorflow_to_engine(source: BundleReader, dst: str) -> str:
     tables, step_name, problems = split_engine_names(source)
     if problems or not tables:
-        listed = problems[:_MAX_PROBLEMS] + ([f"... and {len(problems) - _MAX_PROBLEMS} more"]
-                                             if len(problems) > _MAX_PROBLEMS else [])
+        listed = problems[:_MAX_PROBLEMS] + (
+            [f"... and {len(problems) - _MAX_PROBLEMS} more"] if len(problems) > _MAX_PROBLEMS else []
+        )
         found = "".join(f"\n  - {line}" for line in listed) if listed else " no tensors besides global_step"
         raise CheckpointError(
             f"{source.prefix}: not convertible to an engine checkpoint: its tensors must be `<table>` "
             f"([vocabulary_size, dim]), `<table>/<slot>` (slot one of {', '.join(engine_slot_names())}) and "
-            f"`global_step`. These do not fit:{found}")
+            f"`global_step`. These do not fit:{found}"
+        )
     step = 0
     if step_name is not None:
         step = int(source.read(step_name))
@@ -332,17 +352,31 @@ def _tensorflow_to_engine(source: BundleReader, dst: str) -> str:
         print("note: no global_step in the checkpoint: the engine checkpoint gets step 0", file=sys.stderr)
     final = os.path.join(dst, engine_checkpoint.checkpoint_name(step))
     if os.path.lexists(final):
-        raise CheckpointError(f"{final!r} already exists; remove it or choose another destination (convert never "
-                              "overwrites).")
+        raise CheckpointError(
+            f"{final!r} already exists; remove it or choose another destination (convert never overwrites)."
+        )
     if os.path.lexists(dst) and not os.path.isdir(dst):
         raise CheckpointError(f"{dst!r} is a file; the destination of an engine checkpoint is a directory.")
-    state = {table: {slot: source.read(name, mmap=True) for slot, name in arrays.items()}
-             for table, arrays in tables.items()}  # all read and checked first
-    structure = {table: {"vocabulary_size": arrays[EMBEDDING].shape[0], "dim": arrays[EMBEDDING].shape[1],
-                         "slots": sorted(s for s in arrays if s != EMBEDDING)} for table, arrays in state.items()}
+    state = {
+        table: {slot: source.read(name, mmap=True) for slot, name in arrays.items()} for table, arrays in tables.items()
+    }  # all read and checked first
+    structure = {
+        table: {
+            "vocabulary_size": arrays[EMBEDDING].shape[0],
+            "dim": arrays[EMBEDDING].shape[1],
+            "slots": sorted(s for s in arrays if s != EMBEDDING),
+        }
+        for table, arrays in state.items()
+    }
     return engine_checkpoint.save_checkpoint(
-        dst, state, step=step, spec_structure=structure, fingerprint="",
-        extra={"converted_from": os.path.abspath(source.prefix)}, keep=2**62)
+        dst,
+        state,
+        step=step,
+        spec_structure=structure,
+        fingerprint="",
+        extra={"converted_from": os.path.abspath(source.prefix)},
+        keep=2**62,
+    )
 
 
 # The command ------------------------------------------------------------------------------------
@@ -350,8 +384,11 @@ def _tensorflow_to_engine(source: BundleReader, dst: str) -> str:
 
 def add_parser(commands: Any) -> None:
     """Adds the `checkpoint` command and its `list`, `show`, `convert` subcommands to `commands`."""
-    parser = commands.add_parser("checkpoint", help="list, show or convert a checkpoint (TensorFlow's or the engine's)",
-                                 description=__doc__.splitlines()[0])
+    parser = commands.add_parser(
+        "checkpoint",
+        help="list, show or convert a checkpoint (TensorFlow's or the engine's)",
+        description=__doc__.splitlines()[0],
+    )
     actions = parser.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="every tensor: name, dtype, shape")
     listing.add_argument("path", help="a checkpoint prefix, an engine checkpoint, or a directory (its latest)")

@@ -1,8 +1,9 @@
 """`tpu-embedding-shim ...`: the project's command line.
 
 `movielens` is the main job: a legacy-style TPUEstimator recommender trained
-on MovieLens 100K (see `tpu_embedding_shim/movielens/`). `demo` builds the EmbeddingConfigSpec of TensorFlow's own documentation
-example, with only the import changed, and prints the spec the engine runs.
+on MovieLens 100K (see `tpu_embedding_shim/movielens/`). `demo` builds the
+EmbeddingConfigSpec of TensorFlow's own documentation example, with only the
+import changed, and prints the spec the engine runs.
 `checkpoint list|show|convert` looks into a checkpoint (TensorFlow's or the
 engine's) and converts between the two (see `checkpoint_cli.py`).
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from typing import List, Optional
 
 
 def demo() -> int:
@@ -32,40 +32,58 @@ def demo() -> int:
     spec = config.to_spec()
     print("EmbeddingConfigSpec from TensorFlow's documentation example, lowered to the engine's spec:")
     print(f"  optimizer: {spec.optimizer}")
-    print(f"  partition_strategy={spec.partition_strategy!r} num_shards={spec.num_shards} "
-          f"pipelining={spec.pipeline_execution_with_tensor_core}")
+    print(
+        f"  partition_strategy={spec.partition_strategy!r} num_shards={spec.num_shards} "
+        f"pipelining={spec.pipeline_execution_with_tensor_core}"
+    )
     for table in spec.tables:
         users = ", ".join(f.name for f in spec.features_of(table.name))
-        print(f"  table {table.name}: {table.vocabulary_size} x {table.dim}, combiner={table.combiner}, "
-              f"features: {users}")
+        print(
+            f"  table {table.name}: {table.vocabulary_size} x {table.dim}, combiner={table.combiner}, features: {users}"
+        )
     print(f"  fingerprint: {spec.fingerprint()}")
     return 0
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tpu-embedding-shim", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="build TensorFlow's EmbeddingConfigSpec example and print its spec")
-    job = commands.add_parser("movielens", help="train the MovieLens 100K recommender (the main job)",
-                              description="Train a legacy-style TPUEstimator recommender on MovieLens 100K, "
-                                          "evaluate it each epoch, and write a checkpoint, an export, "
-                                          "results.json and training.png.",
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    job.add_argument("--output-dir", default="movielens_output",
-                     help="checkpoints, export, plot, results.json (a rerun replaces the job's own outputs)")
+    job = commands.add_parser(
+        "movielens",
+        help="train the MovieLens 100K recommender (the main job)",
+        description="Train a legacy-style TPUEstimator recommender on MovieLens 100K, "
+        "evaluate it each epoch, and write a checkpoint, an export, "
+        "results.json and training.png.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    job.add_argument(
+        "--output-dir",
+        default="movielens_output",
+        help="checkpoints, export, plot, results.json (a rerun replaces the job's own outputs)",
+    )
     job.add_argument("--epochs", type=int, default=5, help="passes over the training ratings (>= 1)")
     job.add_argument("--batch-size", type=int, default=256, help="training examples per step (>= 1)")
-    job.add_argument("--max-examples", type=int, default=None,
-                     help="train on the first N ratings only (>= 1); None: all of them")
+    job.add_argument(
+        "--max-examples", type=int, default=None, help="train on the first N ratings only (>= 1); None: all of them"
+    )
     job.add_argument("--wheel", default=None, help="a local recbole-1.2.1 wheel; None: download it into the cache")
-    job.add_argument("--partition-strategy", choices=["div", "mod"], default="div",
-                     help="how each table is split into shards (the numbers are the same either way)")
+    job.add_argument(
+        "--partition-strategy",
+        choices=["div", "mod"],
+        default="div",
+        help="how each table is split into shards (the numbers are the same either way)",
+    )
     job.add_argument("--num-shards", type=int, default=2, help="shards per table, as TPU cores (>= 1)")
     job.add_argument("--pipelining", action="store_true", help="pipeline_execution_with_tensor_core=True")
     job.add_argument("--no-plot", action="store_true", help="do not draw training.png")
-    job.add_argument("--dense", choices=["numpy", "tf"], default="numpy",
-                     help="the model's dense part: the numpy MLP, or the same model as a TensorFlow model_fn "
-                          "(needs the `tensorflow` extra)")
+    job.add_argument(
+        "--dense",
+        choices=["numpy", "tf"],
+        default="numpy",
+        help="the model's dense part: the numpy MLP, or the same model as a TensorFlow model_fn "
+        "(needs the `tensorflow` extra)",
+    )
     from . import checkpoint_cli  # its commands' modules load only when one runs, so --help stays fast
 
     checkpoint_cli.add_parser(commands)
@@ -81,10 +99,18 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         logging.basicConfig(level=logging.INFO, format="%(message)s")
         try:
-            config = JobConfig(output_dir=args.output_dir, epochs=args.epochs, batch_size=args.batch_size,
-                               max_examples=args.max_examples, wheel=args.wheel,
-                               partition_strategy=args.partition_strategy, num_shards=args.num_shards,
-                               pipelining=args.pipelining, plot=not args.no_plot, dense=args.dense)
+            config = JobConfig(
+                output_dir=args.output_dir,
+                epochs=args.epochs,
+                batch_size=args.batch_size,
+                max_examples=args.max_examples,
+                wheel=args.wheel,
+                partition_strategy=args.partition_strategy,
+                num_shards=args.num_shards,
+                pipelining=args.pipelining,
+                plot=not args.no_plot,
+                dense=args.dense,
+            )
         except ValueError as error:
             job.error(re.sub(r"Option `(\w+)`", lambda m: f"`--{m.group(1).replace('_', '-')}`", str(error)))
         if config.dense == "tf":

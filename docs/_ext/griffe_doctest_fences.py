@@ -10,8 +10,6 @@ Used by mkdocs.yml (`extensions:` of the mkdocstrings python handler). Griffe
 is a docs-only dependency, so without it this module defines nothing.
 """
 
-from typing import List
-
 
 def fence_doctests(text: str) -> str:
     r"""Wrap each run of doctest lines in a ```pycon fence.
@@ -19,7 +17,7 @@ def fence_doctests(text: str) -> str:
     >>> fence_doctests("Text.\n>>> 1 + 1\n2\n\nMore.").split("\n")
     ['Text.', '```pycon', '>>> 1 + 1', '2', '```', '', 'More.']
     """
-    out: List[str] = []
+    out: list[str] = []
     in_fence = in_run = False
     indent = ""
     for line in text.split("\n"):
@@ -49,6 +47,6 @@ if griffe is not None:
     class DoctestFences(griffe.Extension):
         """Fence the doctest examples of every docstring griffe loads."""
 
-        def on_instance(self, *, obj, **kwargs) -> None:  # noqa: D102
+        def on_instance(self, *, obj, **kwargs) -> None:
             if obj.docstring is not None and ">>>" in obj.docstring.value:
                 obj.docstring.value = fence_doctests(obj.docstring.value)

@@ -19,7 +19,6 @@ Run from the repository top to rewrite the PNGs in docs/images/:
 
 import os
 import sys
-from typing import Dict, List
 
 import numpy as np
 
@@ -33,17 +32,18 @@ PIPE_STEPS, PIPE_VOCAB, PIPE_DIM, PIPE_BATCH = 60, 8, 4, 64
 PIPE_LEARNING_RATES = (4.0, 12.0, 20.0)
 
 
-def _adam_run(lazy: bool) -> Dict[str, List[float]]:
+def _adam_run(lazy: bool) -> dict[str, list[float]]:
     spec = EmbeddingSpec(
         tables=(TableSpec(name="t", vocabulary_size=2, dim=1, combiner="sum", initializer=Zeros()),),
         features=(FeatureSpec(name="ids", table="t", num_buckets=2),),
-        optimizer=AdamSpec(learning_rate=ADAM_LR, lazy_adam=lazy))
+        optimizer=AdamSpec(learning_rate=ADAM_LR, lazy_adam=lazy),
+    )
     engine = Engine(spec)
     rare, frequent = [], []
     for step in range(LAZY_STEPS):
         seen = step % RARE_EVERY == 0
-        result = engine.forward({"ids": [[0], [1]] if seen else [[0], [-1]]})   # -1 pads: row 1 not looked up
-        grad = result.activations["ids"] - TARGET                                # loss = sum (x - 1)**2 / 2
+        result = engine.forward({"ids": [[0], [1]] if seen else [[0], [-1]]})  # -1 pads: row 1 not looked up
+        grad = result.activations["ids"] - TARGET  # loss = sum (x - 1)**2 / 2
         if not seen:
             grad[1] = 0.0
         engine.apply_gradients(result, {"ids": grad.astype(np.float32)})
@@ -73,16 +73,16 @@ def lazy_adam_data() -> dict:
     }
 
 
-def _pipeline_run(pipelining: bool, learning_rate: float, seed: int = 0) -> List[float]:
+def _pipeline_run(pipelining: bool, learning_rate: float, seed: int = 0) -> list[float]:
     rng = np.random.default_rng(seed)
     true_table = rng.normal(size=(PIPE_VOCAB, PIPE_DIM)).astype(np.float32)
-    w = rng.normal(size=PIPE_DIM).astype(np.float32)        # the dense layer, known and fixed
+    w = rng.normal(size=PIPE_DIM).astype(np.float32)  # the dense layer, known and fixed
     spec = EmbeddingSpec(
-        tables=(TableSpec(name="t", vocabulary_size=PIPE_VOCAB, dim=PIPE_DIM, combiner="sum",
-                          initializer=Zeros()),),
+        tables=(TableSpec(name="t", vocabulary_size=PIPE_VOCAB, dim=PIPE_DIM, combiner="sum", initializer=Zeros()),),
         features=(FeatureSpec(name="ids", table="t", num_buckets=PIPE_VOCAB),),
         optimizer=SGDSpec(learning_rate=learning_rate),
-        pipeline_execution_with_tensor_core=pipelining)
+        pipeline_execution_with_tensor_core=pipelining,
+    )
     engine = Engine(spec)
     losses = []
     for _ in range(PIPE_STEPS):
@@ -90,12 +90,12 @@ def _pipeline_run(pipelining: bool, learning_rate: float, seed: int = 0) -> List
         labels = true_table[ids] @ w
         result = engine.forward({"ids": ids[:, None]})
         error = result.activations["ids"] @ w - labels
-        losses.append(float(np.mean(error ** 2) / 2))
+        losses.append(float(np.mean(error**2) / 2))
         engine.apply_gradients(result, {"ids": (np.outer(error, w) / PIPE_BATCH).astype(np.float32)})
     return losses
 
 
-def _steps_below(losses: List[float], threshold: float):
+def _steps_below(losses: list[float], threshold: float):
     """The first step (counted from 1) whose loss is below `threshold`, or None."""
     return next((i + 1 for i, loss in enumerate(losses) if loss < threshold), None)
 
@@ -105,14 +105,16 @@ def pipelining_data() -> dict:
     curves = {lr: {"off": _pipeline_run(False, lr), "on": _pipeline_run(True, lr)} for lr in PIPE_LEARNING_RATES}
     summary = {}
     for lr, curve in curves.items():
-        summary[lr] = {"steps_to_1e-4": {side: _steps_below(curve[side], 1e-4) for side in ("off", "on")},
-                       "diverged": {side: curve[side][-1] > curve[side][0] for side in ("off", "on")}}
+        summary[lr] = {
+            "steps_to_1e-4": {side: _steps_below(curve[side], 1e-4) for side in ("off", "on")},
+            "diverged": {side: curve[side][-1] > curve[side][0] for side in ("off", "on")},
+        }
     growth = curves[PIPE_LEARNING_RATES[-1]]["on"]
     summary["growth_on_at_highest_rate"] = float(f"{growth[-1] / growth[0]:.1g}")
     return {"steps": list(range(1, PIPE_STEPS + 1)), "curves": curves, "summary": summary}
 
 
-def draw(out_dir: str = IMAGES) -> List[str]:
+def draw(out_dir: str = IMAGES) -> list[str]:
     """Write lazy_adam.png and pipelining.png into `out_dir`; return their paths."""
     import matplotlib
 
@@ -125,8 +127,13 @@ def draw(out_dir: str = IMAGES) -> List[str]:
     data = lazy_adam_data()
     fig, ax = plt.subplots(figsize=(9.5, 3.6), dpi=100)
     ax.axhline(TARGET, color="0.7", lw=1, ls=":", label="target")
-    ax.plot(data["steps"], data["lazy"]["frequent"], color="0.45", lw=1.2,
-            label="frequent row (every step):\nlazy = non-lazy")
+    ax.plot(
+        data["steps"],
+        data["lazy"]["frequent"],
+        color="0.45",
+        lw=1.2,
+        label="frequent row (every step):\nlazy = non-lazy",
+    )
     ax.plot(data["steps"], data["non_lazy"]["rare"], color="tab:orange", lw=2, label="rare row, non-lazy Adam")
     ax.plot(data["steps"], data["lazy"]["rare"], color="tab:blue", lw=2, label="rare row, lazy Adam (TPU default)")
     for step in range(0, LAZY_STEPS, RARE_EVERY):
@@ -145,8 +152,14 @@ def draw(out_dir: str = IMAGES) -> List[str]:
     fig, axes = plt.subplots(1, len(PIPE_LEARNING_RATES), figsize=(9, 3.2), dpi=100, sharey=True)
     for ax, lr in zip(axes, PIPE_LEARNING_RATES):
         ax.semilogy(data["steps"], data["curves"][lr]["off"], color="tab:blue", lw=2, label="no pipelining")
-        ax.semilogy(data["steps"], data["curves"][lr]["on"], color="tab:red", lw=1.5, ls="--",
-                    label="pipelining (one step stale)")
+        ax.semilogy(
+            data["steps"],
+            data["curves"][lr]["on"],
+            color="tab:red",
+            lw=1.5,
+            ls="--",
+            label="pipelining (one step stale)",
+        )
         ax.set_title(f"SGD learning rate {lr:g}")
         ax.set_xlabel("step")
         ax.set_ylim(1e-8, 1e4)
@@ -160,7 +173,7 @@ def draw(out_dir: str = IMAGES) -> List[str]:
     return paths
 
 
-def main(argv: List[str]) -> int:
+def main(argv: list[str]) -> int:
     """Print the summaries and draw the plots."""
     print("lazy Adam:", lazy_adam_data()["summary"])
     print("pipelining:", pipelining_data()["summary"])

@@ -15,8 +15,9 @@ NEW_OPTIMIZERS = ("ftrl", "momentum", "rmsprop", "proximal-adagrad", "adagrad-mo
 
 
 def _tiny(name):
-    return dataclasses.replace(quick(VARIANTS[name]), vocab=tuple(min(v, 300) for v in quick(VARIANTS[name]).vocab),
-                               batch=16, dim=4)
+    return dataclasses.replace(
+        quick(VARIANTS[name]), vocab=tuple(min(v, 300) for v in quick(VARIANTS[name]).vocab), batch=16, dim=4
+    )
 
 
 def _quiet(s):
@@ -93,8 +94,19 @@ def test_torch_runs_nonlazy_adam_and_says_why_not_ftrl():
 
 
 def test_quick_command_prints_a_table(capsys):
-    code = main(["--quick", "--in-process", "--rounds", "1", "--no-cold-start", "--peers", "numpy",
-                 "--variants", "main-uniform"])
+    code = main(
+        [
+            "--quick",
+            "--in-process",
+            "--rounds",
+            "1",
+            "--no-cold-start",
+            "--peers",
+            "numpy",
+            "--variants",
+            "main-uniform",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "| main-uniform |" in out and "Machine:" in out

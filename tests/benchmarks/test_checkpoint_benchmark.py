@@ -46,8 +46,12 @@ def test_the_command_prints_one_row_per_operation(capsys):
 
 
 def test_each_crc_backend_runs_in_its_own_process():
-    proc = subprocess.run([sys.executable, "-m", "benchmarks", "checkpoints", "--quick", "--rows", "500"],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "checkpoints", "--quick", "--rows", "500"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     header = "| operation | CRC-32C: numba | CRC-32C: numpy |"
     assert header in proc.stdout, proc.stderr
     if importlib.util.find_spec("numba") is not None:  # the numba process turns the fast kernels on itself

@@ -7,8 +7,10 @@ import pytest
 import tpu_embedding_shim as tf
 
 
-@pytest.mark.parametrize("nrows, error", [(2.5, ValueError), ("2", TypeError), (-1, ValueError), (True, ValueError),
-                                          (np.float64(2.0), ValueError)])
+@pytest.mark.parametrize(
+    "nrows, error",
+    [(2.5, ValueError), ("2", TypeError), (-1, ValueError), (True, ValueError), (np.float64(2.0), ValueError)],
+)
 def test_from_value_rowids_refuses_an_nrows_that_is_not_a_count(nrows, error):
     with pytest.raises(error, match=r"Argument `nrows` of RaggedTensor must be an int >= 0\. Received: "):
         tf.RaggedTensor.from_value_rowids([1, 2], [0, 1], nrows=nrows)
@@ -34,8 +36,9 @@ def test_a_tpu_embedding_that_raises_leaves_the_table_configs_as_they_were():
     with pytest.raises(ValueError, match="Tables must have a unique name"):
         embedding.TPUEmbedding(feature_config=features, optimizer=embedding.SGD(0.1))
     assert first.name is None and first.optimizer is None  # TensorFlow had renamed it and set its optimizer
-    quantized = embedding.TableConfig(vocabulary_size=8, dim=2, quantization_config=embedding.QuantizationConfig(
-        num_buckets=4, lower=-1.0, upper=1.0))  # refused when lowered, after the tables were named
+    quantized = embedding.TableConfig(
+        vocabulary_size=8, dim=2, quantization_config=embedding.QuantizationConfig(num_buckets=4, lower=-1.0, upper=1.0)
+    )  # refused when lowered, after the tables were named
     features = {"a": embedding.FeatureConfig(table=first), "b": embedding.FeatureConfig(table=quantized)}
     with pytest.raises(ValueError, match="quantiz"):
         embedding.TPUEmbedding(feature_config=features, optimizer=embedding.SGD(0.1))

@@ -20,7 +20,13 @@ import pytest
 import tpu_embedding_shim as tf
 from tpu_embedding_shim.engine.checkpoint import CheckpointError
 from tpu_embedding_shim.engine.tf_bundle import (
-    BundleEntry, DataLossError, NotFoundError, SlicedTensor, UnimplementedError, index_file, write_bundle,
+    BundleEntry,
+    DataLossError,
+    NotFoundError,
+    SlicedTensor,
+    UnimplementedError,
+    index_file,
+    write_bundle,
 )
 from tpu_embedding_shim.engine.tf_bundle.table import build_table, read_table
 
@@ -31,12 +37,22 @@ FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "tf_checkp
 def model_dir(tmp_path):
     table = np.arange(12, dtype=np.float32).reshape(6, 2)
     write_bundle(str(tmp_path / "model.ckpt-1"), {"global_step": np.int64(1)}, update_state=True)
-    write_bundle(str(tmp_path / "model.ckpt-5"), {
-        "global_step": np.int64(5), "input_layer/user_embedding/embedding_weights": table,
-        "part": SlicedTensor((6, 2), [(((0, 3), (0, -1)), table[:3]), (((3, 3), (0, -1)), table[3:])]),
-        "vocab": np.array([b"a", b"bc"], object), "name": np.array(b"x", object), "lr": np.float32(0.5),
-        "half": np.float16(1.5), "brain": np.array([1.5, 2.0], np.float32), "flag": np.bool_(True),
-    }, dtypes={"brain": "bfloat16"}, update_state=True)
+    write_bundle(
+        str(tmp_path / "model.ckpt-5"),
+        {
+            "global_step": np.int64(5),
+            "input_layer/user_embedding/embedding_weights": table,
+            "part": SlicedTensor((6, 2), [(((0, 3), (0, -1)), table[:3]), (((3, 3), (0, -1)), table[3:])]),
+            "vocab": np.array([b"a", b"bc"], object),
+            "name": np.array(b"x", object),
+            "lr": np.float32(0.5),
+            "half": np.float16(1.5),
+            "brain": np.array([1.5, 2.0], np.float32),
+            "flag": np.bool_(True),
+        },
+        dtypes={"brain": "bfloat16"},
+        update_state=True,
+    )
     return tmp_path
 
 
@@ -44,8 +60,16 @@ def test_load_checkpoint_of_a_directory_reads_its_latest(model_dir):
     reader = tf.train.load_checkpoint(str(model_dir))
     assert reader.get_tensor("global_step") == 5
     assert reader.get_variable_to_shape_map() == {
-        "brain": [2], "flag": [], "global_step": [], "half": [], "input_layer/user_embedding/embedding_weights": [6, 2],
-        "lr": [], "name": [], "part": [6, 2], "vocab": [2]}
+        "brain": [2],
+        "flag": [],
+        "global_step": [],
+        "half": [],
+        "input_layer/user_embedding/embedding_weights": [6, 2],
+        "lr": [],
+        "name": [],
+        "part": [6, 2],
+        "vocab": [2],
+    }
     assert tf.train.load_checkpoint(str(model_dir / "model.ckpt-1")).get_tensor("global_step") == 1
 
 
@@ -147,7 +171,8 @@ def test_reads_tensorflow_written_checkpoints(directory):
     meta = json.loads((FIXTURES / directory / "expected.json").read_text())
     assert os.path.basename(tf.train.latest_checkpoint(str(FIXTURES / directory))) == meta["latest"]
     assert tf.train.list_variables(str(FIXTURES / directory)) == sorted(
-        (name, info["shape"]) for name, info in meta["tensors"].items())
+        (name, info["shape"]) for name, info in meta["tensors"].items()
+    )
     reader = tf.train.load_checkpoint(str(FIXTURES / directory))
     with np.load(FIXTURES / directory / "expected.npz", allow_pickle=False) as arrays:
         for name, info in meta["tensors"].items():

@@ -21,9 +21,11 @@ that escaped the property once.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
-from typing import Any, Dict, Iterable, Optional, Set, Tuple
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -70,24 +72,24 @@ def grad_multiplier(step):
 # The generator and the check ----------------------------------------------------------------
 
 
-def P(valid: Iterable[Any], invalid: Iterable[Any] = ()) -> Tuple[Tuple[Any, ...], Tuple[Any, ...]]:  # noqa: N802
+def P(valid: Iterable[Any], invalid: Iterable[Any] = ()) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     return tuple(valid), tuple(invalid)
 
 
 @st.composite
-def arguments(draw, pools: Dict[str, Tuple[Tuple[Any, ...], Tuple[Any, ...]]], max_bad: int = 2):
+def arguments(draw, pools: dict[str, tuple[tuple[Any, ...], tuple[Any, ...]]], max_bad: int = 2):
     """One value per argument; up to `max_bad` arguments drawn from their invalid pool."""
     can_be_bad = sorted(name for name, (_, invalid) in pools.items() if invalid)
     bad = set(draw(st.lists(st.sampled_from(can_be_bad), max_size=max_bad, unique=True)))
     return {name: draw(st.sampled_from(pools[name][1] if name in bad else pools[name][0])) for name in sorted(pools)}
 
 
-def first_valid(pools, **overrides) -> Dict[str, Any]:
+def first_valid(pools, **overrides) -> dict[str, Any]:
     """An explicit example: the first valid value of every pool, with `overrides`."""
     return {**{name: valid[0] for name, (valid, _) in pools.items()}, **overrides}
 
 
-def passed(values: Dict[str, Any], *names: str) -> Dict[str, Any]:
+def passed(values: dict[str, Any], *names: str) -> dict[str, Any]:
     """The keyword arguments among `names` that are not OMIT."""
     return {n: values[n] for n in names if n in values and values[n] is not OMIT}
 
@@ -96,8 +98,8 @@ class Bad:
     """What a raised message may name: argument names (whole-word match) or literal fragments."""
 
     def __init__(self):
-        self.names: Set[str] = set()
-        self.fragments: Set[str] = set()
+        self.names: set[str] = set()
+        self.fragments: set[str] = set()
 
     def arg(self, *names: str) -> None:
         self.names.update(names)
@@ -110,7 +112,8 @@ class Bad:
 
     def named_in(self, message: str) -> bool:
         return any(re.search(rf"(?<![A-Za-z0-9_]){re.escape(n)}(?![A-Za-z0-9_])", message) for n in self.names) or any(
-            f in message for f in self.fragments)
+            f in message for f in self.fragments
+        )
 
     def __repr__(self):
         return f"Bad(names={sorted(self.names)}, fragments={sorted(self.fragments)})"
@@ -118,10 +121,8 @@ class Bad:
 
 def event(text: str) -> None:
     """hypothesis.event, also callable from a plain test."""
-    try:
+    with contextlib.suppress(Exception):
         _event(text)
-    except Exception:  # noqa: BLE001  (InvalidArgument outside a hypothesis test)
-        pass
 
 
 def check_outcome(build, bad: Bad, may_refuse: Iterable[str] = ()):
@@ -159,8 +160,11 @@ def is_int(v) -> bool:
 
 
 def is_real(v) -> bool:
-    return (isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
-            and math.isfinite(float(v)))
+    return (
+        isinstance(v, (int, float, np.integer, np.floating))
+        and not isinstance(v, (bool, np.bool_))
+        and math.isfinite(float(v))
+    )
 
 
 def is_bool(v) -> bool:
@@ -195,8 +199,10 @@ CATEGORICAL = {
     "key": P(["k", "movie"], ["", None, 3]),
     "num_buckets": P([10, 1, 5, np.int64(4)], [0, -2, 2.0, 2.5, True, None, "5"]),
     "default": P([None, 0, 3], [10, -1, 2.5, True]),
-    "vocab": P([["a", "b", "c"], ["x"], ("p", "q"), [1, 2, 3], [7]],
-               [[], None, "abc", ["a", "a"], ["a", 1], [True, False], [1.5, 2.5], [1, 1]]),
+    "vocab": P(
+        [["a", "b", "c"], ["x"], ("p", "q"), [1, 2, 3], [7]],
+        [[], None, "abc", ["a", "a"], ["a", 1], [True, False], [1.5, 2.5], [1, 1]],
+    ),
     "dtype": P([None, "match"], ["opposite", "float32"]),
     "oov": P([0, 1, 2], [-1, 1.5, None]),
     "list_default": P([-1, 0, 1], [5, 1.5, None]),
@@ -213,8 +219,12 @@ def _vocab_ok(vocab) -> bool:
 
 def _dtype(token, vocab):
     strings = not (isinstance(vocab, (list, tuple)) and vocab and all(is_int(t) for t in vocab))
-    return {None: None, "float32": tf.float32, "match": tf.string if strings else tf.int64,
-            "opposite": tf.int64 if strings else tf.string}[token]
+    return {
+        None: None,
+        "float32": tf.float32,
+        "match": tf.string if strings else tf.int64,
+        "opposite": tf.int64 if strings else tf.string,
+    }[token]
 
 
 @SETTINGS
@@ -242,8 +252,7 @@ def test_categorical_columns(a):
             bad.arg("num_oov_buckets")
         elif oov and list_default != -1:
             bad.arg("default_value", "num_oov_buckets")
-        if not (is_int(list_default) and (list_default == -1 or (
-                _vocab_ok(vocab) and 0 <= list_default < len(vocab)))):
+        if not (is_int(list_default) and (list_default == -1 or (_vocab_ok(vocab) and 0 <= list_default < len(vocab)))):
             bad.arg("default_value")
         buckets = len(vocab) + oov if not bad else None
     else:  # a hash bucket column: TPU embedding columns refuse it
@@ -265,8 +274,9 @@ def test_categorical_columns(a):
         elif kind == "seq_identity":
             col = fc.sequence_categorical_column_with_identity(key, num_buckets, default)
         elif kind == "weighted":
-            col = fc.weighted_categorical_column(fc.categorical_column_with_identity(key, num_buckets, default),
-                                                 weight_key, a["weight_dtype"])
+            col = fc.weighted_categorical_column(
+                fc.categorical_column_with_identity(key, num_buckets, default), weight_key, a["weight_dtype"]
+            )
         elif kind == "vocabulary_list":
             col = fc.categorical_column_with_vocabulary_list(key, vocab, dtype, list_default, oov)
         elif kind == "seq_vocabulary_list":
@@ -288,7 +298,11 @@ def test_categorical_columns(a):
     assert feature.weight_key == (weight_key if kind == "weighted" else None)
     if "vocabulary" in kind:
         assert (feature.id_source, feature.vocabulary, feature.num_oov_buckets, feature.default_value) == (
-            "vocabulary_list", tuple(vocab), oov, list_default)
+            "vocabulary_list",
+            tuple(vocab),
+            oov,
+            list_default,
+        )
     else:
         assert (feature.id_source, feature.default_value) == ("identity", default)
 
@@ -363,8 +377,9 @@ def test_embedding_column(a):
     categorical = COLUMNS[a["column"]]
     sequence = a["column"] == "sequence"
     dimension, combiner, init, device = a["dimension"], a["combiner"], a["initializer"], a["device"]
-    msl = {"auto": 3 if sequence else 0, "wrong": 0 if sequence else 3}.get(a["max_sequence_length"],
-                                                                           a["max_sequence_length"])
+    msl = {"auto": 3 if sequence else 0, "wrong": 0 if sequence else 3}.get(
+        a["max_sequence_length"], a["max_sequence_length"]
+    )
     shape = _resolve_shape(a["shape"], device)
     bad = Bad()
     if a["column"] in ("numeric", "none", "string", "tpu_column"):
@@ -383,16 +398,24 @@ def test_embedding_column(a):
         bad.arg("use_safe_embedding_lookup")
 
     def build():
-        col = tpu.embedding_column(categorical, dimension, combiner=combiner, initializer=init,
-                                   max_sequence_length=msl, learning_rate_fn=a["learning_rate_fn"],
-                                   embedding_lookup_device=device, tensor_core_shape=shape,
-                                   use_safe_embedding_lookup=a["safe"])
+        col = tpu.embedding_column(
+            categorical,
+            dimension,
+            combiner=combiner,
+            initializer=init,
+            max_sequence_length=msl,
+            learning_rate_fn=a["learning_rate_fn"],
+            embedding_lookup_device=device,
+            tensor_core_shape=shape,
+            use_safe_embedding_lookup=a["safe"],
+        )
         return col, EmbeddingConfigSpec(feature_columns=[col], optimization_parameters=v1.AdagradParameters(0.1))
 
     # A config whose only column is a tensor-core one leaves nothing to the embedding engine: building it
     # or refusing it (naming the tensor-core column / feature_columns) are both acceptable.
-    built = check_outcome(build, bad, may_refuse=("tensor_core", "feature_columns") if device == "tpu_tensor_core"
-                          else ())
+    built = check_outcome(
+        build, bad, may_refuse=("tensor_core", "feature_columns") if device == "tpu_tensor_core" else ()
+    )
     if built is None:
         return
     col, config = built
@@ -409,7 +432,10 @@ def test_embedding_column(a):
     else:
         assert table.initializer == TruncatedNormal(0.0, 1 / math.sqrt(dimension), None)
     assert (feature.name, feature.max_sequence_length, feature.safe_lookup) == (
-        col.get_feature_key_name(), msl, a["safe"])
+        col.get_feature_key_name(),
+        msl,
+        a["safe"],
+    )
     if a["learning_rate_fn"] is not None:
         assert spec.optimizer_for(table.name).learning_rate is a["learning_rate_fn"]
     else:
@@ -418,11 +444,17 @@ def test_embedding_column(a):
 
 def test_config_whose_only_column_is_tensor_core():
     """The example of test_embedding_column the search rarely reaches: built, or refused with a clear error."""
-    column = tpu.embedding_column(fc.categorical_column_with_identity("ident", 10), 2,
-                                  embedding_lookup_device="tpu_tensor_core", tensor_core_shape=[None, 3])
+    column = tpu.embedding_column(
+        fc.categorical_column_with_identity("ident", 10),
+        2,
+        embedding_lookup_device="tpu_tensor_core",
+        tensor_core_shape=[None, 3],
+    )
     config = check_outcome(
         lambda: EmbeddingConfigSpec(feature_columns=[column], optimization_parameters=v1.AdagradParameters(0.1)),
-        Bad(), may_refuse=("tensor_core", "feature_columns"))
+        Bad(),
+        may_refuse=("tensor_core", "feature_columns"),
+    )
     if config is not None:
         assert list(config.tensor_core_feature_columns) == [column]
         assert not config.feature_columns
@@ -441,8 +473,10 @@ SHARED_POOL = {
     "n": fc.numeric_column("n"),
 }
 SHARED = {
-    "names": P([("p", "q"), ("p",), ("s", "p"), ("w", "q", "v"), ("v", "s"), ("q", "p", "w", "v")],
-               [(), ("p", "p"), ("p", "r20"), ("r20", "s"), ("h", "q"), ("n",), "single", "none", "string"]),
+    "names": P(
+        [("p", "q"), ("p",), ("s", "p"), ("w", "q", "v"), ("v", "s"), ("q", "p", "w", "v")],
+        [(), ("p", "p"), ("p", "r20"), ("r20", "s"), ("h", "q"), ("n",), "single", "none", "string"],
+    ),
     "dimension": P([2, 1], [0, 2.5, "2", None]),
     "combiner": P(["mean", "sqrtn"], ["max", None]),
     # "auto": 2 for sequence columns, 0 otherwise (None or [] when there are none); others are broken versions.
@@ -460,16 +494,26 @@ def _lengths(token, names):
     auto = [2 if n == "s" else 0 for n in names]
     if token == "auto":
         return auto if "s" in names else (None if len(names) % 2 else [])
-    return {"too_long": auto + [0], "too_short": auto[:-1], "negative": [-1] + auto[1:], "float": [2.5] + auto[1:],
-            "zeros": [0] * len(names)}.get(token, token)
+    return {
+        "too_long": auto + [0],
+        "too_short": auto[:-1],
+        "negative": [-1] + auto[1:],
+        "float": [2.5] + auto[1:],
+        "zeros": [0] * len(names),
+    }.get(token, token)
 
 
 @SETTINGS
 @given(a=arguments(SHARED))
 @example(a=first_valid(SHARED, lengths=5))
 def test_shared_embedding_columns(a):
-    names, dimension, combiner, collection, device = a["names"], a["dimension"], a["combiner"], a["collection"], \
-        a["device"]
+    names, dimension, combiner, collection, device = (
+        a["names"],
+        a["dimension"],
+        a["combiner"],
+        a["collection"],
+        a["device"],
+    )
     bad = Bad()
     if isinstance(names, str):
         columns = {"single": SHARED_POOL["p"], "none": None, "string": "p"}[names]
@@ -509,9 +553,14 @@ def test_shared_embedding_columns(a):
     _device_bad(bad, device, None, [n == "s" for n in names])
 
     def build():
-        cols = tpu.shared_embedding_columns(columns, dimension, combiner=combiner, max_sequence_lengths=lengths,
-                                            shared_embedding_collection_name=collection,
-                                            embedding_lookup_device=device)
+        cols = tpu.shared_embedding_columns(
+            columns,
+            dimension,
+            combiner=combiner,
+            max_sequence_lengths=lengths,
+            shared_embedding_collection_name=collection,
+            embedding_lookup_device=device,
+        )
         return cols, EmbeddingConfigSpec(feature_columns=cols, optimization_parameters=v1.AdagradParameters(0.1))
 
     built = check_outcome(build, bad)
@@ -524,7 +573,11 @@ def test_shared_embedding_columns(a):
     spec = round_trips(config.to_spec())
     (table,) = spec.tables
     assert (table.name, table.vocabulary_size, table.dim, table.combiner) == (
-        "tbl_" + table_name, columns[0].num_buckets, dimension, combiner)
+        "tbl_" + table_name,
+        columns[0].num_buckets,
+        dimension,
+        combiner,
+    )
     assert [f.name for f in spec.features] == keys
     assert [f.max_sequence_length for f in spec.features] == list(effective)
 
@@ -540,7 +593,7 @@ COMMON = {
 }
 
 
-def _common_bad(bad: Bad, a: Dict[str, Any], clip_pair: Tuple[str, str]) -> None:
+def _common_bad(bad: Bad, a: dict[str, Any], clip_pair: tuple[str, str]) -> None:
     def get(name, default=None):
         value = a.get(name, OMIT)
         return default if value is OMIT else value
@@ -562,31 +615,65 @@ def _common_bad(bad: Bad, a: Dict[str, Any], clip_pair: Tuple[str, str]) -> None
             bad.arg(low, high)
 
 
-NONNEG = (lambda v: real_in(v, 0))
-POSITIVE = (lambda v: real_in(v, 0, lo_open=True))
-UNIT_OPEN = (lambda v: real_in(v, 0, 1, hi_open=True))
-UNIT = (lambda v: real_in(v, 0, 1))
+def NONNEG(v):
+    return real_in(v, 0)
+
+
+def POSITIVE(v):
+    return real_in(v, 0, lo_open=True)
+
+
+def UNIT_OPEN(v):
+    return real_in(v, 0, 1, hi_open=True)
+
+
+def UNIT(v):
+    return real_in(v, 0, 1)
+
 
 # 4. v1 *Parameters ---------------------------------------------------------------------------------
 
-V1_CLASSES = [v1.StochasticGradientDescentParameters, v1.AdagradParameters, v1.ProximalAdagradParameters,
-              v1.AdamParameters, v1.FtrlParameters, v1.MomentumParameters, v1.RMSPropParameters]
+V1_CLASSES = [
+    v1.StochasticGradientDescentParameters,
+    v1.AdagradParameters,
+    v1.ProximalAdagradParameters,
+    v1.AdamParameters,
+    v1.FtrlParameters,
+    v1.MomentumParameters,
+    v1.RMSPropParameters,
+]
 # class -> {argument: predicate}; the spec field has the same name for every v1 class.
 V1_SPECIFIC = {
     v1.StochasticGradientDescentParameters: {},
     v1.AdagradParameters: {"initial_accumulator": POSITIVE},
-    v1.ProximalAdagradParameters: {"initial_accumulator": POSITIVE, "l1_regularization_strength": NONNEG,
-                                   "l2_regularization_strength": NONNEG},
-    v1.AdamParameters: {"beta1": UNIT_OPEN, "beta2": UNIT_OPEN, "epsilon": POSITIVE, "lazy_adam": is_bool,
-                        "sum_inside_sqrt": is_bool},
-    v1.FtrlParameters: {"learning_rate_power": lambda v: real_in(v, hi=0), "initial_accumulator_value": NONNEG,
-                        "l1_regularization_strength": NONNEG, "l2_regularization_strength": NONNEG, "beta": NONNEG,
-                        "multiply_linear_by_learning_rate": is_bool, "allow_zero_accumulator": is_bool},
+    v1.ProximalAdagradParameters: {
+        "initial_accumulator": POSITIVE,
+        "l1_regularization_strength": NONNEG,
+        "l2_regularization_strength": NONNEG,
+    },
+    v1.AdamParameters: {
+        "beta1": UNIT_OPEN,
+        "beta2": UNIT_OPEN,
+        "epsilon": POSITIVE,
+        "lazy_adam": is_bool,
+        "sum_inside_sqrt": is_bool,
+    },
+    v1.FtrlParameters: {
+        "learning_rate_power": lambda v: real_in(v, hi=0),
+        "initial_accumulator_value": NONNEG,
+        "l1_regularization_strength": NONNEG,
+        "l2_regularization_strength": NONNEG,
+        "beta": NONNEG,
+        "multiply_linear_by_learning_rate": is_bool,
+        "allow_zero_accumulator": is_bool,
+    },
     v1.MomentumParameters: {"momentum": NONNEG, "use_nesterov": is_bool},
     v1.RMSPropParameters: {"rho": UNIT, "momentum": NONNEG, "epsilon": POSITIVE},
 }
-V1_REQUIRED = {v1.MomentumParameters: {"momentum": 0.9},
-               v1.RMSPropParameters: {"rho": 0.9, "momentum": 0.0, "epsilon": 1e-10}}
+V1_REQUIRED = {
+    v1.MomentumParameters: {"momentum": 0.9},
+    v1.RMSPropParameters: {"rho": 0.9, "momentum": 0.0, "epsilon": 1e-10},
+}
 V1 = {
     "cls": P(V1_CLASSES),
     "learning_rate": P([0.1, 0.0, 1], [-0.1, "x", None, True, NAN]),
@@ -610,8 +697,15 @@ V1 = {
     "use_nesterov": BOOL_ARG,
     "rho": P([OMIT, 0.9, 1.0, 0.0], [1.5, -0.1, "x"]),
 }
-V1_COMMON_NAMES = ["use_gradient_accumulation", "clip_weight_min", "clip_weight_max", "weight_decay_factor",
-                   "multiply_weight_decay_factor_by_learning_rate", "clip_gradient_min", "clip_gradient_max"]
+V1_COMMON_NAMES = [
+    "use_gradient_accumulation",
+    "clip_weight_min",
+    "clip_weight_max",
+    "weight_decay_factor",
+    "multiply_weight_decay_factor_by_learning_rate",
+    "clip_gradient_min",
+    "clip_gradient_max",
+]
 
 
 @SETTINGS
@@ -629,8 +723,9 @@ def test_v1_optimization_parameters(a):
         if name in kwargs and not ok(kwargs[name]):
             bad.arg(name)
     accumulate = kwargs.get("use_gradient_accumulation", True)
-    if (kwargs.get("clip_gradient_min") is not None or kwargs.get("clip_gradient_max") is not None) and \
-            accumulate is False:
+    if (
+        kwargs.get("clip_gradient_min") is not None or kwargs.get("clip_gradient_max") is not None
+    ) and accumulate is False:
         bad.arg("use_gradient_accumulation")
     if cls is v1.AdamParameters and kwargs.get("lazy_adam", True) is False and accumulate is False:
         bad.arg("lazy_adam", "use_gradient_accumulation")
@@ -651,11 +746,11 @@ def test_v1_optimization_parameters(a):
     for name in V1_SPECIFIC[cls]:
         if name in kwargs:
             assert getattr(optimizer, name) == kwargs[name]
-    for name in ("clip_weight_min", "clip_weight_max", "clip_gradient_min", "clip_gradient_max",
-                 "weight_decay_factor"):
+    for name in ("clip_weight_min", "clip_weight_max", "clip_gradient_min", "clip_gradient_max", "weight_decay_factor"):
         assert getattr(optimizer, name) == kwargs.get(name)
     assert optimizer.multiply_weight_decay_factor_by_learning_rate == bool(
-        kwargs.get("multiply_weight_decay_factor_by_learning_rate"))
+        kwargs.get("multiply_weight_decay_factor_by_learning_rate")
+    )
 
 
 # 5. v2 optimizers -----------------------------------------------------------------------------------
@@ -665,23 +760,38 @@ V2_CLASSES = [v2.SGD, v2.Adagrad, v2.AdagradMomentum, v2.Adam, v2.FTRL]
 V2_SPECIFIC = {
     v2.SGD: {},
     v2.Adagrad: {"initial_accumulator_value": (POSITIVE, "initial_accumulator")},
-    v2.AdagradMomentum: {"momentum": (is_real, "momentum"), "use_nesterov": (is_bool, "use_nesterov"),
-                         "exponent": (POSITIVE, "exponent"), "beta2": (UNIT, "beta2"), "epsilon": (POSITIVE, "epsilon")},
-    v2.Adam: {"beta_1": (UNIT_OPEN, "beta1"), "beta_2": (UNIT_OPEN, "beta2"), "epsilon": (POSITIVE, "epsilon"),
-              "lazy_adam": (is_bool, "lazy_adam"), "sum_inside_sqrt": (is_bool, "sum_inside_sqrt")},
-    v2.FTRL: {"learning_rate_power": (lambda v: real_in(v, hi=0), "learning_rate_power"),
-              "initial_accumulator_value": (POSITIVE, "initial_accumulator_value"),
-              "l1_regularization_strength": (NONNEG, "l1_regularization_strength"),
-              "l2_regularization_strength": (NONNEG, "l2_regularization_strength"), "beta": (NONNEG, "beta"),
-              "multiply_linear_by_learning_rate": (is_bool, "multiply_linear_by_learning_rate"),
-              "allow_zero_accumulator": (is_bool, "allow_zero_accumulator")},
+    v2.AdagradMomentum: {
+        "momentum": (is_real, "momentum"),
+        "use_nesterov": (is_bool, "use_nesterov"),
+        "exponent": (POSITIVE, "exponent"),
+        "beta2": (UNIT, "beta2"),
+        "epsilon": (POSITIVE, "epsilon"),
+    },
+    v2.Adam: {
+        "beta_1": (UNIT_OPEN, "beta1"),
+        "beta_2": (UNIT_OPEN, "beta2"),
+        "epsilon": (POSITIVE, "epsilon"),
+        "lazy_adam": (is_bool, "lazy_adam"),
+        "sum_inside_sqrt": (is_bool, "sum_inside_sqrt"),
+    },
+    v2.FTRL: {
+        "learning_rate_power": (lambda v: real_in(v, hi=0), "learning_rate_power"),
+        "initial_accumulator_value": (POSITIVE, "initial_accumulator_value"),
+        "l1_regularization_strength": (NONNEG, "l1_regularization_strength"),
+        "l2_regularization_strength": (NONNEG, "l2_regularization_strength"),
+        "beta": (NONNEG, "beta"),
+        "multiply_linear_by_learning_rate": (is_bool, "multiply_linear_by_learning_rate"),
+        "allow_zero_accumulator": (is_bool, "allow_zero_accumulator"),
+    },
 }
 V2 = {
     "cls": P(V2_CLASSES),
     "learning_rate": P([OMIT, 0.1, 0.0, zero_arg_lr], [-0.1, "x", None, True, NAN]),
     **COMMON,
-    "clipvalue": P([OMIT, None, 1.0, 0, (-1.0, 1.0), (None, 2.0)],
-                   [-1.0, (1.0, -1.0), (1.0, 2.0, 3.0), (1.0, "x"), [-1.0, 1.0], "x", NAN]),
+    "clipvalue": P(
+        [OMIT, None, 1.0, 0, (-1.0, 1.0), (None, 2.0)],
+        [-1.0, (1.0, -1.0), (1.0, 2.0, 3.0), (1.0, "x"), [-1.0, 1.0], "x", NAN],
+    ),
     "slot_variable_creation_fn": P([OMIT, None, lr_fn], [3]),
     "low_dimensional_packing_status": BOOL_ARG,
     "initial_accumulator_value": P([OMIT, 0.1, 1.0], [0.0, -1, NAN, "x"]),
@@ -701,18 +811,28 @@ V2 = {
     "multiply_linear_by_learning_rate": BOOL_ARG,
     "allow_zero_accumulator": BOOL_ARG,
 }
-V2_COMMON_NAMES = ["learning_rate", "use_gradient_accumulation", "clip_weight_min", "clip_weight_max",
-                   "weight_decay_factor", "multiply_weight_decay_factor_by_learning_rate", "clipvalue",
-                   "low_dimensional_packing_status"]
+V2_COMMON_NAMES = [
+    "learning_rate",
+    "use_gradient_accumulation",
+    "clip_weight_min",
+    "clip_weight_max",
+    "weight_decay_factor",
+    "multiply_weight_decay_factor_by_learning_rate",
+    "clipvalue",
+    "low_dimensional_packing_status",
+]
 
 
-def _clipvalue_bounds(bad: Bad, clipvalue) -> Optional[tuple]:
+def _clipvalue_bounds(bad: Bad, clipvalue) -> tuple | None:
     """Marks a bad clipvalue; returns the (min, max) a good one means."""
     if clipvalue is None:
         return None, None
     if isinstance(clipvalue, tuple):
-        if len(clipvalue) != 2 or any(v is not None and not is_real(v) for v in clipvalue) or (
-                all(is_real(v) for v in clipvalue) and clipvalue[0] > clipvalue[1]):
+        if (
+            len(clipvalue) != 2
+            or any(v is not None and not is_real(v) for v in clipvalue)
+            or (all(is_real(v) for v in clipvalue) and clipvalue[0] > clipvalue[1])
+        ):
             bad.arg("clipvalue")
             return None
         return clipvalue
@@ -762,7 +882,8 @@ def test_v2_optimizers(a):
     lowered = spec.optimizer_for("t")
     assert lowered is spec.tables[0].optimizer
     assert lowered.learning_rate_at(step=5) == pytest.approx(
-        learning_rate() if callable(learning_rate) else learning_rate)
+        learning_rate() if callable(learning_rate) else learning_rate
+    )
     assert (lowered.clip_gradient_min, lowered.clip_gradient_max) == tuple(bounds)
     for name, (_, field) in V2_SPECIFIC[cls].items():
         if name in kwargs:
@@ -771,6 +892,7 @@ def test_v2_optimizers(a):
 
 
 # 6. v1 TableConfig / FeatureConfig through EmbeddingConfigSpec -------------------------------------
+
 
 def _table_config_bad(bad: Bad, vocabulary_size, dimension_name: str, dimension, initializer) -> None:
     """The rules v1's and v2's TableConfig share: both sizes ints >= 1, the initializer None or callable."""
@@ -795,8 +917,14 @@ V1_CONFIGS = {
     "weight_key": P([None, "w"], ["", 3, "f"]),
     "global_params": P([None, "adagrad"], ["x", "class"]),
 }
-V1_PARAMS = {None: None, "adam": v1.AdamParameters(0.3), "x": "x", "sgd_v2": v2.SGD(0.1),
-             "adagrad": v1.AdagradParameters(0.1), "class": v1.AdagradParameters}
+V1_PARAMS = {
+    None: None,
+    "adam": v1.AdamParameters(0.3),
+    "x": "x",
+    "sgd_v2": v2.SGD(0.1),
+    "adagrad": v1.AdagradParameters(0.1),
+    "class": v1.AdagradParameters,
+}
 
 
 @SETTINGS
@@ -827,13 +955,23 @@ def test_v1_table_and_feature_config(a):
         bad.text("weight key")
 
     def build():
-        table = v1.TableConfig(a["vocabulary_size"], a["dimension"], initializer=a["initializer"],
-                               combiner=a["combiner"], learning_rate=learning_rate, learning_rate_fn=learning_rate_fn,
-                               optimization_parameters=V1_PARAMS[a["table_params"]])
-        feature = v1.FeatureConfig(a["table_id"], max_sequence_length=a["max_sequence_length"],
-                                   weight_key=a["weight_key"])
-        return EmbeddingConfigSpec(feature_to_config_dict={"f": feature}, table_to_config_dict={"t": table},
-                                   optimization_parameters=V1_PARAMS[a["global_params"]])
+        table = v1.TableConfig(
+            a["vocabulary_size"],
+            a["dimension"],
+            initializer=a["initializer"],
+            combiner=a["combiner"],
+            learning_rate=learning_rate,
+            learning_rate_fn=learning_rate_fn,
+            optimization_parameters=V1_PARAMS[a["table_params"]],
+        )
+        feature = v1.FeatureConfig(
+            a["table_id"], max_sequence_length=a["max_sequence_length"], weight_key=a["weight_key"]
+        )
+        return EmbeddingConfigSpec(
+            feature_to_config_dict={"f": feature},
+            table_to_config_dict={"t": table},
+            optimization_parameters=V1_PARAMS[a["global_params"]],
+        )
 
     config = check_outcome(build, bad)
     if config is None:
@@ -845,7 +983,11 @@ def test_v1_table_and_feature_config(a):
     if a["initializer"] is not None:
         assert table.initializer is a["initializer"]
     assert (feature.name, feature.table, feature.max_sequence_length, feature.weight_key) == (
-        "f", "t", a["max_sequence_length"], a["weight_key"])
+        "f",
+        "t",
+        a["max_sequence_length"],
+        a["weight_key"],
+    )
     optimizer = spec.optimizer_for("t")
     own = V1_PARAMS[a["table_params"]] or V1_PARAMS[a["global_params"]]
     if own is None:
@@ -873,8 +1015,13 @@ V2_CONFIGS = {
     "feature_name": P([None, "watched"], ["", 3]),
     "global_optimizer": P([None, "adam"]),
 }
-V2_OPTIMIZERS = {None: None, "sgd": v2.SGD(0.2), "sgd_str": "sgd", "adagrad_v1": v1.AdagradParameters(0.1),
-                 "adam": v2.Adam(0.01)}
+V2_OPTIMIZERS = {
+    None: None,
+    "sgd": v2.SGD(0.2),
+    "sgd_str": "sgd",
+    "adagrad_v1": v1.AdagradParameters(0.1),
+    "adam": v2.Adam(0.01),
+}
 
 
 @SETTINGS
@@ -905,24 +1052,40 @@ def test_v2_table_and_feature_config(a):
 
     def build():
         quantization = v2.QuantizationConfig(4, -1.0, 1.0) if a["quantization"] else None
-        table_config = v2.TableConfig(a["vocabulary_size"], a["dim"], initializer=a["initializer"],
-                                      optimizer=V2_OPTIMIZERS[a["optimizer"]], combiner=a["combiner"], name=a["name"],
-                                      quantization_config=quantization)
-        feature = v2.FeatureConfig({"table": table_config, "str": "video", None: None}[a["table"]],
-                                   max_sequence_length=a["max_sequence_length"],
-                                   validate_weights_and_indices=a["validate"], output_shape=shape,
-                                   name=a["feature_name"])
+        table_config = v2.TableConfig(
+            a["vocabulary_size"],
+            a["dim"],
+            initializer=a["initializer"],
+            optimizer=V2_OPTIMIZERS[a["optimizer"]],
+            combiner=a["combiner"],
+            name=a["name"],
+            quantization_config=quantization,
+        )
+        feature = v2.FeatureConfig(
+            {"table": table_config, "str": "video", None: None}[a["table"]],
+            max_sequence_length=a["max_sequence_length"],
+            validate_weights_and_indices=a["validate"],
+            output_shape=shape,
+            name=a["feature_name"],
+        )
         return lowering.spec_from_feature_config({"f": feature}, V2_OPTIMIZERS[a["global_optimizer"]])
 
     spec = check_outcome(build, bad)
     if spec is None:
         return
     round_trips(spec)
-    (table, ), (feature, ) = spec.tables, spec.features
+    (table,), (feature,) = spec.tables, spec.features
     assert (table.name, table.vocabulary_size, table.dim, table.combiner) == (
-        a["name"] or "table_0", a["vocabulary_size"], a["dim"], a["combiner"])
+        a["name"] or "table_0",
+        a["vocabulary_size"],
+        a["dim"],
+        a["combiner"],
+    )
     assert (feature.name, feature.max_sequence_length, feature.safe_lookup) == (
-        a["feature_name"] or "f", a["max_sequence_length"], a["validate"])
+        a["feature_name"] or "f",
+        a["max_sequence_length"],
+        a["validate"],
+    )
     expected_kind = "sgd" if a["optimizer"] == "sgd" else a["global_optimizer"]
     lowered = spec.optimizer_for(table.name)
     assert (lowered.kind if lowered else None) == expected_kind
@@ -946,12 +1109,20 @@ ECS_COLUMNS = {  # name: (feature_columns, what the refusal names (None: valid))
     "string": (["p"], "feature_columns"),
     "twice": ([_EMB, _EMB], "'ident'"),
 }
-ECS_OPTIMIZERS = {"adagrad": v1.AdagradParameters(0.1), "ftrl": v1.FtrlParameters(0.2),
-                  "rmsprop": v1.RMSPropParameters(0.1, 0.9, 0.0, 1e-10), "none": None,
-                  "class": v1.AdagradParameters, "string": "adagrad", "v2": v2.Adagrad(0.1)}
+ECS_OPTIMIZERS = {
+    "adagrad": v1.AdagradParameters(0.1),
+    "ftrl": v1.FtrlParameters(0.2),
+    "rmsprop": v1.RMSPropParameters(0.1, 0.9, 0.0, 1e-10),
+    "none": None,
+    "class": v1.AdagradParameters,
+    "string": "adagrad",
+    "v2": v2.Adagrad(0.1),
+}
 ECS = {
-    "columns": P(["one", "two", "with_numeric", "tuple"],
-                 ["none", "empty", "single", "plain_embedding", "raw_categorical", "string", "twice"]),
+    "columns": P(
+        ["one", "two", "with_numeric", "tuple"],
+        ["none", "empty", "single", "plain_embedding", "raw_categorical", "string", "twice"],
+    ),
     "optimizer": P(["adagrad", "ftrl", "rmsprop"], ["none", "class", "string", "v2"]),
     "clipping_limit": P([None, 1.0, 0.5, 2], [0, -1, "x", True, NAN]),
     "pipeline": P([False, True], [0, 1, None, "yes"]),
@@ -967,8 +1138,13 @@ ECS = {
 def test_embedding_config_spec(a):
     feature_columns, refusal = ECS_COLUMNS[a["columns"]]
     params = ECS_OPTIMIZERS[a["optimizer"]]
-    clipping_limit, pipeline, multiplier, partition, profile = (a["clipping_limit"], a["pipeline"], a["multiplier"],
-                                                                a["partition"], a["profile"])
+    clipping_limit, pipeline, multiplier, partition, profile = (
+        a["clipping_limit"],
+        a["pipeline"],
+        a["multiplier"],
+        a["partition"],
+        a["profile"],
+    )
     bad = Bad()
     if refusal:
         bad.text(refusal)
@@ -987,22 +1163,36 @@ def test_embedding_config_spec(a):
 
     def build():
         if a["positional"]:
-            return EmbeddingConfigSpec(feature_columns, params, clipping_limit, pipeline, multiplier, None, None,
-                                       partition, profile)
+            return EmbeddingConfigSpec(
+                feature_columns, params, clipping_limit, pipeline, multiplier, None, None, partition, profile
+            )
         return tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-            feature_columns=feature_columns, optimization_parameters=params, clipping_limit=clipping_limit,
-            pipeline_execution_with_tensor_core=pipeline, experimental_gradient_multiplier_fn=multiplier,
-            partition_strategy=partition, profile_data_directory=profile)
+            feature_columns=feature_columns,
+            optimization_parameters=params,
+            clipping_limit=clipping_limit,
+            pipeline_execution_with_tensor_core=pipeline,
+            experimental_gradient_multiplier_fn=multiplier,
+            partition_strategy=partition,
+            profile_data_directory=profile,
+        )
 
     config = check_outcome(build, bad)
     if config is None:
         return
-    assert (config.optimization_parameters, config.clipping_limit, config.partition_strategy,
-            config.profile_data_directory) == (params, clipping_limit, partition, profile)
+    assert (
+        config.optimization_parameters,
+        config.clipping_limit,
+        config.partition_strategy,
+        config.profile_data_directory,
+    ) == (params, clipping_limit, partition, profile)
     spec = round_trips(config.to_spec())
     tpu_columns = [c for c in feature_columns if hasattr(c, "get_embedding_var_name")]
     assert [t.name for t in spec.tables] == ["tbl_" + c.get_embedding_var_name() for c in tpu_columns]
     assert spec.optimizer.kind == a["optimizer"]
-    assert (spec.partition_strategy, spec.clipping_limit, spec.pipeline_execution_with_tensor_core,
-            spec.gradient_multiplier_fn, spec.profile_data_directory) == (
-        partition, clipping_limit, pipeline, multiplier, profile)
+    assert (
+        spec.partition_strategy,
+        spec.clipping_limit,
+        spec.pipeline_execution_with_tensor_core,
+        spec.gradient_multiplier_fn,
+        spec.profile_data_directory,
+    ) == (partition, clipping_limit, pipeline, multiplier, profile)

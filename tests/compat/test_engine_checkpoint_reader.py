@@ -22,8 +22,14 @@ from tpu_embedding_shim.spec import AdamSpec, EmbeddingSpec, FeatureSpec, TableS
 
 def save(directory, tables, step):
     """save_checkpoint of {table: {slot: array}} with the structure taken from the arrays."""
-    structure = {name: {"vocabulary_size": arrays["embedding"].shape[0], "dim": arrays["embedding"].shape[1],
-                        "slots": sorted(s for s in arrays if s != "embedding")} for name, arrays in tables.items()}
+    structure = {
+        name: {
+            "vocabulary_size": arrays["embedding"].shape[0],
+            "dim": arrays["embedding"].shape[1],
+            "slots": sorted(s for s in arrays if s != "embedding"),
+        }
+        for name, arrays in tables.items()
+    }
     return save_checkpoint(directory, tables, step=step, spec_structure=structure, fingerprint="f")
 
 
@@ -46,8 +52,14 @@ def test_an_engine_checkpoint_reads_as_named_tensors(engine_dir):
     reader = tf.train.load_checkpoint(path)
     assert reader.format == "engine"
     assert reader.get_variable_to_shape_map() == {
-        "global_step": [], "users": [6, 3], "users/momenta": [6, 3], "users/velocities": [6, 3],
-        "towers/item id": [4, 2], "towers/item id/momenta": [4, 2], "towers/item id/velocities": [4, 2]}
+        "global_step": [],
+        "users": [6, 3],
+        "users/momenta": [6, 3],
+        "users/velocities": [6, 3],
+        "towers/item id": [4, 2],
+        "towers/item id/momenta": [4, 2],
+        "towers/item id/velocities": [4, 2],
+    }
     assert set(reader.get_variable_to_dtype_map().values()) == {tf.float32, tf.int64}
     for table, arrays in state.items():
         for slot, array in arrays.items():
@@ -67,8 +79,16 @@ def test_a_directory_of_engine_checkpoints_means_its_latest(engine_dir):
     assert tf.train.load_variable(str(engine_dir), "global_step") == 8
     assert tf.train.list_variables(str(engine_dir))[0] == ("global_step", [])
     assert [name for name, _ in tf.train.list_variables(str(engine_dir))] == sorted(
-        ["global_step", "users", "users/momenta", "users/velocities", "towers/item id", "towers/item id/momenta",
-         "towers/item id/velocities"])
+        [
+            "global_step",
+            "users",
+            "users/momenta",
+            "users/velocities",
+            "towers/item id",
+            "towers/item id/momenta",
+            "towers/item id/velocities",
+        ]
+    )
     older = tf.train.load_variable(str(engine_dir / "ckpt-0000000003"), "users:0")
     assert not np.array_equal(older, tf.train.load_variable(str(engine_dir), "users"))  # the step moved rows 1, 2
 
@@ -90,11 +110,19 @@ def test_bit_for_bit_values_and_dtypes(tmp_path):
     assert reader.get_variable_to_dtype_map()["t/accumulators"] == tf.int64
 
 
-@pytest.mark.parametrize("tables, clash", [
-    ({"a": {"embedding": np.ones((2, 1)), "accumulators": np.ones((2, 1))},
-      "a/accumulators": {"embedding": np.ones((2, 1))}}, "'a/accumulators'"),
-    ({"global_step": {"embedding": np.ones((2, 1))}}, "'global_step'"),
-])
+@pytest.mark.parametrize(
+    "tables, clash",
+    [
+        (
+            {
+                "a": {"embedding": np.ones((2, 1)), "accumulators": np.ones((2, 1))},
+                "a/accumulators": {"embedding": np.ones((2, 1))},
+            },
+            "'a/accumulators'",
+        ),
+        ({"global_step": {"embedding": np.ones((2, 1))}}, "'global_step'"),
+    ],
+)
 def test_names_that_would_collide_are_refused(tmp_path, tables, clash):
     path = save(str(tmp_path), tables, 1)
     with pytest.raises(CheckpointError, match=f"would both be read as tensor {clash}"):
@@ -132,9 +160,11 @@ def test_memory_mapped_reads_are_checked_and_never_change_the_checkpoint(tmp_pat
 
 
 def test_the_projects_train_checkpoint_directories_point_to_the_engine_checkpoints_inside(tmp_path):
-    spec = EmbeddingSpec(tables=(TableSpec(name="t", vocabulary_size=3, dim=2),),
-                         features=(FeatureSpec(name="f", table="t", num_buckets=3),),
-                         optimizer=AdamSpec(learning_rate=0.1))
+    spec = EmbeddingSpec(
+        tables=(TableSpec(name="t", vocabulary_size=3, dim=2),),
+        features=(FeatureSpec(name="f", table="t", num_buckets=3),),
+        optimizer=AdamSpec(learning_rate=0.1),
+    )
     root = tmp_path / "old"
     inner = Engine(spec, seed=0).save(str(root / "embedding"))
     (root / "checkpoint.json").write_text(json.dumps({"format": "tpu_embedding_shim.train.Checkpoint"}))

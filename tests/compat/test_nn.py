@@ -38,27 +38,33 @@ W = SP.with_values(np.array([1.0, 2.0, 0.5], np.float32))
 
 SIGNATURES = {  # str(inspect.signature(f)) of TensorFlow 2.15.1
     tf.nn.embedding_lookup: "(params, ids, max_norm=None, name=None)",
-    tf.compat.v1.nn.embedding_lookup:
-        "(params, ids, partition_strategy='mod', name=None, validate_indices=True, max_norm=None)",
-    tf.nn.embedding_lookup_sparse:
-        "(params, sp_ids, sp_weights, combiner=None, max_norm=None, name=None, allow_fast_lookup=False)",
-    tf.compat.v1.nn.embedding_lookup_sparse:
+    tf.compat.v1.nn.embedding_lookup: (
+        "(params, ids, partition_strategy='mod', name=None, validate_indices=True, max_norm=None)"
+    ),
+    tf.nn.embedding_lookup_sparse: (
+        "(params, sp_ids, sp_weights, combiner=None, max_norm=None, name=None, allow_fast_lookup=False)"
+    ),
+    tf.compat.v1.nn.embedding_lookup_sparse: (
         "(params, sp_ids, sp_weights, partition_strategy='mod', name=None, combiner=None, max_norm=None, "
-        "allow_fast_lookup=False)",
-    tf.nn.safe_embedding_lookup_sparse:
+        "allow_fast_lookup=False)"
+    ),
+    tf.nn.safe_embedding_lookup_sparse: (
         "(embedding_weights, sparse_ids, sparse_weights=None, combiner='mean', default_id=None, max_norm=None, "
-        "name=None, allow_fast_lookup=False)",
-    tf.compat.v1.nn.safe_embedding_lookup_sparse:
+        "name=None, allow_fast_lookup=False)"
+    ),
+    tf.compat.v1.nn.safe_embedding_lookup_sparse: (
         "(embedding_weights, sparse_ids, sparse_weights=None, combiner='mean', default_id=None, name=None, "
-        "partition_strategy='div', max_norm=None, allow_fast_lookup=False)",
+        "partition_strategy='div', max_norm=None, allow_fast_lookup=False)"
+    ),
 }
 
 
 @pytest.mark.parametrize("function", list(SIGNATURES), ids=lambda f: f.__name__)
 def test_signatures_are_tensorflows(function):
     signature = inspect.signature(function).replace(return_annotation=inspect.Signature.empty)
-    plain = signature.replace(parameters=[p.replace(annotation=inspect.Parameter.empty)
-                                          for p in signature.parameters.values()])
+    plain = signature.replace(
+        parameters=[p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()]
+    )
     assert str(plain) == SIGNATURES[function]
 
 
@@ -106,8 +112,9 @@ def test_max_norm_clips_each_row():
     out = tf.nn.embedding_lookup(T, [0, 1, 6], max_norm=1.0)
     np.testing.assert_allclose(out, [[0.0, 1.0], [0.5547002, 0.8320503], [0.67828006, 0.7348034]], **TOL)
     np.testing.assert_array_equal(tf.nn.embedding_lookup(T, [0, 1, 6], max_norm=1), out)
-    np.testing.assert_allclose(tf.compat.v1.nn.embedding_lookup([T[:4], T[4:]], [0, 1, 6], "div", max_norm=1.0),
-                               out, **TOL)
+    np.testing.assert_allclose(
+        tf.compat.v1.nn.embedding_lookup([T[:4], T[4:]], [0, 1, 6], "div", max_norm=1.0), out, **TOL
+    )
     assert clip_rows(np.zeros((1, 3), np.float32), 1.0).tolist() == [[0.0, 0.0, 0.0]]
 
 
@@ -116,7 +123,8 @@ def test_params_of_rank_3_and_1():
     out = tf.compat.v1.nn.embedding_lookup(cube, [[1], [3]], max_norm=5.0)  # clipped over both trailing axes
     assert out.shape == (2, 1, 3, 2)
     np.testing.assert_allclose(
-        out[0, 0], [[1.4126447, 1.6480856], [1.8835264, 2.1189673], [2.354408, 2.5898488]], **TOL)
+        out[0, 0], [[1.4126447, 1.6480856], [1.8835264, 2.1189673], [2.354408, 2.5898488]], **TOL
+    )
     np.testing.assert_allclose(out[1, 0], [[1.786122, 1.885351], [1.9845802, 2.0838091], [2.1830382, 2.282267]], **TOL)
     line = np.arange(4, dtype=np.float32) - 2
     assert tf.compat.v1.nn.embedding_lookup(line, [[1], [3]], max_norm=1.5).tolist() == [[-1.0], [1.0]]
@@ -134,8 +142,11 @@ def test_the_tf2_sparse_docstring_examples():
     ids = sparse([[0, 0], [0, 1], [1, 0], [2, 0]], [0, 1, 3, 2], [3, 2])
     assert tf.nn.embedding_lookup_sparse(params, ids, None, combiner="sum").tolist() == [[4, 6], [7, 8], [5, 6]]
     weights = ids.with_values(np.array([0.1, 1.0, 0.5, 2.0], np.float32))
-    np.testing.assert_allclose(tf.nn.embedding_lookup_sparse(params, ids, weights, combiner="sum"),
-                               [[3.1, 4.2], [3.5, 4.0], [10.0, 12.0]], **TOL)
+    np.testing.assert_allclose(
+        tf.nn.embedding_lookup_sparse(params, ids, weights, combiner="sum"),
+        [[3.1, 4.2], [3.5, 4.0], [10.0, 12.0]],
+        **TOL,
+    )
 
 
 def test_plain_lookup_drops_trailing_empty_rows():
@@ -159,11 +170,20 @@ def test_plain_lookup_with_ragged_ids_shards_max_norm_and_rank_3_params():
     ragged = tf.RaggedTensor.from_row_lengths([1, 3, 6], [2, 0, 1, 0])
     assert tf.nn.embedding_lookup_sparse(T, ragged, None).tolist() == [[4, 5], [0, 0], [12, 13]]
     assert tf.compat.v1.nn.embedding_lookup_sparse([T[0::2], T[1::2]], SP, None, combiner="sum").tolist() == [
-        [8, 10], [0, 0], [12, 13]]
+        [8, 10],
+        [0, 0],
+        [12, 13],
+    ]
     assert tf.nn.embedding_lookup_sparse([T[:4], T[4:]], SP, None, combiner="sum").tolist() == [
-        [8, 10], [0, 0], [12, 13]]
-    np.testing.assert_allclose(tf.nn.embedding_lookup_sparse(T, SP, W, combiner="sum", max_norm=1.0),
-                               [[1.8563, 2.3506], [0, 0], [0.3391, 0.3674]], atol=1e-4)
+        [8, 10],
+        [0, 0],
+        [12, 13],
+    ]
+    np.testing.assert_allclose(
+        tf.nn.embedding_lookup_sparse(T, SP, W, combiner="sum", max_norm=1.0),
+        [[1.8563, 2.3506], [0, 0], [0.3391, 0.3674]],
+        atol=1e-4,
+    )
     cube = np.arange(24, dtype=np.float32).reshape(4, 3, 2)
     ids = sparse([[0, 0], [0, 1], [2, 0]], [1, 0, 3], [4, 2])
     out = tf.nn.embedding_lookup_sparse(cube, ids, None, combiner="sum")
@@ -171,8 +191,9 @@ def test_plain_lookup_with_ragged_ids_shards_max_norm_and_rank_3_params():
     assert out[0].tolist() == [[6, 8], [10, 12], [14, 16]] and out[2].tolist() == cube[3].tolist()
     out = tf.nn.embedding_lookup_sparse(cube, ids, W, combiner="mean")
     np.testing.assert_allclose(out[0], [[2, 3], [4, 5], [6, 7]], **TOL)
-    assert tf.nn.embedding_lookup_sparse(T, SP, W.with_values(np.array([1, 2, 3], np.int32)),
-                                         combiner="sum").tolist() == [[14, 17], [0, 0], [36, 39]]
+    assert tf.nn.embedding_lookup_sparse(
+        T, SP, W.with_values(np.array([1, 2, 3], np.int32)), combiner="sum"
+    ).tolist() == [[14, 17], [0, 0], [36, 39]]
 
 
 # --------------------------------------------------------------------------
@@ -183,16 +204,27 @@ def test_plain_lookup_with_ragged_ids_shards_max_norm_and_rank_3_params():
 def test_safe_lookup_prunes_and_fills_every_row():
     assert tf.nn.safe_embedding_lookup_sparse(T, SP_INVALID).tolist() == [[2, 3], [0, 0], [12, 13], [0, 0]]
     assert tf.nn.safe_embedding_lookup_sparse(T, SP_INVALID, default_id=5).tolist() == [
-        [2, 3], [10, 11], [12, 13], [10, 11]]
+        [2, 3],
+        [10, 11],
+        [12, 13],
+        [10, 11],
+    ]
     assert tf.nn.safe_embedding_lookup_sparse(T, SP_INVALID, default_id=np.int64(2))[1].tolist() == [4, 5]
     assert tf.nn.safe_embedding_lookup_sparse(T, SP_INVALID, combiner=None).tolist() == [
-        [2, 3], [0, 0], [12, 13], [0, 0]]
+        [2, 3],
+        [0, 0],
+        [12, 13],
+        [0, 0],
+    ]
     assert tf.nn.safe_embedding_lookup_sparse(T, sparse([], [], [3, 2])).tolist() == [[0, 0]] * 3
     assert tf.nn.safe_embedding_lookup_sparse(T, sparse([], [], [0, 2])).shape == (0, 2)
     unsorted = sparse([[2, 0], [0, 0]], [1, 2], [3, 1])  # the safe lookup takes any order
     assert tf.nn.safe_embedding_lookup_sparse(T, unsorted).tolist() == [[4, 5], [0, 0], [2, 3]]
     assert tf.nn.safe_embedding_lookup_sparse(T, unsorted, unsorted.with_values(np.array([1.0, 2.0]))).tolist() == [
-        [4, 5], [0, 0], [2, 3]]
+        [4, 5],
+        [0, 0],
+        [2, 3],
+    ]
 
 
 def test_safe_lookup_prunes_non_positive_weights_for_mean_and_sqrtn_only():
@@ -205,11 +237,12 @@ def test_safe_lookup_prunes_non_positive_weights_for_mean_and_sqrtn_only():
 
 def test_safe_lookup_of_rank_3_and_rank_1_ids():
     rank3 = sparse([[0, 0, 0], [0, 1, 0], [1, 1, 1]], [1, 2, 3], [2, 2, 2])
-    assert tf.nn.safe_embedding_lookup_sparse(T, rank3, combiner="sum").tolist() == [
-        [[2, 3], [4, 5]], [[0, 0], [6, 7]]]
+    assert tf.nn.safe_embedding_lookup_sparse(T, rank3, combiner="sum").tolist() == [[[2, 3], [4, 5]], [[0, 0], [6, 7]]]
     weights = rank3.with_values(np.array([1.0, 2.0, 3.0], np.float32))
     assert tf.nn.safe_embedding_lookup_sparse(T, rank3, weights, combiner="sum").tolist() == [
-        [[2, 3], [8, 10]], [[0, 0], [18, 21]]]
+        [[2, 3], [8, 10]],
+        [[0, 0], [18, 21]],
+    ]
     rank1 = sparse([[0], [2]], [1, 2], [3])
     assert tf.nn.safe_embedding_lookup_sparse(T, rank1, combiner="sum").tolist() == [6, 8]
 
@@ -219,15 +252,25 @@ def test_safe_lookup_with_ragged_ids_shards_and_max_norm():
     weights = tf.RaggedTensor.from_row_lengths(np.array([1.0, 2.0, 0.5], np.float32), [2, 0, 1, 0])
     assert tf.nn.safe_embedding_lookup_sparse(T, ragged).tolist() == [[2, 3], [0, 0], [12, 13], [0, 0]]
     assert tf.nn.safe_embedding_lookup_sparse(T, ragged, weights, default_id=2).tolist() == [
-        [2, 3], [4, 5], [12, 13], [4, 5]]
+        [2, 3],
+        [4, 5],
+        [12, 13],
+        [4, 5],
+    ]
     assert tf.compat.v1.nn.safe_embedding_lookup_sparse(
-        [T[0::2], T[1::2]], SP_INVALID, None, combiner="sum", partition_strategy="mod").tolist() == [
-        [2, 3], [0, 0], [12, 13], [0, 0]]
+        [T[0::2], T[1::2]], SP_INVALID, None, combiner="sum", partition_strategy="mod"
+    ).tolist() == [[2, 3], [0, 0], [12, 13], [0, 0]]
     assert tf.compat.v1.nn.safe_embedding_lookup_sparse([T[:4], T[4:]], SP_INVALID, None, combiner="sum").tolist() == [
-        [2, 3], [0, 0], [12, 13], [0, 0]]  # 'div' by default
+        [2, 3],
+        [0, 0],
+        [12, 13],
+        [0, 0],
+    ]  # 'div' by default
     np.testing.assert_allclose(
         tf.nn.safe_embedding_lookup_sparse(T, SP_INVALID, default_id=5, max_norm=1.0),
-        [[0.5547, 0.8321], [0.6727, 0.7399], [0.6783, 0.7348], [0.6727, 0.7399]], atol=1e-4)  # default row clipped too
+        [[0.5547, 0.8321], [0.6727, 0.7399], [0.6783, 0.7348], [0.6727, 0.7399]],
+        atol=1e-4,
+    )  # default row clipped too
 
 
 # --------------------------------------------------------------------------
@@ -238,61 +281,78 @@ DENSE = tf.nn.embedding_lookup
 V1 = tf.compat.v1.nn
 
 
-@pytest.mark.parametrize("call,error,match", [
-    (lambda: DENSE(None, [1]), ValueError, "`params` must be"),
-    (lambda: DENSE([], [1]), ValueError, r"Received: \[\]"),
-    (lambda: DENSE(np.float32(3), [0]), ValueError, "rank >= 1"),
-    (lambda: DENSE([T[:4], np.zeros((3, 3), np.float32)], [0]), ValueError, "same shape after the first"),
-    (lambda: DENSE([T[:2], T[2:]], [0]), ValueError, r"shards of \[4, 3\] rows. Received shards of \[2, 5\]"),
-    (lambda: V1.embedding_lookup([T[:1], T[1:2], T[:0]], [0], partition_strategy="div"), ValueError,
-     "at least one row per shard"),
-    (lambda: V1.embedding_lookup([T[:4], T[4:]], [1], partition_strategy="foo"), ValueError, "partition_strategy"),
-    (lambda: V1.embedding_lookup(T, [1], partition_strategy="DIV"), ValueError, "case-sensitive"),
-    (lambda: DENSE(T, [-1]), ValueError, r"`ids` must hold row ids in \[0, 7\)\. Received: -1"),
-    (lambda: DENSE(T, [[0, 7]]), ValueError, r"Received: 7 \(entry 1\)"),
-    (lambda: DENSE([T[:4], T[4:]], [9]), ValueError, r"\[0, 7\)"),
-    (lambda: DENSE(T, [1.0]), TypeError, "integer ids"),
-    (lambda: DENSE(T, [True]), TypeError, "integer ids"),
-    (lambda: DENSE(T, ["a"]), TypeError, "integer ids"),
-    (lambda: DENSE(T, SP), ValueError, "embedding_lookup_sparse"),
-    (lambda: DENSE(T, tf.ragged.constant([[1], [2, 3]])), TypeError, "row_splits"),
-    (lambda: DENSE(T, [1], max_norm="a"), TypeError, "max_norm"),
-    (lambda: DENSE(T, [1], max_norm=0.0), ValueError, "> 0"),
-    (lambda: DENSE(T, [1], max_norm=-1.0), ValueError, "> 0"),
-    (lambda: DENSE(np.arange(6).reshape(3, 2), [1], max_norm=1.0), TypeError, "floating-point params"),
-], ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize(
+    "call,error,match",
+    [
+        (lambda: DENSE(None, [1]), ValueError, "`params` must be"),
+        (lambda: DENSE([], [1]), ValueError, r"Received: \[\]"),
+        (lambda: DENSE(np.float32(3), [0]), ValueError, "rank >= 1"),
+        (lambda: DENSE([T[:4], np.zeros((3, 3), np.float32)], [0]), ValueError, "same shape after the first"),
+        (lambda: DENSE([T[:2], T[2:]], [0]), ValueError, r"shards of \[4, 3\] rows. Received shards of \[2, 5\]"),
+        (
+            lambda: V1.embedding_lookup([T[:1], T[1:2], T[:0]], [0], partition_strategy="div"),
+            ValueError,
+            "at least one row per shard",
+        ),
+        (lambda: V1.embedding_lookup([T[:4], T[4:]], [1], partition_strategy="foo"), ValueError, "partition_strategy"),
+        (lambda: V1.embedding_lookup(T, [1], partition_strategy="DIV"), ValueError, "case-sensitive"),
+        (lambda: DENSE(T, [-1]), ValueError, r"`ids` must hold row ids in \[0, 7\)\. Received: -1"),
+        (lambda: DENSE(T, [[0, 7]]), ValueError, r"Received: 7 \(entry 1\)"),
+        (lambda: DENSE([T[:4], T[4:]], [9]), ValueError, r"\[0, 7\)"),
+        (lambda: DENSE(T, [1.0]), TypeError, "integer ids"),
+        (lambda: DENSE(T, [True]), TypeError, "integer ids"),
+        (lambda: DENSE(T, ["a"]), TypeError, "integer ids"),
+        (lambda: DENSE(T, SP), ValueError, "embedding_lookup_sparse"),
+        (lambda: DENSE(T, tf.ragged.constant([[1], [2, 3]])), TypeError, "row_splits"),
+        (lambda: DENSE(T, [1], max_norm="a"), TypeError, "max_norm"),
+        (lambda: DENSE(T, [1], max_norm=0.0), ValueError, "> 0"),
+        (lambda: DENSE(T, [1], max_norm=-1.0), ValueError, "> 0"),
+        (lambda: DENSE(np.arange(6).reshape(3, 2), [1], max_norm=1.0), TypeError, "floating-point params"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
 def test_embedding_lookup_errors(call, error, match):
     with pytest.raises(error, match=match):
         call()
 
 
-SPARSE_FUNCTIONS = [tf.nn.embedding_lookup_sparse, V1.embedding_lookup_sparse,
-                    tf.nn.safe_embedding_lookup_sparse, V1.safe_embedding_lookup_sparse]
+SPARSE_FUNCTIONS = [
+    tf.nn.embedding_lookup_sparse,
+    V1.embedding_lookup_sparse,
+    tf.nn.safe_embedding_lookup_sparse,
+    V1.safe_embedding_lookup_sparse,
+]
 
 
 @pytest.mark.parametrize("function", SPARSE_FUNCTIONS, ids=lambda f: f.__module__.split(".")[-1] + "." + f.__name__)
-@pytest.mark.parametrize("kwargs,error,match", [
-    (dict(combiner="max"), ValueError, "`combiner` must be one of 'sum', 'mean', 'sqrtn'. Received: 'max'"),
-    (dict(combiner="MEAN"), ValueError, "case-sensitive"),
-    (dict(params=None), ValueError, "must be a"),
-    (dict(params=[]), ValueError, r"Received: \[\]"),
-    (dict(params=[T[:4], T[4:, :1]]), ValueError, "same shape after the first"),
-    (dict(params=np.array([["a", "b"]])), TypeError, "must hold numbers"),
-    (dict(ids=[[1, 2]]), TypeError, "must be a SparseTensor or a RaggedTensor. Received: list"),
-    (dict(ids=np.array([[1, 2]])), TypeError, "Received: ndarray"),
-    (dict(ids=sparse([[0, 0]], np.array([1.0]), [1, 1])), TypeError, "integer ids"),
-    (dict(ids=sparse([[0, 0]], [7], [1, 1])), ValueError, r"row ids in \[0, 7\)\. Received: 7"),
-    (dict(weights=[[1.0, 2.0]]), TypeError, "must be None or a SparseTensor"),
-    (dict(weights=tf.ragged.constant([[1.0, 2.0], [], [0.5]])), TypeError, "must be None or a SparseTensor"),
-    (dict(ids=tf.RaggedTensor.from_row_lengths([1, 3, 6], [2, 0, 1]), weights=W), TypeError,
-     "must be None or a RaggedTensor"),
-    (dict(weights=sparse([[1, 0], [1, 1], [3, 0]], [1.0, 2.0, 0.5], [4, 2])), ValueError, "same indices"),
-    (dict(weights=sparse([[0, 0], [0, 1]], [1.0, 2.0], [4, 2])), ValueError, "same indices"),
-    (dict(weights=SP.with_values(np.array(["a", "b", "c"]))), TypeError, "must hold numbers"),
-    (dict(max_norm="a"), TypeError, "max_norm"),
-    (dict(max_norm=0), ValueError, "max_norm"),
-    (dict(allow_fast_lookup="yes"), TypeError, "allow_fast_lookup"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        (dict(combiner="max"), ValueError, "`combiner` must be one of 'sum', 'mean', 'sqrtn'. Received: 'max'"),
+        (dict(combiner="MEAN"), ValueError, "case-sensitive"),
+        (dict(params=None), ValueError, "must be a"),
+        (dict(params=[]), ValueError, r"Received: \[\]"),
+        (dict(params=[T[:4], T[4:, :1]]), ValueError, "same shape after the first"),
+        (dict(params=np.array([["a", "b"]])), TypeError, "must hold numbers"),
+        (dict(ids=[[1, 2]]), TypeError, "must be a SparseTensor or a RaggedTensor. Received: list"),
+        (dict(ids=np.array([[1, 2]])), TypeError, "Received: ndarray"),
+        (dict(ids=sparse([[0, 0]], np.array([1.0]), [1, 1])), TypeError, "integer ids"),
+        (dict(ids=sparse([[0, 0]], [7], [1, 1])), ValueError, r"row ids in \[0, 7\)\. Received: 7"),
+        (dict(weights=[[1.0, 2.0]]), TypeError, "must be None or a SparseTensor"),
+        (dict(weights=tf.ragged.constant([[1.0, 2.0], [], [0.5]])), TypeError, "must be None or a SparseTensor"),
+        (
+            dict(ids=tf.RaggedTensor.from_row_lengths([1, 3, 6], [2, 0, 1]), weights=W),
+            TypeError,
+            "must be None or a RaggedTensor",
+        ),
+        (dict(weights=sparse([[1, 0], [1, 1], [3, 0]], [1.0, 2.0, 0.5], [4, 2])), ValueError, "same indices"),
+        (dict(weights=sparse([[0, 0], [0, 1]], [1.0, 2.0], [4, 2])), ValueError, "same indices"),
+        (dict(weights=SP.with_values(np.array(["a", "b", "c"]))), TypeError, "must hold numbers"),
+        (dict(max_norm="a"), TypeError, "max_norm"),
+        (dict(max_norm=0), ValueError, "max_norm"),
+        (dict(allow_fast_lookup="yes"), TypeError, "allow_fast_lookup"),
+    ],
+)
 def test_sparse_lookup_errors(function, kwargs, error, match):
     args = dict(params=T, ids=SP, weights=None)
     args.update({k: v for k, v in kwargs.items() if k in args})
@@ -344,8 +404,10 @@ def lookups(draw, *, min_ids_per_row=0, valid_only=False):
     """A table, a shard count and strategy, and a rank-2 sparse batch with weights."""
     vocabulary_size = draw(st.integers(1, 12))
     dim = draw(st.integers(1, 3))
-    table = np.array(draw(st.lists(st.floats(-4, 4, width=32), min_size=vocabulary_size * dim,
-                                   max_size=vocabulary_size * dim)), np.float32).reshape(vocabulary_size, dim)
+    table = np.array(
+        draw(st.lists(st.floats(-4, 4, width=32), min_size=vocabulary_size * dim, max_size=vocabulary_size * dim)),
+        np.float32,
+    ).reshape(vocabulary_size, dim)
     batch = draw(st.integers(1, 5))
     indices, ids, weights = [], [], []
     low = 0 if valid_only else -1
@@ -356,15 +418,22 @@ def lookups(draw, *, min_ids_per_row=0, valid_only=False):
             ids.append(draw(st.integers(low, vocabulary_size - 1)))
             weights.append(draw(st.floats(0.25, 2) if valid_only else st.sampled_from([-1.0, 0.0, 0.5, 1.0, 2.0])))
     sp_ids = sparse(indices, np.array(ids, np.int64), [batch, 4])
-    return dict(table=table, num_shards=draw(st.integers(1, vocabulary_size)),
-                strategy=draw(st.sampled_from(["div", "mod"])),
-                combiner=draw(st.sampled_from(["sum", "mean", "sqrtn"])),
-                sp_ids=sp_ids, sp_weights=sp_ids.with_values(np.array(weights, np.float32)))
+    return dict(
+        table=table,
+        num_shards=draw(st.integers(1, vocabulary_size)),
+        strategy=draw(st.sampled_from(["div", "mod"])),
+        combiner=draw(st.sampled_from(["sum", "mean", "sqrtn"])),
+        sp_ids=sp_ids,
+        sp_weights=sp_ids.with_values(np.array(weights, np.float32)),
+    )
 
 
 @SETTINGS
-@given(case=lookups(valid_only=True), ids=st.lists(st.integers(0, 100), max_size=8),
-       max_norm=st.sampled_from([None, 0.5, 2.0]))
+@given(
+    case=lookups(valid_only=True),
+    ids=st.lists(st.integers(0, 100), max_size=8),
+    max_norm=st.sampled_from([None, 0.5, 2.0]),
+)
 def test_results_do_not_depend_on_the_shard_count_or_strategy(case, ids, max_norm):
     table, n, strategy = case["table"], case["num_shards"], case["strategy"]
     shards = split_table(table, n, strategy)
@@ -377,7 +446,8 @@ def test_results_do_not_depend_on_the_shard_count_or_strategy(case, ids, max_nor
         kwargs = dict(combiner=case["combiner"], max_norm=max_norm)
         np.testing.assert_array_equal(
             function(shards, case["sp_ids"], case["sp_weights"], partition_strategy=strategy, **kwargs),
-            function(table, case["sp_ids"], case["sp_weights"], **kwargs))
+            function(table, case["sp_ids"], case["sp_weights"], **kwargs),
+        )
     if strategy == "div":
         np.testing.assert_array_equal(tf.nn.embedding_lookup(shards, ids, max_norm=max_norm), one)
 
@@ -387,8 +457,9 @@ def test_results_do_not_depend_on_the_shard_count_or_strategy(case, ids, max_nor
 def test_safe_equals_plain_when_every_row_has_valid_ids(case, weighted, default_id):
     weights = case["sp_weights"] if weighted else None
     plain = tf.nn.embedding_lookup_sparse(case["table"], case["sp_ids"], weights, combiner=case["combiner"])
-    safe = tf.nn.safe_embedding_lookup_sparse(case["table"], case["sp_ids"], weights, combiner=case["combiner"],
-                                              default_id=default_id)
+    safe = tf.nn.safe_embedding_lookup_sparse(
+        case["table"], case["sp_ids"], weights, combiner=case["combiner"], default_id=default_id
+    )
     np.testing.assert_array_equal(safe, plain)
 
 
@@ -409,8 +480,11 @@ def test_max_norm_bounds_every_row_and_keeps_short_ones(case, max_norm):
 def test_safe_lookup_of_rank_3_ids_is_the_rank_2_lookup_reshaped(case, d1):
     ids = case["sp_ids"]
     batch, width = (int(d) for d in ids.dense_shape)
-    cube = sparse(np.stack([ids.indices[:, 0] // d1, ids.indices[:, 0] % d1, ids.indices[:, 1]], axis=1), ids.values,
-                  [-(-batch // d1), d1, width])
+    cube = sparse(
+        np.stack([ids.indices[:, 0] // d1, ids.indices[:, 0] % d1, ids.indices[:, 1]], axis=1),
+        ids.values,
+        [-(-batch // d1), d1, width],
+    )
     flat = sparse(np.stack([ids.indices[:, 0], ids.indices[:, 1]], axis=1), ids.values, [cube.shape[0] * d1, width])
     kwargs = dict(combiner=case["combiner"], default_id=0)
     out = tf.nn.safe_embedding_lookup_sparse(case["table"], cube, cube.with_values(case["sp_weights"].values), **kwargs)

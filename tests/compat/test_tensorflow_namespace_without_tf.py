@@ -16,11 +16,13 @@ import textwrap
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "tpu_embedding_shim"
-MESSAGE = (r"tpu_embedding_shim.tensorflow needs TensorFlow, which is not installed .*Install the `tensorflow` extra: "
-           r"pip install 'tpu-embedding-shim\[tensorflow\]' "
-           r"\(tensorflow-cpu==2.15.1 and tensorflow-estimator==2.15.0\)")
+MESSAGE = (
+    r"tpu_embedding_shim.tensorflow needs TensorFlow, which is not installed .*Install the `tensorflow` extra: "
+    r"pip install 'tpu-embedding-shim\[tensorflow\]' "
+    r"\(tensorflow-cpu==2.15.1 and tensorflow-estimator==2.15.0\)"
+)
 
-WITHOUT_TENSORFLOW = textwrap.dedent('''
+WITHOUT_TENSORFLOW = textwrap.dedent("""
     import importlib.abc, sys
 
     class NoTensorFlow(importlib.abc.MetaPathFinder):
@@ -38,7 +40,7 @@ WITHOUT_TENSORFLOW = textwrap.dedent('''
         print(type(error).__name__ + ": " + str(error))
     else:
         print("imported")
-''')
+""")
 
 
 def test_importing_the_bridge_without_tensorflow_is_an_import_error_naming_the_extra():

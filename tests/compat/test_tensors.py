@@ -14,14 +14,17 @@ def test_sparse_tensor_round_trips_dense():
     assert st.shape == (3, 2)
 
 
-@pytest.mark.parametrize("kwargs,error,fragment", [
-    ({"indices": [[0, 0]], "values": [1, 2], "dense_shape": [2, 2]}, ValueError, "values"),
-    ({"indices": [[0, 5]], "values": [1], "dense_shape": [2, 2]}, ValueError, "out of bounds"),
-    ({"indices": [[0, 0, 0]], "values": [1], "dense_shape": [2, 2]}, ValueError, "rank"),
-    ({"indices": [[0.5, 0]], "values": [1], "dense_shape": [2, 2]}, TypeError, "indices"),
-    ({"indices": [[0, 0]], "values": [[1]], "dense_shape": [2, 2]}, ValueError, "values"),
-    ({"indices": [[0, 0]], "values": [1], "dense_shape": [-1, 2]}, ValueError, "dense_shape"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,fragment",
+    [
+        ({"indices": [[0, 0]], "values": [1, 2], "dense_shape": [2, 2]}, ValueError, "values"),
+        ({"indices": [[0, 5]], "values": [1], "dense_shape": [2, 2]}, ValueError, "out of bounds"),
+        ({"indices": [[0, 0, 0]], "values": [1], "dense_shape": [2, 2]}, ValueError, "rank"),
+        ({"indices": [[0.5, 0]], "values": [1], "dense_shape": [2, 2]}, TypeError, "indices"),
+        ({"indices": [[0, 0]], "values": [[1]], "dense_shape": [2, 2]}, ValueError, "values"),
+        ({"indices": [[0, 0]], "values": [1], "dense_shape": [-1, 2]}, ValueError, "dense_shape"),
+    ],
+)
 def test_bad_sparse_tensor(kwargs, error, fragment):
     with pytest.raises(error, match=fragment):
         tf.SparseTensor(**kwargs)
@@ -50,14 +53,17 @@ def test_ragged_constructors_agree():
     assert a.nrows == 3
 
 
-@pytest.mark.parametrize("call,fragment", [
-    (lambda: tf.RaggedTensor.from_row_splits([1, 2], [1, 2]), "row_splits"),
-    (lambda: tf.RaggedTensor.from_row_splits([1, 2], [0, 3]), "last row split"),
-    (lambda: tf.RaggedTensor.from_row_splits([1, 2], [0, 2, 1]), "non-decreasing"),
-    (lambda: tf.RaggedTensor.from_row_lengths([1, 2], [3, -1]), "row_lengths"),
-    (lambda: tf.RaggedTensor.from_value_rowids([1, 2], [1, 0]), "value_rowids"),
-    (lambda: tf.RaggedTensor.from_value_rowids([1, 2], [0, 1], nrows=1), "nrows"),
-])
+@pytest.mark.parametrize(
+    "call,fragment",
+    [
+        (lambda: tf.RaggedTensor.from_row_splits([1, 2], [1, 2]), "row_splits"),
+        (lambda: tf.RaggedTensor.from_row_splits([1, 2], [0, 3]), "last row split"),
+        (lambda: tf.RaggedTensor.from_row_splits([1, 2], [0, 2, 1]), "non-decreasing"),
+        (lambda: tf.RaggedTensor.from_row_lengths([1, 2], [3, -1]), "row_lengths"),
+        (lambda: tf.RaggedTensor.from_value_rowids([1, 2], [1, 0]), "value_rowids"),
+        (lambda: tf.RaggedTensor.from_value_rowids([1, 2], [0, 1], nrows=1), "nrows"),
+    ],
+)
 def test_bad_ragged_tensor(call, fragment):
     with pytest.raises(ValueError, match=fragment):
         call()

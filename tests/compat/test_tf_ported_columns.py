@@ -95,15 +95,21 @@ def test_shared_embedding_columns_defaults():
     assert column_a.get_initializer() is column_b.get_initializer()  # one table, one initializer
     assert (column_a.name, column_b.name) == ("aaa_shared_embedding", "bbb_shared_embedding")
     assert (column_a.parse_example_spec, column_b.parse_example_spec) == (
-        {"aaa": VarLenFeature(INT64)}, {"bbb": VarLenFeature(INT64)})
+        {"aaa": VarLenFeature(INT64)},
+        {"bbb": VarLenFeature(INT64)},
+    )
 
 
 def test_shared_embedding_columns_all_constructor_args():
     a = fc.categorical_column_with_identity(key="aaa", num_buckets=3)
     b = fc.categorical_column_with_identity(key="bbb", num_buckets=3)
     column_a, column_b = tpu.shared_embedding_columns(
-        [a, b], dimension=2, combiner="sum", initializer=lambda: "my_initializer",
-        shared_embedding_collection_name="var_scope_name")
+        [a, b],
+        dimension=2,
+        combiner="sum",
+        initializer=lambda: "my_initializer",
+        shared_embedding_collection_name="var_scope_name",
+    )
     for column in (column_a, column_b):
         assert column.get_embedding_table_size() == (3, 2)
         assert column.combiner == "sum"
@@ -115,7 +121,8 @@ def test_shared_embedding_columns_all_constructor_args():
 
 def test_shared_embedding_columns_deepcopy():
     columns = tpu.shared_embedding_columns(
-        [fc.categorical_column_with_identity("bbb", 3), fc.categorical_column_with_identity("aaa", 3)], dimension=2)
+        [fc.categorical_column_with_identity("bbb", 3), fc.categorical_column_with_identity("aaa", 3)], dimension=2
+    )
     duplicates = copy.deepcopy(columns)
     assert [c.get_embedding_var_name() for c in duplicates] == [c.get_embedding_var_name() for c in columns]
     assert duplicates[0].shared_embedding_column_creator is duplicates[1].shared_embedding_column_creator
@@ -132,11 +139,17 @@ def _columns():
     """(kind, column): one column of each TPU class, as the oracle built them."""
     return [
         ("plain", tpu.embedding_column(IDENT, 4)),
-        ("device", tpu.embedding_column(IDENT, 4, embedding_lookup_device="tpu_tensor_core",
-                                        tensor_core_shape=[None, 3])),
+        (
+            "device",
+            tpu.embedding_column(IDENT, 4, embedding_lookup_device="tpu_tensor_core", tensor_core_shape=[None, 3]),
+        ),
         ("shared", tpu.shared_embedding_columns([IDENT, B], 4)[0]),
-        ("shared-device", tpu.shared_embedding_columns([IDENT, B], 4, embedding_lookup_device="tpu_tensor_core",
-                                                       tensor_core_shape=[None, 3])[0]),
+        (
+            "shared-device",
+            tpu.shared_embedding_columns(
+                [IDENT, B], 4, embedding_lookup_device="tpu_tensor_core", tensor_core_shape=[None, 3]
+            )[0],
+        ),
     ]
 
 
@@ -163,12 +176,20 @@ def test_non_shared_columns_fix_embedding_column_fields(kind, column):
     with pytest.raises(AttributeError):
         column.trainable = False  # TensorFlow's column is a namedtuple: read-only
     assert column.get_config() == {  # the oracle's value, default initializer stddev 1/sqrt(4)
-        "categorical_column": {"class_name": "IdentityCategoricalColumn",
-                               "config": {"key": "ident", "number_buckets": 10, "default_value": None}},
-        "dimension": 4, "combiner": "mean",
-        "initializer": {"class_name": "TruncatedNormal",
-                        "config": {"mean": 0.0, "stddev": 0.5, "seed": None, "dtype": "float32"}},
-        "ckpt_to_load_from": None, "tensor_name_in_ckpt": None, "max_norm": None, "trainable": True,
+        "categorical_column": {
+            "class_name": "IdentityCategoricalColumn",
+            "config": {"key": "ident", "number_buckets": 10, "default_value": None},
+        },
+        "dimension": 4,
+        "combiner": "mean",
+        "initializer": {
+            "class_name": "TruncatedNormal",
+            "config": {"mean": 0.0, "stddev": 0.5, "seed": None, "dtype": "float32"},
+        },
+        "ckpt_to_load_from": None,
+        "tensor_name_in_ckpt": None,
+        "max_norm": None,
+        "trainable": True,
         "use_safe_embedding_lookup": True,
     }
     with pytest.raises(TypeError, match="ckpt_to_load_from"):  # TensorFlow: __new__() got an unexpected keyword
@@ -182,10 +203,14 @@ def test_get_config_serializes_initializers_as_tensorflow_v1_does():
     expected = [  # the oracle's get_config()['initializer'] for tf.compat.v1.*_initializer and a function
         (tf.compat.v1.constant_initializer(2), {"class_name": "Constant", "config": {"value": 2, "dtype": "float32"}}),
         (tf.zeros_initializer(), {"class_name": "Zeros", "config": {"dtype": "float32"}}),
-        (tf.compat.v1.truncated_normal_initializer(0, 2, seed=1),
-         {"class_name": "TruncatedNormal", "config": {"mean": 0, "stddev": 2, "seed": 1, "dtype": "float32"}}),
-        (tf.random_uniform_initializer(-1, 1, seed=3),
-         {"class_name": "RandomUniform", "config": {"minval": -1, "maxval": 1, "seed": 3, "dtype": "float32"}}),
+        (
+            tf.compat.v1.truncated_normal_initializer(0, 2, seed=1),
+            {"class_name": "TruncatedNormal", "config": {"mean": 0, "stddev": 2, "seed": 1, "dtype": "float32"}},
+        ),
+        (
+            tf.random_uniform_initializer(-1, 1, seed=3),
+            {"class_name": "RandomUniform", "config": {"minval": -1, "maxval": 1, "seed": 3, "dtype": "float32"}},
+        ),
         (my_init, "my_init"),
     ]
     for initializer, config in expected:
@@ -230,34 +255,88 @@ def _categorical(tmp_path):
     identity = fc.categorical_column_with_identity("ident", 10, default_value=3)
     # (column, parse_example_spec, parents, get_config): the oracle's values.
     return [
-        (identity, {"ident": VarLenFeature(INT64)}, ["ident"],
-         {"key": "ident", "number_buckets": 10, "default_value": 3}),
-        (fc.categorical_column_with_vocabulary_list("v", ["a", "b"], num_oov_buckets=2),
-         {"v": VarLenFeature(STRING)}, ["v"],
-         {"key": "v", "vocabulary_list": ("a", "b"), "dtype": "string", "default_value": -1, "num_oov_buckets": 2}),
-        (fc.categorical_column_with_vocabulary_list("vi", [3, 4]), {"vi": VarLenFeature(INT64)}, ["vi"],
-         {"key": "vi", "vocabulary_list": (3, 4), "dtype": "int64", "default_value": -1, "num_oov_buckets": 0}),
-        (fc.categorical_column_with_vocabulary_list("vi32", [1, 2], dtype=tf.int32),
-         {"vi32": VarLenFeature(np.dtype("int32"))}, ["vi32"],
-         {"key": "vi32", "vocabulary_list": (1, 2), "dtype": "int32", "default_value": -1, "num_oov_buckets": 0}),
-        (fc.categorical_column_with_vocabulary_file("vf", str(vocab)), {"vf": VarLenFeature(STRING)}, ["vf"],
-         {"key": "vf", "vocabulary_file": str(vocab), "vocabulary_size": 3, "num_oov_buckets": 0,
-          "dtype": "string", "default_value": -1, "file_format": None}),
-        (fc.categorical_column_with_vocabulary_file("vfi", str(ints), dtype=tf.int64, num_oov_buckets=1),
-         {"vfi": VarLenFeature(INT64)}, ["vfi"],
-         {"key": "vfi", "vocabulary_file": str(ints), "vocabulary_size": 3, "num_oov_buckets": 1,
-          "dtype": "int64", "default_value": -1, "file_format": None}),
-        (fc.weighted_categorical_column(identity, "w", dtype=tf.int32),
-         {"ident": VarLenFeature(INT64), "w": VarLenFeature(np.dtype("int32"))}, [identity, "w"],
-         {"categorical_column": {"class_name": "IdentityCategoricalColumn",
-                                 "config": {"key": "ident", "number_buckets": 10, "default_value": 3}},
-          "weight_feature_key": "w", "dtype": "int32"}),
-        (fc.sequence_categorical_column_with_identity("s", 10), {"s": VarLenFeature(INT64)},
-         [fc.categorical_column_with_identity("s", 10)],
-         {"categorical_column": {"class_name": "IdentityCategoricalColumn",
-                                 "config": {"key": "s", "number_buckets": 10, "default_value": None}}}),
-        (fc.categorical_column_with_hash_bucket("h", 5, dtype=tf.int64), {"h": VarLenFeature(INT64)}, ["h"],
-         {"key": "h", "hash_bucket_size": 5, "dtype": "int64"}),
+        (
+            identity,
+            {"ident": VarLenFeature(INT64)},
+            ["ident"],
+            {"key": "ident", "number_buckets": 10, "default_value": 3},
+        ),
+        (
+            fc.categorical_column_with_vocabulary_list("v", ["a", "b"], num_oov_buckets=2),
+            {"v": VarLenFeature(STRING)},
+            ["v"],
+            {"key": "v", "vocabulary_list": ("a", "b"), "dtype": "string", "default_value": -1, "num_oov_buckets": 2},
+        ),
+        (
+            fc.categorical_column_with_vocabulary_list("vi", [3, 4]),
+            {"vi": VarLenFeature(INT64)},
+            ["vi"],
+            {"key": "vi", "vocabulary_list": (3, 4), "dtype": "int64", "default_value": -1, "num_oov_buckets": 0},
+        ),
+        (
+            fc.categorical_column_with_vocabulary_list("vi32", [1, 2], dtype=tf.int32),
+            {"vi32": VarLenFeature(np.dtype("int32"))},
+            ["vi32"],
+            {"key": "vi32", "vocabulary_list": (1, 2), "dtype": "int32", "default_value": -1, "num_oov_buckets": 0},
+        ),
+        (
+            fc.categorical_column_with_vocabulary_file("vf", str(vocab)),
+            {"vf": VarLenFeature(STRING)},
+            ["vf"],
+            {
+                "key": "vf",
+                "vocabulary_file": str(vocab),
+                "vocabulary_size": 3,
+                "num_oov_buckets": 0,
+                "dtype": "string",
+                "default_value": -1,
+                "file_format": None,
+            },
+        ),
+        (
+            fc.categorical_column_with_vocabulary_file("vfi", str(ints), dtype=tf.int64, num_oov_buckets=1),
+            {"vfi": VarLenFeature(INT64)},
+            ["vfi"],
+            {
+                "key": "vfi",
+                "vocabulary_file": str(ints),
+                "vocabulary_size": 3,
+                "num_oov_buckets": 1,
+                "dtype": "int64",
+                "default_value": -1,
+                "file_format": None,
+            },
+        ),
+        (
+            fc.weighted_categorical_column(identity, "w", dtype=tf.int32),
+            {"ident": VarLenFeature(INT64), "w": VarLenFeature(np.dtype("int32"))},
+            [identity, "w"],
+            {
+                "categorical_column": {
+                    "class_name": "IdentityCategoricalColumn",
+                    "config": {"key": "ident", "number_buckets": 10, "default_value": 3},
+                },
+                "weight_feature_key": "w",
+                "dtype": "int32",
+            },
+        ),
+        (
+            fc.sequence_categorical_column_with_identity("s", 10),
+            {"s": VarLenFeature(INT64)},
+            [fc.categorical_column_with_identity("s", 10)],
+            {
+                "categorical_column": {
+                    "class_name": "IdentityCategoricalColumn",
+                    "config": {"key": "s", "number_buckets": 10, "default_value": None},
+                }
+            },
+        ),
+        (
+            fc.categorical_column_with_hash_bucket("h", 5, dtype=tf.int64),
+            {"h": VarLenFeature(INT64)},
+            ["h"],
+            {"key": "h", "hash_bucket_size": 5, "dtype": "int64"},
+        ),
     ]
 
 
@@ -291,7 +370,8 @@ def test_from_config_refuses_what_the_constructor_refuses():
         type(IDENT).from_config("ident")
     with pytest.raises(ValueError, match="categorical_column"):
         fc.weighted_categorical_column(IDENT, "w").from_config(
-            {"categorical_column": {"class_name": "Nope", "config": {}}, "weight_feature_key": "w"})
+            {"categorical_column": {"class_name": "Nope", "config": {}}, "weight_feature_key": "w"}
+        )
 
 
 def test_other_columns_parse_specs_and_parents():
@@ -311,8 +391,13 @@ def test_other_columns_parse_specs_and_parents():
 
 
 @SETTINGS
-@given(key=st.text("abcxyz_", min_size=1, max_size=6), buckets=st.integers(1, 50),
-       dimension=st.integers(1, 16), weighted=st.booleans(), sequence=st.booleans())
+@given(
+    key=st.text("abcxyz_", min_size=1, max_size=6),
+    buckets=st.integers(1, 50),
+    dimension=st.integers(1, 16),
+    weighted=st.booleans(),
+    sequence=st.booleans(),
+)
 def test_tpu_column_answers_follow_its_categorical_column(key, buckets, dimension, weighted, sequence):
     """For any identity-based column: TensorFlow's rules tie the TPU column's answers to its categorical column."""
     if sequence:
@@ -345,8 +430,13 @@ def _tensor_core_lookup(columns, features):
 
 def _device_columns(shared, combiner, initializer, shape=(None, 3)):
     categorical = fc.categorical_column_with_identity(key="inp", num_buckets=3)
-    kwargs = dict(dimension=2, initializer=initializer, combiner=combiner,
-                  embedding_lookup_device="tpu_tensor_core", tensor_core_shape=list(shape))
+    kwargs = dict(
+        dimension=2,
+        initializer=initializer,
+        combiner=combiner,
+        embedding_lookup_device="tpu_tensor_core",
+        tensor_core_shape=list(shape),
+    )
     if shared:
         return tpu.shared_embedding_columns([categorical], **kwargs)
     return [tpu.embedding_column(categorical, **kwargs)]
@@ -356,8 +446,9 @@ def _device_columns(shared, combiner, initializer, shape=(None, 3)):
 @pytest.mark.parametrize("combiner", ["mean", "sum", "sqrtn"])
 def test_dense_embedding_lookup(shared, combiner):
     # example 0: ids [2]; example 1: ids [0, 1, 3], id 3 at position 4 (past tensor_core_shape[1] = 3)
-    features = {"inp": tf.SparseTensor(indices=((0, 0), (1, 0), (1, 1), (1, 4)), values=(2, 0, 1, 3),
-                                       dense_shape=(2, 5))}
+    features = {
+        "inp": tf.SparseTensor(indices=((0, 0), (1, 0), (1, 1), (1, 4)), values=(2, 0, 1, 3), dense_shape=(2, 5))
+    }
     columns = _device_columns(shared, combiner, table_initializer())
     if combiner == "sqrtn":  # TensorFlow: ValueError when the layer is built; here, when the spec is
         with pytest.raises(ValueError, match="Dense TPU Embedding does not support combiner"):
@@ -388,8 +479,12 @@ def test_kept_positions_must_be_a_number(shape):
 
 
 def test_weighted_tensor_core_column_is_refused():
-    column = tpu.embedding_column(fc.weighted_categorical_column(IDENT, "w"), 2,
-                                  embedding_lookup_device="tpu_tensor_core", tensor_core_shape=[None, 2])
+    column = tpu.embedding_column(
+        fc.weighted_categorical_column(IDENT, "w"),
+        2,
+        embedding_lookup_device="tpu_tensor_core",
+        tensor_core_shape=[None, 2],
+    )
     with pytest.raises(ValueError, match="weighted_categorical_column"):
         EmbeddingConfigSpec(feature_columns=[column], optimization_parameters=ADAGRAD)
 
@@ -398,7 +493,7 @@ def test_every_input_form_keeps_the_same_positions():
     """Position = column index of a sparse or dense input, index inside a ragged row; -1 is dense padding."""
     columns = _device_columns(False, "sum", table_initializer(), shape=(None, 2))
     forms = [
-        np.array([[2, -1, 1], [-1, 0, 1]]),                              # position 2 of each row is dropped
+        np.array([[2, -1, 1], [-1, 0, 1]]),  # position 2 of each row is dropped
         tf.SparseTensor(indices=((1, 2), (0, 0), (1, 1), (0, 2)), values=(1, 2, 0, 1), dense_shape=(2, 3)),
         [[2, -1, 1], [-1, 0, 1]],
     ]
@@ -421,13 +516,21 @@ def tf_dense_lookup(table, rows, kept, combiner):
 
 
 @SETTINGS
-@given(rows=st.lists(st.lists(st.integers(0, 5), max_size=7), min_size=1, max_size=6),
-       kept=st.integers(1, 8), combiner=st.sampled_from(["sum", "mean"]))
+@given(
+    rows=st.lists(st.lists(st.integers(0, 5), max_size=7), min_size=1, max_size=6),
+    kept=st.integers(1, 8),
+    combiner=st.sampled_from(["sum", "mean"]),
+)
 def test_lookup_and_gradient_see_only_the_kept_positions(rows, kept, combiner):
     table = np.arange(12, dtype=np.float32).reshape(6, 2) ** 1.5
-    column = tpu.embedding_column(fc.categorical_column_with_identity("inp", 6), 2, combiner=combiner,
-                                  initializer=lambda shape, dtype=np.float32: table.copy(),
-                                  embedding_lookup_device="tpu_tensor_core", tensor_core_shape=[None, kept])
+    column = tpu.embedding_column(
+        fc.categorical_column_with_identity("inp", 6),
+        2,
+        combiner=combiner,
+        initializer=lambda shape, dtype=np.float32: table.copy(),
+        embedding_lookup_device="tpu_tensor_core",
+        tensor_core_shape=[None, kept],
+    )
     tensor_core = TensorCoreColumns([column])
     state = {}
     tensor_core.initialize(state, np.random.default_rng(0))

@@ -23,7 +23,7 @@ def cases(category):
     return pytest.mark.parametrize("case", found, ids=[c["id"] for c in found])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _npz(file):
     with np.load(DATA / file, allow_pickle=False) as z:
         return dict(z)

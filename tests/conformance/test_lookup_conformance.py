@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-import pytest
 
 from tpu_embedding_shim.engine.lookup import pooled_lookup, sequence_lookup
 from tpu_embedding_shim.engine.ragged import to_ragged
@@ -142,13 +141,19 @@ def column_feature(p, a):
     column = p["column"]
     if column in ("identity", "weighted"):
         return FeatureSpec(
-            name="c", table="t", num_buckets=p["num_buckets"],
+            name="c",
+            table="t",
+            num_buckets=p["num_buckets"],
             weight_key="c_weight" if column == "weighted" else None,
         )
     vocab = tuple(str(w) for w in a["vocab_words"])
     return FeatureSpec(
-        name="c", table="t", num_buckets=p["num_buckets"], id_source="vocabulary_list",
-        vocabulary=vocab, num_oov_buckets=p["num_oov_buckets"],
+        name="c",
+        table="t",
+        num_buckets=p["num_buckets"],
+        id_source="vocabulary_list",
+        vocabulary=vocab,
+        num_oov_buckets=p["num_oov_buckets"],
     )
 
 

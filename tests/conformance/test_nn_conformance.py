@@ -11,7 +11,6 @@ docs/stricter_than_tensorflow.md).
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
@@ -58,7 +57,9 @@ def test_lookup_sparse(case):
         assert len(shape) == 3
         folded = tf.SparseTensor(
             np.stack([a["indices"][:, 0], a["indices"][:, 1] * shape[2] + a["indices"][:, 2]], axis=1),
-            a["ids"], [shape[0], shape[1] * shape[2]])
+            a["ids"],
+            [shape[0], shape[1] * shape[2]],
+        )
         ours = tf.nn.embedding_lookup_sparse(table, ids, None, combiner=combiner)
         assert ours.shape[0] == a["indices"][:, 0].max() + 1
         np.testing.assert_array_equal(ours, tf.nn.embedding_lookup_sparse(table, folded, None, combiner=combiner))
@@ -90,7 +91,8 @@ def test_partitioned(case):
         np.testing.assert_array_equal(tf.nn.embedding_lookup(shards, a["ids"]), a["out"])
     if "out_max_norm" in a:
         clipped = tf.compat.v1.nn.embedding_lookup(
-            shards, a["ids"], partition_strategy=strategy, max_norm=p["max_norm"])
+            shards, a["ids"], partition_strategy=strategy, max_norm=p["max_norm"]
+        )
         assert_same(clipped, a["out_max_norm"])
         if v2:
             assert_same(tf.nn.embedding_lookup(shards, a["ids"], max_norm=p["max_norm"]), a["out_max_norm"])
@@ -99,16 +101,20 @@ def test_partitioned(case):
     sp_weights = sp_ids.with_values(a["sp_weights"])
     for combiner in ("sum", "mean", "sqrtn"):
         plain = tf.compat.v1.nn.embedding_lookup_sparse(
-            shards, sp_ids, sp_weights, partition_strategy=strategy, combiner=combiner)
+            shards, sp_ids, sp_weights, partition_strategy=strategy, combiner=combiner
+        )
         assert_same(plain, a[f"sparse_{combiner}"])
         safe = tf.compat.v1.nn.safe_embedding_lookup_sparse(
-            shards, sp_ids, sp_weights, combiner=combiner, partition_strategy=strategy)
+            shards, sp_ids, sp_weights, combiner=combiner, partition_strategy=strategy
+        )
         assert_same(safe, a[f"safe_{combiner}"])
         if v2:
-            assert_same(tf.nn.embedding_lookup_sparse(shards, sp_ids, sp_weights, combiner=combiner),
-                        a[f"sparse_{combiner}"])
-            assert_same(tf.nn.safe_embedding_lookup_sparse(shards, sp_ids, sp_weights, combiner=combiner),
-                        a[f"safe_{combiner}"])
+            assert_same(
+                tf.nn.embedding_lookup_sparse(shards, sp_ids, sp_weights, combiner=combiner), a[f"sparse_{combiner}"]
+            )
+            assert_same(
+                tf.nn.safe_embedding_lookup_sparse(shards, sp_ids, sp_weights, combiner=combiner), a[f"safe_{combiner}"]
+            )
 
 
 def test_every_case_of_both_categories_is_collected():

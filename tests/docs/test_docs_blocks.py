@@ -38,7 +38,10 @@ def code_blocks(text):
 def test_code_blocks_finds_every_block():
     text = "a\n```python\n>>> 1\n1\n\n```\n  ```text\nx\n  ```\n````py\nprint(1)\n````\n"
     assert [(n, lang, body) for n, lang, body in code_blocks(text)] == [
-        (2, "python", [">>> 1", "1", ""]), (7, "text", ["x"]), (10, "py", ["print(1)"])]
+        (2, "python", [">>> 1", "1", ""]),
+        (7, "text", ["x"]),
+        (10, "py", ["print(1)"]),
+    ]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(DOCS)))

@@ -37,8 +37,12 @@ def test_lazy_adam_numbers_match_the_page():
         "frequent_final": 1.0,
         "frequent_rows_equal": True,
     }
-    for key in ("lazy_rare_after_first_sighting", "non_lazy_rare_after_first_sighting",
-                "lazy_rare_final", "non_lazy_rare_final"):
+    for key in (
+        "lazy_rare_after_first_sighting",
+        "non_lazy_rare_after_first_sighting",
+        "lazy_rare_final",
+        "non_lazy_rare_final",
+    ):
         assert f"{summary[key]:.3f}" in SEMANTICS, key
     assert len(data["steps"]) == len(data["lazy"]["rare"]) == 300
 
@@ -47,9 +51,9 @@ def test_lazy_adam_moves_the_rare_row_only_when_it_is_seen():
     data = make_plots.lazy_adam_data()
     rare = data["lazy"]["rare"]
     changed = [step for step in range(1, len(rare)) if rare[step] != rare[step - 1]]
-    assert changed == list(range(30, 300, 30))           # steps 31, 61, ... (0-based 30, 60, ...)
+    assert changed == list(range(30, 300, 30))  # steps 31, 61, ... (0-based 30, 60, ...)
     non_lazy = data["non_lazy"]["rare"]
-    assert sum(non_lazy[s] != non_lazy[s - 1] for s in range(1, 30)) == 29   # moves between sightings
+    assert sum(non_lazy[s] != non_lazy[s - 1] for s in range(1, 30)) == 29  # moves between sightings
 
 
 def test_pipelining_numbers_match_the_page():
@@ -58,7 +62,10 @@ def test_pipelining_numbers_match_the_page():
     assert summary[12.0]["steps_to_1e-4"] == {"off": 5, "on": 24}
     assert summary[20.0]["steps_to_1e-4"] == {"off": 4, "on": None}
     assert [summary[lr]["diverged"] for lr in (4.0, 12.0, 20.0)] == [
-        {"off": False, "on": False}, {"off": False, "on": False}, {"off": False, "on": True}]
+        {"off": False, "on": False},
+        {"off": False, "on": False},
+        {"off": False, "on": True},
+    ]
     assert summary["growth_on_at_highest_rate"] == 60000.0
     assert "| 4 | 15 | 12 |" in SEMANTICS
     assert "| 12 | 5 | 24 |" in SEMANTICS

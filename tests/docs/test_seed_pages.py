@@ -35,8 +35,9 @@ def page_tpu_columns(vocabulary_size):
 
     The pages' `tf.feature_column.categorical_column_with_identity(...)` is filled in with `vocabulary_size`.
     """
-    column_a, column_b, column_c = [tf.feature_column.categorical_column_with_identity(key, vocabulary_size)
-                                    for key in ("a", "b", "c")]
+    column_a, column_b, column_c = [
+        tf.feature_column.categorical_column_with_identity(key, vocabulary_size) for key in ("a", "b", "c")
+    ]
     tpu_shared_columns = tf.tpu.experimental.shared_embedding_columns([column_a, column_b], 10)
     tpu_non_shared_column = tf.tpu.experimental.embedding_column(column_c, 10)
     return [tpu_non_shared_column] + tpu_shared_columns
@@ -56,11 +57,13 @@ def regression_input_fn(keys, vocabulary_size, seed, labels=True):
             features = {key: ids[k] for k, key in enumerate(keys)}
             label = sum(target[k, ids[k, :, 0]] for k in range(len(keys))).astype(np.float32)
             yield (features, label) if labels else features
+
     return input_fn
 
 
 def linear_model_fn(make_layer, width, losses, shapes):
     """The fixed model_fn: the page's layer, then y = x @ w with its backward pass written out."""
+
     def model_fn(features, labels, mode, params):
         dense_features = make_layer()
         embedded_feature = dense_features(features)
@@ -76,8 +79,12 @@ def linear_model_fn(make_layer, width, losses, shapes):
             state["w"] = w - 0.05 * embedded_feature.T @ d_prediction
 
         return tf.estimator.tpu.TPUEstimatorSpec(
-            mode, loss=loss, train_op=train_op,
-            embedding_gradients={embedded_feature: np.outer(d_prediction, w).astype(np.float32)})
+            mode,
+            loss=loss,
+            train_op=train_op,
+            embedding_gradients={embedded_feature: np.outer(d_prediction, w).astype(np.float32)},
+        )
+
     return model_fn
 
 
@@ -95,12 +102,18 @@ def assert_page_model_fn_fails_as_in_tensorflow(make_estimator, keys, vocabulary
         called.append(features)
 
     estimator = make_estimator(model_fn)
-    with pytest.raises(ValueError, match=r"^model_fn does not take labels, but input_fn returns labels\. .*"
-                                         r"def model_fn\(features, labels, mode, params\):"):
+    with pytest.raises(
+        ValueError,
+        match=r"^model_fn does not take labels, but input_fn returns labels\. .*"
+        r"def model_fn\(features, labels, mode, params\):",
+    ):
         estimator.train(regression_input_fn(keys, vocabulary_size, seed=1), steps=3)
-    with pytest.raises(ValueError, match=r"^model_fn \(<function .*model_fn.*\) does not include params argument, "
-                                         r"required by TPUEstimator to pass batch size as params\['batch_size'\]\. "
-                                         r".*def model_fn\(features, labels, mode, params\):"):
+    with pytest.raises(
+        ValueError,
+        match=r"^model_fn \(<function .*model_fn.*\) does not include params argument, "
+        r"required by TPUEstimator to pass batch size as params\['batch_size'\]\. "
+        r".*def model_fn\(features, labels, mode, params\):",
+    ):
         estimator.train(regression_input_fn(keys, vocabulary_size, seed=1, labels=False), steps=3)
     assert called == [] and estimator.global_step == 0 and estimator.latest_checkpoint() is None
 
@@ -127,16 +140,22 @@ def test_page_000_embedding_config_spec(tmp_path):
     tpu_columns = page_tpu_columns(20)
 
     def make_estimator(model_fn, model_dir):
-        with pytest.warns(UserWarning, match="`column=` is not an argument"):  # the page's typo, read as feature_columns
+        with pytest.warns(
+            UserWarning, match="`column=` is not an argument"
+        ):  # the page's typo, read as feature_columns
             spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-                column=tpu_columns,
-                optimization_parameters=(tf.estimator.tpu.experimental.AdagradParameters(0.1)))
+                column=tpu_columns, optimization_parameters=(tf.estimator.tpu.experimental.AdagradParameters(0.1))
+            )
         return tf.estimator.tpu.TPUEstimator(
-            model_fn=model_fn, config=tf.estimator.tpu.RunConfig(model_dir=str(model_dir), tf_random_seed=0),
-            train_batch_size=B, embedding_config_spec=spec)
+            model_fn=model_fn,
+            config=tf.estimator.tpu.RunConfig(model_dir=str(model_dir), tf_random_seed=0),
+            train_batch_size=B,
+            embedding_config_spec=spec,
+        )
 
-    assert_page_model_fn_fails_as_in_tensorflow(lambda fn: make_estimator(fn, tmp_path / "as_printed"),
-                                                ("a", "b", "c"), 20)
+    assert_page_model_fn_fails_as_in_tensorflow(
+        lambda fn: make_estimator(fn, tmp_path / "as_printed"), ("a", "b", "c"), 20
+    )
 
     losses, shapes = [], []
 
@@ -162,13 +181,16 @@ def test_page_001_embedding_column(tmp_path):
         with pytest.warns(UserWarning, match="`column=` is not an argument"):
             spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
                 column=[tpu_column],
-                optimization_parameters=tf.tpu.experimental.StochasticGradientDescentParameters(0.5))
+                optimization_parameters=tf.tpu.experimental.StochasticGradientDescentParameters(0.5),
+            )
         return tf.estimator.tpu.TPUEstimator(
-            model_fn=model_fn, config=tf.estimator.tpu.RunConfig(model_dir=str(model_dir), tf_random_seed=0),
-            train_batch_size=B, embedding_config_spec=spec)
+            model_fn=model_fn,
+            config=tf.estimator.tpu.RunConfig(model_dir=str(model_dir), tf_random_seed=0),
+            train_batch_size=B,
+            embedding_config_spec=spec,
+        )
 
-    assert_page_model_fn_fails_as_in_tensorflow(lambda fn: make_estimator(fn, tmp_path / "as_printed"),
-                                                ("movie",), 50)
+    assert_page_model_fn_fails_as_in_tensorflow(lambda fn: make_estimator(fn, tmp_path / "as_printed"), ("movie",), 50)
 
     losses, shapes = [], []
 
@@ -195,15 +217,18 @@ def test_page_002_embedding_config_spec_filled_from_its_args_table(tmp_path):
             config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(model_dir), tf_random_seed=0),
             train_batch_size=B,
             embedding_config_spec=tf.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec(
-                feature_columns=tpu_columns,
-                optimization_parameters=tf.compat.v1.tpu.experimental.AdamParameters(0.05)))
+                feature_columns=tpu_columns, optimization_parameters=tf.compat.v1.tpu.experimental.AdamParameters(0.05)
+            ),
+        )
 
-    assert_page_model_fn_fails_as_in_tensorflow(lambda fn: make_estimator(fn, tmp_path / "as_printed"),
-                                                ("a", "b", "c"), 30)
+    assert_page_model_fn_fails_as_in_tensorflow(
+        lambda fn: make_estimator(fn, tmp_path / "as_printed"), ("a", "b", "c"), 30
+    )
 
     losses, shapes = [], []
-    estimator = make_estimator(linear_model_fn(lambda: tf.keras.layers.DenseFeatures(tpu_columns), 30, losses, shapes),
-                               tmp_path / "fixed")
+    estimator = make_estimator(
+        linear_model_fn(lambda: tf.keras.layers.DenseFeatures(tpu_columns), 30, losses, shapes), tmp_path / "fixed"
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the correctly spelled program warns about nothing
         names = train_and_check(estimator, regression_input_fn(("a", "b", "c"), 30, seed=5), losses, shapes, 30)
@@ -216,8 +241,15 @@ def test_page_002_embedding_config_spec_filled_from_its_args_table(tmp_path):
 def sparse_core_feature_config():
     table = E.TableConfig(vocabulary_size=40, dim=4, name="items")
     user_table = E.TableConfig(vocabulary_size=16, dim=4, name="users")
-    return {"clicked": E.FeatureConfig(table=table), "history": E.FeatureConfig(table=table, max_sequence_length=3),
-            "user": E.FeatureConfig(table=user_table)}, table, user_table
+    return (
+        {
+            "clicked": E.FeatureConfig(table=table),
+            "history": E.FeatureConfig(table=table, max_sequence_length=3),
+            "user": E.FeatureConfig(table=user_table),
+        },
+        table,
+        user_table,
+    )
 
 
 def test_page_003_tpu_embedding_v2():
@@ -227,9 +259,9 @@ def test_page_003_tpu_embedding_v2():
         with pytest.raises(RuntimeError, match=r"created under TPUStrategy.*with strategy\.scope\(\)"):
             E.TPUEmbeddingV2(feature_config=feature_config, optimizer=optimizer)
     strategy = tf.distribute.TPUStrategy()
-    with strategy.scope():  # "ValueError: ... or None when created under a TPUStrategy"
-        with pytest.raises(ValueError, match="unsupported optimizer class"):
-            E.TPUEmbeddingV2(feature_config=feature_config, optimizer=None)
+    # "ValueError: ... or None when created under a TPUStrategy"
+    with strategy.scope(), pytest.raises(ValueError, match="unsupported optimizer class"):
+        E.TPUEmbeddingV2(feature_config=feature_config, optimizer=None)
     assert table.name == "items" and table.optimizer is None  # the failed calls changed nothing
 
     with strategy.scope():
@@ -247,8 +279,11 @@ def test_page_003_tpu_embedding_v2():
     def batch():
         clicked = rng.integers(0, 40, (B, 2))
         history = [list(rng.integers(0, 40, rng.integers(1, 5))) for _ in range(B)]
-        features = {"clicked": tf.ragged.constant(clicked.tolist()), "history": tf.ragged.constant(history),
-                    "user": rng.integers(0, 16, B)}
+        features = {
+            "clicked": tf.ragged.constant(clicked.tolist()),
+            "history": tf.ragged.constant(history),
+            "user": rng.integers(0, 16, B),
+        }
         return features, taste[clicked].mean(axis=1)
 
     def tpu_step(features, labels):
@@ -259,11 +294,10 @@ def test_page_003_tpu_embedding_v2():
         x = np.concatenate([activations["clicked"], activations["history"].mean(axis=1), activations["user"]], 1)
         error = x @ w - labels
         d_x = np.outer(2.0 * error / B, w).astype(np.float32)
-        gradients = {"clicked": d_x[:, :4], "history": np.repeat(d_x[:, None, 4:8] / 3, 3, axis=1),
-                     "user": d_x[:, 8:]}
+        gradients = {"clicked": d_x[:, :4], "history": np.repeat(d_x[:, None, 4:8] / 3, 3, axis=1), "user": d_x[:, 8:]}
         embedding.apply_gradients(gradients, preserved_outputs)
         w = w - 0.1 * x.T @ (2.0 * error / B)
-        return float(np.mean(error ** 2))
+        return float(np.mean(error**2))
 
     for _ in range(150):
         losses.append(strategy.run(tpu_step, args=batch()))
@@ -285,8 +319,11 @@ def test_page_003_tpu_embedding_v2():
 
 
 def test_page_004_tf_gradient_tape_points_to_the_numpy_form():
-    with pytest.raises(AttributeError, match=r"no attribute 'GradientTape': this numpy package has no automatic "
-                                             r"differentiation.*docs/mid_level_api\.md"):
+    with pytest.raises(
+        AttributeError,
+        match=r"no attribute 'GradientTape': this numpy package has no automatic "
+        r"differentiation.*docs/mid_level_api\.md",
+    ):
         tf.GradientTape()
 
 
@@ -296,7 +333,8 @@ def test_page_004_tpu_embedding_training_evaluation_checkpoint_and_cpu_tables(tm
     feature_config = {
         "feature_one": E.FeatureConfig(table=table_config_one),
         "feature_two": E.FeatureConfig(table=table_config_one),
-        "feature_three": E.FeatureConfig(table=table_config_two)}
+        "feature_three": E.FeatureConfig(table=table_config_two),
+    }
 
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
     tf.config.experimental_connect_to_cluster(resolver)
@@ -312,13 +350,17 @@ def test_page_004_tpu_embedding_training_evaluation_checkpoint_and_cpu_tables(tm
         batches = []
         for _ in range(120):
             one, two = rng.integers(0, 32, B), rng.integers(0, 32, (B, 2))
-            features = {"feature_one": one, "feature_two": tf.ragged.constant(two.tolist()),
-                        "feature_three": rng.integers(0, 8, B)}
+            features = {
+                "feature_one": one,
+                "feature_two": tf.ragged.constant(two.tolist()),
+                "feature_three": rng.integers(0, 8, B),
+            }
             batches.append((features, target[one] + target[two].mean(axis=1)))
         return batches
 
     distributed_dataset = strategy.experimental_distribute_datasets_from_function(
-        dataset_fn=dataset_fn, options=tf.distribute.InputOptions(experimental_prefetch_to_device=False))
+        dataset_fn=dataset_fn, options=tf.distribute.InputOptions(experimental_prefetch_to_device=False)
+    )
     dataset_iterator = iter(distributed_dataset)
     model = {"w": rng.normal(0.0, 0.5, (12,))}  # the dense model
     losses, eval_losses = [], []
@@ -335,8 +377,9 @@ def test_page_004_tpu_embedding_training_evaluation_checkpoint_and_cpu_tables(tm
             d_output = 2.0 * (output - tpu_features) / B  # loss = mean((output - labels) ** 2)
             losses.append(float(np.mean((output - tpu_features) ** 2)))
             d_x = np.outer(d_output, model["w"]).astype(np.float32)
-            embedding.apply_gradients({"feature_one": d_x[:, :4], "feature_two": d_x[:, 4:8],
-                                       "feature_three": d_x[:, 8:]})
+            embedding.apply_gradients(
+                {"feature_one": d_x[:, :4], "feature_two": d_x[:, 4:8], "feature_three": d_x[:, 8:]}
+            )
             model["w"] = model["w"] - 0.1 * x.T @ d_output  # "Insert your model gradient and optimizer here"
 
         for _ in tf.range(num_steps):
@@ -380,5 +423,6 @@ def test_page_004_tpu_embedding_training_evaluation_checkpoint_and_cpu_tables(tm
         np.testing.assert_array_equal(v, tables_after_training[t.name])
     np.testing.assert_array_equal(cpu_model["w"], model["w"])
     ids = np.array([3, 31, 0])
-    np.testing.assert_array_equal(np.asarray(tf.nn.embedding_lookup(tables[table_config_one], ids)),
-                                  tables_after_training["table_0"][ids])
+    np.testing.assert_array_equal(
+        np.asarray(tf.nn.embedding_lookup(tables[table_config_one], ids)), tables_after_training["table_0"][ids]
+    )

@@ -13,8 +13,10 @@ def shared_options(draw):
         low, high = draw(st.sampled_from([(-0.5, 0.3), (-0.5, 1.0), (0.05, 1.0), (-1.0, -0.1), (None, 0.2)]))
         opts.update(clip_gradient_min=low, clip_gradient_max=high)
     if draw(st.booleans()):
-        opts.update(weight_decay_factor=draw(st.sampled_from([0.01, 0.2])),
-                    multiply_weight_decay_factor_by_learning_rate=draw(st.booleans()))
+        opts.update(
+            weight_decay_factor=draw(st.sampled_from([0.01, 0.2])),
+            multiply_weight_decay_factor_by_learning_rate=draw(st.booleans()),
+        )
     if draw(st.booleans()):
         opts.update(clip_weight_min=draw(st.sampled_from([-1.0, None])), clip_weight_max=0.8)
     return opts
@@ -25,10 +27,17 @@ def step_inputs(rng, vocab, dim, batch=5):
     table: (features, activation gradients), with repeated ids and empty examples."""
     ids = lambda: [list(rng.integers(0, vocab, rng.integers(0, 5))) for _ in range(batch)]  # noqa: E731
     b_ids = ids()
-    features = {"a": ids(), "b": b_ids, "b_w": [list(rng.uniform(-0.5, 2, len(r)).astype(np.float32)) for r in b_ids],
-                "s": ids()}
-    grads = {"a": rng.standard_normal((batch, dim)), "b": rng.standard_normal((batch, dim)),
-             "s": rng.standard_normal((batch, 3, dim))}
+    features = {
+        "a": ids(),
+        "b": b_ids,
+        "b_w": [list(rng.uniform(-0.5, 2, len(r)).astype(np.float32)) for r in b_ids],
+        "s": ids(),
+    }
+    grads = {
+        "a": rng.standard_normal((batch, dim)),
+        "b": rng.standard_normal((batch, dim)),
+        "s": rng.standard_normal((batch, 3, dim)),
+    }
     return features, grads
 
 

@@ -9,7 +9,11 @@ import pytest
 
 from tpu_embedding_shim.engine import checkpoint as ckpt
 from tpu_embedding_shim.engine.checkpoint import (
-    CheckpointError, latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint,
+    CheckpointError,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
 )
 from tpu_embedding_shim.spec import AdagradSpec, EmbeddingSpec, FeatureSpec, FtrlSpec, SGDSpec, TableSpec
 
@@ -17,8 +21,13 @@ from tpu_embedding_shim.spec import AdagradSpec, EmbeddingSpec, FeatureSpec, Ftr
 def make_spec(*, vocab=10, dim=4, optimizer=None, num_shards=1, partition_strategy="div", names=("users", "items")):
     tables = tuple(TableSpec(name=n, vocabulary_size=vocab + i, dim=dim + i) for i, n in enumerate(names))
     features = tuple(FeatureSpec(name=f"f{i}", table=n, num_buckets=vocab + i) for i, n in enumerate(names))
-    return EmbeddingSpec(tables=tables, features=features, optimizer=optimizer or AdagradSpec(learning_rate=0.1),
-                         num_shards=num_shards, partition_strategy=partition_strategy)
+    return EmbeddingSpec(
+        tables=tables,
+        features=features,
+        optimizer=optimizer or AdagradSpec(learning_rate=0.1),
+        num_shards=num_shards,
+        partition_strategy=partition_strategy,
+    )
 
 
 def make_state(spec, seed=0):
@@ -37,8 +46,9 @@ def make_state(spec, seed=0):
 
 
 def save(directory, spec, state, step=1, **kwargs):
-    return save_checkpoint(directory, state, step=step, spec_structure=spec.structure(),
-                           fingerprint=spec.fingerprint(), **kwargs)
+    return save_checkpoint(
+        directory, state, step=step, spec_structure=spec.structure(), fingerprint=spec.fingerprint(), **kwargs
+    )
 
 
 def assert_bit_identical(a, b):
@@ -97,9 +107,21 @@ def test_restores_into_other_shard_count_and_strategy(tmp_path):
     assert_bit_identical(state, restored)
 
 
-@pytest.mark.parametrize("name", [
-    "towers/user/embedding", "a b", "ünïcødé", "..", ".hidden", "x" * 300, "a_b", "a/b", "CON", "t:1\\2*?",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "towers/user/embedding",
+        "a b",
+        "ünïcødé",
+        "..",
+        ".hidden",
+        "x" * 300,
+        "a_b",
+        "a/b",
+        "CON",
+        "t:1\\2*?",
+    ],
+)
 def test_odd_table_names(tmp_path, name):
     spec = make_spec(names=(name, "a_b" if name != "a_b" else "a/b"))
     state = make_state(spec)
@@ -135,7 +157,10 @@ def test_keep_prunes_oldest(tmp_path):
     for step in range(1, 8):
         save(tmp_path, spec, state, step=step * 10, keep=3)
     assert [os.path.basename(p) for p in list_checkpoints(tmp_path)] == [
-        "ckpt-0000000050", "ckpt-0000000060", "ckpt-0000000070"]
+        "ckpt-0000000050",
+        "ckpt-0000000060",
+        "ckpt-0000000070",
+    ]
     assert sorted(os.listdir(tmp_path)) == ["ckpt-0000000050", "ckpt-0000000060", "ckpt-0000000070"]
 
 
@@ -241,17 +266,20 @@ def test_failed_replacement_restores_the_old_checkpoint(tmp_path, monkeypatch):
 # Validation before writing ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("mutate, error, match", [
-    (lambda s: s.pop("items"), ValueError, r"missing \['items'\]"),
-    (lambda s: s.update(extra_table={"embedding": np.zeros((2, 2), np.float32)}), ValueError, "unexpected"),
-    (lambda s: s["users"].pop("accumulators"), ValueError, r"table 'users' must have arrays"),
-    (lambda s: s["users"].update(momenta=np.zeros((10, 4), np.float32)), ValueError, "must have arrays"),
-    (lambda s: s["users"].update(embedding=np.zeros((9, 4), np.float32)), ValueError, r"of shape \(10, 4\)"),
-    (lambda s: s["users"].update(embedding=[[0.0] * 4] * 10), TypeError, "numpy.ndarray"),
-    (lambda s: s["users"].update(embedding=np.empty((10, 4), object)), TypeError, "no objects"),
-    (lambda s: s["users"].update(accumulators=np.zeros((3, 4), np.float32)), ValueError, "with 10 rows"),
-    (lambda s: s.__setitem__("users", np.zeros(3)), TypeError, r"state\['users'\]"),
-])
+@pytest.mark.parametrize(
+    "mutate, error, match",
+    [
+        (lambda s: s.pop("items"), ValueError, r"missing \['items'\]"),
+        (lambda s: s.update(extra_table={"embedding": np.zeros((2, 2), np.float32)}), ValueError, "unexpected"),
+        (lambda s: s["users"].pop("accumulators"), ValueError, r"table 'users' must have arrays"),
+        (lambda s: s["users"].update(momenta=np.zeros((10, 4), np.float32)), ValueError, "must have arrays"),
+        (lambda s: s["users"].update(embedding=np.zeros((9, 4), np.float32)), ValueError, r"of shape \(10, 4\)"),
+        (lambda s: s["users"].update(embedding=[[0.0] * 4] * 10), TypeError, "numpy.ndarray"),
+        (lambda s: s["users"].update(embedding=np.empty((10, 4), object)), TypeError, "no objects"),
+        (lambda s: s["users"].update(accumulators=np.zeros((3, 4), np.float32)), ValueError, "with 10 rows"),
+        (lambda s: s.__setitem__("users", np.zeros(3)), TypeError, r"state\['users'\]"),
+    ],
+)
 def test_bad_state_raises_before_anything_is_written(tmp_path, mutate, error, match):
     spec = make_spec()
     state = make_state(spec)
@@ -261,17 +289,20 @@ def test_bad_state_raises_before_anything_is_written(tmp_path, mutate, error, ma
     assert not (tmp_path / "ckpts").exists()
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"step": -1}, ValueError, "step"),
-    ({"step": 1.0}, ValueError, "step"),
-    ({"keep": 0}, ValueError, "keep"),
-    ({"extra": {"f": object()}}, TypeError, "JSON-serialisable"),
-    ({"extra": {"x": float("nan")}}, TypeError, "JSON-serialisable"),
-    ({"extra": [1]}, TypeError, "extra"),
-    ({"fingerprint": 3}, TypeError, "fingerprint"),
-    ({"spec_structure": {}}, TypeError, "spec_structure"),
-    ({"spec_structure": {"users": {"dim": 4}}}, ValueError, "spec_structure"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"step": -1}, ValueError, "step"),
+        ({"step": 1.0}, ValueError, "step"),
+        ({"keep": 0}, ValueError, "keep"),
+        ({"extra": {"f": object()}}, TypeError, "JSON-serialisable"),
+        ({"extra": {"x": float("nan")}}, TypeError, "JSON-serialisable"),
+        ({"extra": [1]}, TypeError, "extra"),
+        ({"fingerprint": 3}, TypeError, "fingerprint"),
+        ({"spec_structure": {}}, TypeError, "spec_structure"),
+        ({"spec_structure": {"users": {"dim": 4}}}, ValueError, "spec_structure"),
+    ],
+)
 def test_bad_arguments_raise_before_anything_is_written(tmp_path, kwargs, error, match):
     spec = make_spec()
     args = dict(step=1, spec_structure=spec.structure(), fingerprint=spec.fingerprint())
@@ -298,8 +329,9 @@ def test_mismatched_dim_and_slots(tmp_path):
     with pytest.raises(CheckpointError, match=r"table 'users': expected dim=5, found dim=4"):
         load_checkpoint(path, spec_structure=make_spec(dim=5).structure())
     ftrl = make_spec(optimizer=FtrlSpec(learning_rate=0.1)).structure()
-    with pytest.raises(CheckpointError,
-                       match=r"expected optimizer slots \['accumulators', 'linears'\], found \['accumulators'\]"):
+    with pytest.raises(
+        CheckpointError, match=r"expected optimizer slots \['accumulators', 'linears'\], found \['accumulators'\]"
+    ):
         load_checkpoint(path, spec_structure=ftrl)
 
 
@@ -363,6 +395,7 @@ def test_pickled_object_array_is_refused_even_with_a_matching_checksum(tmp_path)
     payload[0, 0] = {"evil": "pickle"}
     np.save(target, payload, allow_pickle=True)
     import hashlib
+
     digest = hashlib.sha256(open(target, "rb").read()).hexdigest()
     size = os.path.getsize(target)
 
@@ -380,6 +413,7 @@ def test_raw_pickle_file_is_refused(tmp_path):
     target = _npy_files(path)[0]
     open(target, "wb").write(pickle.dumps(np.zeros((10, 4), np.float32)))
     import hashlib
+
     digest = hashlib.sha256(open(target, "rb").read()).hexdigest()
     _rewrite_manifest(path, lambda m: m["arrays"][0].update(sha256=digest, size_bytes=os.path.getsize(target)))
     with pytest.raises(CheckpointError, match="cannot be read safely"):
@@ -420,4 +454,8 @@ def test_manifest_is_readable_and_complete(tmp_path):
     assert set(entry) >= {"table", "slot", "file", "shape", "dtype", "sha256", "size_bytes"}
     assert entry["table"] == "users" and entry["slot"] == "embedding" and entry["shape"] == [10, 4]
     assert [(e["table"], e["slot"]) for e in manifest["arrays"]] == [
-        ("users", "embedding"), ("users", "accumulators"), ("items", "embedding"), ("items", "accumulators")]
+        ("users", "embedding"),
+        ("users", "accumulators"),
+        ("items", "embedding"),
+        ("items", "accumulators"),
+    ]

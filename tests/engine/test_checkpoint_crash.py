@@ -29,8 +29,9 @@ import pytest
 from tpu_embedding_shim.engine import checkpoint
 from tpu_embedding_shim.engine.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
 
-pytestmark = pytest.mark.skipif(not (hasattr(os, "fork") and hasattr(signal, "SIGKILL")),
-                                reason="needs fork and SIGKILL (POSIX)")
+pytestmark = pytest.mark.skipif(
+    not (hasattr(os, "fork") and hasattr(signal, "SIGKILL")), reason="needs fork and SIGKILL (POSIX)"
+)
 
 TABLES = ("users", "items")
 CRASH_CODE = 17
@@ -42,10 +43,22 @@ def structure(vocab, dim):
 
 def save(directory, step, value, vocab, dim, keep=2):
     """A checkpoint whose every entry encodes the save: embedding = value, accumulators = -value."""
-    state = {t: {"embedding": np.full((vocab, dim), value, np.float32),
-                 "accumulators": np.full((vocab, dim), -value, np.float32)} for t in TABLES}
-    return checkpoint.save_checkpoint(directory, state, step=step, spec_structure=structure(vocab, dim),
-                                      fingerprint="crash-test", extra={"value": value}, keep=keep)
+    state = {
+        t: {
+            "embedding": np.full((vocab, dim), value, np.float32),
+            "accumulators": np.full((vocab, dim), -value, np.float32),
+        }
+        for t in TABLES
+    }
+    return checkpoint.save_checkpoint(
+        directory,
+        state,
+        step=step,
+        spec_structure=structure(vocab, dim),
+        fingerprint="crash-test",
+        extra={"value": value},
+        keep=keep,
+    )
 
 
 def fork(body):
@@ -89,7 +102,7 @@ def test_random_sigkill_never_loses_the_last_good_checkpoint(tmp_path):
     for kill in range(30):
         read_end, write_end = os.pipe()
 
-        def loop(start=kill * 1000):
+        def loop(start=kill * 1000, read_end=read_end, write_end=write_end):
             os.close(read_end)
             i = 0
             while True:
@@ -127,6 +140,7 @@ def _prepare(directory):
 
 def _saves_with_crash_at(directory, crash_at, counter):
     """Replaces step 2, then saves step 3 (pruning step 1), dying before hooked call `crash_at`."""
+
     def hook(module, name):
         real = getattr(module, name)
 
@@ -163,7 +177,7 @@ def test_crash_at_every_point_of_a_save(tmp_path):
     assert total >= 20, total
     for crash_at in range(1, total + 1):
         directory = shutil.copytree(template, str(tmp_path / f"crash{crash_at}"))
-        pid = fork(lambda: _saves_with_crash_at(directory, crash_at, [0]))
+        pid = fork(lambda directory=directory, crash_at=crash_at: _saves_with_crash_at(directory, crash_at, [0]))
         _, status = os.waitpid(pid, 0)
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == CRASH_CODE, (crash_at, status)
         latest = check_directory(directory, 50, 4, must_exist=True)

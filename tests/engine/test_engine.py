@@ -10,26 +10,51 @@ from tpu_embedding_shim.engine.lookup import pooled_backward, pooled_lookup
 from tpu_embedding_shim.engine.optimizers import apply_sparse_update, initial_slots
 from tpu_embedding_shim.engine.ragged import to_ragged
 from tpu_embedding_shim.spec import (
-    AdagradSpec, AdamSpec, EmbeddingSpec, FeatureSpec, FtrlSpec, RowIdInitializer, SGDSpec, TableSpec,
+    AdagradSpec,
+    AdamSpec,
+    EmbeddingSpec,
+    FeatureSpec,
+    FtrlSpec,
+    RowIdInitializer,
+    SGDSpec,
+    TableSpec,
     TruncatedNormal,
 )
 
 V, D = 12, 3
 
 
-def make_spec(optimizer=None, *, combiner="mean", shards=1, strategy="div", pipelining=False, shared=False,
-              sequence=0, multiplier=None, seed=1, **extra):
-    table = TableSpec(name="t", vocabulary_size=V, dim=D, combiner=combiner,
-                      initializer=TruncatedNormal(stddev=0.5, seed=seed))
+def make_spec(
+    optimizer=None,
+    *,
+    combiner="mean",
+    shards=1,
+    strategy="div",
+    pipelining=False,
+    shared=False,
+    sequence=0,
+    multiplier=None,
+    seed=1,
+    **extra,
+):
+    table = TableSpec(
+        name="t", vocabulary_size=V, dim=D, combiner=combiner, initializer=TruncatedNormal(stddev=0.5, seed=seed)
+    )
     features = [FeatureSpec(name="a", table="t", num_buckets=V)]
     if shared:
         features.append(FeatureSpec(name="b", table="t", num_buckets=V, weight_key="b_w"))
     if sequence:
         features.append(FeatureSpec(name="s", table="t", num_buckets=V, max_sequence_length=sequence))
-    return EmbeddingSpec(tables=(table,), features=tuple(features),
-                         optimizer=optimizer or AdagradSpec(learning_rate=0.1), num_shards=shards,
-                         partition_strategy=strategy, pipeline_execution_with_tensor_core=pipelining,
-                         gradient_multiplier_fn=multiplier, **extra)
+    return EmbeddingSpec(
+        tables=(table,),
+        features=tuple(features),
+        optimizer=optimizer or AdagradSpec(learning_rate=0.1),
+        num_shards=shards,
+        partition_strategy=strategy,
+        pipeline_execution_with_tensor_core=pipelining,
+        gradient_multiplier_fn=multiplier,
+        **extra,
+    )
 
 
 def grads_like(result, seed):
@@ -55,8 +80,9 @@ def test_one_step_equals_the_reference_kernels():
     grad = grads_like(result, 3)
     engine.apply_gradients(result, grad)
     row_ids, row_grads = pooled_backward(batch, "sqrtn", grad["a"])
-    want, want_slots = apply_sparse_update(spec.optimizer, table0, initial_slots(spec.optimizer, table0.shape),
-                                           row_ids, row_grads, step=0)
+    want, want_slots = apply_sparse_update(
+        spec.optimizer, table0, initial_slots(spec.optimizer, table0.shape), row_ids, row_grads, step=0
+    )
     np.testing.assert_allclose(engine.table("t"), want, rtol=1e-6)
     np.testing.assert_allclose(engine.slots("t")["accumulators"], want_slots["accumulators"], rtol=1e-6)
     assert engine.global_step == 1
@@ -113,15 +139,17 @@ def test_pipelining_is_one_step_stale_when_steps_share_ids():
 
 
 @settings(max_examples=25, deadline=None)
-@given(shards=st.integers(1, 7), strategy=st.sampled_from(["div", "mod"]),
-       ids=st.lists(st.lists(st.integers(-1, V - 1), min_size=1, max_size=4), min_size=1, max_size=5))
+@given(
+    shards=st.integers(1, 7),
+    strategy=st.sampled_from(["div", "mod"]),
+    ids=st.lists(st.lists(st.integers(-1, V - 1), min_size=1, max_size=4), min_size=1, max_size=5),
+)
 def test_training_does_not_depend_on_shard_count_or_strategy(shards, strategy, ids):
     width = max(len(r) for r in ids)
     dense = [r + [-1] * (width - len(r)) for r in ids]
     batches = [{"a": dense}, {"a": dense[::-1]}]
     want = run(Engine(make_spec(AdamSpec(learning_rate=0.1, lazy_adam=True))), batches)
-    got = run(Engine(make_spec(AdamSpec(learning_rate=0.1, lazy_adam=True), shards=shards, strategy=strategy)),
-              batches)
+    got = run(Engine(make_spec(AdamSpec(learning_rate=0.1, lazy_adam=True), shards=shards, strategy=strategy)), batches)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 
 
@@ -134,13 +162,16 @@ def test_stored_shards_follow_the_strategy():
     assert [s.shape[0] for s in engine.shards("t")] == [3, 3, 2, 2, 2]
 
 
-@pytest.mark.parametrize("features,gradients,error,fragment", [
-    ({"a": [[V]]}, None, ValueError, "range"),
-    ({}, None, ValueError, "missing"),
-    ({"a": [[1]]}, {"a": np.ones((2, D))}, ValueError, "shape"),
-    ({"a": [[1]]}, {"a": np.full((1, D), np.nan)}, ValueError, "NaN"),
-    ({"a": [[1]]}, {"zzz": np.ones((1, D))}, ValueError, "unknown"),
-])
+@pytest.mark.parametrize(
+    "features,gradients,error,fragment",
+    [
+        ({"a": [[V]]}, None, ValueError, "range"),
+        ({}, None, ValueError, "missing"),
+        ({"a": [[1]]}, {"a": np.ones((2, D))}, ValueError, "shape"),
+        ({"a": [[1]]}, {"a": np.full((1, D), np.nan)}, ValueError, "NaN"),
+        ({"a": [[1]]}, {"zzz": np.ones((1, D))}, ValueError, "unknown"),
+    ],
+)
 def test_a_failing_step_changes_nothing(features, gradients, error, fragment):
     engine = Engine(make_spec(AdamSpec(learning_rate=0.1, lazy_adam=False), pipelining=True))
     run(engine, disjoint_batches(2))
@@ -249,7 +280,9 @@ def test_describe_names_emulated_tpu_behaviours():
 def test_row_id_tables_read_by_eye():
     spec = EmbeddingSpec(
         tables=(TableSpec(name="t", vocabulary_size=5, dim=2, initializer=RowIdInitializer(), combiner="mean"),),
-        features=(FeatureSpec(name="a", table="t", num_buckets=5),), optimizer=SGDSpec(learning_rate=0.1))
+        features=(FeatureSpec(name="a", table="t", num_buckets=5),),
+        optimizer=SGDSpec(learning_rate=0.1),
+    )
     out = Engine(spec).forward({"a": [[1, 3], [4, -1]]}, training=False).activations["a"]
     np.testing.assert_array_equal(out, [[2, 2], [4, 4]])
 
@@ -284,8 +317,9 @@ def test_dense_zero_is_padding_follows_tpuestimator_and_warns_once(monkeypatch):
 
 
 def test_features_may_have_their_own_example_counts_when_asked(tmp_path):
-    spec = make_spec(SGDSpec(learning_rate=1.0), combiner="sum", shared=True,
-                     profile_data_directory=str(tmp_path / "profile"))
+    spec = make_spec(
+        SGDSpec(learning_rate=1.0), combiner="sum", shared=True, profile_data_directory=str(tmp_path / "profile")
+    )
     engine = Engine(spec)
     features = {"a": [[1], [2], [3]], "b": [[4]], "b_w": [[1.0]]}
     with pytest.raises(ValueError, match="same batch size"):

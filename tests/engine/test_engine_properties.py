@@ -7,7 +7,14 @@ from hypothesis import strategies as st
 
 from tpu_embedding_shim.engine.engine import Engine
 from tpu_embedding_shim.spec import (
-    AdagradSpec, AdamSpec, EmbeddingSpec, FeatureSpec, FtrlSpec, SGDSpec, TableSpec, TruncatedNormal,
+    AdagradSpec,
+    AdamSpec,
+    EmbeddingSpec,
+    FeatureSpec,
+    FtrlSpec,
+    SGDSpec,
+    TableSpec,
+    TruncatedNormal,
 )
 
 V, D = 16, 3
@@ -23,12 +30,20 @@ SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[Healt
 
 def spec(optimizer, *, combiner="sum", pipelining=False, shards=1, strategy="div"):
     return EmbeddingSpec(
-        tables=(TableSpec(name="t", vocabulary_size=V, dim=D, combiner=combiner,
-                          initializer=TruncatedNormal(stddev=0.5, seed=3)),),
-        features=(FeatureSpec(name="a", table="t", num_buckets=V),
-                  FeatureSpec(name="b", table="t", num_buckets=V, max_sequence_length=2)),
-        optimizer=optimizer, pipeline_execution_with_tensor_core=pipelining, num_shards=shards,
-        partition_strategy=strategy)
+        tables=(
+            TableSpec(
+                name="t", vocabulary_size=V, dim=D, combiner=combiner, initializer=TruncatedNormal(stddev=0.5, seed=3)
+            ),
+        ),
+        features=(
+            FeatureSpec(name="a", table="t", num_buckets=V),
+            FeatureSpec(name="b", table="t", num_buckets=V, max_sequence_length=2),
+        ),
+        optimizer=optimizer,
+        pipeline_execution_with_tensor_core=pipelining,
+        num_shards=shards,
+        partition_strategy=strategy,
+    )
 
 
 def train(engine, batches, grad_seed):
@@ -54,8 +69,12 @@ def disjoint_steps(draw):
 
 
 @SETTINGS
-@given(batches=disjoint_steps(), optimizer=st.sampled_from(OPTIMIZERS[:3] + OPTIMIZERS[4:]),
-       combiner=st.sampled_from(["sum", "mean", "sqrtn"]), grad_seed=st.integers(0, 99))
+@given(
+    batches=disjoint_steps(),
+    optimizer=st.sampled_from(OPTIMIZERS[:3] + OPTIMIZERS[4:]),
+    combiner=st.sampled_from(["sum", "mean", "sqrtn"]),
+    grad_seed=st.integers(0, 99),
+)
 def test_pipelining_changes_nothing_when_consecutive_steps_share_no_id(batches, optimizer, combiner, grad_seed):
     plain = train(Engine(spec(optimizer, combiner=combiner)), batches, grad_seed)
     piped = train(Engine(spec(optimizer, combiner=combiner, pipelining=True)), batches, grad_seed)
@@ -64,13 +83,19 @@ def test_pipelining_changes_nothing_when_consecutive_steps_share_no_id(batches, 
 
 
 @SETTINGS
-@given(optimizer=st.sampled_from(OPTIMIZERS), shards=st.integers(1, 5), strategy=st.sampled_from(["div", "mod"]),
-       steps=st.integers(0, 3), grad_seed=st.integers(0, 99))
+@given(
+    optimizer=st.sampled_from(OPTIMIZERS),
+    shards=st.integers(1, 5),
+    strategy=st.sampled_from(["div", "mod"]),
+    steps=st.integers(0, 3),
+    grad_seed=st.integers(0, 99),
+)
 def test_checkpoint_round_trip_is_exact(tmp_path_factory, optimizer, shards, strategy, steps, grad_seed):
     directory = str(tmp_path_factory.mktemp("ckpt"))
     rng = np.random.default_rng(grad_seed)
-    batches = [{"a": rng.integers(0, V, (4, 2)).tolist(), "b": rng.integers(0, V, (4, 2)).tolist()}
-               for _ in range(steps)]
+    batches = [
+        {"a": rng.integers(0, V, (4, 2)).tolist(), "b": rng.integers(0, V, (4, 2)).tolist()} for _ in range(steps)
+    ]
     engine = Engine(spec(optimizer, shards=shards, strategy=strategy, pipelining=True))
     saved = train(engine, batches, grad_seed)
     engine.save(directory)
@@ -90,8 +115,13 @@ FAILURES = {
 
 
 @SETTINGS
-@given(optimizer=st.sampled_from(OPTIMIZERS), failure=st.sampled_from(sorted(FAILURES)),
-       pipelining=st.booleans(), warmup=st.integers(0, 3), grad_seed=st.integers(0, 99))
+@given(
+    optimizer=st.sampled_from(OPTIMIZERS),
+    failure=st.sampled_from(sorted(FAILURES)),
+    pipelining=st.booleans(),
+    warmup=st.integers(0, 3),
+    grad_seed=st.integers(0, 99),
+)
 def test_a_failing_step_changes_nothing(optimizer, failure, pipelining, warmup, grad_seed):
     rng = np.random.default_rng(grad_seed)
     engine = Engine(spec(optimizer, pipelining=pipelining, shards=3))

@@ -44,12 +44,13 @@ def test_fingerprint64_every_length_up_to_3200_bytes():
     def char(h):
         return ord("a") + ((h & 0xFFFFF) % 26)
 
+    # Four hashes per round i, of prefixes of length i, i^2 % n, i^3 % n and n
+    # (n = bytes written so far, read at each hash).
+    lengths = (lambda i, n: i, lambda i, n: i * i % n, lambda i, n: i * i * i % n, lambda i, n: n)
     buf, n, h = bytearray(3200), 0, 0
     for i in range(800):
-        # Four hashes per round, of prefixes of length i, i^2 % n, i^3 % n and n
-        # (n = bytes written so far, read at each step).
-        for length in (lambda: i, lambda: i * i % n, lambda: i * i * i % n, lambda: n):
-            h = remix(h ^ fingerprint64(bytes(buf[: length()])))
+        for length in lengths:
+            h = remix(h ^ fingerprint64(bytes(buf[: length(i, n)])))
             buf[n] = char(h)
             n += 1
         x0, x1, x2, x3 = buf[n - 1], buf[n - 2], buf[n - 3], buf[n // 2]

@@ -36,8 +36,9 @@ SETUP = textwrap.dedent("""
 
 
 def _run(body: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", SETUP + textwrap.dedent(body)], capture_output=True, text=True,
-                          timeout=240)
+    return subprocess.run(
+        [sys.executable, "-c", SETUP + textwrap.dedent(body)], capture_output=True, text=True, timeout=240
+    )
 
 
 def test_a_forked_child_runs_the_numpy_kernels_with_the_same_numbers():

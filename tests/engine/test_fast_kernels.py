@@ -24,10 +24,12 @@ from hypothesis import strategies as st
 
 numba = pytest.importorskip("numba", reason="needs numba: the `fast` extra, pip install -e '.[fast]'")
 
-from tpu_embedding_shim.engine import fast as _fast, lookup  # noqa: E402
+from tpu_embedding_shim.engine import fast as _fast  # noqa: E402
 
 if not _fast.available():
     pytest.skip(f"fast kernels off: {_fast.unavailable_reason()}", allow_module_level=True)
+
+from tpu_embedding_shim.engine import lookup  # noqa: E402
 from tpu_embedding_shim.engine.engine import Engine  # noqa: E402
 from tpu_embedding_shim.engine.fast import fused, owner  # noqa: E402
 from tpu_embedding_shim.engine.fast import path as fast_path  # noqa: E402
@@ -36,7 +38,14 @@ from tpu_embedding_shim.engine.fast.path import FastPath  # noqa: E402
 from tpu_embedding_shim.engine.optimizers import apply_update, initial_slots  # noqa: E402
 from tpu_embedding_shim.engine.ragged import Ragged  # noqa: E402
 from tpu_embedding_shim.spec import (  # noqa: E402
-    AdagradSpec, AdamSpec, EmbeddingSpec, FeatureSpec, FtrlSpec, RowIdInitializer, SGDSpec, TableSpec,
+    AdagradSpec,
+    AdamSpec,
+    EmbeddingSpec,
+    FeatureSpec,
+    FtrlSpec,
+    RowIdInitializer,
+    SGDSpec,
+    TableSpec,
 )
 
 from .strategies import shared_options, step_both, step_inputs  # noqa: E402
@@ -74,7 +83,7 @@ def _assert_sums_close(rows, want_rows, entries, unique_ids):
     (the bound on the rounding of a sum of n terms; many duplicates with cancellation exceed TOL)."""
     magnitude = np.zeros(want_rows.shape, dtype=np.float64)
     count = np.zeros((unique_ids.shape[0], 1), dtype=np.int64)
-    for e in (entries if isinstance(entries, (list, tuple)) else [entries]):
+    for e in entries if isinstance(entries, (list, tuple)) else [entries]:
         where = np.searchsorted(unique_ids, e.ids)
         coef = e.coef.astype(np.float64) if e.coef.size else np.ones(e.ids.shape[0])  # empty: all ones
         np.add.at(magnitude, where, np.abs(coef[:, None] * e.grads[e.src]))
@@ -126,8 +135,9 @@ def test_pooled_forward_is_exactly_the_reference(case, combiner, safe):
 def test_long_bags_forward_is_exactly_the_reference(case, combiner):
     """Long bags: the reference finishes its last running sums one by one (`lookup._FEW`)."""
     table, batch = case
-    np.testing.assert_array_equal(FastPath().pooled_lookup(table, batch, combiner),
-                                  lookup.pooled_lookup(table, batch, combiner))
+    np.testing.assert_array_equal(
+        FastPath().pooled_lookup(table, batch, combiner), lookup.pooled_lookup(table, batch, combiner)
+    )
 
 
 @settings(max_examples=20, deadline=None)
@@ -160,8 +170,13 @@ def test_sequence_forward_is_exactly_the_reference(case, length, gaps, seed):
         steps = np.random.default_rng(seed).integers(1, 4, batch.num_values)
         first = np.repeat(batch.row_splits[:-1], batch.row_lengths())
         cumulative = np.cumsum(steps)
-        positions = cumulative - np.repeat(cumulative[batch.row_splits[:-1][batch.row_lengths() > 0]],
-                                           batch.row_lengths()[batch.row_lengths() > 0]) + steps[first]
+        positions = (
+            cumulative
+            - np.repeat(
+                cumulative[batch.row_splits[:-1][batch.row_lengths() > 0]], batch.row_lengths()[batch.row_lengths() > 0]
+            )
+            + steps[first]
+        )
         batch = dataclasses.replace(batch, positions=positions.astype(np.int64))
     want, want_lengths = lookup.sequence_lookup(table, batch, length)
     got, got_lengths = FastPath().sequence_lookup(table, batch, length)
@@ -204,10 +219,23 @@ def test_owner_kernels_with_any_partition_count(case, parts, seed, reset):
     order = np.empty(max(1, e.ids.shape[0]), dtype=np.int64)
     owner.bucket_owned(e.ids, starts, order)  # one feature: its entry offsets are the regions' starts
     for p in range(parts):  # each partition's entries, in entry order
-        mine = order[starts[p]:starts[p] + owned[p]]
+        mine = order[starts[p] : starts[p] + owned[p]]
         np.testing.assert_array_equal(mine, np.flatnonzero(e.ids % parts == p))
-    owner.sum_owned(e.ids, e.src, e.coef, e.grads, slot_map, starts, counts, unique_ids, summed,
-                    order, starts, starts + owned, reset)  # reset: the map is cleaned in the same pass
+    owner.sum_owned(
+        e.ids,
+        e.src,
+        e.coef,
+        e.grads,
+        slot_map,
+        starts,
+        counts,
+        unique_ids,
+        summed,
+        order,
+        starts,
+        starts + owned,
+        reset,
+    )  # reset: the map is cleaned in the same pass
     regions = [slice(int(a), int(a + c)) for a, c in zip(starts, counts)]
     for p, region in enumerate(regions):
         assert np.all(unique_ids[region] % parts == p)
@@ -272,15 +300,22 @@ def optimizers(draw):
 
 
 @SETTINGS
-@given(optimizer=optimizers(), vocab=st.integers(1, 40), dim=st.integers(1, 9), step=st.integers(0, 5),
-       seed=st.integers(0, 999))
+@given(
+    optimizer=optimizers(),
+    vocab=st.integers(1, 40),
+    dim=st.integers(1, 9),
+    step=st.integers(0, 5),
+    seed=st.integers(0, 999),
+)
 def test_each_fused_optimizer_equals_apply_update(optimizer, vocab, dim, step, seed):
     assert fused.fusable(optimizer)
     rng = np.random.default_rng(seed)
     table = rng.standard_normal((vocab, dim)).astype(np.float32)
-    slots = {name: np.abs(values + rng.standard_normal(values.shape).astype(np.float32))
-             for name, values in initial_slots(optimizer, table.shape).items()}
-    ids = rng.permutation(vocab)[:max(1, vocab // 2)].astype(np.int64)
+    slots = {
+        name: np.abs(values + rng.standard_normal(values.shape).astype(np.float32))
+        for name, values in initial_slots(optimizer, table.shape).items()
+    }
+    ids = rng.permutation(vocab)[: max(1, vocab // 2)].astype(np.int64)
     grads = rng.standard_normal((ids.shape[0], dim)).astype(np.float32)
     want_rows, want_slots = apply_update(optimizer, table[ids], {k: v[ids] for k, v in slots.items()}, grads, step)
     got_table, got_slots = table.copy(), {k: v.copy() for k, v in slots.items()}
@@ -300,17 +335,23 @@ def engine_cases(draw):
     vocab = draw(st.integers(2, 25))
     dim = draw(st.integers(1, 6))
     combiner = draw(COMBINERS)
-    optimizer = draw(optimizers() | st.just(AdamSpec(learning_rate=0.1, lazy_adam=False))
-                     | st.just(FtrlSpec(learning_rate=0.1)))
+    optimizer = draw(
+        optimizers() | st.just(AdamSpec(learning_rate=0.1, lazy_adam=False)) | st.just(FtrlSpec(learning_rate=0.1))
+    )
     spec = EmbeddingSpec(
-        tables=(TableSpec(name="t", vocabulary_size=vocab, dim=dim, combiner=combiner,
-                          initializer=RowIdInitializer()),),
-        features=(FeatureSpec(name="a", table="t", num_buckets=vocab),
-                  FeatureSpec(name="b", table="t", num_buckets=vocab, weight_key="b_w"),
-                  FeatureSpec(name="s", table="t", num_buckets=vocab, max_sequence_length=3)),
+        tables=(
+            TableSpec(name="t", vocabulary_size=vocab, dim=dim, combiner=combiner, initializer=RowIdInitializer()),
+        ),
+        features=(
+            FeatureSpec(name="a", table="t", num_buckets=vocab),
+            FeatureSpec(name="b", table="t", num_buckets=vocab, weight_key="b_w"),
+            FeatureSpec(name="s", table="t", num_buckets=vocab, max_sequence_length=3),
+        ),
         optimizer=optimizer,
         pipeline_execution_with_tensor_core=draw(st.booleans()),
-        num_shards=draw(st.sampled_from([1, 1, 2, 3, 8])), partition_strategy=draw(st.sampled_from(["div", "mod"])))
+        num_shards=draw(st.sampled_from([1, 1, 2, 3, 8])),
+        partition_strategy=draw(st.sampled_from(["div", "mod"])),
+    )
     return spec, draw(st.integers(0, 999))
 
 
@@ -339,7 +380,7 @@ def _fast_engine_equals_numpy_engine(case):
     fast, slow = Engine(spec, kernels="fast"), Engine(spec, kernels="numpy")
     rng = np.random.default_rng(seed)
     table = spec.tables[0]
-    for step in range(3):  # the same bits, step after step (same sums, same updates)
+    for _step in range(3):  # the same bits, step after step (same sums, same updates)
         step_both(fast, slow, *step_inputs(rng, table.vocabulary_size, table.dim))
     np.testing.assert_array_equal(fast.table("t"), slow.table("t"))
     for got, want in zip(fast.shards("t"), slow.shards("t")):  # the same rows in the same shards
@@ -378,7 +419,10 @@ def _spec(optimizer=None, num_shards=1, vocab=10, strategy="div"):
     return EmbeddingSpec(
         tables=(TableSpec(name="t", vocabulary_size=vocab, dim=3, combiner="sum", initializer=RowIdInitializer()),),
         features=(FeatureSpec(name="f", table="t", num_buckets=vocab),),
-        optimizer=optimizer or AdagradSpec(learning_rate=0.1), num_shards=num_shards, partition_strategy=strategy)
+        optimizer=optimizer or AdagradSpec(learning_rate=0.1),
+        num_shards=num_shards,
+        partition_strategy=strategy,
+    )
 
 
 def test_a_failed_fast_step_changes_nothing():
@@ -432,10 +476,12 @@ def test_kernels_argument_is_checked():
 
 def test_a_ten_million_row_table_trains_without_full_size_temporaries():
     spec = EmbeddingSpec(
-        tables=(TableSpec(name="t", vocabulary_size=10_000_000, dim=1, combiner="sum",
-                          initializer=RowIdInitializer()),),
+        tables=(
+            TableSpec(name="t", vocabulary_size=10_000_000, dim=1, combiner="sum", initializer=RowIdInitializer()),
+        ),
         features=(FeatureSpec(name="f", table="t", num_buckets=10_000_000),),
-        optimizer=SGDSpec(learning_rate=1.0))
+        optimizer=SGDSpec(learning_rate=1.0),
+    )
     engine = Engine(spec, kernels="fast")
     result = engine.forward({"f": [[9_999_999, 5], [5, -1]]})
     assert result.activations["f"][:, 0].tolist() == [10_000_004.0, 5.0]
@@ -479,7 +525,7 @@ def test_slot_map_is_reset_after_an_interrupted_sum():
     fast = FastPath()
     fast._slot_maps["t"] = slot_map
 
-    class Boom(Exception):
+    class BoomError(Exception):
         pass
 
     class BadEntries:
@@ -487,9 +533,9 @@ def test_slot_map_is_reset_after_an_interrupted_sum():
 
         @property
         def src(self):
-            raise Boom
+            raise BoomError
 
-    with pytest.raises(Exception):
+    with pytest.raises(BoomError):
         fast.sum_rows("t", 5, 2, [BadEntries()])
     assert np.all(slot_map == -1)
 
@@ -536,8 +582,14 @@ class _RaggedInput:
 
 
 @SETTINGS
-@given(lengths=st.lists(st.integers(0, 6), min_size=1, max_size=8), low=st.integers(-2, 0),
-       high=st.integers(1, 12), buckets=st.integers(1, 10), bad_splits=st.booleans(), seed=st.integers(0, 99))
+@given(
+    lengths=st.lists(st.integers(0, 6), min_size=1, max_size=8),
+    low=st.integers(-2, 0),
+    high=st.integers(1, 12),
+    buckets=st.integers(1, 10),
+    bad_splits=st.booleans(),
+    seed=st.integers(0, 99),
+)
 def test_fast_ragged_conversion_is_to_ragged_or_declines(lengths, low, high, buckets, bad_splits, seed):
     """`FastPath.ragged_ids` gives exactly `to_ragged`'s batch, or None (then the engine runs `to_ragged`)."""
     from tpu_embedding_shim.engine.ragged import to_ragged
@@ -555,8 +607,7 @@ def test_fast_ragged_conversion_is_to_ragged_or_declines(lengths, low, high, buc
         assert got is None
         return
     want = to_ragged(_RaggedInput(values, splits), None, feature=feature)
-    for a, b in ((got.values, want.values), (got.row_splits, want.row_splits),
-                 (got.row_positions(), want.positions)):
+    for a, b in ((got.values, want.values), (got.row_splits, want.row_splits), (got.row_positions(), want.positions)):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
     assert got.weights is None and want.weights is None
@@ -601,7 +652,8 @@ def test_fast_ragged_conversion_stays_in_bounds_under_numba_boundscheck(tmp_path
         "for splits in ([0, 100, 5], [0, 3, 1, 5], [0, -2, 5], [0, 5, 5, 6]):\n"
         "    for copy in (True, False):\n"
         "        assert FastPath.ragged_ids(R(np.arange(1, 6), np.array(splits)), f, copy=copy) is None\n"
-        "print('ok')\n")
+        "print('ok')\n"
+    )
     env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=str(tmp_path))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
@@ -634,7 +686,7 @@ def test_many_duplicates_with_cancellation_are_the_same_running_sum():
     """34 entries of one id (found by hypothesis when the reference still added pairwise: the two
     orders differed by ~3e-5 relative after cancellation). Both are one running sum now."""
     splits = np.array([0, 0, 0, 1, 1, 12, 12, 12, 22, 34], dtype=np.int64)
-    positions = np.concatenate([np.arange(b - a) for a, b in zip(splits[:-1], splits[1:])]).astype(np.int64)
+    positions = np.concatenate([np.arange(n) for n in np.diff(splits)]).astype(np.int64)
     batch = Ragged(np.zeros(34, np.int64), splits, None, positions)
     grad = np.random.default_rng(0).standard_normal((batch.batch_size, 3)).astype(np.float32)
     want_ids, want_rows = lookup.pooled_backward(batch, "sum", grad, safe=False)
@@ -669,7 +721,8 @@ def _assert_compiled_coefficients_are_the_reference(batch, combiner, safe):
 
     example, ids, coef, _ = lookup.pooled_coefficients(batch, combiner, safe=safe)
     got_ids, splits, got_example, got_coef = coefficients.pooled_coefficients(
-        batch.values, batch.row_splits, batch.weights, combiner, safe)
+        batch.values, batch.row_splits, batch.weights, combiner, safe
+    )
     np.testing.assert_array_equal(got_ids, ids)
     np.testing.assert_array_equal(got_example, example)
     np.testing.assert_array_equal(got_coef, coef.astype(np.float32))
@@ -679,8 +732,13 @@ def _assert_compiled_coefficients_are_the_reference(batch, combiner, safe):
 
 
 @settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 999), num_examples=st.integers(200, 1300), combiner=COMBINERS, safe=st.booleans(),
-       weighted=st.booleans())
+@given(
+    seed=st.integers(0, 999),
+    num_examples=st.integers(200, 1300),
+    combiner=COMBINERS,
+    safe=st.booleans(),
+    weighted=st.booleans(),
+)
 def test_compiled_coefficients_over_many_blocks_of_examples(seed, num_examples, combiner, safe, weighted):
     """Several parallel blocks of `coefficients.CHUNK` examples, some entries pruned: the reference's bits."""
     rng = np.random.default_rng(seed)
@@ -691,8 +749,12 @@ def test_compiled_coefficients_over_many_blocks_of_examples(seed, num_examples, 
     if weighted:
         weights = rng.uniform(-0.5, 2.0, n).astype(np.float32)
         weights[rng.random(n) < 0.1] = 0.0
-    batch = Ragged(rng.integers(0, 50, n).astype(np.int64), splits, weights,
-                   (np.arange(n) - np.repeat(splits[:-1], lengths)).astype(np.int64))
+    batch = Ragged(
+        rng.integers(0, 50, n).astype(np.int64),
+        splits,
+        weights,
+        (np.arange(n) - np.repeat(splits[:-1], lengths)).astype(np.int64),
+    )
     example, ids, coef = _assert_compiled_coefficients_are_the_reference(batch, combiner, safe)
     # the fast path's entries: a sum's coefficients are the weights themselves, with no pass at all
     path_ids, _, path_example, path_coef = FastPath()._pooled_entries(batch, combiner, safe, 4)
@@ -708,10 +770,11 @@ def test_compiled_coefficients_over_many_blocks_of_examples(seed, num_examples, 
 def test_a_lookup_and_its_gradient_share_one_coefficient_pass():
     from tpu_embedding_shim.engine.fast import coefficients
 
-    spec = EmbeddingSpec(tables=(TableSpec(name="t", vocabulary_size=10, dim=3, combiner="mean",
-                                           initializer=RowIdInitializer()),),
-                         features=(FeatureSpec(name="f", table="t", num_buckets=10),),
-                         optimizer=AdagradSpec(learning_rate=0.1))
+    spec = EmbeddingSpec(
+        tables=(TableSpec(name="t", vocabulary_size=10, dim=3, combiner="mean", initializer=RowIdInitializer()),),
+        features=(FeatureSpec(name="f", table="t", num_buckets=10),),
+        optimizer=AdagradSpec(learning_rate=0.1),
+    )
     engine = Engine(spec, kernels="fast")
     real = coefficients.pooled_coefficients
     with mock.patch.object(coefficients, "pooled_coefficients", side_effect=real) as spy:
@@ -722,9 +785,13 @@ def test_a_lookup_and_its_gradient_share_one_coefficient_pass():
 
 
 @SETTINGS
-@given(lengths=st.lists(st.integers(0, 5), min_size=1, max_size=8),
-       dtype=st.sampled_from(["float32", "float64", "int32"]), other_splits=st.booleans(), short=st.booleans(),
-       seed=st.integers(0, 99))
+@given(
+    lengths=st.lists(st.integers(0, 5), min_size=1, max_size=8),
+    dtype=st.sampled_from(["float32", "float64", "int32"]),
+    other_splits=st.booleans(),
+    short=st.booleans(),
+    seed=st.integers(0, 99),
+)
 def test_fast_ragged_conversion_with_weights_is_to_ragged_or_declines(lengths, dtype, other_splits, short, seed):
     """Ragged weights with the ids' row splits are taken in the fast pass (cast to float32, copied);
     weights that do not line up are declined, and `to_ragged` then raises its own error."""
@@ -749,8 +816,12 @@ def test_fast_ragged_conversion_with_weights_is_to_ragged_or_declines(lengths, d
                 to_ragged(ids, weights, feature=feature)
         return
     want = to_ragged(ids, weights, feature=feature)
-    for a, b in ((got.values, want.values), (got.row_splits, want.row_splits),
-                 (got.row_positions(), want.positions), (got.weights, want.weights)):
+    for a, b in (
+        (got.values, want.values),
+        (got.row_splits, want.row_splits),
+        (got.row_positions(), want.positions),
+        (got.weights, want.weights),
+    ):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
     assert not np.shares_memory(got.weights, w_values)
@@ -763,16 +834,21 @@ def test_ragged_tensor_inputs_on_the_fast_path_give_the_numpy_engines_bits(train
     engine's activations; an inference lookup uses the caller's ids as they are, a training one copies."""
     spec = EmbeddingSpec(
         tables=(TableSpec(name="t", vocabulary_size=40, dim=4, combiner="mean", initializer=RowIdInitializer()),),
-        features=(FeatureSpec(name="a", table="t", num_buckets=40),
-                  FeatureSpec(name="b", table="t", num_buckets=40, weight_key="b_w"),
-                  FeatureSpec(name="s", table="t", num_buckets=40, max_sequence_length=3)),
-        optimizer=AdagradSpec(learning_rate=0.1))
+        features=(
+            FeatureSpec(name="a", table="t", num_buckets=40),
+            FeatureSpec(name="b", table="t", num_buckets=40, weight_key="b_w"),
+            FeatureSpec(name="s", table="t", num_buckets=40, max_sequence_length=3),
+        ),
+        optimizer=AdagradSpec(learning_rate=0.1),
+    )
     fast, slow = Engine(spec, kernels="fast"), Engine(spec, kernels="numpy")
     rng = np.random.default_rng(11)
     for _ in range(3):
         splits = np.concatenate([[0], np.cumsum(rng.integers(0, 6, 16))]).astype(np.int64)
-        ids = {name: _RaggedInput(rng.integers(0, 40, int(splits[-1])).astype(np.int64), splits)
-               for name in ("a", "b", "s")}
+        ids = {
+            name: _RaggedInput(rng.integers(0, 40, int(splits[-1])).astype(np.int64), splits)
+            for name in ("a", "b", "s")
+        }
         features = dict(ids, b_w=_RaggedInput(rng.uniform(0, 2, int(splits[-1])).astype(np.float32), splits))
         got, want = fast.forward(features, training=training), slow.forward(features, training=training)
         for name in ("a", "b", "s"):
@@ -780,17 +856,23 @@ def test_ragged_tensor_inputs_on_the_fast_path_give_the_numpy_engines_bits(train
             assert np.shares_memory(got.batches[name].values, ids[name].values) is (not training)
         np.testing.assert_array_equal(got.sequence_lengths["s"], want.sequence_lengths["s"])
         if training:
-            grads = {"a": rng.standard_normal((16, 4)), "b": rng.standard_normal((16, 4)),
-                     "s": rng.standard_normal((16, 3, 4))}
+            grads = {
+                "a": rng.standard_normal((16, 4)),
+                "b": rng.standard_normal((16, 4)),
+                "s": rng.standard_normal((16, 3, 4)),
+            }
             fast.apply_gradients(got, grads)
             slow.apply_gradients(want, grads)
     np.testing.assert_array_equal(fast.table("t"), slow.table("t"))
 
 
 @SETTINGS
-@given(values=st.lists(st.floats(width=32, allow_nan=True, allow_infinity=True, allow_subnormal=True),
-                       min_size=0, max_size=300),
-       order=st.sampled_from(["C", "strided", "float64"]))
+@given(
+    values=st.lists(
+        st.floats(width=32, allow_nan=True, allow_infinity=True, allow_subnormal=True), min_size=0, max_size=300
+    ),
+    order=st.sampled_from(["C", "strided", "float64"]),
+)
 def test_all_finite_is_numpys_isfinite_all(values, order):
     """The compiled check (an integer pass over the exponent bits) is `np.isfinite(a).all()`: inf, -inf,
     NaN, subnormals, -0.0 and the largest floats included; strided and float64 arrays take numpy's path."""
@@ -805,11 +887,19 @@ def test_all_finite_is_numpys_isfinite_all(values, order):
 
 
 @SETTINGS
-@given(shape=st.sampled_from([(1,), (6,), (5, 1), (4, 3), (3, 0)]), low=st.integers(-2, 1), high=st.integers(2, 12),
-       buckets=st.integers(1, 10), zero_is_padding=st.booleans(), weighted=st.booleans(), training=st.booleans(),
-       seed=st.integers(0, 99))
-def test_fast_dense_conversion_is_to_ragged_or_declines(shape, low, high, buckets, zero_is_padding, weighted,
-                                                        training, seed):
+@given(
+    shape=st.sampled_from([(1,), (6,), (5, 1), (4, 3), (3, 0)]),
+    low=st.integers(-2, 1),
+    high=st.integers(2, 12),
+    buckets=st.integers(1, 10),
+    zero_is_padding=st.booleans(),
+    weighted=st.booleans(),
+    training=st.booleans(),
+    seed=st.integers(0, 99),
+)
+def test_fast_dense_conversion_is_to_ragged_or_declines(
+    shape, low, high, buckets, zero_is_padding, weighted, training, seed
+):
     """A dense [B] or [B, L] int64 batch: `to_ragged`'s batch exactly, or None whenever it holds padding
     (a negative id, or a 0 for an EmbeddingConfigSpec feature), an id out of range or nothing at all."""
     from tpu_embedding_shim.engine.ragged import to_ragged
@@ -824,8 +914,7 @@ def test_fast_dense_conversion_is_to_ragged_or_declines(shape, low, high, bucket
         assert got is None
         return
     want = to_ragged(ids, weights, feature=feature)
-    for a, b in ((got.values, want.values), (got.row_splits, want.row_splits),
-                 (got.row_positions(), want.positions)):
+    for a, b in ((got.values, want.values), (got.row_splits, want.row_splits), (got.row_positions(), want.positions)):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
     if weighted:

@@ -21,7 +21,12 @@ if not _fast.available():
 from tpu_embedding_shim.engine.engine import Engine  # noqa: E402
 from tpu_embedding_shim.engine.fast import owner, threads  # noqa: E402
 from tpu_embedding_shim.spec import (  # noqa: E402
-    AdagradSpec, EmbeddingSpec, FeatureSpec, FtrlSpec, RandomUniform, TableSpec,
+    AdagradSpec,
+    EmbeddingSpec,
+    FeatureSpec,
+    FtrlSpec,
+    RandomUniform,
+    TableSpec,
 )
 
 from .strategies import step_both  # noqa: E402
@@ -48,9 +53,11 @@ def threading_layer_chosen():
 
 def recorder(log, value, work=1):
     """A (work, call) pair whose call records (value, its thread, numba's thread count there)."""
+
     def call():
         log.append((value, threading.get_ident(), numba.get_num_threads()))
         return value
+
     return work, call
 
 
@@ -91,13 +98,19 @@ def test_every_call_runs_and_the_first_error_in_call_order_is_raised():
         def call():
             done.append(message)
             raise ValueError(message)
+
         return 4, call
 
     calls = [recorder(done, 0, 4), failing("first"), recorder(done, 2, 4), failing("second"), recorder(done, 4, 4)]
     with serial_work(10), pytest.raises(ValueError, match="first"):
         threads.run_each(calls)
-    assert sorted(map(str, (entry if isinstance(entry, str) else entry[0] for entry in done))) == \
-        ["0", "2", "4", "first", "second"]
+    assert sorted(map(str, (entry if isinstance(entry, str) else entry[0] for entry in done))) == [
+        "0",
+        "2",
+        "4",
+        "first",
+        "second",
+    ]
 
 
 def test_one_thread_below_restores_the_thread_count():
@@ -130,12 +143,20 @@ def test_a_forked_child_gets_its_own_pool(monkeypatch):
 def _many_tables_spec(optimizer, tables=5, pipelined=False):
     return EmbeddingSpec(
         pipeline_execution_with_tensor_core=pipelined,
-        tables=tuple(TableSpec(name=f"t{i}", vocabulary_size=50 + 7 * i, dim=4 + i, combiner=combiner,
-                               initializer=RandomUniform(-1, 1, seed=i))
-                     for i, combiner in zip(range(tables), ["sum", "mean", "sqrtn", "sum", "mean"])),
+        tables=tuple(
+            TableSpec(
+                name=f"t{i}",
+                vocabulary_size=50 + 7 * i,
+                dim=4 + i,
+                combiner=combiner,
+                initializer=RandomUniform(-1, 1, seed=i),
+            )
+            for i, combiner in zip(range(tables), ["sum", "mean", "sqrtn", "sum", "mean"])
+        ),
         features=tuple(FeatureSpec(name=f"f{i}", table=f"t{i}", num_buckets=50 + 7 * i) for i in range(tables))
         + (FeatureSpec(name="seq", table="t0", num_buckets=50, max_sequence_length=3),),
-        optimizer=optimizer)
+        optimizer=optimizer,
+    )
 
 
 @two_threads
@@ -156,8 +177,10 @@ def test_small_tables_side_by_side_give_the_numpy_engines_bits(optimizer, pipeli
     with serial_work(200), pytest.MonkeyPatch.context() as patch:
         patch.setattr(threads, "_run_share", spy)
         for _ in range(4):
-            features = {f.name: [list(rng.integers(0, f.num_buckets, rng.integers(0, 6))) for _ in range(8)]
-                        for f in spec.features}
+            features = {
+                f.name: [list(rng.integers(0, f.num_buckets, rng.integers(0, 6))) for _ in range(8)]
+                for f in spec.features
+            }
             grads = {f"f{i}": rng.standard_normal((8, 4 + i)) for i in range(5)}
             grads["seq"] = rng.standard_normal((8, 3, 4))
             step_both(fast, slow, features, grads)

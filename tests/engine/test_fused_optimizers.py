@@ -18,20 +18,29 @@ from hypothesis import strategies as st
 
 pytest.importorskip("numba", reason="needs numba: the `fast` extra, pip install -e '.[fast]'")
 
-from tpu_embedding_shim.engine import fast as _fast  # noqa: E402
+from tpu_embedding_shim.engine import fast as _fast
 
 if not _fast.available():
     pytest.skip(f"fast kernels off: {_fast.unavailable_reason()}", allow_module_level=True)
-from tpu_embedding_shim.engine.engine import Engine  # noqa: E402
-from tpu_embedding_shim.engine.fast import fused  # noqa: E402
-from tpu_embedding_shim.engine.optimizers import apply_update, initial_slots, touches_all_rows  # noqa: E402
-from tpu_embedding_shim.spec import (  # noqa: E402
-    AdagradMomentumSpec, AdagradSpec, AdamSpec, EmbeddingSpec, FeatureSpec, FtrlSpec, MomentumSpec,
-    ProximalAdagradSpec, RMSPropSpec, RowIdInitializer, TableSpec,
+from tpu_embedding_shim.engine.engine import Engine
+from tpu_embedding_shim.engine.fast import fused
+from tpu_embedding_shim.engine.optimizers import apply_update, initial_slots, touches_all_rows
+from tpu_embedding_shim.spec import (
+    AdagradMomentumSpec,
+    AdagradSpec,
+    AdamSpec,
+    EmbeddingSpec,
+    FeatureSpec,
+    FtrlSpec,
+    MomentumSpec,
+    ProximalAdagradSpec,
+    RMSPropSpec,
+    RowIdInitializer,
+    TableSpec,
 )
 
-from .strategies import assert_same_bits as _assert_same_bits  # noqa: E402
-from .strategies import shared_options, step_both, step_inputs  # noqa: E402
+from .strategies import assert_same_bits as _assert_same_bits
+from .strategies import shared_options, step_both, step_inputs
 
 SETTINGS = settings(max_examples=100, deadline=None)
 KINDS = ["adagrad_momentum", "ftrl", "momentum", "rmsprop", "proximal_adagrad", "dense_adam"]
@@ -50,9 +59,13 @@ def optimizers(draw, kind=None):
     opts = dict(learning_rate=lr, **shared_options(draw))
     if kind == "adagrad_momentum":
         return AdagradMomentumSpec(
-            momentum=draw(st.sampled_from([0.0, 0.5, 0.9])), use_nesterov=draw(st.booleans()),
-            exponent=draw(st.sampled_from([2.0, 2.0, 1.0, 1.7, 3.0])), beta2=draw(st.sampled_from([1.0, 0.9, 0.0])),
-            epsilon=draw(st.sampled_from([1e-10, 1e-3, 0.5])), **opts)
+            momentum=draw(st.sampled_from([0.0, 0.5, 0.9])),
+            use_nesterov=draw(st.booleans()),
+            exponent=draw(st.sampled_from([2.0, 2.0, 1.0, 1.7, 3.0])),
+            beta2=draw(st.sampled_from([1.0, 0.9, 0.0])),
+            epsilon=draw(st.sampled_from([1e-10, 1e-3, 0.5])),
+            **opts,
+        )
     if kind == "ftrl":
         by_lr = draw(st.booleans())
         if not by_lr and (lr == 0.0 or callable(lr)):  # the paper form: a constant lr > 0 (see `fusable`)
@@ -61,22 +74,37 @@ def optimizers(draw, kind=None):
             learning_rate_power=draw(st.sampled_from([-0.5, -0.5, 0.0, -0.25, -1.0, -0.7])),
             initial_accumulator_value=draw(st.sampled_from([0.0, 0.1, 1.0])),
             l1_regularization_strength=draw(st.sampled_from([0.0, 0.01, 0.5])),
-            l2_regularization_strength=draw(st.sampled_from([0.0, 0.1])), beta=draw(st.sampled_from([0.0, 0.5])),
-            multiply_linear_by_learning_rate=by_lr, allow_zero_accumulator=draw(st.booleans()),
-            initial_linear_value=draw(st.sampled_from([0.0, 0.2])), **opts)
+            l2_regularization_strength=draw(st.sampled_from([0.0, 0.1])),
+            beta=draw(st.sampled_from([0.0, 0.5])),
+            multiply_linear_by_learning_rate=by_lr,
+            allow_zero_accumulator=draw(st.booleans()),
+            initial_linear_value=draw(st.sampled_from([0.0, 0.2])),
+            **opts,
+        )
     if kind == "momentum":
-        return MomentumSpec(momentum=draw(st.sampled_from([0.0, 0.5, 0.9])), use_nesterov=draw(st.booleans()),
-                            **opts)
+        return MomentumSpec(momentum=draw(st.sampled_from([0.0, 0.5, 0.9])), use_nesterov=draw(st.booleans()), **opts)
     if kind == "rmsprop":
-        return RMSPropSpec(rho=draw(st.sampled_from([0.0, 0.5, 0.9, 1.0])), momentum=draw(st.sampled_from([0.0, 0.7])),
-                           epsilon=draw(st.sampled_from([1e-10, 1e-3])), **opts)
+        return RMSPropSpec(
+            rho=draw(st.sampled_from([0.0, 0.5, 0.9, 1.0])),
+            momentum=draw(st.sampled_from([0.0, 0.7])),
+            epsilon=draw(st.sampled_from([1e-10, 1e-3])),
+            **opts,
+        )
     if kind == "proximal_adagrad":
-        return ProximalAdagradSpec(initial_accumulator=draw(st.sampled_from([0.1, 1.0])),
-                                   l1_regularization_strength=draw(st.sampled_from([0.0, 0.05, 1.0])),
-                                   l2_regularization_strength=draw(st.sampled_from([0.0, 0.3])), **opts)
-    return AdamSpec(lazy_adam=False, beta1=draw(st.sampled_from([0.9, 0.0, 0.5])),
-                    beta2=draw(st.sampled_from([0.999, 0.9])), epsilon=draw(st.sampled_from([1e-8, 1e-3])),
-                    sum_inside_sqrt=draw(st.booleans()), **opts)
+        return ProximalAdagradSpec(
+            initial_accumulator=draw(st.sampled_from([0.1, 1.0])),
+            l1_regularization_strength=draw(st.sampled_from([0.0, 0.05, 1.0])),
+            l2_regularization_strength=draw(st.sampled_from([0.0, 0.3])),
+            **opts,
+        )
+    return AdamSpec(
+        lazy_adam=False,
+        beta1=draw(st.sampled_from([0.9, 0.0, 0.5])),
+        beta2=draw(st.sampled_from([0.999, 0.9])),
+        epsilon=draw(st.sampled_from([1e-8, 1e-3])),
+        sum_inside_sqrt=draw(st.booleans()),
+        **opts,
+    )
 
 
 _NON_NEGATIVE = ("accumulators", "ms", "velocities")
@@ -112,8 +140,8 @@ def _segments(rng, ids, grads, parts):
     for r in range(parts):
         at += int(gaps[r])
         n = int(bounds[r + 1] - bounds[r])
-        buffer_ids[at:at + n] = ids[bounds[r]:bounds[r + 1]]
-        buffer_grads[at:at + n] = grads[bounds[r]:bounds[r + 1]]
+        buffer_ids[at : at + n] = ids[bounds[r] : bounds[r + 1]]
+        buffer_grads[at : at + n] = grads[bounds[r] : bounds[r + 1]]
         starts[r], stops[r] = at, at + n
         at += n
     return buffer_ids, buffer_grads, starts, stops
@@ -136,37 +164,58 @@ def _numpy_engine_update(optimizer, table, slots, ids, grads, step):
 
 
 @SETTINGS
-@given(optimizer=optimizers(), vocab=st.integers(1, 60), dim=st.integers(1, 9), touched=st.floats(0, 1),
-       parts=st.integers(1, 4), step=st.integers(0, 5), fresh=st.booleans(), seed=st.integers(0, 2**16))
+@given(
+    optimizer=optimizers(),
+    vocab=st.integers(1, 60),
+    dim=st.integers(1, 9),
+    touched=st.floats(0, 1),
+    parts=st.integers(1, 4),
+    step=st.integers(0, 5),
+    fresh=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_each_new_fused_optimizer_gives_the_reference_bits(optimizer, vocab, dim, touched, parts, step, fresh, seed):
     assert fused.fusable(optimizer)
     rng = np.random.default_rng(seed)
     table = rng.standard_normal((vocab, dim)).astype(np.float32)
     slots = _slots(optimizer, table.shape, rng, fresh)
-    ids = rng.permutation(vocab)[:int(round(touched * vocab))].astype(np.int64)
-    grads = (rng.standard_normal((ids.shape[0], dim)) * rng.choice([1e-4, 1.0, 3.0], (ids.shape[0], 1)))
+    ids = rng.permutation(vocab)[: round(touched * vocab)].astype(np.int64)
+    grads = rng.standard_normal((ids.shape[0], dim)) * rng.choice([1e-4, 1.0, 3.0], (ids.shape[0], 1))
     grads = grads.astype(np.float32)
     grads[rng.random(grads.shape) < 0.1] = 0.0  # zero gradients (clipping may move them)
     want_table, want_slots = _numpy_engine_update(optimizer, table, slots, ids, grads, step)
     got_table, got_slots = table.copy(), {k: v.copy() for k, v in slots.items()}
-    fused.apply(optimizer, optimizer.learning_rate_at(step), got_table, got_slots,
-                *_segments(rng, ids, grads, parts))
+    fused.apply(optimizer, optimizer.learning_rate_at(step), got_table, got_slots, *_segments(rng, ids, grads, parts))
     _assert_same_bits(got_table, want_table)  # the whole table: untouched rows unchanged (or all updated)
     for name in slots:
         _assert_same_bits(got_slots[name], want_slots[name])
 
 
 def test_non_lazy_adam_moves_every_row_even_in_an_empty_step():
-    optimizer = AdamSpec(learning_rate=0.1, lazy_adam=False, clip_gradient_min=0.05, clip_gradient_max=1.0,
-                         weight_decay_factor=0.1, clip_weight_max=4.5)
+    optimizer = AdamSpec(
+        learning_rate=0.1,
+        lazy_adam=False,
+        clip_gradient_min=0.05,
+        clip_gradient_max=1.0,
+        weight_decay_factor=0.1,
+        clip_weight_max=4.5,
+    )
     rng = np.random.default_rng(0)
     table = rng.standard_normal((5000, 4)).astype(np.float32) * 3  # more rows than one block of `dense_adam`
     slots = _slots(optimizer, table.shape, rng, fresh=False)
     none = np.zeros(0, np.int64)
     want_table, want_slots = _numpy_engine_update(optimizer, table, slots, none, np.zeros((0, 4), np.float32), 0)
     got_table, got_slots = table.copy(), {k: v.copy() for k, v in slots.items()}
-    fused.apply(optimizer, 0.1, got_table, got_slots, none, np.zeros((1, 4), np.float32), np.zeros(2, np.int64),
-                np.zeros(2, np.int64))
+    fused.apply(
+        optimizer,
+        0.1,
+        got_table,
+        got_slots,
+        none,
+        np.zeros((1, 4), np.float32),
+        np.zeros(2, np.int64),
+        np.zeros(2, np.int64),
+    )
     assert np.all(got_table != table)
     _assert_same_bits(got_table, want_table)
     for name in slots:
@@ -174,25 +223,46 @@ def test_non_lazy_adam_moves_every_row_even_in_an_empty_step():
 
 
 # Per optimizer, its special cases: options that change the formula, and every shared option.
-_SHARED = dict(clip_gradient_min=-0.5, clip_gradient_max=0.6, weight_decay_factor=0.05,
-               multiply_weight_decay_factor_by_learning_rate=True, clip_weight_min=-20.0, clip_weight_max=20.0)
+_SHARED = dict(
+    clip_gradient_min=-0.5,
+    clip_gradient_max=0.6,
+    weight_decay_factor=0.05,
+    multiply_weight_decay_factor_by_learning_rate=True,
+    clip_weight_min=-20.0,
+    clip_weight_max=20.0,
+)
 REPRESENTATIVES = {
     "adagrad_momentum": AdagradMomentumSpec(learning_rate=0.1, momentum=0.9, epsilon=1e-3, **_SHARED),
-    "adagrad_momentum_power": AdagradMomentumSpec(learning_rate=_schedule, momentum=0.5, use_nesterov=True,
-                                                  exponent=1.7, beta2=0.9, epsilon=1e-3, **_SHARED),
-    "ftrl": FtrlSpec(learning_rate=0.2, l1_regularization_strength=0.01, l2_regularization_strength=0.1,
-                     beta=0.5, initial_linear_value=0.1, **_SHARED),
-    "ftrl_power_by_lr": FtrlSpec(learning_rate=_schedule, learning_rate_power=-0.7, initial_accumulator_value=0.0,
-                                 l1_regularization_strength=0.01, multiply_linear_by_learning_rate=True,
-                                 allow_zero_accumulator=True, **_SHARED),
+    "adagrad_momentum_power": AdagradMomentumSpec(
+        learning_rate=_schedule, momentum=0.5, use_nesterov=True, exponent=1.7, beta2=0.9, epsilon=1e-3, **_SHARED
+    ),
+    "ftrl": FtrlSpec(
+        learning_rate=0.2,
+        l1_regularization_strength=0.01,
+        l2_regularization_strength=0.1,
+        beta=0.5,
+        initial_linear_value=0.1,
+        **_SHARED,
+    ),
+    "ftrl_power_by_lr": FtrlSpec(
+        learning_rate=_schedule,
+        learning_rate_power=-0.7,
+        initial_accumulator_value=0.0,
+        l1_regularization_strength=0.01,
+        multiply_linear_by_learning_rate=True,
+        allow_zero_accumulator=True,
+        **_SHARED,
+    ),
     "momentum": MomentumSpec(learning_rate=0.1, momentum=0.9, **_SHARED),
     "momentum_nesterov": MomentumSpec(learning_rate=_schedule, momentum=0.5, use_nesterov=True, **_SHARED),
     "rmsprop": RMSPropSpec(learning_rate=_schedule, rho=0.9, momentum=0.7, epsilon=1e-3, **_SHARED),
-    "proximal_adagrad": ProximalAdagradSpec(learning_rate=0.3, l1_regularization_strength=0.05,
-                                            l2_regularization_strength=0.3, **_SHARED),
+    "proximal_adagrad": ProximalAdagradSpec(
+        learning_rate=0.3, l1_regularization_strength=0.05, l2_regularization_strength=0.3, **_SHARED
+    ),
     "dense_adam": AdamSpec(learning_rate=_schedule, lazy_adam=False, **_SHARED),
-    "dense_adam_outside": AdamSpec(learning_rate=0.1, lazy_adam=False, sum_inside_sqrt=False, beta1=0.5,
-                                   **dict(_SHARED, clip_gradient_min=0.01)),
+    "dense_adam_outside": AdamSpec(
+        learning_rate=0.1, lazy_adam=False, sum_inside_sqrt=False, beta1=0.5, **dict(_SHARED, clip_gradient_min=0.01)
+    ),
 }
 
 
@@ -234,13 +304,20 @@ def test_a_power_is_numpys_float32_power():
 def _spec(optimizer, vocab, dim, combiner="sum", pipelining=False, num_shards=1, strategy="div", only_a=False):
     features = [FeatureSpec(name="a", table="t", num_buckets=vocab)]
     if not only_a:
-        features += [FeatureSpec(name="b", table="t", num_buckets=vocab, weight_key="b_w"),
-                     FeatureSpec(name="s", table="t", num_buckets=vocab, max_sequence_length=3)]
+        features += [
+            FeatureSpec(name="b", table="t", num_buckets=vocab, weight_key="b_w"),
+            FeatureSpec(name="s", table="t", num_buckets=vocab, max_sequence_length=3),
+        ]
     return EmbeddingSpec(
-        tables=(TableSpec(name="t", vocabulary_size=vocab, dim=dim, combiner=combiner,
-                          initializer=RowIdInitializer()),),
-        features=tuple(features), optimizer=optimizer, pipeline_execution_with_tensor_core=pipelining,
-        num_shards=num_shards, partition_strategy=strategy)
+        tables=(
+            TableSpec(name="t", vocabulary_size=vocab, dim=dim, combiner=combiner, initializer=RowIdInitializer()),
+        ),
+        features=tuple(features),
+        optimizer=optimizer,
+        pipeline_execution_with_tensor_core=pipelining,
+        num_shards=num_shards,
+        partition_strategy=strategy,
+    )
 
 
 def _assert_engines_agree(fast, slow):
@@ -253,9 +330,15 @@ def _assert_engines_agree(fast, slow):
 def engine_cases(draw):
     optimizer = draw(optimizers())
     vocab, dim = draw(st.integers(2, 25)), draw(st.integers(1, 6))
-    spec = _spec(optimizer, vocab, dim, combiner=draw(st.sampled_from(["sum", "mean", "sqrtn"])),
-                 pipelining=draw(st.booleans()), num_shards=draw(st.sampled_from([1, 1, 2, 3])),
-                 strategy=draw(st.sampled_from(["div", "mod"])))
+    spec = _spec(
+        optimizer,
+        vocab,
+        dim,
+        combiner=draw(st.sampled_from(["sum", "mean", "sqrtn"])),
+        pipelining=draw(st.booleans()),
+        num_shards=draw(st.sampled_from([1, 1, 2, 3])),
+        strategy=draw(st.sampled_from(["div", "mod"])),
+    )
     return spec, draw(st.integers(0, 999))
 
 
@@ -294,11 +377,20 @@ def test_fast_engine_refuses_ftrl_learning_rate_zero_before_any_change():
     writing: no table of the step changes (a fused update could not raise in time)."""
     optimizer = FtrlSpec(learning_rate=lambda step: 0.1 if step == 0 else 0.0)
     spec = EmbeddingSpec(
-        tables=(TableSpec(name="t", vocabulary_size=8, dim=2, combiner="sum", initializer=RowIdInitializer()),
-                TableSpec(name="u", vocabulary_size=8, dim=2, combiner="sum", initializer=RowIdInitializer(),
-                          optimizer=AdagradSpec(learning_rate=0.1))),
+        tables=(
+            TableSpec(name="t", vocabulary_size=8, dim=2, combiner="sum", initializer=RowIdInitializer()),
+            TableSpec(
+                name="u",
+                vocabulary_size=8,
+                dim=2,
+                combiner="sum",
+                initializer=RowIdInitializer(),
+                optimizer=AdagradSpec(learning_rate=0.1),
+            ),
+        ),
         features=(FeatureSpec(name="f", table="u", num_buckets=8), FeatureSpec(name="g", table="t", num_buckets=8)),
-        optimizer=optimizer)
+        optimizer=optimizer,
+    )
     engine = Engine(spec, kernels="fast")
     for step in range(2):
         result = engine.forward({"f": [[1, 2]], "g": [[3]]})

@@ -12,7 +12,11 @@ import pytest
 
 from tpu_embedding_shim.engine import lookup, ragged, sharding
 from tpu_embedding_shim.engine.lookup import (
-    pooled_backward, pooled_coefficients, pooled_lookup, sequence_backward, sequence_lookup,
+    pooled_backward,
+    pooled_coefficients,
+    pooled_lookup,
+    sequence_backward,
+    sequence_lookup,
     sum_duplicates,
 )
 from tpu_embedding_shim.engine.ragged import Ragged, to_ragged
@@ -181,8 +185,9 @@ def test_pooled_backward_mean_and_sqrtn_scale():
     b = batch([[3, 5]], [[1.0, 3.0]])
     grad = np.array([[4.0, 8.0]], dtype=np.float32)
     ids, g = pooled_backward(b, "mean", grad)
+    assert ids.tolist() == [3, 5]
     np.testing.assert_allclose(g, [[1.0, 2.0], [3.0, 6.0]])  # w / sum w = 1/4, 3/4
-    ids, g = pooled_backward(b, "sqrtn", grad)
+    _ids, g = pooled_backward(b, "sqrtn", grad)
     s = np.sqrt(10.0)
     np.testing.assert_allclose(g, [[4 / s, 8 / s], [12 / s, 24 / s]], rtol=1e-6)
 
@@ -293,8 +298,12 @@ def test_sum_duplicates_empty_and_mismatch():
 
 
 def test_kernels_trust_a_hand_built_ragged():
-    b = Ragged(values=np.array([0, 9]), row_splits=np.array([0, 1, 2]), weights=np.array([2.0, 1.0], np.float32),
-               positions=np.array([0, 0]))
+    b = Ragged(
+        values=np.array([0, 9]),
+        row_splits=np.array([0, 1, 2]),
+        weights=np.array([2.0, 1.0], np.float32),
+        positions=np.array([0, 0]),
+    )
     np.testing.assert_allclose(pooled_lookup(TABLE, b, "sum"), rows(0, 9))
 
 

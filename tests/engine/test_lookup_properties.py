@@ -9,7 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpu_embedding_shim.engine.lookup import (
-    pooled_backward, pooled_lookup, sequence_backward, sequence_lookup, sum_duplicates,
+    pooled_backward,
+    pooled_lookup,
+    sequence_backward,
+    sequence_lookup,
+    sum_duplicates,
 )
 from tpu_embedding_shim.engine.ragged import Ragged, to_ragged
 from tpu_embedding_shim.engine.sharding import ShardedTable

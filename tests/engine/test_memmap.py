@@ -21,7 +21,8 @@ def _spec(initializer, vocab=10, dim=3):
     return EmbeddingSpec(
         tables=(TableSpec(name="t", vocabulary_size=vocab, dim=dim, combiner="sum", initializer=initializer),),
         features=(FeatureSpec(name="f", table="t", num_buckets=vocab),),
-        optimizer=AdagradSpec(learning_rate=0.1))
+        optimizer=AdagradSpec(learning_rate=0.1),
+    )
 
 
 def test_an_array_constant_fills_a_file_table_across_blocks(tmp_path, monkeypatch):
@@ -86,7 +87,9 @@ def test_a_creation_killed_halfway_is_built_again_not_reused(tmp_path, caplog):
     assert not os.path.exists(path) and os.path.exists(path + ".partial")  # the slot made it, the table did not
     spec = EmbeddingSpec(
         tables=(TableSpec(name="t", vocabulary_size=1000, dim=4, combiner="sum", initializer=RowIdInitializer()),),
-        features=(FeatureSpec(name="f", table="t", num_buckets=1000),), optimizer=AdagradSpec(learning_rate=0.1))
+        features=(FeatureSpec(name="f", table="t", num_buckets=1000),),
+        optimizer=AdagradSpec(learning_rate=0.1),
+    )
     with caplog.at_level(logging.WARNING, logger="tpu_embedding_shim.engine.memmap"):
         reopened = Engine(spec, kernels="numpy", table_files={"t": path})
     assert "incomplete table file" in caplog.text

@@ -14,8 +14,18 @@ from hypothesis import strategies as st
 
 from tpu_embedding_shim.engine.tf_bundle import BundleReader, read_state
 from tpu_embedding_shim.engine.tf_bundle.object_graph import (
-    OBJECT_GRAPH_KEY, Node, ObjectReference, RegisteredSaver, SerializedTensor, SlotVariableReference,
-    TrackableObject, TrackableObjectGraph, build_graph, checkpoint_key, escape_local_name, unescape_local_name,
+    OBJECT_GRAPH_KEY,
+    Node,
+    ObjectReference,
+    RegisteredSaver,
+    SerializedTensor,
+    SlotVariableReference,
+    TrackableObject,
+    TrackableObjectGraph,
+    build_graph,
+    checkpoint_key,
+    escape_local_name,
+    unescape_local_name,
 )
 from tpu_embedding_shim.engine.tf_bundle.wire import WireError
 
@@ -37,12 +47,15 @@ def graphs(draw):
     nodes = []
     for _ in range(count):
         saver = draw(st.none() | st.builds(RegisteredSaver, text, text))
-        nodes.append(TrackableObject(
-            children=tuple(draw(st.lists(st.builds(ObjectReference, ids, text), max_size=3))),
-            attributes=tuple(draw(st.lists(st.builds(SerializedTensor, text, text, text), max_size=2))),
-            slot_variables=tuple(draw(st.lists(st.builds(SlotVariableReference, ids, text, ids), max_size=2))),
-            registered_saver=saver,
-            has_checkpoint_values=draw(st.sampled_from([None, True, False]))))
+        nodes.append(
+            TrackableObject(
+                children=tuple(draw(st.lists(st.builds(ObjectReference, ids, text), max_size=3))),
+                attributes=tuple(draw(st.lists(st.builds(SerializedTensor, text, text, text), max_size=2))),
+                slot_variables=tuple(draw(st.lists(st.builds(SlotVariableReference, ids, text, ids), max_size=2))),
+                registered_saver=saver,
+                has_checkpoint_values=draw(st.sampled_from([None, True, False])),
+            )
+        )
     return TrackableObjectGraph(tuple(nodes))
 
 
@@ -76,7 +89,8 @@ def test_the_tpu_embedding_node_has_tensorflows_registered_saver():
     config = graph.resolve(["embedding", "_feature_config"])
     assert graph.nodes[config].has_checkpoint_values is False
     assert graph.resolve(["embedding", "_variables", "users/x", "linears"]) == graph.resolve(
-        ["embedding", "users/x/linears"])
+        ["embedding", "users/x/linears"]
+    )
     serving = TrackableObjectGraph.decode(tf_graph_bytes("midlevel_serving"))
     assert serving.nodes[serving.resolve(["embedding"])].registered_saver is None
 
@@ -106,7 +120,11 @@ def test_numbering_is_breadth_first_and_shared_nodes_are_one_node():
     root.add("self", root)
     graph, values = build_graph(root)
     assert [[(c.node_id, c.local_name) for c in n.children] for n in graph.nodes] == [
-        [(1, "a"), (2, "b"), (0, "self")], [(3, "x")], [(3, "same")], []]
+        [(1, "a"), (2, "b"), (0, "self")],
+        [(3, "x")],
+        [(3, "same")],
+        [],
+    ]
     assert values == {"a/x/.ATTRIBUTES/VARIABLE_VALUE": 1}
     assert [n.has_checkpoint_values for n in graph.nodes] == [True, True, True, True]
     empty, _ = build_graph(Node())
@@ -141,8 +159,10 @@ def test_escaping_round_trips_and_never_leaves_a_slash(name):
 
 def test_escaping_is_tensorflows():
     # Keys TensorFlow 2.15 wrote for tables 'items.v2' and 'users/x' (midlevel_tpu_embedding).
-    assert checkpoint_key(["embedding", "items.v2/accumulators"]) == \
-        "embedding/items..v2.Saccumulators/.ATTRIBUTES/VARIABLE_VALUE"
+    assert (
+        checkpoint_key(["embedding", "items.v2/accumulators"])
+        == "embedding/items..v2.Saccumulators/.ATTRIBUTES/VARIABLE_VALUE"
+    )
     assert checkpoint_key(["embedding", "users/x"]) == "embedding/users.Sx/.ATTRIBUTES/VARIABLE_VALUE"
     assert checkpoint_key([]) == "/.ATTRIBUTES/VARIABLE_VALUE"
     with pytest.raises(ValueError, match="followed by"):
@@ -156,8 +176,11 @@ def test_bad_bytes_are_wire_errors():
     with pytest.raises(WireError, match="node 3"):
         TrackableObjectGraph.decode(dangling)
     with pytest.raises(WireError, match="UTF-8"):
-        TrackableObjectGraph.decode(TrackableObjectGraph((TrackableObject(
-            children=(ObjectReference(0, "x"),)),)).encode().replace(b"x", b"\xff"))
+        TrackableObjectGraph.decode(
+            TrackableObjectGraph((TrackableObject(children=(ObjectReference(0, "x"),)),))
+            .encode()
+            .replace(b"x", b"\xff")
+        )
 
 
 def test_lookups():

@@ -67,11 +67,14 @@ def shared_options(draw):
 @st.composite
 def optimizers(draw, kinds=None, with_shared_options=True, learning_rate=None):
     """Any optimizer spec, random hyper-parameters, optionally random shared options."""
-    kind = draw(st.sampled_from(kinds or
-                                ["sgd", "adagrad", "adagrad_momentum", "adam", "ftrl",
-                                 "momentum", "rmsprop", "proximal_adagrad"]))
-    lr = learning_rate if learning_rate is not None else draw(
-        st.floats(0.01, 1.0) if kind == "ftrl" else learning_rates)
+    kind = draw(
+        st.sampled_from(
+            kinds or ["sgd", "adagrad", "adagrad_momentum", "adam", "ftrl", "momentum", "rmsprop", "proximal_adagrad"]
+        )
+    )
+    lr = (
+        learning_rate if learning_rate is not None else draw(st.floats(0.01, 1.0) if kind == "ftrl" else learning_rates)
+    )
     common = dict(learning_rate=lr)
     if with_shared_options:
         common.update(draw(shared_options()))
@@ -81,15 +84,22 @@ def optimizers(draw, kinds=None, with_shared_options=True, learning_rate=None):
         return AdagradSpec(initial_accumulator=draw(st.floats(0.01, 2.0)), **common)
     if kind == "adagrad_momentum":
         return AdagradMomentumSpec(
-            momentum=draw(st.floats(0.0, 0.99)), use_nesterov=draw(st.booleans()),
+            momentum=draw(st.floats(0.0, 0.99)),
+            use_nesterov=draw(st.booleans()),
             exponent=draw(st.sampled_from([2.0, 1.0, 3.0, 4.0])),
             beta2=draw(st.sampled_from([1.0, 0.9, 0.5])),
-            epsilon=draw(st.sampled_from([1e-10, 1e-3])), **common)
+            epsilon=draw(st.sampled_from([1e-10, 1e-3])),
+            **common,
+        )
     if kind == "adam":
         return AdamSpec(
-            beta1=draw(st.floats(0.0, 0.99)), beta2=draw(st.floats(0.0, 0.999)),
+            beta1=draw(st.floats(0.0, 0.99)),
+            beta2=draw(st.floats(0.0, 0.999)),
             epsilon=draw(st.sampled_from([1e-8, 1e-3, 0.1])),
-            lazy_adam=draw(st.booleans()), sum_inside_sqrt=draw(st.booleans()), **common)
+            lazy_adam=draw(st.booleans()),
+            sum_inside_sqrt=draw(st.booleans()),
+            **common,
+        )
     if kind == "ftrl":
         return FtrlSpec(
             learning_rate_power=draw(st.sampled_from([-0.5, -0.25, 0.0, -1.0])),
@@ -97,17 +107,24 @@ def optimizers(draw, kinds=None, with_shared_options=True, learning_rate=None):
             l1_regularization_strength=draw(st.sampled_from([0.0, 0.01, 0.5])),
             l2_regularization_strength=draw(st.sampled_from([0.0, 0.1])),
             beta=draw(st.sampled_from([0.0, 0.5])),
-            multiply_linear_by_learning_rate=draw(st.booleans()), **common)
+            multiply_linear_by_learning_rate=draw(st.booleans()),
+            **common,
+        )
     if kind == "momentum":
-        return MomentumSpec(momentum=draw(st.floats(0.0, 0.99)), use_nesterov=draw(st.booleans()),
-                            **common)
+        return MomentumSpec(momentum=draw(st.floats(0.0, 0.99)), use_nesterov=draw(st.booleans()), **common)
     if kind == "rmsprop":
-        return RMSPropSpec(rho=draw(st.floats(0.0, 1.0)), momentum=draw(st.floats(0.0, 0.99)),
-                           epsilon=draw(st.sampled_from([1e-10, 1e-3])), **common)
+        return RMSPropSpec(
+            rho=draw(st.floats(0.0, 1.0)),
+            momentum=draw(st.floats(0.0, 0.99)),
+            epsilon=draw(st.sampled_from([1e-10, 1e-3])),
+            **common,
+        )
     return ProximalAdagradSpec(
         initial_accumulator=draw(st.floats(0.01, 2.0)),
         l1_regularization_strength=draw(st.sampled_from([0.0, 0.01, 0.5])),
-        l2_regularization_strength=draw(st.sampled_from([0.0, 0.1])), **common)
+        l2_regularization_strength=draw(st.sampled_from([0.0, 0.1])),
+        **common,
+    )
 
 
 @st.composite
@@ -127,8 +144,7 @@ def steps_over(draw, num_rows, dim, max_steps=4, every_row=False):
     """A list of (ids, grads) steps; ids repeat; `every_row` puts every row in every step."""
     steps = []
     for _ in range(draw(st.integers(1, max_steps))):
-        ids = draw(st.lists(st.integers(0, num_rows - 1), min_size=0 if not every_row else 0,
-                            max_size=2 * num_rows))
+        ids = draw(st.lists(st.integers(0, num_rows - 1), max_size=2 * num_rows))  # may be empty
         if every_row:
             ids = list(draw(st.permutations(range(num_rows)))) + ids
         ids = np.array(ids, dtype=np.int64)
@@ -173,25 +189,30 @@ def test_sgd_step_is_exactly_minus_lr_times_gradient(data, shape, lr, step):
 
 
 @PROPERTY
-@given(data=st.data(), shape=shapes, lr=learning_rates,
-       accumulator=st.floats(1e8, 1e12))
+@given(data=st.data(), shape=shapes, lr=learning_rates, accumulator=st.floats(1e8, 1e12))
 def test_adagrad_with_a_huge_initial_accumulator_barely_moves(data, shape, lr, accumulator):
     spec = AdagradSpec(learning_rate=lr, initial_accumulator=accumulator)
     rows = data.draw(matrices(shape))
     grads = data.draw(matrices(shape))
     new_rows, _ = apply_update(spec, rows, initial_slots(spec, shape), grads, 0)
     moved = np.abs(new_rows.astype(np.float64) - rows)
-    bound = lr * np.abs(grads.astype(np.float64)) / np.sqrt(accumulator)   # <= 5e-4
+    bound = lr * np.abs(grads.astype(np.float64)) / np.sqrt(accumulator)  # <= 5e-4
     assert (moved <= bound * 1.001 + np.spacing(np.abs(rows))).all()
 
 
 @PROPERTY
-@given(data=st.data(), shape=shapes, low=st.floats(-3.0, 0.0), high=st.floats(0.0, 3.0),
-       sides=st.sampled_from(["both", "min", "max"]))
+@given(
+    data=st.data(),
+    shape=shapes,
+    low=st.floats(-3.0, 0.0),
+    high=st.floats(0.0, 3.0),
+    sides=st.sampled_from(["both", "min", "max"]),
+)
 def test_weight_clipping_bounds_every_row(data, shape, low, high, sides):
     spec = data.draw(optimizers())
-    spec = dataclasses.replace(spec, clip_weight_min=None if sides == "max" else low,
-                               clip_weight_max=None if sides == "min" else high)
+    spec = dataclasses.replace(
+        spec, clip_weight_min=None if sides == "max" else low, clip_weight_max=None if sides == "min" else high
+    )
     rows = data.draw(matrices(shape))
     grads = data.draw(matrices(shape))
     slots = data.draw(slot_states(spec, shape))
@@ -203,8 +224,7 @@ def test_weight_clipping_bounds_every_row(data, shape, low, high, sides):
 
 
 @PROPERTY
-@given(data=st.data(), shape=shapes, lr=learning_rates,
-       low=st.floats(-3.0, 0.0), high=st.floats(0.0, 3.0))
+@given(data=st.data(), shape=shapes, lr=learning_rates, low=st.floats(-3.0, 0.0), high=st.floats(0.0, 3.0))
 def test_gradient_clipping_bounds_every_applied_gradient(data, shape, lr, low, high):
     rows = data.draw(matrices(shape))
     grads = data.draw(matrices(shape, -10.0, 10.0))
@@ -224,12 +244,16 @@ def test_gradient_clipping_bounds_every_applied_gradient(data, shape, lr, low, h
 
 
 @PROPERTY
-@given(data=st.data(), shape=shapes, lr=learning_rates, factor=st.floats(0.0, 0.9),
-       times_lr=st.booleans(), n_steps=st.integers(1, 8))
-def test_weight_decay_with_zero_gradient_shrinks_rows_geometrically(data, shape, lr, factor,
-                                                                   times_lr, n_steps):
-    spec = SGDSpec(learning_rate=lr, weight_decay_factor=factor,
-                   multiply_weight_decay_factor_by_learning_rate=times_lr)
+@given(
+    data=st.data(),
+    shape=shapes,
+    lr=learning_rates,
+    factor=st.floats(0.0, 0.9),
+    times_lr=st.booleans(),
+    n_steps=st.integers(1, 8),
+)
+def test_weight_decay_with_zero_gradient_shrinks_rows_geometrically(data, shape, lr, factor, times_lr, n_steps):
+    spec = SGDSpec(learning_rate=lr, weight_decay_factor=factor, multiply_weight_decay_factor_by_learning_rate=times_lr)
     decay = factor * lr if times_lr else factor
     rows0 = data.draw(matrices(shape))
     rows = rows0
@@ -289,7 +313,7 @@ def test_apply_update_never_mutates_its_inputs(data, shape, step):
     slots = data.draw(slot_states(spec, shape))
     originals = (rows.copy(), grads.copy(), {k: v.copy() for k, v in slots.items()})
     for array in (rows, grads, *slots.values()):
-        array.flags.writeable = False          # any in-place write would raise
+        array.flags.writeable = False  # any in-place write would raise
     new_rows, new_slots = apply_update(spec, rows, slots, grads, step)
     np.testing.assert_array_equal(rows, originals[0])
     np.testing.assert_array_equal(grads, originals[1])
@@ -314,5 +338,4 @@ def test_ftrl_linear_times_learning_rate_agrees_with_standard_for_a_constant_lr(
     table_b, slots_b = _train(scaled, table, initial_slots(scaled, shape), steps)
     np.testing.assert_allclose(table_a, table_b, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(slots_a["accumulators"], slots_b["accumulators"], rtol=1e-6)
-    np.testing.assert_allclose(np.float32(lr) * slots_a["linears"], slots_b["linears"],
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.float32(lr) * slots_a["linears"], slots_b["linears"], rtol=1e-4, atol=1e-5)

@@ -13,7 +13,12 @@ from tpu_embedding_shim.engine import fast
 from tpu_embedding_shim.engine.engine import Engine
 from tpu_embedding_shim.engine.optimizers import OPTIMIZERS, apply_update, initial_slots, optimizer_for
 from tpu_embedding_shim.spec import (
-    OPTIMIZER_SPECS, AdagradSpec, EmbeddingSpec, FeatureSpec, RowIdInitializer, TableSpec,
+    OPTIMIZER_SPECS,
+    AdagradSpec,
+    EmbeddingSpec,
+    FeatureSpec,
+    RowIdInitializer,
+    TableSpec,
 )
 
 from .fake_optimizer import LION, LionSpec
@@ -49,7 +54,7 @@ def test_hyperparameters_are_float32_flags_and_hashable_constants(kind):
     assert np.float32(0.25) in hp  # the step's learning rate, as float32
     for value in hp:
         assert isinstance(value, (np.float32, bool, int)), (kind, value)
-    hash(hp[:row.constants])  # the fused kernel is compiled per value of these
+    hash(hp[: row.constants])  # the fused kernel is compiled per value of these
 
 
 def test_a_subclass_runs_as_its_base_and_anything_else_is_refused():
@@ -117,8 +122,11 @@ def test_an_added_optimizer_runs_fused_with_the_numpy_bits(lion):
 
 
 def test_an_added_optimizer_trains_the_same_on_both_engines(lion):
-    spec = EmbeddingSpec(tables=(TableSpec(name="t", vocabulary_size=20, dim=4, initializer=RowIdInitializer()),),
-                         features=(FeatureSpec(name="f", table="t", num_buckets=20),), optimizer=lion)
+    spec = EmbeddingSpec(
+        tables=(TableSpec(name="t", vocabulary_size=20, dim=4, initializer=RowIdInitializer()),),
+        features=(FeatureSpec(name="f", table="t", num_buckets=20),),
+        optimizer=lion,
+    )
     engines = [Engine(spec, kernels=kernels) for kernels in ["numpy"] + (["fast"] if fast.available() else [])]
     rng = np.random.default_rng(0)
     for _ in range(3):

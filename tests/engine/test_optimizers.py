@@ -11,11 +11,25 @@ import numpy as np
 import pytest
 
 from tpu_embedding_shim.engine.optimizers import (
-    apply_sequentially, apply_sparse_update, apply_update, bias_corrected_learning_rate, formulas, initial_slots,
-    optimizer_for, sum_duplicates, touches_all_rows,
+    apply_sequentially,
+    apply_sparse_update,
+    apply_update,
+    bias_corrected_learning_rate,
+    formulas,
+    initial_slots,
+    optimizer_for,
+    sum_duplicates,
+    touches_all_rows,
 )
 from tpu_embedding_shim.spec import (
-    AdagradMomentumSpec, AdagradSpec, AdamSpec, FtrlSpec, MomentumSpec, ProximalAdagradSpec, RMSPropSpec, SGDSpec,
+    AdagradMomentumSpec,
+    AdagradSpec,
+    AdamSpec,
+    FtrlSpec,
+    MomentumSpec,
+    ProximalAdagradSpec,
+    RMSPropSpec,
+    SGDSpec,
 )
 
 
@@ -45,16 +59,14 @@ def test_adagrad_one_step_divides_by_the_updated_accumulator():
     # a = 0.75 + 0.5**2 = 1 -> w = 1 - 0.1*0.5/1 = 0.95
     # a = 3 + 1**2 = 4      -> w = 2 - 0.1*1/2 = 1.95
     spec = AdagradSpec(learning_rate=0.1)
-    rows, slots = apply_update(spec, f32([1.0, 2.0]), {"accumulators": f32([0.75, 3.0])},
-                               f32([0.5, 1.0]), step=0)
+    rows, slots = apply_update(spec, f32([1.0, 2.0]), {"accumulators": f32([0.75, 3.0])}, f32([0.5, 1.0]), step=0)
     close(rows, [[0.95, 1.95]])
     close(slots["accumulators"], [[1.0, 4.0]])
 
 
 def test_adagrad_zero_gradient_changes_nothing():
     spec = AdagradSpec(learning_rate=0.1)
-    rows, slots = apply_update(spec, f32([1.0, -2.0]), {"accumulators": f32([0.1, 0.1])},
-                               f32([0.0, 0.0]), step=3)
+    rows, slots = apply_update(spec, f32([1.0, -2.0]), {"accumulators": f32([0.1, 0.1])}, f32([0.0, 0.0]), step=3)
     close(rows, [[1.0, -2.0]])
     close(slots["accumulators"], [[0.1, 0.1]])
 
@@ -77,8 +89,7 @@ def test_adagrad_momentum_nesterov_with_existing_momentum():
     # a = 0 + 4 = 4; s = 1; m = 0.5*2 + 1 = 2; update = 0.5*2 + 1 = 2
     # w = 1 - 0.1*2 = 0.8
     spec = AdagradMomentumSpec(learning_rate=0.1, momentum=0.5, use_nesterov=True)
-    rows, new = apply_update(spec, f32([1.0]), {"accumulators": f32([0.0]), "momenta": f32([2.0])},
-                             f32([2.0]), step=0)
+    rows, new = apply_update(spec, f32([1.0]), {"accumulators": f32([0.0]), "momenta": f32([2.0])}, f32([2.0]), step=0)
     close(rows, [[0.8]])
     close(new["momenta"], [[2.0]])
 
@@ -87,8 +98,7 @@ def test_adagrad_momentum_decaying_accumulator_and_exponent():
     # beta2 = 0.75: a = 0.75*12 + 0.25*2**2 = 10; exponent 4: s = (10+6)**-0.25 * 2 = 0.5*2 = 1
     # m = 0 + 1; w = 1 - 0.25*1 = 0.75
     spec = AdagradMomentumSpec(learning_rate=0.25, beta2=0.75, exponent=4.0, epsilon=6.0)
-    rows, new = apply_update(spec, f32([1.0]), {"accumulators": f32([12.0]), "momenta": f32([0.0])},
-                             f32([2.0]), step=0)
+    rows, new = apply_update(spec, f32([1.0]), {"accumulators": f32([12.0]), "momenta": f32([0.0])}, f32([2.0]), step=0)
     close(new["accumulators"], [[10.0]])
     close(rows, [[0.75]])
 
@@ -119,8 +129,7 @@ def test_adam_epsilon_outside_sqrt():
 def test_adam_zero_gradient_still_moves_a_row_with_momentum():
     # g = 0: m = 0.5*2 = 1; v = 0.75*4 = 3; w = 0 - 1 * 1/(sqrt(3) + 1e-12)
     spec = AdamSpec(learning_rate=1.0, beta1=0.5, beta2=0.75, epsilon=1e-12, sum_inside_sqrt=False)
-    rows, new = apply_update(spec, f32([0.0]), {"momenta": f32([2.0]), "velocities": f32([4.0])},
-                             f32([0.0]), step=0)
+    rows, new = apply_update(spec, f32([0.0]), {"momenta": f32([2.0]), "velocities": f32([4.0])}, f32([0.0]), step=0)
     close(new["momenta"], [[1.0]])
     close(new["velocities"], [[3.0]])
     close(rows, [[-1.0 / np.sqrt(3.0)]], rtol=1e-6)
@@ -141,8 +150,8 @@ def test_lazy_and_non_lazy_adam_differ_on_rows_not_in_the_step():
     lazy_table, lazy_slots = apply_sparse_update(lazy, table, slots, [0], f32([1.0]), 0)
     dense_table, dense_slots = apply_sparse_update(dense, table, slots, [0], f32([1.0]), 0)
     close(lazy_table[0], dense_table[0])
-    close(lazy_table[1], [1.0])                 # lazy: row 1 not in the step, untouched
-    assert dense_table[1, 0] < 1.0              # non-lazy: m decays to 0.9 and row 1 moves
+    close(lazy_table[1], [1.0])  # lazy: row 1 not in the step, untouched
+    assert dense_table[1, 0] < 1.0  # non-lazy: m decays to 0.9 and row 1 moves
     close(dense_slots["momenta"][1], [0.9])
     close(lazy_slots["momenta"][1], [1.0])
 
@@ -164,8 +173,12 @@ def test_ftrl_one_step_standard_linear():
     # a = 0 + 2**2 = 4; P = sqrt: dP = 2 - 0 = 2; lr = 0.5
     # linear = 0 + 2 - (2/0.5)*1 = -2
     # w = (clip(-2, -0.5, 0.5) + 2) / ((2 + 0)/0.5 + 2*0.25) = 1.5 / 4.5 = 1/3
-    spec = FtrlSpec(learning_rate=0.5, initial_accumulator_value=0.0,
-                    l1_regularization_strength=0.5, l2_regularization_strength=0.25)
+    spec = FtrlSpec(
+        learning_rate=0.5,
+        initial_accumulator_value=0.0,
+        l1_regularization_strength=0.5,
+        l2_regularization_strength=0.25,
+    )
     rows, new = apply_update(spec, f32([1.0]), initial_slots(spec, (1, 1)), f32([2.0]), step=0)
     close(new["accumulators"], [[4.0]])
     close(new["linears"], [[-2.0]])
@@ -175,9 +188,13 @@ def test_ftrl_one_step_standard_linear():
 def test_ftrl_one_step_linear_times_learning_rate():
     # linear = 0 + 0.5*2 - 2*1 = -1 (= lr * the standard linear)
     # w = (clip(-1, -0.25, 0.25) + 1) / (2 + 2*0.5*0.25 + 0) = 0.75 / 2.25 = 1/3
-    spec = FtrlSpec(learning_rate=0.5, initial_accumulator_value=0.0,
-                    l1_regularization_strength=0.5, l2_regularization_strength=0.25,
-                    multiply_linear_by_learning_rate=True)
+    spec = FtrlSpec(
+        learning_rate=0.5,
+        initial_accumulator_value=0.0,
+        l1_regularization_strength=0.5,
+        l2_regularization_strength=0.25,
+        multiply_linear_by_learning_rate=True,
+    )
     rows, new = apply_update(spec, f32([1.0]), initial_slots(spec, (1, 1)), f32([2.0]), step=0)
     close(new["linears"], [[-1.0]])
     close(rows, [[1.0 / 3.0]])
@@ -196,10 +213,10 @@ def test_ftrl_beta_equals_tensorflow_cpu_folding_into_l2():
     rows = rng.normal(size=(4, 3)).astype(np.float32)
     grads = rng.normal(size=(4, 3)).astype(np.float32)
     lr, beta, l2 = 0.3, 0.7, 0.1
-    with_beta = FtrlSpec(learning_rate=lr, beta=beta, l2_regularization_strength=l2,
-                         l1_regularization_strength=0.05)
-    folded = FtrlSpec(learning_rate=lr, l2_regularization_strength=l2 + beta / (2 * lr),
-                      l1_regularization_strength=0.05)
+    with_beta = FtrlSpec(learning_rate=lr, beta=beta, l2_regularization_strength=l2, l1_regularization_strength=0.05)
+    folded = FtrlSpec(
+        learning_rate=lr, l2_regularization_strength=l2 + beta / (2 * lr), l1_regularization_strength=0.05
+    )
     a, _ = apply_update(with_beta, rows, initial_slots(with_beta, rows.shape), grads, 0)
     b, _ = apply_update(folded, rows, initial_slots(folded, rows.shape), grads, 0)
     close(a, b, rtol=1e-5, atol=1e-6)
@@ -267,8 +284,7 @@ def test_rmsprop_one_step():
 def test_proximal_adagrad_uses_the_adaptive_rate_in_the_prox_terms():
     # a = 3 + 1 = 4; r = 0.5/sqrt(4) = 0.25; v = 1 - 0.25*1 = 0.75
     # w = sign(v) * max(0.75 - 0.25*1, 0) / (1 + 0.25*2) = 0.5/1.5 = 1/3
-    spec = ProximalAdagradSpec(learning_rate=0.5, l1_regularization_strength=1.0,
-                               l2_regularization_strength=2.0)
+    spec = ProximalAdagradSpec(learning_rate=0.5, l1_regularization_strength=1.0, l2_regularization_strength=2.0)
     rows, new = apply_update(spec, f32([1.0]), {"accumulators": f32([3.0])}, f32([1.0]), 0)
     close(new["accumulators"], [[4.0]])
     close(rows, [[1.0 / 3.0]])
@@ -278,8 +294,7 @@ def test_proximal_adagrad_l1_shrinks_to_zero_and_keeps_sign():
     # a = 3 + 1 = 4, r = 0.25; v = [-0.1 + 0.25, 0.1 - 0.25] = [0.15, -0.15]
     # l1 = 1: |v| - 0.25*1 < 0 -> both 0
     spec = ProximalAdagradSpec(learning_rate=0.5, l1_regularization_strength=1.0)
-    rows, _ = apply_update(spec, f32([-0.1, 0.1]), {"accumulators": f32([3.0, 3.0])},
-                           f32([-1.0, 1.0]), 0)
+    rows, _ = apply_update(spec, f32([-0.1, 0.1]), {"accumulators": f32([3.0, 3.0])}, f32([-1.0, 1.0]), 0)
     close(rows, [[0.0, 0.0]])
 
 
@@ -320,8 +335,7 @@ def test_weight_decay_before_the_update():
 
 def test_weight_decay_times_learning_rate():
     # lambda' = 0.25*0.5 = 0.125: w = 2 - 0.25 = 1.75; SGD: 1.75 - 0.5*1 = 1.25
-    spec = SGDSpec(learning_rate=0.5, weight_decay_factor=0.25,
-                   multiply_weight_decay_factor_by_learning_rate=True)
+    spec = SGDSpec(learning_rate=0.5, weight_decay_factor=0.25, multiply_weight_decay_factor_by_learning_rate=True)
     rows, _ = apply_update(spec, f32([2.0]), {}, f32([1.0]), 0)
     close(rows, [[1.25]])
 
@@ -391,14 +405,13 @@ def test_apply_sequentially_applies_repeated_ids_one_after_another():
     close(new_table, [[expected]], rtol=1e-6)
     close(new_slots["accumulators"], [[0.875]])
     summed, _ = apply_sparse_update(spec, table, slots, [0, 0], f32([0.25], [0.25]), 0)
-    assert new_table[0, 0] < summed[0, 0]   # the raw kernel moves the row further
+    assert new_table[0, 0] < summed[0, 0]  # the raw kernel moves the row further
 
 
 def test_apply_sequentially_epsilon_only_for_adagrad():
     # a = 3 + 1 = 4; w = 1 - 0.5*1/(2 + 0.5) = 0.8
     spec = AdagradSpec(learning_rate=0.5)
-    table, _ = apply_sequentially(spec, f32([1.0]), {"accumulators": f32([3.0])}, [0], f32([1.0]), 0,
-                                  epsilon=0.5)
+    table, _ = apply_sequentially(spec, f32([1.0]), {"accumulators": f32([3.0])}, [0], f32([1.0]), 0, epsilon=0.5)
     close(table, [[0.8]])
     with pytest.raises(ValueError, match="epsilon"):
         apply_sequentially(SGDSpec(learning_rate=0.5), f32([1.0]), {}, [0], f32([1.0]), 0, epsilon=0.5)
@@ -407,17 +420,21 @@ def test_apply_sequentially_epsilon_only_for_adagrad():
 # ---------------------------------------------------------------- initial slots and dispatch
 
 
-@pytest.mark.parametrize("spec, expected", [
-    (None, {}),
-    (SGDSpec(learning_rate=0.1), {}),
-    (AdagradSpec(learning_rate=0.1, initial_accumulator=0.5), {"accumulators": 0.5}),
-    (AdamSpec(learning_rate=0.1), {"momenta": 0.0, "velocities": 0.0}),
-    (FtrlSpec(learning_rate=0.1, initial_accumulator_value=0.2), {"accumulators": 0.2, "linears": 0.0}),
-    (AdagradMomentumSpec(learning_rate=0.1), {"accumulators": 0.0, "momenta": 0.0}),
-    (MomentumSpec(learning_rate=0.1), {"momenta": 0.0}),
-    (RMSPropSpec(learning_rate=0.1), {"ms": 0.0, "mom": 0.0}),
-    (ProximalAdagradSpec(learning_rate=0.1), {"accumulators": 0.1}),
-], ids=lambda value: type(value).__name__ if not isinstance(value, dict) else "")
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        (None, {}),
+        (SGDSpec(learning_rate=0.1), {}),
+        (AdagradSpec(learning_rate=0.1, initial_accumulator=0.5), {"accumulators": 0.5}),
+        (AdamSpec(learning_rate=0.1), {"momenta": 0.0, "velocities": 0.0}),
+        (FtrlSpec(learning_rate=0.1, initial_accumulator_value=0.2), {"accumulators": 0.2, "linears": 0.0}),
+        (AdagradMomentumSpec(learning_rate=0.1), {"accumulators": 0.0, "momenta": 0.0}),
+        (MomentumSpec(learning_rate=0.1), {"momenta": 0.0}),
+        (RMSPropSpec(learning_rate=0.1), {"ms": 0.0, "mom": 0.0}),
+        (ProximalAdagradSpec(learning_rate=0.1), {"accumulators": 0.1}),
+    ],
+    ids=lambda value: type(value).__name__ if not isinstance(value, dict) else "",
+)
 def test_initial_slots(spec, expected):
     slots = initial_slots(spec, (3, 2))
     assert sorted(slots) == sorted(expected)
@@ -427,16 +444,20 @@ def test_initial_slots(spec, expected):
         assert (slots[name] == np.float32(value)).all()
 
 
-@pytest.mark.parametrize("spec, function", [
-    (SGDSpec(learning_rate=0.1), formulas.sgd),
-    (AdagradSpec(learning_rate=0.1), formulas.adagrad),
-    (AdagradMomentumSpec(learning_rate=0.1), formulas.adagrad_momentum),
-    (AdamSpec(learning_rate=0.1), formulas.adam),
-    (FtrlSpec(learning_rate=0.1), formulas.ftrl),
-    (MomentumSpec(learning_rate=0.1), formulas.momentum),
-    (RMSPropSpec(learning_rate=0.1), formulas.rmsprop),
-    (ProximalAdagradSpec(learning_rate=0.1), formulas.proximal_adagrad),
-], ids=lambda value: getattr(value, "__name__", type(value).__name__))
+@pytest.mark.parametrize(
+    "spec, function",
+    [
+        (SGDSpec(learning_rate=0.1), formulas.sgd),
+        (AdagradSpec(learning_rate=0.1), formulas.adagrad),
+        (AdagradMomentumSpec(learning_rate=0.1), formulas.adagrad_momentum),
+        (AdamSpec(learning_rate=0.1), formulas.adam),
+        (FtrlSpec(learning_rate=0.1), formulas.ftrl),
+        (MomentumSpec(learning_rate=0.1), formulas.momentum),
+        (RMSPropSpec(learning_rate=0.1), formulas.rmsprop),
+        (ProximalAdagradSpec(learning_rate=0.1), formulas.proximal_adagrad),
+    ],
+    ids=lambda value: getattr(value, "__name__", type(value).__name__),
+)
 def test_the_registry_names_each_optimizers_formula(spec, function):
     assert optimizer_for(spec).formula is function
 
@@ -469,8 +490,7 @@ def test_missing_or_extra_slots_are_rejected():
 
 def test_slot_of_another_shape_is_rejected():
     with pytest.raises(ValueError, match="accumulators"):
-        apply_update(AdagradSpec(learning_rate=0.1), f32([1.0, 2.0]), {"accumulators": f32([0.1])},
-                     f32([1.0, 1.0]), 0)
+        apply_update(AdagradSpec(learning_rate=0.1), f32([1.0, 2.0]), {"accumulators": f32([0.1])}, f32([1.0, 1.0]), 0)
 
 
 @pytest.mark.parametrize("step", [-1, 1.5, "3", True])
@@ -490,7 +510,8 @@ def test_empty_step_is_fine():
     spec = AdagradSpec(learning_rate=0.1)
     table = f32([1.0], [2.0])
     slots = initial_slots(spec, table.shape)
-    new_table, new_slots = apply_sparse_update(spec, table, slots, np.zeros(0, np.int64),
-                                               np.zeros((0, 1), np.float32), 0)
+    new_table, new_slots = apply_sparse_update(
+        spec, table, slots, np.zeros(0, np.int64), np.zeros((0, 1), np.float32), 0
+    )
     close(new_table, table)
     close(new_slots["accumulators"], slots["accumulators"])

@@ -22,8 +22,14 @@ def test_the_13_over_5_example_of_the_tf_docs():
 
 @pytest.mark.parametrize(
     "vocabulary_size,num_shards,sizes",
-    [(13, 5, [3, 3, 3, 2, 2]), (12, 4, [3, 3, 3, 3]), (7, 1, [7]), (1, 1, [1]), (3, 5, [1, 1, 1, 0, 0]),
-     (28, 3, [10, 9, 9])],
+    [
+        (13, 5, [3, 3, 3, 2, 2]),
+        (12, 4, [3, 3, 3, 3]),
+        (7, 1, [7]),
+        (1, 1, [1]),
+        (3, 5, [1, 1, 1, 0, 0]),
+        (28, 3, [10, 9, 9]),
+    ],
 )
 @pytest.mark.parametrize("strategy", ["div", "mod"])
 def test_shard_sizes(vocabulary_size, num_shards, sizes, strategy):
@@ -98,19 +104,32 @@ ERRORS = [
     ("num_shards_float", lambda: ShardedTable(np.zeros((4, 1)), 2.5, "div"), ValueError, ["`num_shards`", "2.5"]),
     ("num_shards_str", lambda: locate([1], 4, "2", "div"), TypeError, ["`num_shards`"]),
     ("vocabulary_zero", lambda: shard_sizes(0, 2, "mod"), ValueError, ["`vocabulary_size`"]),
-    ("strategy_unknown", lambda: shard_sizes(4, 2, "round_robin"), ValueError, ["`strategy`", "'div', 'mod'", "round_robin"]),
+    (
+        "strategy_unknown",
+        lambda: shard_sizes(4, 2, "round_robin"),
+        ValueError,
+        ["`strategy`", "'div', 'mod'", "round_robin"],
+    ),
     ("strategy_case", lambda: ShardedTable(np.zeros((4, 1)), 2, "DIV"), ValueError, ["`strategy`", "case-sensitive"]),
     ("id_too_big", lambda: locate([4], 4, 2, "div"), ValueError, ["`ids`", "[0, 4)", "4"]),
     ("negative_id", lambda: ShardedTable(np.zeros((4, 1)), 2, "mod")[np.array([-1])], ValueError, ["`ids`", "-1"]),
     ("float_ids", lambda: locate([1.0], 4, 2, "div"), TypeError, ["`ids`", "float"]),
     ("table_rank", lambda: ShardedTable(np.zeros(4), 2, "div"), ValueError, ["`full`", "(4,)"]),
     ("split_rank", lambda: split_table(np.zeros((2, 2, 2)), 2, "div"), ValueError, ["`full`"]),
-    ("join_sizes", lambda: join_shards([np.zeros((2, 1)), np.zeros((3, 1))], 5, "div"), ValueError,
-     ["`shards`", "[3, 2]"]),
+    (
+        "join_sizes",
+        lambda: join_shards([np.zeros((2, 1)), np.zeros((3, 1))], 5, "div"),
+        ValueError,
+        ["`shards`", "[3, 2]"],
+    ),
     ("join_dims", lambda: join_shards([np.zeros((2, 1)), np.zeros((2, 2))], 4, "mod"), ValueError, ["`shards`"]),
     ("join_empty", lambda: join_shards([], 4, "mod"), ValueError, ["`shards`"]),
-    ("scatter_duplicates", lambda: ShardedTable(np.zeros((4, 1)), 2, "div").scatter([1, 1], [[1.0], [2.0]]),
-     ValueError, ["`ids`", "repeat"]),
+    (
+        "scatter_duplicates",
+        lambda: ShardedTable(np.zeros((4, 1)), 2, "div").scatter([1, 1], [[1.0], [2.0]]),
+        ValueError,
+        ["`ids`", "repeat"],
+    ),
 ]
 
 

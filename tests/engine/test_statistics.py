@@ -13,17 +13,19 @@ from tpu_embedding_shim.spec import EmbeddingSpec, FeatureSpec, TableSpec
 
 def make_spec(*, num_shards=2, partition_strategy="div", vocab=100, extra_feature=False, name="users"):
     tables = (TableSpec(name=name, vocabulary_size=vocab, dim=8), TableSpec(name="items", vocabulary_size=50, dim=4))
-    features = [FeatureSpec(name="user", table=name, num_buckets=vocab),
-                FeatureSpec(name="item", table="items", num_buckets=50)]
+    features = [
+        FeatureSpec(name="user", table=name, num_buckets=vocab),
+        FeatureSpec(name="item", table="items", num_buckets=50),
+    ]
     if extra_feature:
         features.append(FeatureSpec(name="friend", table=name, num_buckets=vocab))
-    return EmbeddingSpec(tables=tables, features=tuple(features), num_shards=num_shards,
-                         partition_strategy=partition_strategy)
+    return EmbeddingSpec(
+        tables=tables, features=tuple(features), num_shards=num_shards, partition_strategy=partition_strategy
+    )
 
 
 def step_inputs(ids_per_example=(2, 0, 3, 1), unique=(1, 5, 5, 9), load=(4, 2)):
-    return dict(ids_per_example=np.array(ids_per_example), unique_ids=np.array(unique),
-                shard_load=np.array(load))
+    return dict(ids_per_example=np.array(ids_per_example), unique_ids=np.array(unique), shard_load=np.array(load))
 
 
 # File names ----------------------------------------------------------------------
@@ -36,7 +38,9 @@ def test_file_name_is_deterministic_and_hashes_parameters():
     assert name == LookupStatistics.file_name(table, make_spec())
     assert name.startswith("users-") and name.endswith(".json") and len(name) == len("users-") + 16 + 5
     different = [
-        make_spec(num_shards=4), make_spec(partition_strategy="mod"), make_spec(vocab=101),
+        make_spec(num_shards=4),
+        make_spec(partition_strategy="mod"),
+        make_spec(vocab=101),
         make_spec(extra_feature=True),
     ]
     names = {LookupStatistics.file_name(s.table("users"), s) for s in different}
@@ -47,11 +51,18 @@ def test_file_name_is_deterministic_and_hashes_parameters():
 def test_file_name_ignores_unrelated_settings():
     """Only the table's parameters and the sharding go into the hash: an optimizer change shares the file."""
     from tpu_embedding_shim.spec import AdagradSpec
+
     spec = make_spec()
-    other = EmbeddingSpec(tables=spec.tables, features=spec.features, num_shards=2,
-                          optimizer=AdagradSpec(learning_rate=0.5), pipeline_execution_with_tensor_core=True)
+    other = EmbeddingSpec(
+        tables=spec.tables,
+        features=spec.features,
+        num_shards=2,
+        optimizer=AdagradSpec(learning_rate=0.5),
+        pipeline_execution_with_tensor_core=True,
+    )
     assert LookupStatistics.file_name(spec.table("users"), spec) == LookupStatistics.file_name(
-        other.table("users"), other)
+        other.table("users"), other
+    )
 
 
 @pytest.mark.parametrize("name", ["towers/user id", "..", "ünï", "a" * 200])
@@ -79,9 +90,18 @@ def test_numbers_for_a_hand_made_input(tmp_path):
     data = read_statistics(path)
     # 6 examples, 14 ids; unique per step: 3 and 1; shard totals 4 and 10.
     assert data["table"] == "users"
-    assert data["parameters"] == table_parameters(spec.table("users"), spec) == {
-        "table": "users", "vocabulary_size": 100, "dim": 8, "num_features": 1,
-        "partition_strategy": "div", "num_shards": 2}
+    assert (
+        data["parameters"]
+        == table_parameters(spec.table("users"), spec)
+        == {
+            "table": "users",
+            "vocabulary_size": 100,
+            "dim": 8,
+            "num_features": 1,
+            "partition_strategy": "div",
+            "num_shards": 2,
+        }
+    )
     assert data["sample_rate"] == 1.0
     assert data["steps_seen"] == 2 and data["steps_sampled"] == 2
     assert data["examples_sampled"] == 6
@@ -255,11 +275,14 @@ def test_error_while_writing_contents_leaves_nothing(tmp_path, monkeypatch):
 # Validation ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"sample_rate": 0.0}, ValueError, "sample_rate"),
-    ({"sample_rate": 1.5}, ValueError, "sample_rate"),
-    ({"sample_rate": "3%"}, TypeError, "sample_rate"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"sample_rate": 0.0}, ValueError, "sample_rate"),
+        ({"sample_rate": 1.5}, ValueError, "sample_rate"),
+        ({"sample_rate": "3%"}, TypeError, "sample_rate"),
+    ],
+)
 def test_bad_constructor_arguments(tmp_path, kwargs, error, match):
     with pytest.raises(error, match=match):
         LookupStatistics(str(tmp_path), make_spec(), **kwargs)
@@ -272,15 +295,18 @@ def test_bad_constructor_types(tmp_path):
         LookupStatistics(None, make_spec())
 
 
-@pytest.mark.parametrize("table, inputs, match", [
-    ("nope", step_inputs(), "table"),
-    ("users", step_inputs(load=(1, 2, 3)), r"shard_load.*shape \(2,\)"),
-    ("users", dict(step_inputs(), ids_per_example=np.ones((2, 2), int)), "ids_per_example"),
-    ("users", dict(step_inputs(), ids_per_example=np.array([1.5])), "ids_per_example"),
-    ("users", dict(step_inputs(), unique_ids=np.array([0.5])), "unique_ids"),
-    ("users", step_inputs(ids_per_example=(-1, 2)), "non-negative"),
-    ("users", step_inputs(load=(-1, 2)), "non-negative"),
-])
+@pytest.mark.parametrize(
+    "table, inputs, match",
+    [
+        ("nope", step_inputs(), "table"),
+        ("users", step_inputs(load=(1, 2, 3)), r"shard_load.*shape \(2,\)"),
+        ("users", dict(step_inputs(), ids_per_example=np.ones((2, 2), int)), "ids_per_example"),
+        ("users", dict(step_inputs(), ids_per_example=np.array([1.5])), "ids_per_example"),
+        ("users", dict(step_inputs(), unique_ids=np.array([0.5])), "unique_ids"),
+        ("users", step_inputs(ids_per_example=(-1, 2)), "non-negative"),
+        ("users", step_inputs(load=(-1, 2)), "non-negative"),
+    ],
+)
 def test_bad_record_arguments(tmp_path, table, inputs, match):
     stats = LookupStatistics(str(tmp_path), make_spec(), sample_rate=1.0)
     with pytest.raises(ValueError, match=match):

@@ -24,9 +24,25 @@ from hypothesis import strategies as st
 
 from tpu_embedding_shim.engine.checkpoint import CheckpointError
 from tpu_embedding_shim.engine.tf_bundle import (
-    FULL, BundleEntry, BundleReader, DataLossError, NotFoundError, SlicedTensor, UnimplementedError, crc32c,
-    data_file, data_files, delete_bundle, index_file, list_bundle, mask, read_bundle, read_state, unmask,
-    write_bundle, write_state,
+    FULL,
+    BundleEntry,
+    BundleReader,
+    DataLossError,
+    NotFoundError,
+    SlicedTensor,
+    UnimplementedError,
+    crc32c,
+    data_file,
+    data_files,
+    delete_bundle,
+    index_file,
+    list_bundle,
+    mask,
+    read_bundle,
+    read_state,
+    unmask,
+    write_bundle,
+    write_state,
 )
 from tpu_embedding_shim.engine.tf_bundle import writer as writer_module
 from tpu_embedding_shim.engine.tf_bundle.dtypes import from_bfloat16, to_bfloat16
@@ -51,8 +67,61 @@ RFC_3720 = [
     (b"\xff" * 32, 0x62A8AB43),
     (bytes(range(32)), 0x46DD794E),
     (bytes(range(31, -1, -1)), 0x113FDB5C),
-    (bytes([0x01, 0xC0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x14, 0, 0, 0, 0, 0, 0x04, 0, 0, 0, 0, 0x14,
-            0, 0, 0, 0x18, 0x28, 0, 0, 0, 0, 0, 0, 0, 0x02, 0, 0, 0, 0, 0, 0, 0]), 0xD9963A56),
+    (
+        bytes(
+            [
+                0x01,
+                0xC0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0x14,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0x04,
+                0,
+                0,
+                0,
+                0,
+                0x14,
+                0,
+                0,
+                0,
+                0x18,
+                0x28,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0x02,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+            ]
+        ),
+        0xD9963A56,
+    ),
     (b"123456789", 0xE3069283),
 ]
 
@@ -67,8 +136,9 @@ def crc_bitwise(data):
     return crc ^ 0xFFFFFFFF
 
 
-@pytest.mark.parametrize("data, expected", RFC_3720, ids=["zeros", "ones", "incrementing", "decrementing", "iscsi",
-                                                           "check"])
+@pytest.mark.parametrize(
+    "data, expected", RFC_3720, ids=["zeros", "ones", "incrementing", "decrementing", "iscsi", "check"]
+)
 def test_crc32c_known_vectors(data, expected):
     assert crc_bitwise(data) == expected
     assert crc32c(data) == expected
@@ -117,10 +187,14 @@ def test_mask_is_tensorflows_rotation_and_unmask_inverts_it(crc):
 
 def test_slice_keys_are_the_ones_tensorflow_wrote():
     # Read from the index TensorFlow wrote for tests/fixtures/tf_checkpoints/sharded_v1 ([5, 2] in 3 parts).
-    assert slice_key("items_shared_embedding", ((2, 2), (0, 2))) == \
-        b"\x00items_shared_embedding\x00\x01\x01\x02\x82\x82\x80\x82"
-    assert slice_key("items_shared_embedding", ((4, 1), (0, 2))) == \
-        b"\x00items_shared_embedding\x00\x01\x01\x02\x84\x81\x80\x82"
+    assert (
+        slice_key("items_shared_embedding", ((2, 2), (0, 2)))
+        == b"\x00items_shared_embedding\x00\x01\x01\x02\x82\x82\x80\x82"
+    )
+    assert (
+        slice_key("items_shared_embedding", ((4, 1), (0, 2)))
+        == b"\x00items_shared_embedding\x00\x01\x01\x02\x84\x81\x80\x82"
+    )
     # OrderedCode's own examples (ordered_code.cc): 0x424242 and -0x800; a whole dimension is -1.
     assert encode_signed(0x424242) == bytes.fromhex("f0424242")
     assert encode_signed(-0x800) == bytes.fromhex("3800")
@@ -128,20 +202,22 @@ def test_slice_keys_are_the_ones_tensorflow_wrote():
     assert slice_key("a\x00\xffb", ((0, 1),))[:8] == b"\x00a\x00\xff\xc3\xbf" + b"b\x00"
 
 
-@given(st.integers(-2**63, 2**63 - 1))
+@given(st.integers(-(2**63), 2**63 - 1))
 def test_signed_numbers_round_trip(value):
     encoded = encode_signed(value)
     assert decode_signed(encoded + b"\x80\x00", 0) == (value, len(encoded))
     assert 1 <= len(encoded) <= 10
 
 
-@given(st.lists(st.integers(-2**63, 2**63 - 1), min_size=2, max_size=20, unique=True))
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=2, max_size=20, unique=True))
 def test_signed_encoding_sorts_like_the_numbers(values):
     assert sorted(values, key=encode_signed) == sorted(values)
 
 
-@given(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=20),
-       st.lists(st.tuples(st.integers(0, 2**40), st.integers(-1, 2**40)), max_size=4))
+@given(
+    st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=20),
+    st.lists(st.tuples(st.integers(0, 2**40), st.integers(-1, 2**40)), max_size=4),
+)
 def test_slice_keys_round_trip(name, extents):
     key = slice_key(name, tuple(extents))
     assert key.startswith(b"\x00")
@@ -167,8 +243,22 @@ def test_table_refuses_unsorted_keys():
 
 # Round trips ------------------------------------------------------------------------------------
 
-NUMERIC = ["float32", "float64", "float16", "int32", "int64", "bool", "int8", "int16", "uint8", "uint16", "uint32",
-           "uint64", "complex64", "complex128"]
+NUMERIC = [
+    "float32",
+    "float64",
+    "float16",
+    "int32",
+    "int64",
+    "bool",
+    "int8",
+    "int16",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "complex64",
+    "complex128",
+]
 names = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=24)
 shapes = st.lists(st.integers(0, 5), max_size=3).map(tuple)
 
@@ -185,8 +275,9 @@ def tensors(draw):
         value = value.reshape(shape)
         return value, None, value
     if kind == "str":
-        texts = draw(st.lists(st.text(st.characters(blacklist_categories=("Cs",)), max_size=6), min_size=count,
-                              max_size=count))
+        texts = draw(
+            st.lists(st.text(st.characters(blacklist_categories=("Cs",)), max_size=6), min_size=count, max_size=count)
+        )
         value = np.array(texts, dtype=object).reshape(shape) if count else np.zeros(shape, dtype=object)
         expected = np.array([t.encode() for t in texts], dtype=object).reshape(shape) if count else value
         return value, None, expected
@@ -238,11 +329,11 @@ def partitioned(draw):
     row_cuts = sorted(set(draw(st.lists(st.integers(0, rows), max_size=4))) | {0, rows})
     col_cuts = sorted(set(draw(st.lists(st.integers(0, cols), max_size=2))) | {0, cols})
     parts = []
-    for r0, r1 in zip(row_cuts, row_cuts[1:]):
+    for r0, r1 in itertools.pairwise(row_cuts):
         if len(col_cuts) == 2 and draw(st.booleans()):
             parts.append((((r0, r1 - r0), (0, FULL)), table[r0:r1]))
             continue
-        for c0, c1 in zip(col_cuts, col_cuts[1:]):
+        for c0, c1 in itertools.pairwise(col_cuts):
             parts.append((((r0, r1 - r0), (c0, c1 - c0)), table[r0:r1, c0:c1]))
     assume(parts)
     draw(st.randoms()).shuffle(parts)
@@ -286,8 +377,9 @@ def test_large_table_streamed_in_blocks_and_stored_as_bfloat16(tmp_path, monkeyp
 
 
 def test_bfloat16_rounds_to_nearest_even():
-    values = np.array([1.0, 1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-8 + 2**-20, -0.0, np.inf, -np.inf, 3e38, 1e-40],
-                      dtype=np.float32)
+    values = np.array(
+        [1.0, 1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-8 + 2**-20, -0.0, np.inf, -np.inf, 3e38, 1e-40], dtype=np.float32
+    )
     expected = [0x3F80, 0x3F80, 0x3F82, 0x3F81, 0x8000, 0x7F80, 0xFF80, 0x7F62, 0x0001]
     assert to_bfloat16(values).tolist() == expected
     nans = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FA12345, 0x7FFFFFFF], np.uint32)
@@ -331,8 +423,16 @@ def test_reads_what_tensorflow_wrote(directory):
 
 def test_fixtures_cover_slices_shards_and_every_dtype():
     saver = BundleReader(FIXTURES / "saver_v1" / "model.ckpt-42")
-    assert {saver.dtype_name(n) for n in saver.names()} >= {"float32", "float64", "float16", "bfloat16", "int32",
-                                                              "int64", "bool", "string"}
+    assert {saver.dtype_name(n) for n in saver.names()} >= {
+        "float32",
+        "float64",
+        "float16",
+        "bfloat16",
+        "int32",
+        "int64",
+        "bool",
+        "string",
+    }
     assert len(saver.entry("input_layer/user_embedding/embedding_weights").slices) == 3
     sharded = BundleReader(FIXTURES / "sharded_v1" / "model.ckpt-7")
     assert sharded.header.num_shards == 3
@@ -361,10 +461,16 @@ def test_rewriting_a_tensorflow_checkpoint_keeps_every_value(tmp_path):
 @pytest.fixture
 def small(tmp_path):
     prefix = str(tmp_path / "model.ckpt-1")
-    write_bundle(prefix, {"emb": np.arange(12, dtype=np.float32).reshape(4, 3),
-                          "names": np.array([b"a", b"bc"], object),
-                          "part": SlicedTensor((4, 1), [(((0, 2), (0, FULL)), np.ones((2, 1))),
-                                                        (((2, 2), (0, FULL)), np.zeros((2, 1)))])})
+    write_bundle(
+        prefix,
+        {
+            "emb": np.arange(12, dtype=np.float32).reshape(4, 3),
+            "names": np.array([b"a", b"bc"], object),
+            "part": SlicedTensor(
+                (4, 1), [(((0, 2), (0, FULL)), np.ones((2, 1))), (((2, 2), (0, FULL)), np.zeros((2, 1)))]
+            ),
+        },
+    )
     return prefix
 
 
@@ -402,7 +508,7 @@ def test_unknown_tensor_is_not_found(small):
 def test_truncated_index_is_data_loss(small, keep):
     path = index_file(small)
     data = pathlib.Path(path).read_bytes()
-    pathlib.Path(path).write_bytes(data[:keep] if keep >= 0 else data[:len(data) + keep])
+    pathlib.Path(path).write_bytes(data[:keep] if keep >= 0 else data[: len(data) + keep])
     with pytest.raises(DataLossError, match=r"model\.ckpt-1\.index"):
         BundleReader(small)
 
@@ -486,9 +592,16 @@ def test_any_flipped_byte_is_caught_or_harmless(tmp_path_factory, data):
     or (the footer's padding, which no CRC covers) the very same values."""
     directory = tmp_path_factory.mktemp("flip")
     prefix = str(directory / "m")
-    write_bundle(prefix, {"emb": np.arange(40, dtype=np.float32).reshape(10, 4), "s": np.array([b"ab", b"c"], object),
-                          "step": np.int64(3), "p": SlicedTensor((3,), [(((0, 1),), np.ones(1)),
-                                                                          (((1, 2),), np.zeros(2))])}, num_shards=2)
+    write_bundle(
+        prefix,
+        {
+            "emb": np.arange(40, dtype=np.float32).reshape(10, 4),
+            "s": np.array([b"ab", b"c"], object),
+            "step": np.int64(3),
+            "p": SlicedTensor((3,), [(((0, 1),), np.ones(1)), (((1, 2),), np.zeros(2))]),
+        },
+        num_shards=2,
+    )
     original = read_everything(prefix)
     path = data.draw(st.sampled_from([index_file(prefix)] + data_files(prefix)))
     content = bytearray(pathlib.Path(path).read_bytes())
@@ -507,26 +620,34 @@ def test_any_flipped_byte_is_caught_or_harmless(tmp_path_factory, data):
 # Writer checks ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("tensors, kwargs, error, match", [
-    ({"": np.ones(1)}, {}, ValueError, "non-empty strings"),
-    ({1: np.ones(1)}, {}, ValueError, "non-empty strings"),
-    ({"bad\ud800": np.ones(1)}, {}, ValueError, "can't be UTF-8 encoded"),
-    ({"o": np.array([1, "a"], object)}, {}, TypeError, "holding int"),
-    ({"d": np.array(["2020-01-01"], "datetime64[D]")}, {}, TypeError, "has no TensorFlow checkpoint dtype"),
-    ({"x": np.ones(2)}, {"dtypes": {"x": "float8"}}, ValueError, r"`dtypes\['x'\]` must be one of"),
-    ({"x": np.ones(2)}, {"dtypes": {"y": "float16"}}, ValueError, "names tensors that are not written"),
-    ({"x": np.array([b"a"], object)}, {"dtypes": {"x": "bfloat16"}}, TypeError, "can't be stored as bfloat16"),
-    ({"x": np.ones(2)}, {"num_shards": 0}, ValueError, r"`num_shards` must be an int in \[1, 99999\]"),
-    ({"x": np.ones(2)}, {"byteorder": "="}, ValueError, "`byteorder` must be"),
-    ({"p": SlicedTensor((4,), [(((0, 3),), np.ones(3)), (((2, 2),), np.ones(2))])}, {}, ValueError, "overlaps"),
-    ({"p": SlicedTensor((4,), [(((0, 3),), np.ones(3))])}, {}, ValueError, "cover 3 of its 4 elements"),
-    ({"p": SlicedTensor((4,), [(((2, 3),), np.ones(3))])}, {}, ValueError, "outside the shape"),
-    ({"p": SlicedTensor((4,), [(((0, 4),), np.ones(3))])}, {}, ValueError, "values of shape"),
-    ({"p": SlicedTensor((4, 1), [(((0, 4),), np.ones(4))])}, {}, ValueError, "has 1 extents"),
-    ({"p": SlicedTensor((2,), [(((0, 1),), np.ones(1)), (((1, 1),), np.ones(1, np.int32))])}, {}, TypeError,
-     "different dtypes"),
-    ({"p": SlicedTensor((2,), [])}, {}, ValueError, "has no parts"),
-], ids=lambda v: None)
+@pytest.mark.parametrize(
+    "tensors, kwargs, error, match",
+    [
+        ({"": np.ones(1)}, {}, ValueError, "non-empty strings"),
+        ({1: np.ones(1)}, {}, ValueError, "non-empty strings"),
+        ({"bad\ud800": np.ones(1)}, {}, ValueError, "can't be UTF-8 encoded"),
+        ({"o": np.array([1, "a"], object)}, {}, TypeError, "holding int"),
+        ({"d": np.array(["2020-01-01"], "datetime64[D]")}, {}, TypeError, "has no TensorFlow checkpoint dtype"),
+        ({"x": np.ones(2)}, {"dtypes": {"x": "float8"}}, ValueError, r"`dtypes\['x'\]` must be one of"),
+        ({"x": np.ones(2)}, {"dtypes": {"y": "float16"}}, ValueError, "names tensors that are not written"),
+        ({"x": np.array([b"a"], object)}, {"dtypes": {"x": "bfloat16"}}, TypeError, "can't be stored as bfloat16"),
+        ({"x": np.ones(2)}, {"num_shards": 0}, ValueError, r"`num_shards` must be an int in \[1, 99999\]"),
+        ({"x": np.ones(2)}, {"byteorder": "="}, ValueError, "`byteorder` must be"),
+        ({"p": SlicedTensor((4,), [(((0, 3),), np.ones(3)), (((2, 2),), np.ones(2))])}, {}, ValueError, "overlaps"),
+        ({"p": SlicedTensor((4,), [(((0, 3),), np.ones(3))])}, {}, ValueError, "cover 3 of its 4 elements"),
+        ({"p": SlicedTensor((4,), [(((2, 3),), np.ones(3))])}, {}, ValueError, "outside the shape"),
+        ({"p": SlicedTensor((4,), [(((0, 4),), np.ones(3))])}, {}, ValueError, "values of shape"),
+        ({"p": SlicedTensor((4, 1), [(((0, 4),), np.ones(4))])}, {}, ValueError, "has 1 extents"),
+        (
+            {"p": SlicedTensor((2,), [(((0, 1),), np.ones(1)), (((1, 1),), np.ones(1, np.int32))])},
+            {},
+            TypeError,
+            "different dtypes",
+        ),
+        ({"p": SlicedTensor((2,), [])}, {}, ValueError, "has no parts"),
+    ],
+    ids=lambda v: None,
+)
 def test_bad_input_is_refused_before_anything_is_written(tmp_path, tensors, kwargs, error, match):
     with pytest.raises(error, match=match):
         write_bundle(str(tmp_path / "sub" / "m"), tensors, **kwargs)
@@ -571,8 +692,9 @@ def test_a_failed_write_leaves_no_checkpoint_and_the_old_state(tmp_path, monkeyp
     else:
         monkeypatch.setattr(writer_module.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError("I/O error")))
     with pytest.raises(OSError):
-        write_bundle(str(tmp_path / "model.ckpt-2"), {"w": np.full(3, 2.0, np.float32)}, num_shards=2,
-                     update_state=True)
+        write_bundle(
+            str(tmp_path / "model.ckpt-2"), {"w": np.full(3, 2.0, np.float32)}, num_shards=2, update_state=True
+        )
     monkeypatch.undo()
     assert (tmp_path / "checkpoint").read_bytes() == state_before
     assert not os.path.exists(index_file(str(tmp_path / "model.ckpt-2")))
@@ -588,7 +710,8 @@ def test_update_state_records_the_latest_and_keeps_the_others(tmp_path):
     assert state.model_checkpoint_path == second and state.all_model_checkpoint_paths == (first, second)
     assert (tmp_path / "checkpoint").read_text() == (
         'model_checkpoint_path: "model.ckpt-2"\n'
-        'all_model_checkpoint_paths: "model.ckpt-1"\nall_model_checkpoint_paths: "model.ckpt-2"\n')
+        'all_model_checkpoint_paths: "model.ckpt-1"\nall_model_checkpoint_paths: "model.ckpt-2"\n'
+    )
 
 
 def test_the_state_file_has_ordinary_permissions_and_an_unreadable_one_is_replaced(tmp_path):
@@ -612,6 +735,19 @@ def test_overwriting_a_prefix_replaces_it_and_removes_stale_shards(tmp_path):
 CRASH_CODE = 17
 
 
+def _dying_at(k, real):
+    """`real`, except that its k-th call ends the process first (os._exit, no cleanup)."""
+    calls = [0]
+
+    def dying(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == k:
+            os._exit(CRASH_CODE)
+        return real(*args, **kwargs)
+
+    return dying
+
+
 @pytest.mark.skipif(not (hasattr(os, "fork") and hasattr(signal, "SIGKILL")), reason="needs fork (POSIX)")
 def test_a_crash_at_any_step_of_a_write_never_leaves_a_half_written_checkpoint(tmp_path):
     """The child dies (os._exit, no cleanup) right before the k-th fsync / rename / remove of a save; after
@@ -628,26 +764,16 @@ def test_a_crash_at_any_step_of_a_write_never_leaves_a_half_written_checkpoint(t
                 pid = os.fork()
             if pid == 0:  # pragma: no cover - the child
                 try:
-                    calls = [0]
-                    real = getattr(os, hook)
-
-                    def dying(*args, **kwargs):
-                        calls[0] += 1
-                        if calls[0] == k:
-                            os._exit(CRASH_CODE)
-                        return real(*args, **kwargs)
-
-                    setattr(writer_module.os, hook, dying)
+                    setattr(writer_module.os, hook, _dying_at(k, getattr(os, hook)))
                     write_bundle(str(directory / "model.ckpt-1"), {"w": np.full(3, 5.0, np.float32)}, num_shards=2)
-                    write_bundle(str(directory / "model.ckpt-2"), {"w": np.full(3, 2.0, np.float32)},
-                                 update_state=True)
+                    write_bundle(str(directory / "model.ckpt-2"), {"w": np.full(3, 2.0, np.float32)}, update_state=True)
                 finally:
                     os._exit(0)
             _, status = os.waitpid(pid, 0)
             assert os.WIFEXITED(status) and os.WEXITSTATUS(status) in (0, CRASH_CODE)
             for name in os.listdir(directory):
                 if name.endswith(".index"):
-                    values = read_everything(str(directory / name[:-len(".index")]))
+                    values = read_everything(str(directory / name[: -len(".index")]))
                     assert values["w"].tolist() in ([1.0] * 3, [5.0] * 3, [2.0] * 3)
             state = read_state(directory)
             if os.path.exists(index_file(state.model_checkpoint_path)):
@@ -670,7 +796,8 @@ def test_state_file_as_tensorflow_writes_it(tmp_path):
         'all_model_checkpoint_paths: "caf\\303\\251/ckpt-2"\n'
         "all_model_checkpoint_timestamps: 1700000000.5\n"
         "all_model_checkpoint_timestamps: 1700000001.25\n"
-        "last_preserved_timestamp: 1699999999.0\n")
+        "last_preserved_timestamp: 1699999999.0\n"
+    )
     state = read_state(tmp_path)
     assert state.model_checkpoint_path == str(tmp_path / "caf\u00e9" / "ckpt-2")
     assert state.all_model_checkpoint_paths == ("/abs/ckpt-1", str(tmp_path / "caf\u00e9" / "ckpt-2"))
@@ -688,8 +815,13 @@ def test_state_file_as_tensorflow_writes_it(tmp_path):
 def test_numeric_tensors_start_on_a_cache_line(tmp_path):
     """The writer pads to 64 bytes before each numeric tensor (numpy copies an aligned table about twice as
     fast); the padding is never read, and every value reads back."""
-    tensors = {"a_step": np.int64(7), "b_name": np.array([b"x" * 5]), "c_table": np.arange(30, dtype=np.float32),
-               "d_half": np.ones(3, np.float16), "e_table": np.arange(12, dtype=np.float64).reshape(3, 4)}
+    tensors = {
+        "a_step": np.int64(7),
+        "b_name": np.array([b"x" * 5]),
+        "c_table": np.arange(30, dtype=np.float32),
+        "d_half": np.ones(3, np.float16),
+        "e_table": np.arange(12, dtype=np.float64).reshape(3, 4),
+    }
     prefix = write_bundle(str(tmp_path / "model.ckpt-1"), tensors)
     reader = BundleReader(prefix)
     for name in ("a_step", "c_table", "d_half", "e_table"):

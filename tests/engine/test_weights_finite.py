@@ -18,7 +18,9 @@ KERNELS = ["numpy"] + (["fast"] if fast.available() else [])
 def _engine(kernels, combiner="sum"):
     spec = EmbeddingSpec(
         tables=(TableSpec(name="t", vocabulary_size=10, dim=2, combiner=combiner, initializer=RowIdInitializer()),),
-        features=(FeatureSpec(name="f", table="t", num_buckets=10),), optimizer=AdagradSpec(learning_rate=0.1))
+        features=(FeatureSpec(name="f", table="t", num_buckets=10),),
+        optimizer=AdagradSpec(learning_rate=0.1),
+    )
     return Engine(spec, kernels=kernels)
 
 
@@ -27,10 +29,14 @@ def _inputs(weight):
     splits = np.array([0, 2], dtype=np.int64)
     return {
         "dense": (np.array([[1, 2]], dtype=np.int64), np.array([[1.0, weight]])),
-        "ragged": (tf.RaggedTensor.from_row_splits(np.array([1, 2], dtype=np.int64), splits),
-                   tf.RaggedTensor.from_row_splits(np.array([1.0, weight]), splits)),
-        "sparse": (tf.SparseTensor([[0, 0], [0, 1]], [1, 2], [1, 2]),
-                   tf.SparseTensor([[0, 0], [0, 1]], [1.0, weight], [1, 2])),
+        "ragged": (
+            tf.RaggedTensor.from_row_splits(np.array([1, 2], dtype=np.int64), splits),
+            tf.RaggedTensor.from_row_splits(np.array([1.0, weight]), splits),
+        ),
+        "sparse": (
+            tf.SparseTensor([[0, 0], [0, 1]], [1, 2], [1, 2]),
+            tf.SparseTensor([[0, 0], [0, 1]], [1.0, weight], [1, 2]),
+        ),
         "lists": ([[1, 2]], [[1.0, weight]]),
     }
 
@@ -72,10 +78,12 @@ def test_a_nan_weight_the_lookup_would_use_is_refused(kernels):
 
 def test_the_mid_level_api_refuses_an_infinite_weight_before_anything_changes():
     table = tf.tpu.experimental.embedding.TableConfig(
-        vocabulary_size=8, dim=2, combiner="sum", initializer=tf.tpu.experimental.embedding.RowIdInitializer())
+        vocabulary_size=8, dim=2, combiner="sum", initializer=tf.tpu.experimental.embedding.RowIdInitializer()
+    )
     embedding = tf.tpu.experimental.embedding.TPUEmbedding(
         feature_config={"f": tf.tpu.experimental.embedding.FeatureConfig(table=table)},
-        optimizer=tf.tpu.experimental.embedding.SGD(0.1))
+        optimizer=tf.tpu.experimental.embedding.SGD(0.1),
+    )
     ids = tf.ragged.constant([[1, 2], [3]])
     weights = tf.ragged.constant([[1.0, np.inf], [1.0]])
     before = np.array(embedding.embedding_tables[table]).copy()
@@ -85,13 +93,19 @@ def test_the_mid_level_api_refuses_an_infinite_weight_before_anything_changes():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.floats(width=64, max_value=1e6, min_value=-1e6)
-                | st.sampled_from([np.nan, np.inf, -np.inf, 1e39]), min_size=1, max_size=6),
-       st.sampled_from(["sum", "mean", "sqrtn"]))
+@given(
+    st.lists(
+        st.floats(width=64, max_value=1e6, min_value=-1e6) | st.sampled_from([np.nan, np.inf, -np.inf, 1e39]),
+        min_size=1,
+        max_size=6,
+    ),
+    st.sampled_from(["sum", "mean", "sqrtn"]),
+)
 def test_any_weights_either_refused_or_leave_a_finite_table(weights, combiner):
     engine = _engine("numpy", combiner=combiner)
-    ids = tf.RaggedTensor.from_row_splits(np.arange(len(weights), dtype=np.int64) % 10,
-                                          np.array([0, len(weights)], dtype=np.int64))
+    ids = tf.RaggedTensor.from_row_splits(
+        np.arange(len(weights), dtype=np.int64) % 10, np.array([0, len(weights)], dtype=np.int64)
+    )
     w = tf.RaggedTensor.from_row_splits(np.array(weights), np.array([0, len(weights)], dtype=np.int64))
     before = engine.table("t").copy()
     try:

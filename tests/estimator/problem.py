@@ -24,7 +24,8 @@ def columns(*, tensor_core=False):
         extra = {"embedding_lookup_device": "tpu_tensor_core", "tensor_core_shape": [None, 1]}
     user_col = tf.tpu.experimental.embedding_column(user, D, initializer=init, **extra)
     item_col, hist_col = tf.tpu.experimental.shared_embedding_columns(
-        [item, hist], D, initializer=init, max_sequence_lengths=[0, L])
+        [item, hist], D, initializer=init, max_sequence_lengths=[0, L]
+    )
     return [user_col, item_col], [hist_col], [user_col, item_col, hist_col]
 
 
@@ -45,12 +46,9 @@ def input_fn_for(data, *, limit=None):
 
     def input_fn(params):
         batch = params["batch_size"]
-        count = 0
-        for start in range(0, len(labels) - batch + 1, batch):
-            if limit is not None and count >= limit:
-                return
-            count += 1
-            yield {k: v[start:start + batch] for k, v in features.items()}, labels[start:start + batch]
+        starts = range(0, len(labels) - batch + 1, batch)
+        for start in starts if limit is None else starts[:limit]:
+            yield {k: v[start : start + batch] for k, v in features.items()}, labels[start : start + batch]
 
     return input_fn
 
@@ -79,8 +77,8 @@ def numpy_model_fn(pooled, sequence, *, lr=0.5, record=None, w0=None):
         loss = float(np.mean(np.logaddexp(0.0, logits) - y * logits))
         d_logits = (p - y) / len(y)
         d_z = np.outer(d_logits, w)
-        d_net = d_z[:, :net.shape[1]]
-        d_seq = np.repeat((d_z[:, net.shape[1]:] / count[:, None])[:, None, :], seq.shape[1], axis=1)
+        d_net = d_z[:, : net.shape[1]]
+        d_seq = np.repeat((d_z[:, net.shape[1] :] / count[:, None])[:, None, :], seq.shape[1], axis=1)
         d_w, d_b = z.T @ d_logits, d_logits.sum()
 
         def train_op():
@@ -88,24 +86,53 @@ def numpy_model_fn(pooled, sequence, *, lr=0.5, record=None, w0=None):
             state["b"] = state["b"] - lr * d_b
 
         def metric_fn(labels, probabilities):
-            return {"auc": tf.compat.v1.metrics.auc(labels, probabilities),
-                    "accuracy": tf.compat.v1.metrics.accuracy(labels, probabilities > 0.5)}
+            return {
+                "auc": tf.compat.v1.metrics.auc(labels, probabilities),
+                "accuracy": tf.compat.v1.metrics.accuracy(labels, probabilities > 0.5),
+            }
 
         return tf.estimator.tpu.TPUEstimatorSpec(
-            mode, loss=loss, train_op=train_op, embedding_gradients={net: d_net, seq: d_seq},
-            eval_metrics=(metric_fn, [y, p]), predictions={"probabilities": p})
+            mode,
+            loss=loss,
+            train_op=train_op,
+            embedding_gradients={net: d_net, seq: d_seq},
+            eval_metrics=(metric_fn, [y, p]),
+            predictions={"probabilities": p},
+        )
 
     return model_fn
 
 
-def estimator(model_dir, model_fn, cols, *, optimizer=None, seed=0, shards=None, steps_per_save=None, keep=5,
-              batch=32, **spec_kwargs):
+def estimator(
+    model_dir,
+    model_fn,
+    cols,
+    *,
+    optimizer=None,
+    seed=0,
+    shards=None,
+    steps_per_save=None,
+    keep=5,
+    batch=32,
+    **spec_kwargs,
+):
     spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-        feature_columns=cols, optimization_parameters=optimizer or tf.tpu.experimental.AdagradParameters(0.5),
-        **spec_kwargs)
+        feature_columns=cols,
+        optimization_parameters=optimizer or tf.tpu.experimental.AdagradParameters(0.5),
+        **spec_kwargs,
+    )
     config = tf.estimator.tpu.RunConfig(
-        model_dir=str(model_dir), tf_random_seed=seed, save_checkpoints_steps=steps_per_save,
-        keep_checkpoint_max=keep, tpu_config=tf.estimator.tpu.TPUConfig(num_shards=shards))
+        model_dir=str(model_dir),
+        tf_random_seed=seed,
+        save_checkpoints_steps=steps_per_save,
+        keep_checkpoint_max=keep,
+        tpu_config=tf.estimator.tpu.TPUConfig(num_shards=shards),
+    )
     return tf.estimator.tpu.TPUEstimator(
-        model_fn=model_fn, config=config, train_batch_size=batch, eval_batch_size=batch, predict_batch_size=batch,
-        embedding_config_spec=spec)
+        model_fn=model_fn,
+        config=config,
+        train_batch_size=batch,
+        eval_batch_size=batch,
+        predict_batch_size=batch,
+        embedding_config_spec=spec,
+    )

@@ -36,13 +36,14 @@ from tpu_embedding_shim.engine.tf_bundle.debris import LOCK_FILE, DirectoryInUse
 
 from . import tf_program as program
 
-pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL") or sys.platform == "win32",
-                                reason="needs SIGKILL and flock (POSIX)")
+pytestmark = pytest.mark.skipif(
+    not hasattr(signal, "SIGKILL") or sys.platform == "win32", reason="needs SIGKILL and flock (POSIX)"
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT = 60
 
-CHILD = r'''
+CHILD = r"""
 import os, shutil, signal, sys
 sys.path.insert(0, os.path.join(sys.argv[4], "tests", "estimator"))
 import tf_program as program
@@ -80,13 +81,19 @@ else:
     shutil.rmtree = hooked(shutil.rmtree)
     est.train(program.shim_input_fn, steps=1)
     print(calls[0])
-'''
+"""
 
 
 def child(model_dir, mode="kill", k=0):
     env = dict(os.environ, TPU_EMBEDDING_SHIM_KERNELS="numpy", PYTHONPATH=ROOT)
-    return subprocess.Popen([sys.executable, "-c", CHILD, str(model_dir), mode, str(k), ROOT], env=env,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(model_dir), mode, str(k), ROOT],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(process):

@@ -15,12 +15,17 @@ def model_fn(features, labels, mode, params):
 
 def spec(**kwargs):
     return tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-        feature_columns=columns()[2], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1), **kwargs)
+        feature_columns=columns()[2], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1), **kwargs
+    )
 
 
 def make(tmp_path, **kwargs):
-    args = dict(model_fn=model_fn, config=tf.estimator.tpu.RunConfig(model_dir=str(tmp_path)), train_batch_size=8,
-                embedding_config_spec=spec())
+    args = dict(
+        model_fn=model_fn,
+        config=tf.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
+        train_batch_size=8,
+        embedding_config_spec=spec(),
+    )
     args.update(kwargs)
     return tf.compat.v1.estimator.tpu.TPUEstimator(**args)
 
@@ -29,7 +34,11 @@ def make(tmp_path, **kwargs):
 CASES = [
     (dict(config=None), ValueError, "`config` must be provided with type `tpu_config.RunConfig`"),
     (dict(config=tf.estimator.RunConfig()), ValueError, "`config` must be provided with type `tpu_config.RunConfig`"),
-    (dict(params={"batch_size": 3}), ValueError, r"\['batch_size', 'context'\] are reserved keys but existed in params"),
+    (
+        dict(params={"batch_size": 3}),
+        ValueError,
+        r"\['batch_size', 'context'\] are reserved keys but existed in params",
+    ),
     (dict(params={"context": 3}), ValueError, "are reserved keys"),
     (dict(params={"dense_state": {}}), ValueError, "reserved by this runner"),
     (dict(train_batch_size=None), ValueError, "`train_batch_size` cannot be `None`"),
@@ -37,20 +46,37 @@ CASES = [
     (dict(train_batch_size=2.0), TypeError, "train_batch_size must be int, got <class 'float'>"),
     (dict(eval_batch_size=-1), ValueError, "eval_batch_size must be positive, got -1"),
     (dict(predict_batch_size="8"), TypeError, "predict_batch_size must be int"),
-    (dict(config=tf.estimator.tpu.RunConfig(tpu_config=tf.estimator.tpu.TPUConfig(per_host_input_for_training=False))),
-     ValueError, "Only PER_HOST_V1 and PER_HOST_V2 is supported when using TPU Embedding; got 1."),
-    (dict(config=tf.estimator.tpu.RunConfig(tpu_config=tf.estimator.tpu.TPUConfig(
-        per_host_input_for_training=False, num_cores_per_replica=2))),
-     ValueError, "Model parallelism only supports per host input for training"),
-    (dict(model_fn=lambda features, labels, mode: None, params={"lr": 1}), ValueError,
-     r"does not include params argument, but params \(\{'lr': 1\}\) is passed to Estimator"),
+    (
+        dict(
+            config=tf.estimator.tpu.RunConfig(tpu_config=tf.estimator.tpu.TPUConfig(per_host_input_for_training=False))
+        ),
+        ValueError,
+        "Only PER_HOST_V1 and PER_HOST_V2 is supported when using TPU Embedding; got 1.",
+    ),
+    (
+        dict(
+            config=tf.estimator.tpu.RunConfig(
+                tpu_config=tf.estimator.tpu.TPUConfig(per_host_input_for_training=False, num_cores_per_replica=2)
+            )
+        ),
+        ValueError,
+        "Model parallelism only supports per host input for training",
+    ),
+    (
+        dict(model_fn=lambda features, labels, mode: None, params={"lr": 1}),
+        ValueError,
+        r"does not include params argument, but params \(\{'lr': 1\}\) is passed to Estimator",
+    ),
     (dict(model_fn=lambda labels, mode, params: None), ValueError, "must include features argument"),
     (dict(model_fn=lambda features, params, extra: None), ValueError, r"has following not expected args: \['extra'\]"),
     (dict(model_fn=None), ValueError, "model_fn must be provided"),
     (dict(export_saved_model_api_version=3), ValueError, "export_saved_model_api_version should be 1 or 2; got 3."),
     (dict(embedding_config_spec={"feature_columns": []}), TypeError, "must be an EmbeddingConfigSpec"),
-    (dict(model_dir="/a", config=tf.estimator.tpu.RunConfig(model_dir="/b")), ValueError,
-     "`model_dir` are set both in constructor and `RunConfig`, but with different values"),
+    (
+        dict(model_dir="/a", config=tf.estimator.tpu.RunConfig(model_dir="/b")),
+        ValueError,
+        "`model_dir` are set both in constructor and `RunConfig`, but with different values",
+    ),
 ]
 
 
@@ -66,8 +92,12 @@ def test_accepted_where_tensorflow_accepts(tmp_path):
     assert est.embedding_config_spec.partition_strategy == "mod"
     make(tmp_path, eval_on_tpu=False, embedding_config_spec=spec(partition_strategy="mod"))
     # use_tpu=False: no batch size needed; TPU input checks don't apply.
-    make(tmp_path, use_tpu=False, train_batch_size=None,
-         config=tf.estimator.tpu.RunConfig(tpu_config=tf.estimator.tpu.TPUConfig(per_host_input_for_training=False)))
+    make(
+        tmp_path,
+        use_tpu=False,
+        train_batch_size=None,
+        config=tf.estimator.tpu.RunConfig(tpu_config=tf.estimator.tpu.TPUConfig(per_host_input_for_training=False)),
+    )
     # model_dir from the config, or a temporary directory.
     est = make(tmp_path, config=tf.estimator.tpu.RunConfig(model_dir=str(tmp_path / "c")))
     assert est.model_dir == str(tmp_path / "c") and est.config.model_dir == str(tmp_path / "c")
@@ -80,8 +110,11 @@ def test_accepted_where_tensorflow_accepts(tmp_path):
 
 
 RUN_CONFIG_CASES = [
-    (dict(save_checkpoints_steps=10, save_checkpoints_secs=10), ValueError,
-     "Can not provide both save_checkpoints_steps and save_checkpoints_secs."),
+    (
+        dict(save_checkpoints_steps=10, save_checkpoints_secs=10),
+        ValueError,
+        "Can not provide both save_checkpoints_steps and save_checkpoints_secs.",
+    ),
     (dict(save_checkpoints_steps=-1), ValueError, "save_checkpoints_steps should be >= 0"),
     (dict(keep_checkpoint_max=-1), ValueError, "keep_checkpoint_max should be >= 0"),
     (dict(log_step_count_steps=-5), ValueError, "log_step_count_steps should be >= 0"),
@@ -116,8 +149,16 @@ TPU_CONFIG_CASES = [
     (dict(num_shards=0), ValueError, "TPUConfig num_shards must be positive, got 0"),
     (dict(num_shards=2.0), TypeError, "TPUConfig num_shards must be int"),
     (dict(num_cores_per_replica=3), ValueError, "num_cores_per_replica must be 1, 2, 4, 8, 16, 32, 64, 128; got 3"),
-    (dict(eval_training_input_configuration=3), ValueError, "eval_training_input_configuration must be PER_HOST_V1 or SLICED"),
-    (dict(input_partition_dims=[[1], [1], [1]]), ValueError, "input_partition_dims must be a list/tuple with one or two"),
+    (
+        dict(eval_training_input_configuration=3),
+        ValueError,
+        "eval_training_input_configuration must be PER_HOST_V1 or SLICED",
+    ),
+    (
+        dict(input_partition_dims=[[1], [1], [1]]),
+        ValueError,
+        "input_partition_dims must be a list/tuple with one or two",
+    ),
     (dict(input_partition_dims=[[1, 2]]), ValueError, "input_partition_dims is only supported in PER_HOST_V2 mode."),
     (dict(initial_infeed_sleep_secs=-1), ValueError, "TPUConfig initial_infeed_sleep_secs must be positive"),
 ]
@@ -143,10 +184,16 @@ SPEC_CASES = [
     (lambda: EstimatorSpec(ModeKeys.EVAL), ValueError, "Missing loss."),
     (lambda: EstimatorSpec(ModeKeys.PREDICT), ValueError, "Missing predictions."),
     (lambda: EstimatorSpec(ModeKeys.TRAIN, loss=1.0, train_op="minimize"), TypeError, "zero-argument callable"),
-    (lambda: TPUEstimatorSpec(ModeKeys.EVAL, loss=1.0, eval_metrics=lambda: None), ValueError,
-     "eval_metrics should be tuple or list"),
-    (lambda: TPUEstimatorSpec(ModeKeys.EVAL, loss=1.0, eval_metrics=(lambda: None,)), ValueError,
-     "eval_metrics should have two elements."),
+    (
+        lambda: TPUEstimatorSpec(ModeKeys.EVAL, loss=1.0, eval_metrics=lambda: None),
+        ValueError,
+        "eval_metrics should be tuple or list",
+    ),
+    (
+        lambda: TPUEstimatorSpec(ModeKeys.EVAL, loss=1.0, eval_metrics=(lambda: None,)),
+        ValueError,
+        "eval_metrics should have two elements.",
+    ),
     (lambda: TPUEstimatorSpec(ModeKeys.EVAL, loss=1.0, eval_metrics=(1, [])), TypeError, "should be callable"),
 ]
 
@@ -159,7 +206,10 @@ def test_spec_checks(make_spec, error, message):
 
 def test_mode_keys_and_namespaces():
     assert (tf.estimator.ModeKeys.TRAIN, tf.estimator.ModeKeys.EVAL, tf.estimator.ModeKeys.PREDICT) == (
-        "train", "eval", "infer")
+        "train",
+        "eval",
+        "infer",
+    )
     assert tf.estimator.tpu.TPUEstimator is tf.compat.v1.estimator.tpu.TPUEstimator
     assert tf.estimator.tpu.TPUEstimatorSpec is tf.compat.v1.estimator.tpu.TPUEstimatorSpec
     assert tf.compat.v1.estimator.EstimatorSpec is tf.estimator.EstimatorSpec

@@ -23,18 +23,25 @@ def column(key, dim=2, value=None):
 
 def seq_column(key, length=3, value=1.0):
     cat = tf.feature_column.sequence_categorical_column_with_identity(key, V)
-    return tf.tpu.experimental.embedding_column(cat, 2, max_sequence_length=length,
-                                                initializer=tf.constant_initializer(value))
+    return tf.tpu.experimental.embedding_column(
+        cat, 2, max_sequence_length=length, initializer=tf.constant_initializer(value)
+    )
 
 
 def engine_for(cols):
     spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-        feature_columns=cols, optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1))
+        feature_columns=cols, optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
+    )
     return Engine(spec.to_spec())
 
 
-FEATURES = {"b": np.array([[1], [2]]), "a": np.array([[3], [-1]]), "s": np.array([[1, 2, -1], [4, -1, -1]]),
-            "t": np.array([[5, 6, -1], [7, -1, -1]]), "x": np.array([[0.5], [1.5]])}
+FEATURES = {
+    "b": np.array([[1], [2]]),
+    "a": np.array([[3], [-1]]),
+    "s": np.array([[1, 2, -1], [4, -1, -1]]),
+    "t": np.array([[5, 6, -1], [7, -1, -1]]),
+    "x": np.array([[0.5], [1.5]]),
+}
 
 
 def test_dense_features_sorts_columns_by_name_and_mixes_numeric():
@@ -71,9 +78,11 @@ def test_sequence_features_shapes_lengths_and_padding():
 def test_sequence_features_lengths_must_agree():
     cols = [seq_column("s"), seq_column("t")]
     features = dict(FEATURES, t=np.array([[5, -1, -1], [7, -1, -1]]))
-    with LookupScope.from_engine(engine_for(cols), features):
-        with pytest.raises(ValueError, match="sequence lengths differ"):
-            tf.keras.experimental.SequenceFeatures(cols)(features)
+    with (
+        LookupScope.from_engine(engine_for(cols), features),
+        pytest.raises(ValueError, match="sequence lengths differ"),
+    ):
+        tf.keras.experimental.SequenceFeatures(cols)(features)
 
 
 def test_layer_output_is_hashable_and_derived_arrays_are_plain():
@@ -81,8 +90,18 @@ def test_layer_output_is_hashable_and_derived_arrays_are_plain():
     with LookupScope.from_engine(engine_for(cols), FEATURES) as scope:
         net = tf.keras.layers.DenseFeatures(cols)(FEATURES)
     assert {net: 1}[net] == 1
-    for derived in (net * 2, net @ np.ones((4, 1)), net[:, :2], np.tanh(net), net.reshape(-1), net.T,
-                    np.concatenate([net, net], axis=1), net.sum(axis=0), net.astype(np.float64), net.copy()):
+    for derived in (
+        net * 2,
+        net @ np.ones((4, 1)),
+        net[:, :2],
+        np.tanh(net),
+        net.reshape(-1),
+        net.T,
+        np.concatenate([net, net], axis=1),
+        net.sum(axis=0),
+        net.astype(np.float64),
+        net.copy(),
+    ):
         assert type(derived) is np.ndarray
     with pytest.raises(ValueError, match="read-only"):
         net[0, 0] = 5.0
@@ -113,26 +132,32 @@ def test_outside_a_step_is_a_clear_error():
 
 
 def test_column_not_in_the_spec():
-    with LookupScope.from_engine(engine_for([column("a")]), FEATURES):
-        with pytest.raises(ValueError, match="not among the embedding columns of the EmbeddingConfigSpec"):
-            tf.keras.layers.DenseFeatures([column("b")])(FEATURES)
+    scope = LookupScope.from_engine(engine_for([column("a")]), FEATURES)
+    with scope, pytest.raises(ValueError, match="not among the embedding columns of the EmbeddingConfigSpec"):
+        tf.keras.layers.DenseFeatures([column("b")])(FEATURES)
 
 
 def test_sequence_column_in_dense_layers_gives_the_suggested_fix():
-    with pytest.raises(ValueError, match=r"In embedding_column: s_embedding\. categorical_column must not be of type "
-                                         r"SequenceCategoricalColumn\. Suggested fix A: If you wish to use "
-                                         r"DenseFeatures, use a non-sequence categorical_column_with_\*\. Suggested "
-                                         r"fix B: If you wish to create sequence input, use SequenceFeatures instead "
-                                         r"of DenseFeatures\."):
+    with pytest.raises(
+        ValueError,
+        match=r"In embedding_column: s_embedding\. categorical_column must not be of type "
+        r"SequenceCategoricalColumn\. Suggested fix A: If you wish to use "
+        r"DenseFeatures, use a non-sequence categorical_column_with_\*\. Suggested "
+        r"fix B: If you wish to create sequence input, use SequenceFeatures instead "
+        r"of DenseFeatures\.",
+    ):
         tf.keras.layers.DenseFeatures([seq_column("s")])
     with pytest.raises(ValueError, match=r"must not be of type _SequenceCategoricalColumn\. Suggested fix A"):
         tf.compat.v1.feature_column.input_layer(FEATURES, [seq_column("s")])
 
 
 def test_non_sequence_column_in_sequence_features():
-    with pytest.raises(ValueError, match=r"In embedding_column: a_embedding\. categorical_column must be of type "
-                                         r"SequenceCategoricalColumn to use SequenceFeatures\. Suggested fix: Use one "
-                                         r"of sequence_categorical_column_with_\*"):
+    with pytest.raises(
+        ValueError,
+        match=r"In embedding_column: a_embedding\. categorical_column must be of type "
+        r"SequenceCategoricalColumn to use SequenceFeatures\. Suggested fix: Use one "
+        r"of sequence_categorical_column_with_\*",
+    ):
         tf.keras.experimental.SequenceFeatures([column("a")])
     with pytest.raises(ValueError, match="Items of feature_columns must be a .*SequenceDenseColumn"):
         tf.keras.experimental.SequenceFeatures([tf.feature_column.numeric_column("x")])
@@ -142,20 +167,26 @@ def test_non_sequence_column_in_sequence_features():
 
 def test_shared_columns_in_input_layer():
     shared = tf.tpu.experimental.shared_embedding_columns([identity("a"), identity("b")], 2)
-    with pytest.raises(ValueError, match=r"SharedEmbeddingColumns are not supported in `linear_model` or "
-                                         r"`input_layer`\. Please use `DenseFeatures` or `LinearModel` instead\."):
+    with pytest.raises(
+        ValueError,
+        match=r"SharedEmbeddingColumns are not supported in `linear_model` or "
+        r"`input_layer`\. Please use `DenseFeatures` or `LinearModel` instead\.",
+    ):
         tf.compat.v1.feature_column.input_layer(FEATURES, shared)
     with LookupScope.from_engine(engine_for(shared), FEATURES):  # DenseFeatures takes them
         assert tf.keras.layers.DenseFeatures(shared)(FEATURES).shape == (2, 4)
 
 
-@pytest.mark.parametrize("columns, message", [
-    ([], "feature_columns must not be empty."),
-    ({"a": 1}, "Expected feature_columns to be iterable, found dict."),
-    (["a"], "Items of feature_columns must be a FeatureColumn"),
-    ([identity("a")], "Items of feature_columns must be a .*DenseColumn.*You can wrap a categorical column"),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    "columns, message",
+    [
+        ([], "feature_columns must not be empty."),
+        ({"a": 1}, "Expected feature_columns to be iterable, found dict."),
+        (["a"], "Items of feature_columns must be a FeatureColumn"),
+        ([identity("a")], "Items of feature_columns must be a .*DenseColumn.*You can wrap a categorical column"),
+        (None, None),
+    ],
+)
 def test_normalize_errors(columns, message):
     if columns is None:
         col = column("a")

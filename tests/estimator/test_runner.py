@@ -22,10 +22,14 @@ def build(tmp_path, name="m", **kwargs):
     return estimator(tmp_path / name, numpy_model_fn(pooled, sequence), cols, **kwargs)
 
 
-@pytest.mark.parametrize("options", [
-    {},
-    {"pipeline_execution_with_tensor_core": True, "partition_strategy": "mod", "shards": 3},
-], ids=["plain", "pipelined-mod-3-shards"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"pipeline_execution_with_tensor_core": True, "partition_strategy": "mod", "shards": 3},
+    ],
+    ids=["plain", "pipelined-mod-3-shards"],
+)
 def test_train_evaluate_predict_export(tmp_path, options):
     est = build(tmp_path, **options)
     est.train(input_fn_for(TRAIN))  # until the generator ends: 1024 / 32 = 32 steps
@@ -40,7 +44,7 @@ def test_train_evaluate_predict_export(tmp_path, options):
 
     predictions = list(est.predict(input_fn_for(TEST)))
     assert len(predictions) == 256 and set(predictions[0]) == {"probabilities", "logits"}
-    assert list(est.predict(input_fn_for(TEST), predict_keys="logits"))[0].keys() == {"logits"}
+    assert next(iter(est.predict(input_fn_for(TEST), predict_keys="logits"))).keys() == {"logits"}
     batches = list(est.predict(input_fn_for(TEST), yield_single_examples=False))
     assert len(batches) == 8 and batches[0]["logits"].shape == (32,)
 
@@ -75,16 +79,22 @@ def test_resume_equals_uninterrupted(tmp_path):
 
     assert resumed.global_step == once.global_step == 20
     for name in once.get_variable_names():
-        np.testing.assert_array_equal(np.asarray(resumed.get_variable_value(name)),
-                                      np.asarray(once.get_variable_value(name)), err_msg=name)
+        np.testing.assert_array_equal(
+            np.asarray(resumed.get_variable_value(name)), np.asarray(once.get_variable_value(name)), err_msg=name
+        )
 
 
 def test_checkpoint_cadence_keep_and_max_steps(tmp_path):
     est = build(tmp_path, steps_per_save=5, keep=2)
     est.train(input_fn_for(TRAIN), steps=12)
     names = sorted(os.listdir(tmp_path / "m"))
-    assert names == ["checkpoint", "model.ckpt-10.data-00000-of-00001", "model.ckpt-10.index",
-                     "model.ckpt-12.data-00000-of-00001", "model.ckpt-12.index"]
+    assert names == [
+        "checkpoint",
+        "model.ckpt-10.data-00000-of-00001",
+        "model.ckpt-10.index",
+        "model.ckpt-12.data-00000-of-00001",
+        "model.ckpt-12.index",
+    ]
     assert est.latest_checkpoint() == str(tmp_path / "m" / "model.ckpt-12")
     est.train(input_fn_for(TRAIN), max_steps=15)
     assert est.global_step == 15
@@ -107,8 +117,12 @@ def test_step_context_and_engine_see_the_same_global_step(tmp_path):
     user = tf.feature_column.categorical_column_with_identity("user", V)
     cols[0] = tf.tpu.experimental.embedding_column(user, D, learning_rate_fn=learning_rate_fn)
     pooled[0] = cols[0]
-    est = estimator(tmp_path / "m", numpy_model_fn(pooled, sequence, record=seen), cols,
-                    experimental_gradient_multiplier_fn=lambda step: multiplier_steps.append(step) or 1.0)
+    est = estimator(
+        tmp_path / "m",
+        numpy_model_fn(pooled, sequence, record=seen),
+        cols,
+        experimental_gradient_multiplier_fn=lambda step: multiplier_steps.append(step) or 1.0,
+    )
     est.train(input_fn_for(TRAIN), steps=4)
     assert [s for mode, s in seen] == [0, 1, 2, 3]
     assert multiplier_steps == [0, 1, 2, 3]
@@ -125,24 +139,32 @@ def test_runner_applies_exactly_the_engine_update(tmp_path, pipelining):
     def model_fn(features, labels, mode, params):
         net = tf.keras.layers.DenseFeatures(pooled)(features)
         seq, _ = tf.keras.experimental.SequenceFeatures(sequence)(features)
-        loss = float((net @ weights[:2 * D]).sum() + (seq.sum(axis=1) @ weights[2 * D:]).sum())
-        d_net = np.broadcast_to(weights[:2 * D], net.shape)
-        d_seq = np.broadcast_to(weights[2 * D:], seq.shape)
-        return tf.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=lambda: None,
-                                                 embedding_gradients={net: d_net, seq: d_seq})
+        loss = float((net @ weights[: 2 * D]).sum() + (seq.sum(axis=1) @ weights[2 * D :]).sum())
+        d_net = np.broadcast_to(weights[: 2 * D], net.shape)
+        d_seq = np.broadcast_to(weights[2 * D :], seq.shape)
+        return tf.estimator.tpu.TPUEstimatorSpec(
+            mode, loss=loss, train_op=lambda: None, embedding_gradients={net: d_net, seq: d_seq}
+        )
 
-    options = dict(experimental_gradient_multiplier_fn=lambda step: 1.0 / (step + 1), partition_strategy="mod",
-                   pipeline_execution_with_tensor_core=pipelining)
+    options = dict(
+        experimental_gradient_multiplier_fn=lambda step: 1.0 / (step + 1),
+        partition_strategy="mod",
+        pipeline_execution_with_tensor_core=pipelining,
+    )
     est = estimator(tmp_path / "m", model_fn, cols, shards=3, seed=7, **options)
     est.train(input_fn_for(TRAIN), steps=6)
 
     spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-        feature_columns=cols, optimization_parameters=tf.tpu.experimental.AdagradParameters(0.5), **options)
+        feature_columns=cols, optimization_parameters=tf.tpu.experimental.AdagradParameters(0.5), **options
+    )
     engine = Engine(spec.to_spec(num_shards=3), seed=7)
     for features, _ in list(input_fn_for(TRAIN)({"batch_size": 32}))[:6]:
         result = engine.forward(features)
-        grads = {"user": np.broadcast_to(weights[D:2 * D], (32, D)), "item": np.broadcast_to(weights[:D], (32, D)),
-                 "hist": np.broadcast_to(weights[2 * D:], (32, 3, D))}
+        grads = {
+            "user": np.broadcast_to(weights[D : 2 * D], (32, D)),
+            "item": np.broadcast_to(weights[:D], (32, D)),
+            "hist": np.broadcast_to(weights[2 * D :], (32, 3, D)),
+        }
         engine.apply_gradients(result, grads)
     for table in ("tbl_user", "tbl_hist_item_shared_embedding"):
         np.testing.assert_array_equal(est.get_variable_value(table), engine.table(table))
@@ -185,8 +207,11 @@ def test_eval_metrics_see_the_whole_eval_set(tmp_path):
 
         loss = np.float32(len(labels))  # per-batch loss = batch size: 'loss' is the mean over batches
         return tf.estimator.tpu.TPUEstimatorSpec(
-            mode, loss=loss, train_op=lambda: None,
-            eval_metrics=(metric_fn, {"labels": labels, "scores": net[:, :2], "batch_loss": loss}))
+            mode,
+            loss=loss,
+            train_op=lambda: None,
+            eval_metrics=(metric_fn, {"labels": labels, "scores": net[:, :2], "batch_loss": loss}),
+        )
 
     est = estimator(tmp_path / "m", model_fn, cols)
     est.train(input_fn_for(TRAIN), steps=1)
@@ -215,8 +240,9 @@ def test_nan_loss_changes_nothing(tmp_path):
     def model_fn(features, labels, mode, params):
         net = tf.keras.layers.DenseFeatures(pooled)(features)
         tf.keras.experimental.SequenceFeatures(sequence)(features)
-        return tf.estimator.tpu.TPUEstimatorSpec(mode, loss=float("nan"), train_op=lambda: None,
-                                                 embedding_gradients={net: np.ones_like(net)})
+        return tf.estimator.tpu.TPUEstimatorSpec(
+            mode, loss=float("nan"), train_op=lambda: None, embedding_gradients={net: np.ones_like(net)}
+        )
 
     est = estimator(tmp_path / "m", model_fn, cols)
     before = est.engine.table("tbl_user")
@@ -227,12 +253,13 @@ def test_nan_loss_changes_nothing(tmp_path):
 
 
 def test_bad_gradient_shape_is_refused(tmp_path):
-    pooled, sequence, cols = columns()
+    pooled, _sequence, cols = columns()
 
     def model_fn(features, labels, mode, params):
         net = tf.keras.layers.DenseFeatures(pooled)(features)
-        return tf.estimator.tpu.TPUEstimatorSpec(mode, loss=0.0, train_op=lambda: None,
-                                                 embedding_gradients={net: np.ones((3, 3))})
+        return tf.estimator.tpu.TPUEstimatorSpec(
+            mode, loss=0.0, train_op=lambda: None, embedding_gradients={net: np.ones((3, 3))}
+        )
 
     est = estimator(tmp_path / "m", model_fn, cols)
     with pytest.raises(ValueError, match=r"must have its shape \[32, 8\]"):
@@ -240,13 +267,14 @@ def test_bad_gradient_shape_is_refused(tmp_path):
 
 
 def test_derived_array_as_gradient_key_is_refused(tmp_path):
-    pooled, sequence, cols = columns()
+    pooled, _sequence, cols = columns()
 
     def model_fn(features, labels, mode, params):
         net = tf.keras.layers.DenseFeatures(pooled)(features)
         derived = net * 1.0
-        return tf.estimator.tpu.TPUEstimatorSpec(mode, loss=0.0, train_op=lambda: None,
-                                                 embedding_gradients={id(derived): derived})
+        return tf.estimator.tpu.TPUEstimatorSpec(
+            mode, loss=0.0, train_op=lambda: None, embedding_gradients={id(derived): derived}
+        )
 
     est = estimator(tmp_path / "m", model_fn, cols)
     with pytest.raises(ValueError, match="keys must be the arrays the feature layers returned"):
@@ -254,12 +282,13 @@ def test_derived_array_as_gradient_key_is_refused(tmp_path):
 
 
 def test_unused_feature_warns_once_and_trains_the_rest(tmp_path, caplog):
-    pooled, sequence, cols = columns()
+    pooled, _sequence, cols = columns()
 
     def model_fn(features, labels, mode, params):
         net = tf.keras.layers.DenseFeatures(pooled)(features)
-        return tf.estimator.tpu.TPUEstimatorSpec(mode, loss=float(net.sum()), train_op=lambda: None,
-                                                 embedding_gradients={"user": np.ones((len(labels), D))})
+        return tf.estimator.tpu.TPUEstimatorSpec(
+            mode, loss=float(net.sum()), train_op=lambda: None, embedding_gradients={"user": np.ones((len(labels), D))}
+        )
 
     est = estimator(tmp_path / "m", model_fn, cols)
     before = est.engine.table("tbl_user")
@@ -281,8 +310,7 @@ def test_tensor_core_columns_are_trained_by_the_model(tmp_path, caplog):
         net = tf.keras.layers.DenseFeatures(pooled)(features)
         tf.keras.experimental.SequenceFeatures(sequence)(features)
         user_part = net[:, D:]  # columns sorted by name: item_shared_embedding, user_embedding
-        np.testing.assert_allclose(
-            user_part, context.tensor_core_tables["tbl_user"][features["user"][:, 0]], rtol=1e-6)
+        np.testing.assert_allclose(user_part, context.tensor_core_tables["tbl_user"][features["user"][:, 0]], rtol=1e-6)
         grad = np.zeros_like(net)
         grad[:, D:] = 1.0
 
@@ -291,8 +319,9 @@ def test_tensor_core_columns_are_trained_by_the_model(tmp_path, caplog):
             updates.append(g.copy())
             context.tensor_core_tables["tbl_user"] -= 0.1 * g  # the model's own SGD
 
-        return tf.estimator.tpu.TPUEstimatorSpec(mode, loss=float(net.sum()), train_op=train_op,
-                                                 embedding_gradients={net: grad})
+        return tf.estimator.tpu.TPUEstimatorSpec(
+            mode, loss=float(net.sum()), train_op=train_op, embedding_gradients={net: grad}
+        )
 
     with caplog.at_level(logging.INFO, logger="tpu_embedding_shim"):
         est = estimator(tmp_path / "m", model_fn, cols)
@@ -310,19 +339,23 @@ def test_tensor_core_columns_are_trained_by_the_model(tmp_path, caplog):
 
 
 def test_use_tpu_false_still_trains_with_the_embedding_optimizer(tmp_path, caplog):
-    pooled, sequence, cols = columns()
+    pooled, _sequence, cols = columns()
     spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-        feature_columns=cols, optimization_parameters=tf.tpu.experimental.StochasticGradientDescentParameters(1.0),
-        partition_strategy="mod")
+        feature_columns=cols,
+        optimization_parameters=tf.tpu.experimental.StochasticGradientDescentParameters(1.0),
+        partition_strategy="mod",
+    )
 
     def model_fn(features, labels, mode, params):
-        net = tf.keras.layers.DenseFeatures(pooled)(features)
-        return tf.estimator.tpu.TPUEstimatorSpec(mode, loss=0.0, train_op=lambda: None,
-                                                 embedding_gradients={"user": np.ones((len(labels), D))})
+        tf.keras.layers.DenseFeatures(pooled)(features)
+        return tf.estimator.tpu.TPUEstimatorSpec(
+            mode, loss=0.0, train_op=lambda: None, embedding_gradients={"user": np.ones((len(labels), D))}
+        )
 
     config = tf.estimator.tpu.RunConfig(model_dir=str(tmp_path / "m"), tf_random_seed=0)
-    est = tf.estimator.tpu.TPUEstimator(model_fn=model_fn, config=config, use_tpu=False, train_batch_size=32,
-                                        embedding_config_spec=spec)
+    est = tf.estimator.tpu.TPUEstimator(
+        model_fn=model_fn, config=config, use_tpu=False, train_batch_size=32, embedding_config_spec=spec
+    )
     before = est.engine.table("tbl_user")
     with caplog.at_level(logging.INFO, logger="tpu_embedding_shim"):
         est.train(input_fn_for(TRAIN), steps=1)
@@ -340,11 +373,16 @@ def test_warm_start_takes_tables_not_slots_or_step(tmp_path):
     source.train(input_fn_for(TRAIN), steps=5)
     pooled, sequence, cols = columns()
     spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-        feature_columns=cols, optimization_parameters=tf.tpu.experimental.AdagradParameters(0.5))
+        feature_columns=cols, optimization_parameters=tf.tpu.experimental.AdagradParameters(0.5)
+    )
     config = tf.estimator.tpu.RunConfig(model_dir=str(tmp_path / "warm"), tf_random_seed=4)
-    warm = tf.estimator.tpu.TPUEstimator(model_fn=numpy_model_fn(pooled, sequence), config=config,
-                                         train_batch_size=32, embedding_config_spec=spec,
-                                         warm_start_from=str(tmp_path / "source"))
+    warm = tf.estimator.tpu.TPUEstimator(
+        model_fn=numpy_model_fn(pooled, sequence),
+        config=config,
+        train_batch_size=32,
+        embedding_config_spec=spec,
+        warm_start_from=str(tmp_path / "source"),
+    )
     engine = warm.engine
     assert engine.global_step == 0
     np.testing.assert_array_equal(engine.table("tbl_user"), source.get_variable_value("tbl_user"))

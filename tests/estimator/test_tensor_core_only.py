@@ -22,8 +22,13 @@ KEPT_IDS = [[1, 2], [3], [0, 0], [2, 2]]
 def _column():
     user = tf.feature_column.categorical_column_with_identity("user", V)
     return tf.tpu.experimental.embedding_column(
-        user, D, combiner="sum", initializer=lambda shape, dtype=np.float32: TABLE.copy(),
-        embedding_lookup_device="tpu_tensor_core", tensor_core_shape=[None, KEPT])
+        user,
+        D,
+        combiner="sum",
+        initializer=lambda shape, dtype=np.float32: TABLE.copy(),
+        embedding_lookup_device="tpu_tensor_core",
+        tensor_core_shape=[None, KEPT],
+    )
 
 
 def _estimator(model_dir, column, record):
@@ -38,14 +43,22 @@ def _estimator(model_dir, column, record):
         def train_op():  # the model's own SGD trains the tensor-core table
             context.tensor_core_tables["tbl_user"] -= 0.5 * context.tensor_core_gradients["tbl_user"]
 
-        return tf.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op,
-                                                 embedding_gradients={net: np.ones_like(net)})
+        return tf.estimator.tpu.TPUEstimatorSpec(
+            mode, loss=loss, train_op=train_op, embedding_gradients={net: np.ones_like(net)}
+        )
 
     spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-        feature_columns=[column], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1))
+        feature_columns=[column], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
+    )
     config = tf.estimator.tpu.RunConfig(model_dir=str(model_dir), save_checkpoints_steps=2)
-    return tf.estimator.tpu.TPUEstimator(model_fn=model_fn, config=config, train_batch_size=4, eval_batch_size=4,
-                                         predict_batch_size=4, embedding_config_spec=spec)
+    return tf.estimator.tpu.TPUEstimator(
+        model_fn=model_fn,
+        config=config,
+        train_batch_size=4,
+        eval_batch_size=4,
+        predict_batch_size=4,
+        embedding_config_spec=spec,
+    )
 
 
 def _step_gradient():

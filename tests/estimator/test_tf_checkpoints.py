@@ -86,7 +86,8 @@ def _layer_program(layout):
     user = tf.tpu.experimental.embedding_column(fc.categorical_column_with_identity("user", 6), 2)
     item = tf.tpu.experimental.embedding_column(fc.categorical_column_with_identity("item", 5), 2)
     shared = tf.tpu.experimental.shared_embedding_columns(
-        [fc.categorical_column_with_identity("q2", 4), fc.categorical_column_with_identity("q1", 4)], 2)
+        [fc.categorical_column_with_identity("q2", 4), fc.categorical_column_with_identity("q1", 4)], 2
+    )
 
     def model_fn(features, labels, mode, params):
         if layout == "two DenseFeatures":  # built a, b; called b first: names follow construction
@@ -94,42 +95,63 @@ def _layer_program(layout):
             b = tf.keras.layers.DenseFeatures([item] + shared)
             outputs = [b(features), a(features)]
         elif layout == "input_layer twice":
-            outputs = [tf.compat.v1.feature_column.input_layer(features, [user]),
-                       tf.compat.v1.feature_column.input_layer(features, [item]),
-                       tf.keras.layers.DenseFeatures(shared)(features)]
+            outputs = [
+                tf.compat.v1.feature_column.input_layer(features, [user]),
+                tf.compat.v1.feature_column.input_layer(features, [item]),
+                tf.keras.layers.DenseFeatures(shared)(features),
+            ]
         else:
             outputs = [tf.keras.layers.DenseFeatures([user, item] + shared, name="towers")(features)]
-        return tf.estimator.tpu.TPUEstimatorSpec(mode, loss=0.0, train_op=lambda: None,
-                                                 embedding_gradients={o: np.zeros_like(o) for o in outputs})
+        return tf.estimator.tpu.TPUEstimatorSpec(
+            mode, loss=0.0, train_op=lambda: None, embedding_gradients={o: np.zeros_like(o) for o in outputs}
+        )
 
     spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-        feature_columns=[user, item] + shared, optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1))
+        feature_columns=[user, item] + shared, optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
+    )
     return model_fn, spec
 
 
 # The names TensorFlow 2.15's TPUEstimator(use_tpu=False) gave these layouts (tests/tf_interop checks them live).
 LAYER_NAMES = {
-    "two DenseFeatures": ["dense_features/user_embedding/embedding_weights",
-                          "dense_features_1/item_embedding/embedding_weights", "q1_q2_shared_embedding"],
-    "input_layer twice": ["input_layer/user_embedding/embedding_weights",
-                          "input_layer_1/item_embedding/embedding_weights", "q1_q2_shared_embedding"],
-    "a named DenseFeatures": ["q1_q2_shared_embedding", "towers/item_embedding/embedding_weights",
-                              "towers/user_embedding/embedding_weights"],
+    "two DenseFeatures": [
+        "dense_features/user_embedding/embedding_weights",
+        "dense_features_1/item_embedding/embedding_weights",
+        "q1_q2_shared_embedding",
+    ],
+    "input_layer twice": [
+        "input_layer/user_embedding/embedding_weights",
+        "input_layer_1/item_embedding/embedding_weights",
+        "q1_q2_shared_embedding",
+    ],
+    "a named DenseFeatures": [
+        "q1_q2_shared_embedding",
+        "towers/item_embedding/embedding_weights",
+        "towers/user_embedding/embedding_weights",
+    ],
 }
 
 
 @pytest.mark.parametrize("layout", sorted(LAYER_NAMES))
 def test_each_table_is_named_after_the_layer_that_read_its_column(tmp_path, layout):
     model_fn, spec = _layer_program(layout)
-    est = tf.estimator.tpu.TPUEstimator(model_fn=model_fn, config=tf.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
-                                        train_batch_size=4, embedding_config_spec=spec)
+    est = tf.estimator.tpu.TPUEstimator(
+        model_fn=model_fn,
+        config=tf.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
+        train_batch_size=4,
+        embedding_config_spec=spec,
+    )
     batch = {k: np.array([[1], [2], [3], [1]]) for k in ("user", "item", "q1", "q2")}
     est.train(lambda params: batch, steps=2)
     tables = [n for n in est.get_variable_names() if not n.endswith("/Adagrad") and n != "global_step"]
     assert tables == LAYER_NAMES[layout]
     # A new estimator on the model_dir keeps them, before its model_fn has run.
-    again = tf.estimator.tpu.TPUEstimator(model_fn=model_fn, config=tf.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
-                                          train_batch_size=4, embedding_config_spec=spec)
+    again = tf.estimator.tpu.TPUEstimator(
+        model_fn=model_fn,
+        config=tf.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
+        train_batch_size=4,
+        embedding_config_spec=spec,
+    )
     assert again.get_variable_names() == est.get_variable_names()
 
 
@@ -150,8 +172,9 @@ TPU_SLOTS = [
 def test_slots_get_tensorflows_tpu_names(tmp_path, optimizer, tpu_slots):
     est = trained(tmp_path, optimizer=optimizer, steps=2)
     table = "dense_features/user_embedding/embedding_weights"
-    assert [n for n in est.get_variable_names() if n.startswith(table + "/")] == \
-        sorted(f"{table}/{suffix}" for suffix in tpu_slots)
+    assert [n for n in est.get_variable_names() if n.startswith(table + "/")] == sorted(
+        f"{table}/{suffix}" for suffix in tpu_slots
+    )
     slots = est.engine.slots("tbl_user")
     reader = tf.train.load_checkpoint(str(tmp_path))
     for suffix, slot in tpu_slots.items():
@@ -162,10 +185,13 @@ def test_slots_get_tensorflows_tpu_names(tmp_path, optimizer, tpu_slots):
 
 def test_engine_names_and_dense_keys_are_accepted_by_get_variable_value(tmp_path):
     est = trained(tmp_path)
-    np.testing.assert_array_equal(est.get_variable_value("tbl_user"),
-                                  est.get_variable_value("dense_features/user_embedding/embedding_weights"))
-    np.testing.assert_array_equal(est.get_variable_value("tbl_user/accumulators"),
-                                  est.get_variable_value("dense_features/user_embedding/embedding_weights/Adagrad"))
+    np.testing.assert_array_equal(
+        est.get_variable_value("tbl_user"), est.get_variable_value("dense_features/user_embedding/embedding_weights")
+    )
+    np.testing.assert_array_equal(
+        est.get_variable_value("tbl_user/accumulators"),
+        est.get_variable_value("dense_features/user_embedding/embedding_weights/Adagrad"),
+    )
     with pytest.raises(ValueError, match=r"Variable 'nope' not found; variables are \['dense/bias'"):
         est.get_variable_value("nope")
 
@@ -206,19 +232,34 @@ def test_the_dense_state_is_saved_under_its_keys_and_comes_back_exactly(tmp_path
             counter.state["history"].append(np.full(2, counter.state["steps"], np.float32))
 
         net = tf.keras.layers.DenseFeatures(columns()[0])(features)
-        return tf.estimator.tpu.TPUEstimatorSpec(mode, loss=0.0, train_op=train_op,
-                                                 embedding_gradients={net: np.zeros_like(net)})
+        return tf.estimator.tpu.TPUEstimatorSpec(
+            mode, loss=0.0, train_op=train_op, embedding_gradients={net: np.zeros_like(net)}
+        )
 
     _, _, cols = columns()
     est = estimator(tmp_path, model_fn, cols)
     est.train(input_fn_for(TRAIN), steps=3)
     names = est.get_variable_names()
-    for name in ("dense/kernel", "counts", "lr", "steps", "flag", "nested/a/0", "nested/a/1/0", "counter/steps",
-                 "counter/history/3"):
+    for name in (
+        "dense/kernel",
+        "counts",
+        "lr",
+        "steps",
+        "flag",
+        "nested/a/0",
+        "nested/a/1/0",
+        "counter/steps",
+        "counter/history/3",
+    ):
         assert name in names, name
     reader = BundleReader(est.latest_checkpoint())
-    assert [reader.dtype_name(n) for n in ("counts", "lr", "steps", "flag", "nested/a/1/0")] == \
-        ["int32", "float64", "int64", "bool", "float16"]
+    assert [reader.dtype_name(n) for n in ("counts", "lr", "steps", "flag", "nested/a/1/0")] == [
+        "int32",
+        "float64",
+        "int64",
+        "bool",
+        "float16",
+    ]
     assert int(reader.read("steps")) == 3 and int(reader.read("counter/steps")) == 3
 
     again = estimator(tmp_path, model_fn, cols, seed=9)
@@ -236,12 +277,25 @@ def test_the_dense_state_is_saved_under_its_keys_and_comes_back_exactly(tmp_path
 
 
 dense_values = st.recursive(
-    st.one_of(st.integers(-2**62, 2**62), st.floats(allow_nan=False), st.booleans(), st.none(), st.text(max_size=4),
-              st.builds(lambda shape, seed: np.random.default_rng(seed).standard_normal(shape).astype(np.float32),
-                        st.lists(st.integers(0, 3), max_size=2).map(tuple), st.integers(0, 99))),
-    lambda children: st.one_of(st.lists(children, max_size=3), st.tuples(children, children),
-                               st.dictionaries(st.text("abc", min_size=1, max_size=3), children, max_size=3)),
-    max_leaves=8)
+    st.one_of(
+        st.integers(-(2**62), 2**62),
+        st.floats(allow_nan=False),
+        st.booleans(),
+        st.none(),
+        st.text(max_size=4),
+        st.builds(
+            lambda shape, seed: np.random.default_rng(seed).standard_normal(shape).astype(np.float32),
+            st.lists(st.integers(0, 3), max_size=2).map(tuple),
+            st.integers(0, 99),
+        ),
+    ),
+    lambda children: st.one_of(
+        st.lists(children, max_size=3),
+        st.tuples(children, children),
+        st.dictionaries(st.text("abc", min_size=1, max_size=3), children, max_size=3),
+    ),
+    max_leaves=8,
+)
 
 
 def _same(a, b):
@@ -261,8 +315,13 @@ def _same(a, b):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.dictionaries(st.text("xyz/", min_size=1, max_size=3).filter(lambda k: "//" not in k and k[-1] != "/"),
-                       dense_values, max_size=4))
+@given(
+    st.dictionaries(
+        st.text("xyz/", min_size=1, max_size=3).filter(lambda k: "//" not in k and k[-1] != "/"),
+        dense_values,
+        max_size=4,
+    )
+)
 def test_dense_state_tensors_round_trip(entries):
     state = DenseState(entries)
     try:
@@ -294,14 +353,21 @@ def test_keep_checkpoint_max_and_the_state_file(tmp_path):
     est = trained(tmp_path, steps=1, keep=2)
     for _ in range(3):
         est.train(program.shim_input_fn, steps=1)
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model.ckpt-3.data-00000-of-00001", "model.ckpt-3.index",
-                                            "model.ckpt-4.data-00000-of-00001", "model.ckpt-4.index"]
+    assert sorted(os.listdir(tmp_path)) == [
+        "checkpoint",
+        "model.ckpt-3.data-00000-of-00001",
+        "model.ckpt-3.index",
+        "model.ckpt-4.data-00000-of-00001",
+        "model.ckpt-4.index",
+    ]
     state = read_state(str(tmp_path))
     assert state.model_checkpoint_path == str(tmp_path / "model.ckpt-4")
     assert state.all_model_checkpoint_paths == (str(tmp_path / "model.ckpt-3"), str(tmp_path / "model.ckpt-4"))
-    assert (tmp_path / "checkpoint").read_text() == ('model_checkpoint_path: "model.ckpt-4"\n'
-                                                     'all_model_checkpoint_paths: "model.ckpt-3"\n'
-                                                     'all_model_checkpoint_paths: "model.ckpt-4"\n')
+    assert (tmp_path / "checkpoint").read_text() == (
+        'model_checkpoint_path: "model.ckpt-4"\n'
+        'all_model_checkpoint_paths: "model.ckpt-3"\n'
+        'all_model_checkpoint_paths: "model.ckpt-4"\n'
+    )
 
 
 def test_a_crash_never_leaves_the_state_file_naming_a_missing_checkpoint(tmp_path, monkeypatch):
@@ -347,8 +413,11 @@ def test_an_old_format_model_dir_still_resumes_and_then_gets_tensorflows_format(
     # the engine's names (which get_variable_value accepts too).
     for table, arrays in source.engine.state().items():
         for key, value in arrays.items():
-            np.testing.assert_array_equal(resumed.get_variable_value(table if key == "embedding" else f"{table}/{key}"),
-                                          value, err_msg=f"{table}/{key}")
+            np.testing.assert_array_equal(
+                resumed.get_variable_value(table if key == "embedding" else f"{table}/{key}"),
+                value,
+                err_msg=f"{table}/{key}",
+            )
     np.testing.assert_array_equal(resumed.dense_state["dense/kernel"], source.dense_state["dense/kernel"])
     resumed.train(program.shim_input_fn, steps=1)
     source.train(program.shim_input_fn, steps=1)
@@ -360,9 +429,13 @@ def test_an_old_format_model_dir_still_resumes_and_then_gets_tensorflows_format(
 
 def test_an_old_format_model_dir_without_engine_tables_resumes(tmp_path):
     user = tf.feature_column.categorical_column_with_identity("user", 4)
-    column = tf.tpu.experimental.embedding_column(user, 2, initializer=tf.constant_initializer(1.0),
-                                                  embedding_lookup_device="tpu_tensor_core",
-                                                  tensor_core_shape=[None, 1])
+    column = tf.tpu.experimental.embedding_column(
+        user,
+        2,
+        initializer=tf.constant_initializer(1.0),
+        embedding_lookup_device="tpu_tensor_core",
+        tensor_core_shape=[None, 1],
+    )
 
     def model_fn(features, labels, mode, params):
         context = params["context"]
@@ -371,23 +444,31 @@ def test_an_old_format_model_dir_without_engine_tables_resumes(tmp_path):
         def train_op():
             context.tensor_core_tables["tbl_user"] -= context.tensor_core_gradients["tbl_user"]
 
-        return tf.estimator.tpu.TPUEstimatorSpec(mode, loss=0.0, train_op=train_op,
-                                                 embedding_gradients={net: np.ones_like(net)})
+        return tf.estimator.tpu.TPUEstimatorSpec(
+            mode, loss=0.0, train_op=train_op, embedding_gradients={net: np.ones_like(net)}
+        )
 
     def make(model_dir, warm_start_from=None):
         spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-            feature_columns=[column], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1))
-        return tf.estimator.tpu.TPUEstimator(model_fn=model_fn, train_batch_size=2, embedding_config_spec=spec,
-                                             config=tf.estimator.tpu.RunConfig(model_dir=str(model_dir)),
-                                             warm_start_from=warm_start_from)
+            feature_columns=[column], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
+        )
+        return tf.estimator.tpu.TPUEstimator(
+            model_fn=model_fn,
+            train_batch_size=2,
+            embedding_config_spec=spec,
+            config=tf.estimator.tpu.RunConfig(model_dir=str(model_dir)),
+            warm_start_from=warm_start_from,
+        )
 
     source = make(tmp_path / "source")
     source.train(lambda params: {"user": np.array([[1], [2]])}, steps=2)
     _write_old_format(source, tmp_path / "old")
     resumed = make(tmp_path / "old")
     assert resumed.global_step == 0 and resumed.latest_checkpoint().endswith("dense-0000000002.npz")
-    np.testing.assert_array_equal(resumed.get_variable_value("dense_features/user_embedding/embedding_weights"),
-                                  [[1, 1], [-1, -1], [-1, -1], [1, 1]])  # 1.0, minus 2 steps x 1 for ids 1, 2
+    np.testing.assert_array_equal(
+        resumed.get_variable_value("dense_features/user_embedding/embedding_weights"),
+        [[1, 1], [-1, -1], [-1, -1], [1, 1]],
+    )  # 1.0, minus 2 steps x 1 for ids 1, 2
     assert resumed.global_step == 2
     warm = make(tmp_path / "warm", warm_start_from=str(tmp_path / "old"))  # the older format, warm-started from
     warm.train(lambda params: {"user": np.array([[1], [3]])}, steps=1)
@@ -412,8 +493,9 @@ def test_resume_from_a_model_dir_tensorflow_wrote(tmp_path, caplog, fixture, opt
         np.testing.assert_array_equal(est.get_variable_value(name), values[name])
     cpu = {"adagrad": {"accumulators": "Adagrad"}, "adam": {"momenta": "Adam", "velocities": "Adam_1"}}[optimizer]
     for slot, suffix in cpu.items():
-        np.testing.assert_array_equal(est.engine.slots("tbl_user")[slot],
-                                      values[f"dense_features/user_embedding/embedding_weights/{suffix}"])
+        np.testing.assert_array_equal(
+            est.engine.slots("tbl_user")[slot], values[f"dense_features/user_embedding/embedding_weights/{suffix}"]
+        )
     text = caplog.text
     if optimizer == "adam":
         assert "are TensorFlow's CPU optimizer's, read as the EmbeddingConfigSpec optimizer's" in text
@@ -436,14 +518,17 @@ def test_resume_with_another_optimizer_starts_the_slots_afresh_and_says_so(tmp_p
     np.testing.assert_array_equal(est.engine.table("tbl_user"), values[USER])
     np.testing.assert_array_equal(est.engine.slots("tbl_user")["linears"], np.zeros((6, 2), np.float32))
     np.testing.assert_array_equal(est.engine.slots("tbl_user")["accumulators"], np.full((6, 2), 0.1, np.float32))
-    assert ("the checkpoint has no ftrl slots for it (found ['Adagrad']); its slots ['accumulators', 'linears'] "
-            "start from their initial values") in caplog.text
+    assert (
+        "the checkpoint has no ftrl slots for it (found ['Adagrad']); its slots ['accumulators', 'linears'] "
+        "start from their initial values"
+    ) in caplog.text
 
 
 def test_resume_from_a_tpu_jobs_mod_checkpoint_puts_rows_back_in_id_order(tmp_path):
     expected = id_order()
-    est = program.shim_estimator(fixture_dir("tpu_mod_3hosts", tmp_path), optimizer="adam", partition_strategy="mod",
-                                 num_shards=2)
+    est = program.shim_estimator(
+        fixture_dir("tpu_mod_3hosts", tmp_path), optimizer="adam", partition_strategy="mod", num_shards=2
+    )
     assert est.engine.global_step == 12
     for name in program.TABLES:
         table = est.get_variable_value(name)
@@ -480,8 +565,9 @@ def test_warm_start_from_tensorflows_cpu_run_takes_tables_and_dense_not_slots_or
 def test_warm_start_settings_select_by_name(tmp_path):
     _, values = tf_values("estimator_cpu_adam")
     path = str(FIXTURES / "estimator_cpu_adam")
-    only_tables = program.shim_estimator(tmp_path / "a", optimizer="adam",
-                                         warm_start_from=tf.estimator.WarmStartSettings(path, ".*embedding.*"))
+    only_tables = program.shim_estimator(
+        tmp_path / "a", optimizer="adam", warm_start_from=tf.estimator.WarmStartSettings(path, ".*embedding.*")
+    )
     assert only_tables.engine.global_step == 0  # built and warm-started on first use
     for name in program.TABLES:
         np.testing.assert_array_equal(only_tables.get_variable_value(name), values[name])
@@ -489,17 +575,23 @@ def test_warm_start_settings_select_by_name(tmp_path):
     only_tables.train(program.shim_input_fn, steps=1)
     assert float(only_tables.dense_state["dense/bias"][0]) != float(values["dense/bias"][0])
 
-    nothing = program.shim_estimator(tmp_path / "b", optimizer="adam",
-                                     warm_start_from=tf.estimator.WarmStartSettings(path, vars_to_warm_start=None))
+    nothing = program.shim_estimator(
+        tmp_path / "b", optimizer="adam", warm_start_from=tf.estimator.WarmStartSettings(path, vars_to_warm_start=None)
+    )
     assert not np.array_equal(nothing.engine.table("tbl_user"), values[USER])
 
-    everything = program.shim_estimator(tmp_path / "c", optimizer="adam",  # a list: slots and global_step too
-                                        warm_start_from=tf.estimator.WarmStartSettings(path, [".*"]))
+    everything = program.shim_estimator(
+        tmp_path / "c",
+        optimizer="adam",  # a list: slots and global_step too
+        warm_start_from=tf.estimator.WarmStartSettings(path, [".*"]),
+    )
     assert everything.engine.global_step == 3
-    np.testing.assert_array_equal(everything.engine.slots("tbl_item")["velocities"],
-                                  values["input_layer/item_embedding/embedding_weights/Adam_1"])
-    np.testing.assert_array_equal(everything.engine.table("tbl_q1_q2_shared_embedding"),
-                                  values["q1_q2_shared_embedding"])
+    np.testing.assert_array_equal(
+        everything.engine.slots("tbl_item")["velocities"], values["input_layer/item_embedding/embedding_weights/Adam_1"]
+    )
+    np.testing.assert_array_equal(
+        everything.engine.table("tbl_q1_q2_shared_embedding"), values["q1_q2_shared_embedding"]
+    )
 
 
 def _renamed_program(model_dir, warm_start_from):
@@ -509,14 +601,20 @@ def _renamed_program(model_dir, warm_start_from):
 
     def model_fn(features, labels, mode, params):
         net = tf.keras.layers.DenseFeatures([member])(features)
-        return tf.estimator.tpu.TPUEstimatorSpec(mode, loss=0.0, train_op=lambda: None,
-                                                 embedding_gradients={net: np.zeros_like(net)})
+        return tf.estimator.tpu.TPUEstimatorSpec(
+            mode, loss=0.0, train_op=lambda: None, embedding_gradients={net: np.zeros_like(net)}
+        )
 
     spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-        feature_columns=[member], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1))
-    return tf.estimator.tpu.TPUEstimator(model_fn=model_fn, config=tf.estimator.tpu.RunConfig(model_dir=str(model_dir)),
-                                         train_batch_size=2, embedding_config_spec=spec,
-                                         warm_start_from=warm_start_from)
+        feature_columns=[member], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
+    )
+    return tf.estimator.tpu.TPUEstimator(
+        model_fn=model_fn,
+        config=tf.estimator.tpu.RunConfig(model_dir=str(model_dir)),
+        train_batch_size=2,
+        embedding_config_spec=spec,
+        warm_start_from=warm_start_from,
+    )
 
 
 def test_warm_start_maps_renamed_variables(tmp_path):
@@ -524,13 +622,16 @@ def test_warm_start_maps_renamed_variables(tmp_path):
     path = str(FIXTURES / "estimator_cpu_adagrad")
     renamed = {"dense_features/member_embedding/embedding_weights": "dense_features/user_embedding/embedding_weights"}
     est = _renamed_program(tmp_path / "a", tf.estimator.WarmStartSettings(path, var_name_to_prev_var_name=renamed))
-    np.testing.assert_array_equal(est.engine.table("tbl_member"),
-                                  values[USER])
+    np.testing.assert_array_equal(est.engine.table("tbl_member"), values[USER])
     # The slot follows its table's previous name when it is selected.
-    est = _renamed_program(tmp_path / "b", tf.estimator.WarmStartSettings(path, vars_to_warm_start=[".*member.*"],
-                                                                           var_name_to_prev_var_name=renamed))
-    np.testing.assert_array_equal(est.engine.slots("tbl_member")["accumulators"],
-                                  values["dense_features/user_embedding/embedding_weights/Adagrad"])
+    est = _renamed_program(
+        tmp_path / "b",
+        tf.estimator.WarmStartSettings(path, vars_to_warm_start=[".*member.*"], var_name_to_prev_var_name=renamed),
+    )
+    np.testing.assert_array_equal(
+        est.engine.slots("tbl_member")["accumulators"],
+        values["dense_features/user_embedding/embedding_weights/Adagrad"],
+    )
 
     unmapped = _renamed_program(tmp_path / "c", path)
     for _ in range(2):  # refused every time: it never trains without its warm start
@@ -538,18 +639,27 @@ def test_warm_start_maps_renamed_variables(tmp_path):
             unmapped.train(lambda params: {"member": np.array([[1], [2]])}, steps=1)
     assert not os.path.exists(tmp_path / "c" / "checkpoint")
     misspelled = {"dense_features/membr_embedding/embedding_weights": "dense/kernel"}
-    with pytest.raises(ValueError, match=r"You provided the following variables in var_name_to_prev_var_name that "
-                                         r"were not used: \{'dense_features/membr_embedding/embedding_weights'\}"):
-        _renamed_program(tmp_path / "d", tf.estimator.WarmStartSettings(
-            path, vars_to_warm_start="dense/.*", var_name_to_prev_var_name=misspelled)).engine
+    with pytest.raises(
+        ValueError,
+        match=r"You provided the following variables in var_name_to_prev_var_name that "
+        r"were not used: \{'dense_features/membr_embedding/embedding_weights'\}",
+    ):
+        _renamed_program(
+            tmp_path / "d",
+            tf.estimator.WarmStartSettings(path, vars_to_warm_start="dense/.*", var_name_to_prev_var_name=misspelled),
+        ).engine
     assert not os.path.exists(tmp_path / "d" / "checkpoint")
 
 
 def test_warm_start_from_a_tpu_jobs_mod_checkpoint(tmp_path):
     expected = id_order()
     path = str(FIXTURES / "tpu_mod_3hosts")
-    est = program.shim_estimator(tmp_path / "a", optimizer="adam", partition_strategy="mod",
-                                 warm_start_from=tf.estimator.WarmStartSettings(path, vars_to_warm_start=[".*"]))
+    est = program.shim_estimator(
+        tmp_path / "a",
+        optimizer="adam",
+        partition_strategy="mod",
+        warm_start_from=tf.estimator.WarmStartSettings(path, vars_to_warm_start=[".*"]),
+    )
     assert est.engine.global_step == 12
     for name in program.TABLES:
         np.testing.assert_array_equal(est.get_variable_value(name), expected[name])
@@ -560,30 +670,43 @@ def test_warm_start_from_a_tpu_jobs_mod_checkpoint(tmp_path):
     np.testing.assert_array_equal(div.engine.table("tbl_user"), stored)
     assert not np.array_equal(stored, expected["dense_features/user_embedding/embedding_weights"])
     # The source's strategy can be given when this program's differs.
-    named = program.shim_estimator(tmp_path / "c", optimizer="adam", warm_start_from=tf.estimator.WarmStartSettings(
-        path, partition_strategy="mod"))
-    np.testing.assert_array_equal(named.engine.table("tbl_user"),
-                                  expected["dense_features/user_embedding/embedding_weights"])
-    with pytest.raises(CheckpointError, match=r"is stored in 3 row slices \(one per host of the TPU job\), but "
-                                              r"num_hosts=2 was given"):
-        program.shim_estimator(tmp_path / "d", optimizer="adam", partition_strategy="mod",
-                               warm_start_from=tf.estimator.WarmStartSettings(path, num_hosts=2)).engine
+    named = program.shim_estimator(
+        tmp_path / "c", optimizer="adam", warm_start_from=tf.estimator.WarmStartSettings(path, partition_strategy="mod")
+    )
+    np.testing.assert_array_equal(
+        named.engine.table("tbl_user"), expected["dense_features/user_embedding/embedding_weights"]
+    )
+    with pytest.raises(
+        CheckpointError,
+        match=r"is stored in 3 row slices \(one per host of the TPU job\), but "
+        r"num_hosts=2 was given",
+    ):
+        program.shim_estimator(
+            tmp_path / "d",
+            optimizer="adam",
+            partition_strategy="mod",
+            warm_start_from=tf.estimator.WarmStartSettings(path, num_hosts=2),
+        ).engine
 
 
 def test_a_whole_table_under_mod_needs_the_host_count(tmp_path):
     _, values = tf_values("estimator_cpu_adagrad")
     path = str(FIXTURES / "estimator_cpu_adagrad")
-    with pytest.raises(CheckpointError, match=r"is stored whole, and the partition strategy is 'mod'.*"
-                                              r"WarmStartSettings\(\.\.\., num_hosts=N\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"is stored whole, and the partition strategy is 'mod'.*"
+        r"WarmStartSettings\(\.\.\., num_hosts=N\)",
+    ):
         program.shim_estimator(tmp_path / "a", partition_strategy="mod", warm_start_from=path).engine
     assert not os.path.exists(tmp_path / "a" / "checkpoint")
-    est = program.shim_estimator(tmp_path / "b", partition_strategy="mod",
-                                 warm_start_from=tf.estimator.WarmStartSettings(path, num_hosts=1))
+    est = program.shim_estimator(
+        tmp_path / "b", partition_strategy="mod", warm_start_from=tf.estimator.WarmStartSettings(path, num_hosts=1)
+    )
     np.testing.assert_array_equal(est.engine.table("tbl_user"), values[USER])
-    merged = program.shim_estimator(tmp_path / "c", partition_strategy="mod",
-                                    warm_start_from=tf.estimator.WarmStartSettings(path, num_hosts=2))
-    np.testing.assert_array_equal(merged.engine.table("tbl_user"),
-                                  from_mod_layout(values[USER], 2))
+    merged = program.shim_estimator(
+        tmp_path / "c", partition_strategy="mod", warm_start_from=tf.estimator.WarmStartSettings(path, num_hosts=2)
+    )
+    np.testing.assert_array_equal(merged.engine.table("tbl_user"), from_mod_layout(values[USER], 2))
 
 
 def test_warm_start_from_this_runners_model_dir(tmp_path):
@@ -596,26 +719,41 @@ def test_warm_start_from_this_runners_model_dir(tmp_path):
     np.testing.assert_array_equal(warm.engine.slots("tbl_user")["momenta"], np.zeros((6, 2), np.float32))
 
 
-@pytest.mark.parametrize("settings, error, message", [
-    (dict(ckpt_to_initialize_from=""), ValueError, "`ckpt_to_initialize_from` MUST be set in WarmStartSettings"),
-    (dict(ckpt_to_initialize_from="x", vars_to_warm_start=3), ValueError, "`vars_to_warm_start must be a `list` or "
-                                                                          "`str`.  Given type is <class 'int'>"),
-    (dict(ckpt_to_initialize_from="x", vars_to_warm_start=["a", 1]), ValueError,
-     "If `vars_to_warm_start` is a list, it must be all `Variable` or all `str`."),
-    (dict(ckpt_to_initialize_from="x", vars_to_warm_start="("), ValueError, "is not a regular expression"),
-    (dict(ckpt_to_initialize_from="x", var_name_to_vocab_info={"v": object()}), NotImplementedError,
-     "`var_name_to_vocab_info` (remapping rows to a new vocabulary) is not supported"),
-    (dict(ckpt_to_initialize_from="x", num_hosts=0), ValueError, "`num_hosts` must be an int >= 1 or None"),
-    (dict(ckpt_to_initialize_from="x", partition_strategy="MOD"), ValueError, "`partition_strategy` must be"),
-])
+@pytest.mark.parametrize(
+    "settings, error, message",
+    [
+        (dict(ckpt_to_initialize_from=""), ValueError, "`ckpt_to_initialize_from` MUST be set in WarmStartSettings"),
+        (
+            dict(ckpt_to_initialize_from="x", vars_to_warm_start=3),
+            ValueError,
+            "`vars_to_warm_start must be a `list` or `str`.  Given type is <class 'int'>",
+        ),
+        (
+            dict(ckpt_to_initialize_from="x", vars_to_warm_start=["a", 1]),
+            ValueError,
+            "If `vars_to_warm_start` is a list, it must be all `Variable` or all `str`.",
+        ),
+        (dict(ckpt_to_initialize_from="x", vars_to_warm_start="("), ValueError, "is not a regular expression"),
+        (
+            dict(ckpt_to_initialize_from="x", var_name_to_vocab_info={"v": object()}),
+            NotImplementedError,
+            "`var_name_to_vocab_info` (remapping rows to a new vocabulary) is not supported",
+        ),
+        (dict(ckpt_to_initialize_from="x", num_hosts=0), ValueError, "`num_hosts` must be an int >= 1 or None"),
+        (dict(ckpt_to_initialize_from="x", partition_strategy="MOD"), ValueError, "`partition_strategy` must be"),
+    ],
+)
 def test_warm_start_settings_are_checked(settings, error, message):
     with pytest.raises(error, match=re.escape(message)):
         tf.estimator.WarmStartSettings(**settings)
 
 
 def test_warm_start_from_must_be_a_path_or_settings(tmp_path):
-    with pytest.raises(ValueError, match=r"^warm_start_from must be a string or a WarmStartSettings, instead got "
-                                         r"<class 'int'>$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^warm_start_from must be a string or a WarmStartSettings, instead got "
+        r"<class 'int'>$",
+    ):
         program.shim_estimator(tmp_path, warm_start_from=3)
 
 
@@ -629,11 +767,19 @@ def _corrupt_data(prefix):
     open(path, "wb").write(bytes(data))
 
 
-@pytest.mark.parametrize("damage, error, message", [
-    (_corrupt_data, DataLossError, r"model\.ckpt-3\.data-00000-of-00001: tensor '.*': .*checksum does not match"),
-    (lambda prefix: os.remove(prefix + ".data-00000-of-00001"), NotFoundError, r"model\.ckpt-3\.data-00000-of-00001"),
-    (lambda prefix: open(prefix + ".index", "r+b").truncate(30), DataLossError, r"model\.ckpt-3\.index"),
-], ids=["bad-crc", "missing-data-file", "truncated-index"])
+@pytest.mark.parametrize(
+    "damage, error, message",
+    [
+        (_corrupt_data, DataLossError, r"model\.ckpt-3\.data-00000-of-00001: tensor '.*': .*checksum does not match"),
+        (
+            lambda prefix: os.remove(prefix + ".data-00000-of-00001"),
+            NotFoundError,
+            r"model\.ckpt-3\.data-00000-of-00001",
+        ),
+        (lambda prefix: open(prefix + ".index", "r+b").truncate(30), DataLossError, r"model\.ckpt-3\.index"),
+    ],
+    ids=["bad-crc", "missing-data-file", "truncated-index"],
+)
 def test_a_damaged_checkpoint_is_named_and_changes_nothing(tmp_path, damage, error, message):
     est = trained(tmp_path / "m", steps=3)
     shutil.copytree(tmp_path / "m", tmp_path / "bad")
@@ -654,16 +800,23 @@ def test_a_table_that_does_not_fit_is_named_and_changes_nothing(tmp_path):
     trained(tmp_path, steps=2)
     bigger = tf.tpu.experimental.embedding_column(tf.feature_column.categorical_column_with_identity("user", 9), 2)
     spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-        feature_columns=[bigger], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1))
+        feature_columns=[bigger], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
+    )
 
     def make():
         return tf.estimator.tpu.TPUEstimator(
-            model_fn=lambda features, labels, mode, params: None, train_batch_size=2, embedding_config_spec=spec,
-            config=tf.estimator.tpu.RunConfig(model_dir=str(tmp_path), tf_random_seed=1))
+            model_fn=lambda features, labels, mode, params: None,
+            train_batch_size=2,
+            embedding_config_spec=spec,
+            config=tf.estimator.tpu.RunConfig(model_dir=str(tmp_path), tf_random_seed=1),
+        )
 
     est = make()
-    with pytest.raises(CheckpointError, match=rf"model\.ckpt-2': tensor '{USER}' has shape \[6, 2\], but table "
-                                              r"tbl_user is \[9, 2\] in this program"):
+    with pytest.raises(
+        CheckpointError,
+        match=rf"model\.ckpt-2': tensor '{USER}' has shape \[6, 2\], but table "
+        r"tbl_user is \[9, 2\] in this program",
+    ):
         est.engine
     fresh = make()
     fresh._state.build()
@@ -674,8 +827,11 @@ def test_a_table_that_does_not_fit_is_named_and_changes_nothing(tmp_path):
 def test_a_state_file_naming_a_missing_checkpoint_is_refused(tmp_path):
     trained(tmp_path, steps=2)
     os.remove(tmp_path / "model.ckpt-2.index")
-    with pytest.raises(NotFoundError, match=r"names '.*model\.ckpt-2' as the latest checkpoint, but .*model\.ckpt-2"
-                                            r"\.index does not exist"):
+    with pytest.raises(
+        NotFoundError,
+        match=r"names '.*model\.ckpt-2' as the latest checkpoint, but .*model\.ckpt-2"
+        r"\.index does not exist",
+    ):
         program.shim_estimator(tmp_path).engine
 
 
@@ -688,12 +844,20 @@ def test_a_dense_value_of_another_shape_is_named_when_the_model_fn_sets_it(tmp_p
         raise AssertionError("not reached")
 
     spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-        feature_columns=[user, item, hist] + shared, optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1))
-    est = tf.estimator.tpu.TPUEstimator(model_fn=model_fn, config=tf.estimator.tpu.RunConfig(model_dir=model_dir),
-                                        train_batch_size=4, embedding_config_spec=spec)
+        feature_columns=[user, item, hist] + shared, optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
+    )
+    est = tf.estimator.tpu.TPUEstimator(
+        model_fn=model_fn,
+        config=tf.estimator.tpu.RunConfig(model_dir=model_dir),
+        train_batch_size=4,
+        embedding_config_spec=spec,
+    )
     before = est.engine.state()
-    with pytest.raises(ValueError, match=r"model\.ckpt-3'.*: tensor 'dense/kernel' has shape \[10, 1\], but the "
-                                         r"model_fn sets dense_state\['dense/kernel'\] to shape \[3, 1\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"model\.ckpt-3'.*: tensor 'dense/kernel' has shape \[10, 1\], but the "
+        r"model_fn sets dense_state\['dense/kernel'\] to shape \[3, 1\]",
+    ):
         est.train(program.shim_input_fn, steps=1)
     np.testing.assert_array_equal(est.engine.table("tbl_user"), before["tbl_user"]["embedding"])
     assert est.global_step == 3
@@ -709,9 +873,14 @@ def test_a_dense_state_key_that_is_already_a_checkpoint_name_is_refused_before_w
         return inner(features, labels, mode, params)
 
     spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-        feature_columns=[user, item, hist] + shared, optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1))
-    est = tf.estimator.tpu.TPUEstimator(model_fn=model_fn, config=tf.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
-                                        train_batch_size=4, embedding_config_spec=spec)
+        feature_columns=[user, item, hist] + shared, optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
+    )
+    est = tf.estimator.tpu.TPUEstimator(
+        model_fn=model_fn,
+        config=tf.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
+        train_batch_size=4,
+        embedding_config_spec=spec,
+    )
     with pytest.raises(ValueError, match=f"dense_state would be saved as the tensor '{key}', which is already"):
         est.train(program.shim_input_fn, steps=1)
     assert os.listdir(tmp_path) == []
@@ -737,14 +906,21 @@ def test_write_for_tpu_lays_tables_out_as_a_mod_tpu_job_saves_them(tmp_path, row
     else:
         column = tf.tpu.experimental.embedding_column(tf.feature_column.categorical_column_with_identity("t", rows), 2)
         spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-            feature_columns=[column], optimization_parameters=tf.tpu.experimental.AdamParameters(0.1))
+            feature_columns=[column], optimization_parameters=tf.tpu.experimental.AdamParameters(0.1)
+        )
+
         def model_fn(features, labels, mode, params):
             net = tf.keras.layers.DenseFeatures([column])(features)
-            return tf.estimator.tpu.TPUEstimatorSpec(mode, loss=0.0, train_op=lambda: None,
-                                                     embedding_gradients={net: np.ones_like(net)})
+            return tf.estimator.tpu.TPUEstimatorSpec(
+                mode, loss=0.0, train_op=lambda: None, embedding_gradients={net: np.ones_like(net)}
+            )
 
-        est = tf.estimator.tpu.TPUEstimator(model_fn=model_fn, train_batch_size=2, embedding_config_spec=spec,
-                                            config=tf.estimator.tpu.RunConfig(model_dir=str(tmp_path / "m")))
+        est = tf.estimator.tpu.TPUEstimator(
+            model_fn=model_fn,
+            train_batch_size=2,
+            embedding_config_spec=spec,
+            config=tf.estimator.tpu.RunConfig(model_dir=str(tmp_path / "m")),
+        )
         est.train(lambda params: {"t": np.array([[1], [1]])}, steps=2)
         tables = {"dense_features/t_embedding/embedding_weights": "tbl_t"}
     prefix = checkpoints.write_for_tpu(est.latest_checkpoint(), str(tmp_path / "tpu" / "model.ckpt-7"), num_hosts=3)
@@ -757,8 +933,12 @@ def test_write_for_tpu_lays_tables_out_as_a_mod_tpu_job_saves_them(tmp_path, row
     # This runner reads it back in id order, whatever its own partition strategy.
     for strategy in ("div", "mod"):
         spec = est.embedding_config_spec._replace(partition_strategy=strategy)
-        again = tf.estimator.tpu.TPUEstimator(model_fn=est.model_fn, train_batch_size=2, embedding_config_spec=spec,
-                                              config=tf.estimator.tpu.RunConfig(model_dir=str(tmp_path / "tpu")))
+        again = tf.estimator.tpu.TPUEstimator(
+            model_fn=est.model_fn,
+            train_batch_size=2,
+            embedding_config_spec=spec,
+            config=tf.estimator.tpu.RunConfig(model_dir=str(tmp_path / "tpu")),
+        )
         for name, table in tables.items():
             np.testing.assert_array_equal(again.get_variable_value(name), est.engine.table(table))
     with pytest.raises(ValueError, match="is already in the layout of 3 hosts"):

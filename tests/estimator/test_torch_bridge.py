@@ -7,7 +7,9 @@ import tpu_embedding_shim as tf
 
 from .problem import D, columns, estimator, input_fn_for, make_data, numpy_model_fn
 
-torch = pytest.importorskip("torch", reason="needs torch: the `torch` extra, pip install -e '.[torch]'")  # torch is an optional extra; this test needs it
+torch = pytest.importorskip(
+    "torch", reason="needs torch: the `torch` extra, pip install -e '.[torch]'"
+)  # torch is an optional extra; this test needs it
 from tpu_embedding_shim.estimator import torch_bridge  # noqa: E402
 
 TRAIN, TEST = make_data(1024, seed=0), make_data(256, seed=1)
@@ -29,9 +31,15 @@ def torch_model_fn(pooled, sequence, lr=0.5):
             return tf.estimator.tpu.TPUEstimatorSpec(mode, predictions={"probabilities": torch.sigmoid(logits)})
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.as_tensor(labels))
         return tf.estimator.tpu.TPUEstimatorSpec(
-            mode, loss=loss, train_op=torch_bridge.train_op(optimizer),
-            eval_metrics=(lambda labels, p: {"auc": tf.compat.v1.metrics.auc(labels, p)},
-                          [labels, torch.sigmoid(logits)]))
+            mode,
+            loss=loss,
+            train_op=torch_bridge.train_op(optimizer),
+            eval_metrics=(
+                lambda labels, p: {"auc": tf.compat.v1.metrics.auc(labels, p)},
+                [labels, torch.sigmoid(logits)],
+            ),
+        )
+
     return model_fn
 
 
@@ -50,8 +58,9 @@ def test_torch_model_trains_and_matches_its_numpy_twin(tmp_path):
     with_torch.train(input_fn_for(TRAIN), steps=5)
     with_numpy.train(input_fn_for(TRAIN), steps=5)
     for table in ("tbl_user", "tbl_hist_item_shared_embedding"):
-        np.testing.assert_allclose(with_torch.get_variable_value(table), with_numpy.get_variable_value(table),
-                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            with_torch.get_variable_value(table), with_numpy.get_variable_value(table), rtol=1e-5, atol=1e-6
+        )
 
     first = with_torch.evaluate(input_fn_for(TEST))
     for _ in range(3):
@@ -74,6 +83,8 @@ def test_torch_module_and_optimizer_resume_from_the_checkpoint(tmp_path):
     once.train(input_fn_for(TRAIN), steps=4)
     once.train(input_fn_for(TRAIN), steps=2)
     for name in ("weight", "bias"):
-        np.testing.assert_array_equal(getattr(resumed.dense_state["module"], name).detach().numpy(),
-                                      getattr(once.dense_state["module"], name).detach().numpy())
+        np.testing.assert_array_equal(
+            getattr(resumed.dense_state["module"], name).detach().numpy(),
+            getattr(once.dense_state["module"], name).detach().numpy(),
+        )
     np.testing.assert_array_equal(resumed.get_variable_value("tbl_user"), once.get_variable_value("tbl_user"))

@@ -44,20 +44,28 @@ def columns(tf):
     init = tf.compat.v1.truncated_normal_initializer(stddev=0.5, seed=7)
     user = tpu.embedding_column(fc.categorical_column_with_identity("user", V_USER), D, initializer=init)
     item = tpu.embedding_column(fc.categorical_column_with_identity("item", V_ITEM), D, initializer=init)
-    hist = tpu.embedding_column(fc.sequence_categorical_column_with_identity("hist", V_HIST), D,
-                                max_sequence_length=L, initializer=init)
-    shared = tpu.shared_embedding_columns([fc.categorical_column_with_identity("q2", V_Q),
-                                           fc.categorical_column_with_identity("q1", V_Q)], D, initializer=init)
+    hist = tpu.embedding_column(
+        fc.sequence_categorical_column_with_identity("hist", V_HIST), D, max_sequence_length=L, initializer=init
+    )
+    shared = tpu.shared_embedding_columns(
+        [fc.categorical_column_with_identity("q2", V_Q), fc.categorical_column_with_identity("q1", V_Q)],
+        D,
+        initializer=init,
+    )
     return user, item, hist, shared
 
 
 def tf_optimizer(tf, name, lr):
     v1 = tf.compat.v1.train
-    return {"sgd": lambda: v1.GradientDescentOptimizer(lr),
-            "adagrad": lambda: v1.AdagradOptimizer(lr), "adam": lambda: v1.AdamOptimizer(lr),
-            "ftrl": lambda: v1.FtrlOptimizer(lr), "momentum": lambda: v1.MomentumOptimizer(lr, 0.9),
-            "rmsprop": lambda: v1.RMSPropOptimizer(lr, momentum=0.5),
-            "proximal_adagrad": lambda: v1.ProximalAdagradOptimizer(lr)}[name]()
+    return {
+        "sgd": lambda: v1.GradientDescentOptimizer(lr),
+        "adagrad": lambda: v1.AdagradOptimizer(lr),
+        "adam": lambda: v1.AdamOptimizer(lr),
+        "ftrl": lambda: v1.FtrlOptimizer(lr),
+        "momentum": lambda: v1.MomentumOptimizer(lr, 0.9),
+        "rmsprop": lambda: v1.RMSPropOptimizer(lr, momentum=0.5),
+        "proximal_adagrad": lambda: v1.ProximalAdagradOptimizer(lr),
+    }[name]()
 
 
 def tf_estimator(tf, model_dir, *, optimizer="adagrad", lr=0.1, warm_start_from=None, keep=1):
@@ -84,12 +92,18 @@ def tf_estimator(tf, model_dir, *, optimizer="adagrad", lr=0.1, warm_start_from=
 
     spec = tf.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec(
         feature_columns=[user, item, hist] + shared,
-        optimization_parameters=tf.compat.v1.tpu.experimental.AdagradParameters(lr))
-    config = tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(model_dir), tf_random_seed=3,
-                                                  keep_checkpoint_max=keep)
+        optimization_parameters=tf.compat.v1.tpu.experimental.AdagradParameters(lr),
+    )
+    config = tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(model_dir), tf_random_seed=3, keep_checkpoint_max=keep)
     estimator = tf.compat.v1.estimator.tpu.TPUEstimator(
-        model_fn=model_fn, config=config, use_tpu=False, train_batch_size=BATCH, eval_batch_size=BATCH,
-        embedding_config_spec=spec, warm_start_from=warm_start_from)
+        model_fn=model_fn,
+        config=config,
+        use_tpu=False,
+        train_batch_size=BATCH,
+        eval_batch_size=BATCH,
+        embedding_config_spec=spec,
+        warm_start_from=warm_start_from,
+    )
     return estimator, input_fn
 
 
@@ -106,11 +120,15 @@ def shim_optimizer(name, lr):
     import tpu_embedding_shim as tf
 
     tpu = tf.estimator.tpu.experimental
-    return {"adagrad": lambda: tpu.AdagradParameters(lr), "adam": lambda: tpu.AdamParameters(lr),
-            "ftrl": lambda: tpu.FtrlParameters(lr), "sgd": lambda: tpu.StochasticGradientDescentParameters(lr),
-            "momentum": lambda: tpu.MomentumParameters(lr, 0.9),
-            "rmsprop": lambda: tpu.RMSPropParameters(lr, 0.9, 0.5, 1e-10),
-            "proximal_adagrad": lambda: tpu.ProximalAdagradParameters(lr)}[name]()
+    return {
+        "adagrad": lambda: tpu.AdagradParameters(lr),
+        "adam": lambda: tpu.AdamParameters(lr),
+        "ftrl": lambda: tpu.FtrlParameters(lr),
+        "sgd": lambda: tpu.StochasticGradientDescentParameters(lr),
+        "momentum": lambda: tpu.MomentumParameters(lr, 0.9),
+        "rmsprop": lambda: tpu.RMSPropParameters(lr, 0.9, 0.5, 1e-10),
+        "proximal_adagrad": lambda: tpu.ProximalAdagradParameters(lr),
+    }[name]()
 
 
 def shim_model_fn(user, item, hist, shared, *, dense_lr=0.1):
@@ -130,15 +148,18 @@ def shim_model_fn(user, item, hist, shared, *, dense_lr=0.1):
         loss = float(np.mean(np.square(logits - labels)))
         d_logits = (2.0 * (logits - labels) / len(labels)).astype(np.float32)
         d_x = np.outer(d_logits, kernel[:, 0])
-        d_sequence = np.repeat(d_x[:, None, 4 * D:], sequence.shape[1], axis=1)
+        d_sequence = np.repeat(d_x[:, None, 4 * D :], sequence.shape[1], axis=1)
 
         def train_op():
             state["dense/kernel"] = kernel - dense_lr * (x.T @ d_logits)[:, None]
             state["dense/bias"] = bias - dense_lr * d_logits.sum(keepdims=True)
 
         return tf.estimator.tpu.TPUEstimatorSpec(
-            mode, loss=loss, train_op=train_op,
-            embedding_gradients={net: d_x[:, :3 * D], items: d_x[:, 3 * D:4 * D], sequence: d_sequence})
+            mode,
+            loss=loss,
+            train_op=train_op,
+            embedding_gradients={net: d_x[:, : 3 * D], items: d_x[:, 3 * D : 4 * D], sequence: d_sequence},
+        )
 
     return model_fn
 
@@ -147,20 +168,40 @@ def shim_input_fn(params):
     return dict(FEATURES), LABELS
 
 
-def shim_estimator(model_dir, *, optimizer="adagrad", lr=0.1, warm_start_from=None, partition_strategy="div",
-                   num_shards=None, keep=5, seed=0):
+def shim_estimator(
+    model_dir,
+    *,
+    optimizer="adagrad",
+    lr=0.1,
+    warm_start_from=None,
+    partition_strategy="div",
+    num_shards=None,
+    keep=5,
+    seed=0,
+):
     import tpu_embedding_shim as tf
 
     user, item, hist, shared = shim_columns()
     spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-        feature_columns=[user, item, hist] + shared, optimization_parameters=shim_optimizer(optimizer, lr),
-        partition_strategy=partition_strategy)
-    config = tf.estimator.tpu.RunConfig(model_dir=str(model_dir), tf_random_seed=seed, keep_checkpoint_max=keep,
-                                        tpu_config=tf.estimator.tpu.TPUConfig(num_shards=num_shards))
+        feature_columns=[user, item, hist] + shared,
+        optimization_parameters=shim_optimizer(optimizer, lr),
+        partition_strategy=partition_strategy,
+    )
+    config = tf.estimator.tpu.RunConfig(
+        model_dir=str(model_dir),
+        tf_random_seed=seed,
+        keep_checkpoint_max=keep,
+        tpu_config=tf.estimator.tpu.TPUConfig(num_shards=num_shards),
+    )
     return tf.estimator.tpu.TPUEstimator(
-        model_fn=shim_model_fn(user, item, hist, shared), config=config, train_batch_size=BATCH,
-        eval_batch_size=BATCH, predict_batch_size=BATCH, embedding_config_spec=spec,
-        warm_start_from=warm_start_from)
+        model_fn=shim_model_fn(user, item, hist, shared),
+        config=config,
+        train_batch_size=BATCH,
+        eval_batch_size=BATCH,
+        predict_batch_size=BATCH,
+        embedding_config_spec=spec,
+        warm_start_from=warm_start_from,
+    )
 
 
 TABLES = {  # checkpoint name -> shape, in both programs

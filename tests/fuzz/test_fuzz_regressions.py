@@ -23,8 +23,11 @@ def test_an_array_of_feature_columns_is_named():
 
 
 def test_row_lengths_that_do_not_add_up_are_named():
-    with pytest.raises(ValueError, match=r"Argument `row_lengths` of RaggedTensor must be lengths adding up to the "
-                                         r"number of values \(3\)\. Received: \[\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"Argument `row_lengths` of RaggedTensor must be lengths adding up to the "
+        r"number of values \(3\)\. Received: \[\]",
+    ):
         tf.RaggedTensor.from_row_lengths([1, 2, 3], [])
 
 
@@ -35,7 +38,7 @@ def test_value_rowids_of_another_length_are_named():
 
 def test_a_row_count_that_does_not_fit_in_memory_is_a_value_error_naming_nrows():
     with pytest.raises(ValueError, match="Argument `nrows` of RaggedTensor"):
-        tf.RaggedTensor.from_value_rowids([1, 2], [0, 1], nrows=2 ** 40)
+        tf.RaggedTensor.from_value_rowids([1, 2], [0, 1], nrows=2**40)
 
 
 def test_row_splits_that_do_not_end_at_the_values_are_shown():
@@ -61,8 +64,9 @@ def _model_fn(features, labels, mode, params):
 
 
 def _estimator(tmp_path, **kwargs):
-    return tf.estimator.tpu.TPUEstimator(model_fn=_model_fn, config=tf.estimator.tpu.RunConfig(model_dir=str(tmp_path)),
-                                         train_batch_size=8, **kwargs)
+    return tf.estimator.tpu.TPUEstimator(
+        model_fn=_model_fn, config=tf.estimator.tpu.RunConfig(model_dir=str(tmp_path)), train_batch_size=8, **kwargs
+    )
 
 
 def test_params_that_are_not_a_dict_are_named(tmp_path):

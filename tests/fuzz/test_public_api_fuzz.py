@@ -22,7 +22,6 @@ Every test counts its generated inputs; together they are at least
 example, and the module runs in well under a minute).
 """
 
-import contextlib
 import copy
 import json
 import math
@@ -43,8 +42,20 @@ FC = tf.feature_column
 MINIMUM_PER_RUN = 500
 pytestmark = pytest.mark.filterwarnings("ignore:No gradient passed for feature")  # TensorFlow's warning, on purpose
 
-FORBIDDEN = (IndexError, KeyError, AttributeError, ZeroDivisionError, UnicodeError, json.JSONDecodeError,
-             OverflowError, FloatingPointError, AssertionError, RecursionError, StopIteration, LookupError)
+FORBIDDEN = (
+    IndexError,
+    KeyError,
+    AttributeError,
+    ZeroDivisionError,
+    UnicodeError,
+    json.JSONDecodeError,
+    OverflowError,
+    FloatingPointError,
+    AssertionError,
+    RecursionError,
+    StopIteration,
+    LookupError,
+)
 ALLOWED = (ValueError, TypeError, NotImplementedError, RuntimeError, FileNotFoundError)
 
 NAN, INF = float("nan"), float("inf")
@@ -55,15 +66,31 @@ def _callable(*args, **kwargs):
 
 
 JUNK = st.one_of(
-    st.none(), st.booleans(), st.integers(-5, 12), st.sampled_from([2 ** 40, -2 ** 40]),
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 12),
+    st.sampled_from([2**40, -(2**40)]),
     st.sampled_from([2.5, 4.0, 0.0, -1.5, NAN, INF, -INF, 1e-300]),
     st.sampled_from(["", "mean", "MEAN", "sum", "sqrtn", "max", "x", "4", "div", "mod", "cpu", "\x00\u00fc"]),
     st.sampled_from([b"4", b"\xff\xfe"]),
-    st.lists(st.integers(-2, 9), max_size=3), st.lists(st.sampled_from(["a", "b", "a"]), max_size=3),
+    st.lists(st.integers(-2, 9), max_size=3),
+    st.lists(st.sampled_from(["a", "b", "a"]), max_size=3),
     st.sampled_from([[None, 3], [[1]], [1.5], {}, {"a": 1}, (), (2, 3), [0, 0]]),
-    st.sampled_from([np.int64(4), np.int32(-1), np.float32(2.0), np.float64(NAN), np.bool_(True), np.array([1, 2]),
-                     np.array(3), np.array(["a"]), np.array([[1, 2], [3, 4]]), np.array([1.5, INF]),
-                     np.zeros((0,), np.int64)]),
+    st.sampled_from(
+        [
+            np.int64(4),
+            np.int32(-1),
+            np.float32(2.0),
+            np.float64(NAN),
+            np.bool_(True),
+            np.array([1, 2]),
+            np.array(3),
+            np.array(["a"]),
+            np.array([[1, 2], [3, 4]]),
+            np.array([1.5, INF]),
+            np.zeros((0,), np.int64),
+        ]
+    ),
     st.sampled_from([object(), _callable, int]),
 )
 
@@ -72,18 +99,22 @@ COUNTS = {}
 
 def examples(minimum, name):
     """Decorates a test body taking `data`: runs it under hypothesis, then checks at least `minimum` inputs ran."""
+
     def decorate(body):
-        runner = settings(max_examples=3 * minimum, deadline=None, database=None,
-                          suppress_health_check=list(HealthCheck))(given(data=st.data())(body))
+        runner = settings(
+            max_examples=3 * minimum, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+        )(given(data=st.data())(body))
 
         def test():
             COUNTS[name] = 0
             runner()
             assert COUNTS[name] >= minimum, (name, COUNTS[name])
+
         test.__name__ = body.__name__
         test.__doc__ = body.__doc__
         test.minimum = minimum
         return test
+
     return decorate
 
 
@@ -185,16 +216,22 @@ def test_embedding_column(data):
     argument, value = pick(data, EMBEDDING_COLUMN)
     column = FC.categorical_column_with_identity("f", 10)
     kwargs = {"categorical_column": column, "dimension": 4, argument: value}
-    attempt("embedding_column", lambda: tf.tpu.experimental.embedding_column(**kwargs), names=[argument],
-            valid=EMBEDDING_COLUMN[argument](value), snapshot=lambda: vars_of(column))
+    attempt(
+        "embedding_column",
+        lambda: tf.tpu.experimental.embedding_column(**kwargs),
+        names=[argument],
+        valid=EMBEDDING_COLUMN[argument](value),
+        snapshot=lambda: vars_of(column),
+    )
 
 
 SHARED_COLUMNS = {
     "dimension": positive_int,
     "combiner": lambda v: one_of(v, "mean", "sum", "sqrtn"),
     "initializer": lambda v: v is None or callable(v),
-    "max_sequence_lengths": lambda v: v is None or isinstance(v, (list, tuple)) and len(v) == 2 and all(
-        is_int(x) and x == 0 for x in v) or None,
+    "max_sequence_lengths": lambda v: (
+        v is None or (isinstance(v, (list, tuple)) and len(v) == 2 and all(is_int(x) and x == 0 for x in v)) or None
+    ),
     "categorical_columns": lambda v: False,
     "use_safe_embedding_lookup": lambda v: isinstance(v, bool),
 }
@@ -206,16 +243,26 @@ def test_shared_embedding_columns(data):
     a, b = FC.categorical_column_with_identity("a", 10), FC.categorical_column_with_identity("b", 10)
     kwargs = {"categorical_columns": [a, b], "dimension": 2, argument: value}
     valid = SHARED_COLUMNS[argument](value)
-    attempt("shared_embedding_columns", lambda: tf.tpu.experimental.shared_embedding_columns(**kwargs),
-            names=[argument, "categorical_column", "max_sequence_length"], valid=valid, snapshot=lambda: vars_of(a, b))
+    attempt(
+        "shared_embedding_columns",
+        lambda: tf.tpu.experimental.shared_embedding_columns(**kwargs),
+        names=[argument, "categorical_column", "max_sequence_length"],
+        valid=valid,
+        snapshot=lambda: vars_of(a, b),
+    )
 
 
 CATEGORICAL = {
     ("identity", "key"): lambda v: isinstance(v, str) and v != "",
     ("identity", "num_buckets"): positive_int,
-    ("identity", "default_value"): lambda v: v is None or is_int(v) and 0 <= v < 10,
-    ("vocabulary_list", "vocabulary_list"): lambda v: None if isinstance(v, (list, tuple, np.ndarray, dict)) and np.ndim(
-        v if not isinstance(v, dict) else list(v)) == 1 and len(v) else False,  # TensorFlow takes a dict's keys
+    ("identity", "default_value"): lambda v: v is None or (is_int(v) and 0 <= v < 10),
+    ("vocabulary_list", "vocabulary_list"): lambda v: (
+        None
+        if isinstance(v, (list, tuple, np.ndarray, dict))
+        and np.ndim(v if not isinstance(v, dict) else list(v)) == 1
+        and len(v)
+        else False
+    ),  # TensorFlow takes a dict's keys
     ("vocabulary_list", "num_oov_buckets"): lambda v: is_int(v) and v >= 0,
     ("sequence_identity", "num_buckets"): positive_int,
     ("weighted", "weight_feature_key"): lambda v: None if isinstance(v, str) else False,
@@ -258,11 +305,19 @@ def test_vocabulary_files(data):
         words = [line for line in read if line]
         if binary or len(set(words)) < len(words) or (size is not None and not is_int(size)):
             valid = False  # not UTF-8, a duplicated line, a size that is not a count
-        attempt("vocabulary_files", lambda: FC.categorical_column_with_vocabulary_file("g", path, **kwargs),
-                names=["vocab.txt", "vocabulary_size", "vocabulary_file"], valid=valid)
+        attempt(
+            "vocabulary_files",
+            lambda: FC.categorical_column_with_vocabulary_file("g", path, **kwargs),
+            names=["vocab.txt", "vocabulary_size", "vocabulary_file"],
+            valid=valid,
+        )
         missing = os.path.join(directory, "missing.txt")
-        attempt("vocabulary_files", lambda: FC.categorical_column_with_vocabulary_file("g", missing),
-                names=["missing.txt"], valid=False)
+        attempt(
+            "vocabulary_files",
+            lambda: FC.categorical_column_with_vocabulary_file("g", missing),
+            names=["missing.txt"],
+            valid=False,
+        )
     finally:
         shutil.rmtree(directory)
 
@@ -286,25 +341,37 @@ def test_embedding_config_spec(data):
     column = tf.tpu.experimental.embedding_column(FC.categorical_column_with_identity("f", 10), 4)
     optimizer = tf.tpu.experimental.AdagradParameters(0.1)
     kwargs = {"feature_columns": [column], "optimization_parameters": optimizer, argument: value}
-    attempt("EmbeddingConfigSpec", lambda: tf.estimator.tpu.experimental.EmbeddingConfigSpec(**kwargs),
-            names=[argument, "feature_columns", "feature_to_config_dict"], valid=SPEC[argument](value),
-            snapshot=lambda: vars_of(column, optimizer))
+    attempt(
+        "EmbeddingConfigSpec",
+        lambda: tf.estimator.tpu.experimental.EmbeddingConfigSpec(**kwargs),
+        names=[argument, "feature_columns", "feature_to_config_dict"],
+        valid=SPEC[argument](value),
+        snapshot=lambda: vars_of(column, optimizer),
+    )
 
 
 V1_PARAMETERS = {
-    "AdagradParameters": {"learning_rate": lambda v: number_at_least(v, 0) if not callable(v) else None,
-                          "initial_accumulator": lambda v: number_at_least(v, 0, strict=True),
-                          "weight_decay_factor": lambda v: v is None or number_at_least(v, 0),
-                          "clip_weight_min": lambda v: v is None or (None if is_number(v) else False)},
-    "AdamParameters": {"learning_rate": lambda v: number_at_least(v, 0) if not callable(v) else None,
-                       "epsilon": lambda v: number_at_least(v, 0, strict=True),
-                       "clip_gradient_max": lambda v: v is None or (None if is_number(v) else False)},
-    "FtrlParameters": {"learning_rate": lambda v: number_at_least(v, 0) if not callable(v) else None,
-                       "l1_regularization_strength": lambda v: number_at_least(v, 0)},
+    "AdagradParameters": {
+        "learning_rate": lambda v: number_at_least(v, 0) if not callable(v) else None,
+        "initial_accumulator": lambda v: number_at_least(v, 0, strict=True),
+        "weight_decay_factor": lambda v: v is None or number_at_least(v, 0),
+        "clip_weight_min": lambda v: v is None or (None if is_number(v) else False),
+    },
+    "AdamParameters": {
+        "learning_rate": lambda v: number_at_least(v, 0) if not callable(v) else None,
+        "epsilon": lambda v: number_at_least(v, 0, strict=True),
+        "clip_gradient_max": lambda v: v is None or (None if is_number(v) else False),
+    },
+    "FtrlParameters": {
+        "learning_rate": lambda v: number_at_least(v, 0) if not callable(v) else None,
+        "l1_regularization_strength": lambda v: number_at_least(v, 0),
+    },
     "StochasticGradientDescentParameters": {
-        "learning_rate": lambda v: number_at_least(v, 0) if not callable(v) else None},
-    "MomentumParameters": {"momentum": lambda v: None if is_number(v) and v >= 0 else (
-        False if not is_number(v) or v < 0 else None)},
+        "learning_rate": lambda v: number_at_least(v, 0) if not callable(v) else None
+    },
+    "MomentumParameters": {
+        "momentum": lambda v: None if is_number(v) and v >= 0 else (False if not is_number(v) or v < 0 else None)
+    },
 }
 
 
@@ -343,21 +410,30 @@ def test_table_and_feature_config(data):
     if data.draw(st.booleans()):
         argument, value = pick(data, TABLE_CONFIG)
         kwargs = {"vocabulary_size": 8, "dim": 2, argument: value}
-        attempt("TableConfig/FeatureConfig", lambda: E.TableConfig(**kwargs), names=[argument],
-                valid=TABLE_CONFIG[argument](value))
+        attempt(
+            "TableConfig/FeatureConfig",
+            lambda: E.TableConfig(**kwargs),
+            names=[argument],
+            valid=TABLE_CONFIG[argument](value),
+        )
     else:
         argument, value = pick(data, FEATURE_CONFIG)
         table = E.TableConfig(8, 2)
         kwargs = {"table": table, argument: value}
-        attempt("TableConfig/FeatureConfig", lambda: E.FeatureConfig(**kwargs), names=[argument],
-                valid=FEATURE_CONFIG[argument](value), snapshot=lambda: vars_of(table))
+        attempt(
+            "TableConfig/FeatureConfig",
+            lambda: E.FeatureConfig(**kwargs),
+            names=[argument],
+            valid=FEATURE_CONFIG[argument](value),
+            snapshot=lambda: vars_of(table),
+        )
 
 
 V2_OPTIMIZERS = {
     "learning_rate": lambda v: None if callable(v) else number_at_least(v, 0),
     "clipvalue": lambda v: v is None or (None if isinstance(v, tuple) else number_at_least(v, 0)),
     "weight_decay_factor": lambda v: v is None or number_at_least(v, 0),
-    "use_gradient_accumulation": lambda v: None if isinstance(v, (bool, np.bool_)) else None,
+    "use_gradient_accumulation": lambda v: isinstance(v, bool),  # stricter than TensorFlow: a bool only
 }
 
 
@@ -365,8 +441,7 @@ V2_OPTIMIZERS = {
 def test_v2_optimizers(data):
     cls = data.draw(st.sampled_from([E.SGD, E.Adagrad, E.Adam, E.FTRL]))
     argument, value = pick(data, V2_OPTIMIZERS)
-    attempt("v2_optimizers", lambda: cls(**{argument: value}), names=[argument],
-            valid=V2_OPTIMIZERS[argument](value))
+    attempt("v2_optimizers", lambda: cls(**{argument: value}), names=[argument], valid=V2_OPTIMIZERS[argument](value))
 
 
 # TPUEmbedding, TPUEmbeddingV2 ------------------------------------------------------------------------------------
@@ -412,48 +487,97 @@ def test_tpu_embedding_enqueue_dequeue_apply_gradients(data):
     where = data.draw(st.sampled_from(["features", "weights", "gradients", "key", "constructor"]))
     value = data.draw(JUNK)
     if where == "features":
-        attempt("TPUEmbedding", lambda: embedding.enqueue({"f": value}), names=FEATURE_F,
-                valid=ids_verdict(value), snapshot=state)
+        attempt(
+            "TPUEmbedding",
+            lambda: embedding.enqueue({"f": value}),
+            names=FEATURE_F,
+            valid=ids_verdict(value),
+            snapshot=state,
+        )
     elif where == "weights":
         valid = None if value is None else False if not_a_value(value) or isinstance(value, (str, bool)) else None
         if isinstance(value, float) and not math.isfinite(value):
             valid = False
-        attempt("TPUEmbedding", lambda: embedding.enqueue({"f": np.array([1, 2])}, weights={"f": value}),
-                names=["weight"] + FEATURE_F, valid=valid, snapshot=state)
+        attempt(
+            "TPUEmbedding",
+            lambda: embedding.enqueue({"f": np.array([1, 2])}, weights={"f": value}),
+            names=["weight"] + FEATURE_F,
+            valid=valid,
+            snapshot=state,
+        )
     elif where == "gradients":
         embedding.enqueue({"f": np.array([1, 2])})
         embedding.dequeue()
-        attempt("TPUEmbedding", lambda: embedding.apply_gradients({"f": value}), names=["gradient"] + FEATURE_F,
-                valid=None if value is None or np.shape(value) == (2, 2) else False,  # None: a zero gradient
-                snapshot=state)
+        attempt(
+            "TPUEmbedding",
+            lambda: embedding.apply_gradients({"f": value}),
+            names=["gradient"] + FEATURE_F,
+            valid=None if value is None or np.shape(value) == (2, 2) else False,  # None: a zero gradient
+            snapshot=state,
+        )
     elif where == "key":
         name = data.draw(st.sampled_from(["g", "", "F"]))
-        attempt("TPUEmbedding", lambda: embedding.enqueue({name: np.array([1, 2])}),
-                names=["features", "feature", repr(name)], valid=False, snapshot=state)
+        attempt(
+            "TPUEmbedding",
+            lambda: embedding.enqueue({name: np.array([1, 2])}),
+            names=["features", "feature", repr(name)],
+            valid=False,
+            snapshot=state,
+        )
     else:
         argument = data.draw(st.sampled_from(["feature_config", "optimizer", "batch_size"]))
         kwargs = {"feature_config": {"f": E.FeatureConfig(table=table)}, "optimizer": E.SGD(0.1), argument: value}
         empty = isinstance(value, (list, tuple, dict)) and not value  # no features: TensorFlow builds nothing
-        valid = {"feature_config": None if empty else False, "optimizer": None if value is None else False,
-                 "batch_size": None}[argument]
-        attempt("TPUEmbedding", lambda: E.TPUEmbedding(**kwargs), names=[argument, "feature", "optimizer"],
-                valid=valid, snapshot=lambda: vars_of(table))
+        valid = {
+            "feature_config": None if empty else False,
+            "optimizer": None if value is None else False,
+            "batch_size": None,
+        }[argument]
+        attempt(
+            "TPUEmbedding",
+            lambda: E.TPUEmbedding(**kwargs),
+            names=[argument, "feature", "optimizer"],
+            valid=valid,
+            snapshot=lambda: vars_of(table),
+        )
 
 
 @examples(40, "TPUEmbeddingV2")
 def test_tpu_embedding_v2(data):
     embedding, table = mid_level("v2")
-    state = lambda: [{"tables": copy.deepcopy(embedding.engine.state()), "step": embedding.engine.global_step},
-                     vars_of(table)]  # noqa: E731
+
+    def state():
+        return [
+            {"tables": copy.deepcopy(embedding.engine.state()), "step": embedding.engine.global_step},
+            vars_of(table),
+        ]
+
     value = data.draw(JUNK)
     if data.draw(st.booleans()):
-        attempt("TPUEmbeddingV2", lambda: embedding.embedding_lookup({"f": value}),
-                names=FEATURE_F, valid=ids_verdict(value), snapshot=state)
+        attempt(
+            "TPUEmbeddingV2",
+            lambda: embedding.embedding_lookup({"f": value}),
+            names=FEATURE_F,
+            valid=ids_verdict(value),
+            snapshot=state,
+        )
     else:
-        valid = None if value is None else False if not_a_value(value) or isinstance(value, (str, bool)) or (
-            isinstance(value, float) and not math.isfinite(value)) else None
-        attempt("TPUEmbeddingV2", lambda: embedding.embedding_lookup({"f": np.array([1, 2])}, weights={"f": value}),
-                names=["weight"] + FEATURE_F, valid=valid, snapshot=state)
+        valid = (
+            None
+            if value is None
+            else False
+            if not_a_value(value)
+            or isinstance(value, (str, bool))
+            or (isinstance(value, float) and not math.isfinite(value))
+            else None
+        )
+        attempt(
+            "TPUEmbeddingV2",
+            lambda: embedding.embedding_lookup({"f": np.array([1, 2])}, weights={"f": value}),
+            names=["weight"] + FEATURE_F,
+            valid=valid,
+            snapshot=state,
+        )
 
 
 # tf.nn lookups ---------------------------------------------------------------------------------------------------
@@ -468,20 +592,40 @@ def test_nn_lookups(data):
     which = data.draw(st.sampled_from(["ids", "max_norm", "combiner", "default_id", "params"]))
     value = data.draw(JUNK)
     if which == "ids":
-        attempt("tf.nn", lambda: tf.nn.embedding_lookup(params, value), names=["ids", "id"],
-                valid=ids_verdict(value) if ids_verdict(value) is False else None)
+        attempt(
+            "tf.nn",
+            lambda: tf.nn.embedding_lookup(params, value),
+            names=["ids", "id"],
+            valid=ids_verdict(value) if ids_verdict(value) is False else None,
+        )
     elif which == "max_norm":
-        attempt("tf.nn", lambda: tf.nn.embedding_lookup(params, [1, 2], max_norm=value), names=["max_norm"],
-                valid=value is None or number_at_least(value, 0, strict=True))
+        attempt(
+            "tf.nn",
+            lambda: tf.nn.embedding_lookup(params, [1, 2], max_norm=value),
+            names=["max_norm"],
+            valid=value is None or number_at_least(value, 0, strict=True),
+        )
     elif which == "combiner":
-        attempt("tf.nn", lambda: tf.nn.embedding_lookup_sparse(params, sp_ids, None, combiner=value),
-                names=["combiner"], valid=value is None or one_of(value, "mean", "sum", "sqrtn"))
+        attempt(
+            "tf.nn",
+            lambda: tf.nn.embedding_lookup_sparse(params, sp_ids, None, combiner=value),
+            names=["combiner"],
+            valid=value is None or one_of(value, "mean", "sum", "sqrtn"),
+        )
     elif which == "default_id":
-        attempt("tf.nn", lambda: tf.nn.safe_embedding_lookup_sparse(params, sp_ids, default_id=value),
-                names=["default_id"], valid=value is None or is_int(value) and 0 <= value < 8)
+        attempt(
+            "tf.nn",
+            lambda: tf.nn.safe_embedding_lookup_sparse(params, sp_ids, default_id=value),
+            names=["default_id"],
+            valid=value is None or (is_int(value) and 0 <= value < 8),
+        )
     else:
-        attempt("tf.nn", lambda: tf.nn.embedding_lookup(value, [0]), names=["params", "ids"],
-                valid=False if not_a_value(value) or isinstance(value, (str, bool, float, int)) else None)
+        attempt(
+            "tf.nn",
+            lambda: tf.nn.embedding_lookup(value, [0]),
+            names=["params", "ids"],
+            valid=False if not_a_value(value) or isinstance(value, (str, bool, float, int)) else None,
+        )
     assert np.array_equal(snapshot(), saved)
 
 
@@ -494,7 +638,7 @@ def _model_fn(features, labels, mode, params):
 
 ESTIMATOR = {
     "model_fn": lambda v: None if callable(v) else False,
-    "params": lambda v: None if isinstance(v, dict) else (True if v is None else False),
+    "params": lambda v: None if isinstance(v, dict) else (v is None),
     "config": lambda v: False,  # TensorFlow's TPUEstimator needs its RunConfig
     "train_batch_size": positive_int,  # use_tpu=True needs it
     "use_tpu": lambda v: None,
@@ -511,9 +655,12 @@ def test_tpu_estimator_constructor(data):
         config = tf.estimator.tpu.RunConfig(model_dir=model_dir)
         kwargs = {"model_fn": _model_fn, "config": config, "train_batch_size": 8, argument: value}
         valid = ESTIMATOR[argument](value)
-        attempt("TPUEstimator", lambda: tf.estimator.tpu.TPUEstimator(**kwargs),
-                names=[argument, "ckpt_to_initialize_from" if argument == "warm_start_from" else argument],
-                valid=valid)
+        attempt(
+            "TPUEstimator",
+            lambda: tf.estimator.tpu.TPUEstimator(**kwargs),
+            names=[argument, "ckpt_to_initialize_from" if argument == "warm_start_from" else argument],
+            valid=valid,
+        )
     finally:
         shutil.rmtree(model_dir)
 
@@ -544,23 +691,47 @@ def test_sparse_and_ragged_tensors(data):
     which = data.draw(st.sampled_from(["row_splits", "row_lengths", "nrows", "values", "dense_shape", "indices"]))
     value = data.draw(JUNK)
     if which == "row_splits":
-        attempt("SparseTensor/RaggedTensor", lambda: tf.RaggedTensor.from_row_splits([1, 2, 3], value),
-                names=["row_splits"], valid=splits_verdict(value))
+        attempt(
+            "SparseTensor/RaggedTensor",
+            lambda: tf.RaggedTensor.from_row_splits([1, 2, 3], value),
+            names=["row_splits"],
+            valid=splits_verdict(value),
+        )
     elif which == "row_lengths":
-        attempt("SparseTensor/RaggedTensor", lambda: tf.RaggedTensor.from_row_lengths([1, 2, 3], value),
-                names=["row_lengths"], valid=lengths_verdict(value))
+        attempt(
+            "SparseTensor/RaggedTensor",
+            lambda: tf.RaggedTensor.from_row_lengths([1, 2, 3], value),
+            names=["row_lengths"],
+            valid=lengths_verdict(value),
+        )
     elif which == "nrows":
-        attempt("SparseTensor/RaggedTensor", lambda: tf.RaggedTensor.from_value_rowids([1, 2], [0, 1], nrows=value),
-                names=["nrows"], valid=value is None or (is_int(value) and value >= 2 and (value < 2 ** 20 or None)))
+        attempt(
+            "SparseTensor/RaggedTensor",
+            lambda: tf.RaggedTensor.from_value_rowids([1, 2], [0, 1], nrows=value),
+            names=["nrows"],
+            valid=value is None or (is_int(value) and value >= 2 and (value < 2**20 or None)),
+        )
     elif which == "values":
-        attempt("SparseTensor/RaggedTensor", lambda: tf.RaggedTensor.from_row_splits(value, [0, 1, 2]),
-                names=["values", "row_splits"], valid=None if not not_a_value(value) else False)
+        attempt(
+            "SparseTensor/RaggedTensor",
+            lambda: tf.RaggedTensor.from_row_splits(value, [0, 1, 2]),
+            names=["values", "row_splits"],
+            valid=None if not not_a_value(value) else False,
+        )
     elif which == "dense_shape":
-        attempt("SparseTensor/RaggedTensor", lambda: tf.SparseTensor([[0, 0], [1, 1]], [1, 2], value),
-                names=["dense_shape"], valid=False if not_a_value(value) or isinstance(value, (str, float)) else None)
+        attempt(
+            "SparseTensor/RaggedTensor",
+            lambda: tf.SparseTensor([[0, 0], [1, 1]], [1, 2], value),
+            names=["dense_shape"],
+            valid=False if not_a_value(value) or isinstance(value, (str, float)) else None,
+        )
     else:
-        attempt("SparseTensor/RaggedTensor", lambda: tf.SparseTensor(value, [1, 2], [2, 2]),
-                names=["indices", "index"], valid=False if not_a_value(value) or isinstance(value, (str, float)) else None)
+        attempt(
+            "SparseTensor/RaggedTensor",
+            lambda: tf.SparseTensor(value, [1, 2], [2, 2]),
+            names=["indices", "index"],
+            valid=False if not_a_value(value) or isinstance(value, (str, float)) else None,
+        )
 
 
 # tf.train.Checkpoint restore of corrupt files ---------------------------------------------------------------------
@@ -597,7 +768,7 @@ def test_restore_of_corrupt_files_is_clean_and_all_or_nothing(saved_checkpoint, 
             at = data.draw(st.integers(0, len(raw) - 1))
             raw[at] ^= data.draw(st.integers(1, 255))
         elif how == "truncate":
-            raw = raw[:data.draw(st.integers(0, max(len(raw) - 1, 0)))]
+            raw = raw[: data.draw(st.integers(0, max(len(raw) - 1, 0)))]
         elif how == "garbage":
             raw = bytearray(data.draw(st.binary(max_size=64)))
         else:
@@ -609,15 +780,29 @@ def test_restore_of_corrupt_files_is_clean_and_all_or_nothing(saved_checkpoint, 
         before = [engine_state(embedding), copy.deepcopy(model)]
         prefix = os.path.join(copy_dir, os.path.basename(path))
         checkpoint = tf.train.Checkpoint(embedding=embedding, model=model)
-        restore = (lambda: checkpoint.restore(prefix)) if name != "checkpoint" else (
-            lambda: checkpoint.restore(tf.train.latest_checkpoint(copy_dir)))
-        result = attempt("checkpoints", restore, names=[name, copy_dir], valid=None,
-                         snapshot=lambda: [engine_state(embedding), model])
+        restore = (
+            (lambda: checkpoint.restore(prefix))
+            if name != "checkpoint"
+            else (lambda: checkpoint.restore(tf.train.latest_checkpoint(copy_dir)))
+        )
+        result = attempt(
+            "checkpoints",
+            restore,
+            names=[name, copy_dir],
+            valid=None,
+            snapshot=lambda: [engine_state(embedding), model],
+        )
         if not isinstance(result, Exception) and name != "checkpoint":  # undetected: it must be exactly the save
             assert _equal([engine_state(embedding), model], [saved_state, saved_model]) or _equal(
-                [engine_state(embedding), model], before)
-        reader = lambda: {k: tf.train.load_checkpoint(prefix).get_tensor(k)  # noqa: E731
-                          for k in tf.train.load_checkpoint(prefix).get_variable_to_shape_map()}
+                [engine_state(embedding), model], before
+            )
+
+        def reader():
+            return {
+                k: tf.train.load_checkpoint(prefix).get_tensor(k)
+                for k in tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+            }
+
         attempt("checkpoints", reader, names=[name, copy_dir], valid=None)
         shutil.rmtree(target)
 
@@ -635,10 +820,16 @@ def test_a_corrupt_checkpoint_json_is_named(data):
         with open(os.path.join(prefix, "checkpoint.json"), "wb") as file:
             file.write(text)
         model = {"w": np.ones(2)}
-        attempt("legacy_manifests", lambda: tf.train.Checkpoint(model=model).restore(prefix),
-                names=["checkpoint.json"], valid=False, snapshot=lambda: model)
-        attempt("legacy_manifests", lambda: tf.train.load_checkpoint(prefix), names=["checkpoint.json", prefix],
-                valid=False)
+        attempt(
+            "legacy_manifests",
+            lambda: tf.train.Checkpoint(model=model).restore(prefix),
+            names=["checkpoint.json"],
+            valid=False,
+            snapshot=lambda: model,
+        )
+        attempt(
+            "legacy_manifests", lambda: tf.train.load_checkpoint(prefix), names=["checkpoint.json", prefix], valid=False
+        )
     finally:
         shutil.rmtree(directory)
 
@@ -660,15 +851,19 @@ def test_a_tpu_estimator_model_dir_with_a_corrupt_file_is_named(trained_model_di
     COUNTS["model_dirs"] = 0
 
     @settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(name=st.sampled_from(sorted(os.listdir(directory))), how=st.sampled_from(["truncate", "garbage", "flip"]),
-           at=st.integers(0, 10 ** 6), garbage=st.binary(min_size=1, max_size=48))
+    @given(
+        name=st.sampled_from(sorted(os.listdir(directory))),
+        how=st.sampled_from(["truncate", "garbage", "flip"]),
+        at=st.integers(0, 10**6),
+        garbage=st.binary(min_size=1, max_size=48),
+    )
     def run(name, how, at, garbage):
         model_dir = tempfile.mkdtemp(dir=tmp_path)
         shutil.copytree(directory, model_dir, dirs_exist_ok=True)
         path = os.path.join(model_dir, name)
         raw = bytearray(open(path, "rb").read())
         if how == "truncate":
-            raw = raw[:at % max(len(raw), 1)]
+            raw = raw[: at % max(len(raw), 1)]
         elif how == "garbage":
             raw = bytearray(garbage)
         else:
@@ -676,8 +871,12 @@ def test_a_tpu_estimator_model_dir_with_a_corrupt_file_is_named(trained_model_di
         with open(path, "wb") as file:
             file.write(raw)
         est = program.shim_estimator(model_dir, keep=1)
-        result = attempt("model_dirs", lambda: {n: est.get_variable_value(n) for n in est.get_variable_names()},
-                         names=[name, model_dir], valid=None)
+        result = attempt(
+            "model_dirs",
+            lambda: {n: est.get_variable_value(n) for n in est.get_variable_names()},
+            names=[name, model_dir],
+            valid=None,
+        )
         if not isinstance(result, Exception):  # an undetected change must not exist: the values are the saved ones
             assert result.keys() == saved.keys()
             assert all(np.array_equal(result[k], saved[k]) for k in saved)

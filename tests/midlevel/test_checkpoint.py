@@ -28,7 +28,13 @@ from hypothesis import strategies as st
 import tpu_embedding_shim as tf
 from tpu_embedding_shim.engine.checkpoint import CheckpointError
 from tpu_embedding_shim.engine.tf_bundle import (
-    BundleReader, DataLossError, NotFoundError, data_file, is_bundle, read_state, write_bundle,
+    BundleReader,
+    DataLossError,
+    NotFoundError,
+    data_file,
+    is_bundle,
+    read_state,
+    write_bundle,
 )
 from tpu_embedding_shim.engine.tf_bundle.object_graph import OBJECT_GRAPH_KEY
 
@@ -37,16 +43,27 @@ from .nests import assert_same_structure
 E = tf.tpu.experimental.embedding
 V, D = 9, 2
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "tf_checkpoints"
-OPTIMIZERS = {"SGD": lambda: E.SGD(0.1), "Adagrad": lambda: E.Adagrad(0.1), "AdagradMomentum":
-              lambda: E.AdagradMomentum(0.1, momentum=0.5), "Adam": lambda: E.Adam(0.1), "FTRL": lambda: E.FTRL(0.1)}
-SLOTS = {"SGD": [], "Adagrad": ["accumulators"], "AdagradMomentum": ["accumulators", "momenta"],
-         "Adam": ["momenta", "velocities"], "FTRL": ["accumulators", "linears"]}
+OPTIMIZERS = {
+    "SGD": lambda: E.SGD(0.1),
+    "Adagrad": lambda: E.Adagrad(0.1),
+    "AdagradMomentum": lambda: E.AdagradMomentum(0.1, momentum=0.5),
+    "Adam": lambda: E.Adam(0.1),
+    "FTRL": lambda: E.FTRL(0.1),
+}
+SLOTS = {
+    "SGD": [],
+    "Adagrad": ["accumulators"],
+    "AdagradMomentum": ["accumulators", "momenta"],
+    "Adam": ["momenta", "velocities"],
+    "FTRL": ["accumulators", "linears"],
+}
 
 
 def make(optimizer=None, pipelining=False, cls=None):
     t1 = E.TableConfig(vocabulary_size=V, dim=D, initializer=tf.random_normal_initializer(seed=1))
-    t2 = E.TableConfig(vocabulary_size=V + 1, dim=D + 1, initializer=tf.random_normal_initializer(seed=2),
-                       optimizer=E.FTRL(0.2))
+    t2 = E.TableConfig(
+        vocabulary_size=V + 1, dim=D + 1, initializer=tf.random_normal_initializer(seed=2), optimizer=E.FTRL(0.2)
+    )
     config = {"a": E.FeatureConfig(table=t1), "b": E.FeatureConfig(table=t2, max_sequence_length=2)}
     cls = cls or E.TPUEmbedding
     kwargs = {"pipeline_execution_with_tensor_core": pipelining}
@@ -108,10 +125,13 @@ def test_every_optimizers_slots_round_trip_under_tensorflows_keys(tmp_path, name
     path = tf.train.Checkpoint(embedding=embedding).save(str(tmp_path / "ckpt"))
     expected = ["embedding/.ATTRIBUTES/TPU_EMBEDDING_SHIM_global_step"] + sorted(
         ["embedding/items/.ATTRIBUTES/VARIABLE_VALUE"]
-        + [f"embedding/items.S{slot}/.ATTRIBUTES/VARIABLE_VALUE" for slot in SLOTS[name]])
+        + [f"embedding/items.S{slot}/.ATTRIBUTES/VARIABLE_VALUE" for slot in SLOTS[name]]
+    )
     assert keys(path) == [OBJECT_GRAPH_KEY] + expected + ["save_counter/.ATTRIBUTES/VARIABLE_VALUE"]
-    fresh = E.TPUEmbedding({"f": E.FeatureConfig(table=E.TableConfig(vocabulary_size=V, dim=D, name="items"))},
-                           optimizer=OPTIMIZERS[name]())
+    fresh = E.TPUEmbedding(
+        {"f": E.FeatureConfig(table=E.TableConfig(vocabulary_size=V, dim=D, name="items"))},
+        optimizer=OPTIMIZERS[name](),
+    )
     tf.train.Checkpoint(embedding=fresh).restore(path).assert_consumed()
     assert_same_state(fresh, embedding)
     assert sorted(fresh.variables[next(iter(fresh.variables))]) == sorted(["parameters"] + SLOTS[name])
@@ -130,8 +150,10 @@ def test_sharded_tables_restore_between_the_three_classes(tmp_path):
     embedding.apply_gradients({k: np.ones_like(v) for k, v in activations.items()}, preserved)
     path = tf.train.Checkpoint(embedding=embedding).save(str(tmp_path / "ckpt"))
     reader = tf.train.load_checkpoint(path)
-    np.testing.assert_array_equal(reader.get_tensor("embedding/table_0/.ATTRIBUTES/VARIABLE_VALUE"),
-                                  embedding.embedding_tables[embedding._table_config[0]])
+    np.testing.assert_array_equal(
+        reader.get_tensor("embedding/table_0/.ATTRIBUTES/VARIABLE_VALUE"),
+        embedding.embedding_tables[embedding._table_config[0]],
+    )
     for cls in (E.TPUEmbedding, E.TPUEmbeddingV2):
         other = make(cls=cls)
         tf.train.Checkpoint(embedding=other).restore(path).assert_consumed()
@@ -162,10 +184,15 @@ def test_numpy_models_are_saved_under_tensorflows_keys_and_restored_in_place(tmp
     path = checkpoint.write(str(tmp_path / "manual"))
     assert path == str(tmp_path / "manual") and tf.train.latest_checkpoint(str(tmp_path)) is None
     assert [k for k in keys(path) if not k.startswith("embedding")] == [
-        OBJECT_GRAPH_KEY, "array/.ATTRIBUTES/VARIABLE_VALUE", "keras/0/.ATTRIBUTES/VARIABLE_VALUE",
-        "keras/1/.ATTRIBUTES/VARIABLE_VALUE", "model/b/.ATTRIBUTES/VARIABLE_VALUE",
-        "model/nested/layer..1/0/.ATTRIBUTES/VARIABLE_VALUE", "model/nested/layer..1/1/.ATTRIBUTES/VARIABLE_VALUE",
-        "model/w/.ATTRIBUTES/VARIABLE_VALUE"]  # write() without a save before: no save_counter, as in TensorFlow
+        OBJECT_GRAPH_KEY,
+        "array/.ATTRIBUTES/VARIABLE_VALUE",
+        "keras/0/.ATTRIBUTES/VARIABLE_VALUE",
+        "keras/1/.ATTRIBUTES/VARIABLE_VALUE",
+        "model/b/.ATTRIBUTES/VARIABLE_VALUE",
+        "model/nested/layer..1/0/.ATTRIBUTES/VARIABLE_VALUE",
+        "model/nested/layer..1/1/.ATTRIBUTES/VARIABLE_VALUE",
+        "model/w/.ATTRIBUTES/VARIABLE_VALUE",
+    ]  # write() without a save before: no save_counter, as in TensorFlow
     params["w"][:] = -1
     params["nested"]["layer.1"][1] = 0.0
     array[:] = 0
@@ -192,9 +219,12 @@ def arrays(draw):
 
 structures = st.recursive(
     arrays(),
-    lambda children: st.dictionaries(st.text(st.characters(blacklist_categories=("Cs",)), max_size=6), children,
-                                     max_size=3) | st.lists(children, max_size=3),
-    max_leaves=8)
+    lambda children: (
+        st.dictionaries(st.text(st.characters(blacklist_categories=("Cs",)), max_size=6), children, max_size=3)
+        | st.lists(children, max_size=3)
+    ),
+    max_leaves=8,
+)
 
 
 def zeroed(structure):
@@ -221,8 +251,13 @@ def test_root_and_attributes_as_in_tensorflow(tmp_path):
     checkpoint = tf.train.Checkpoint(root=params, extra=np.zeros(1))
     checkpoint.late = np.full(3, 2.0)  # assigning an attribute tracks the object, as in TensorFlow
     path = checkpoint.save(str(tmp_path / "ckpt"))
-    assert keys(path) == [OBJECT_GRAPH_KEY, "extra/.ATTRIBUTES/VARIABLE_VALUE", "late/.ATTRIBUTES/VARIABLE_VALUE",
-                          "save_counter/.ATTRIBUTES/VARIABLE_VALUE", "w/.ATTRIBUTES/VARIABLE_VALUE"]
+    assert keys(path) == [
+        OBJECT_GRAPH_KEY,
+        "extra/.ATTRIBUTES/VARIABLE_VALUE",
+        "late/.ATTRIBUTES/VARIABLE_VALUE",
+        "save_counter/.ATTRIBUTES/VARIABLE_VALUE",
+        "w/.ATTRIBUTES/VARIABLE_VALUE",
+    ]
     other = {"w": np.zeros(2)}
     tf.train.Checkpoint(root=other).restore(path).expect_partial()
     assert other["w"].tolist() == [1.0, 1.0] and checkpoint.root is params
@@ -239,7 +274,9 @@ def test_save_counter_state_file_and_latest_checkpoint(tmp_path):
     assert tf.train.latest_checkpoint(str(tmp_path)) == second
     # TensorFlow's Checkpoint.save records only the new checkpoint.
     assert (tmp_path / "checkpoint").read_text().splitlines() == [
-        'model_checkpoint_path: "ckpt-2"', 'all_model_checkpoint_paths: "ckpt-2"']
+        'model_checkpoint_path: "ckpt-2"',
+        'all_model_checkpoint_paths: "ckpt-2"',
+    ]
     assert int(tf.train.load_variable(second, "save_counter/.ATTRIBUTES/VARIABLE_VALUE")) == 2
     fresh = tf.train.Checkpoint(model={"w": np.zeros(1)})
     fresh.restore(first)
@@ -289,8 +326,11 @@ def tpu_embedding_like_the_fixture(cls=E.TPUEmbedding):
     """make_midlevel_fixtures.midlevel_tpu_embedding's configuration."""
     items = E.TableConfig(vocabulary_size=5, dim=3, name="items.v2")
     users = E.TableConfig(vocabulary_size=4, dim=2, name="users/x", optimizer=E.FTRL(0.1))
-    config = {"history": [E.FeatureConfig(table=items, max_sequence_length=2)], "item": E.FeatureConfig(table=items),
-              "user": {"id": E.FeatureConfig(table=users)}}
+    config = {
+        "history": [E.FeatureConfig(table=items, max_sequence_length=2)],
+        "item": E.FeatureConfig(table=items),
+        "user": {"id": E.FeatureConfig(table=users)},
+    }
     return cls(config, optimizer=E.Adagrad(0.1))
 
 
@@ -305,14 +345,18 @@ def test_we_write_tensorflows_object_graph_byte_for_byte(tmp_path):
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(embedding=serving), str(tmp_path / "serving"), 2)
     path = manager.save()
     assert bytes(BundleReader(path).read(OBJECT_GRAPH_KEY)[()]) == bytes(
-        fixture_values("midlevel_serving")[OBJECT_GRAPH_KEY][()])
+        fixture_values("midlevel_serving")[OBJECT_GRAPH_KEY][()]
+    )
 
 
 def test_tensorflows_checkpoints_restore(tmp_path):
     expected = fixture_values("midlevel_tpu_embedding")
     for cls in (E.TPUEmbedding, E.TPUEmbeddingForServing):
-        embedding = tpu_embedding_like_the_fixture(cls) if cls is E.TPUEmbedding else cls(
-            tpu_embedding_like_the_fixture()._feature_config, E.Adagrad(0.1))
+        embedding = (
+            tpu_embedding_like_the_fixture(cls)
+            if cls is E.TPUEmbedding
+            else cls(tpu_embedding_like_the_fixture()._feature_config, E.Adagrad(0.1))
+        )
         step = embedding.engine.global_step
         model = {"w": np.zeros(3, np.float32)}
         checkpoint = tf.train.Checkpoint(embedding=embedding, model=model)
@@ -333,8 +377,9 @@ def test_tensorflows_checkpoints_restore(tmp_path):
     assert manager.checkpoints == [str(directory / "ckpt-2"), str(directory / "ckpt-3")]
     assert manager.restore_or_initialize() == str(directory / "ckpt-3")
     serving_expected = fixture_values("midlevel_serving")
-    np.testing.assert_array_equal(next(iter(serving.embedding_tables.values())),
-                                  serving_expected["embedding/t/.ATTRIBUTES/VARIABLE_VALUE"])
+    np.testing.assert_array_equal(
+        next(iter(serving.embedding_tables.values())), serving_expected["embedding/t/.ATTRIBUTES/VARIABLE_VALUE"]
+    )
     assert manager.save() == str(directory / "ckpt-4")  # save_counter 3 was restored
     assert not is_bundle(str(directory / "ckpt-2")) and manager.checkpoints[-1] == str(directory / "ckpt-4")
 
@@ -390,7 +435,7 @@ def test_saves_of_the_previous_format_keep_restoring(tmp_path):
     assert manager.latest_checkpoint == str(directory / "ckpt-2")
     path = manager.save()
     assert path == str(directory / "ckpt-2") and is_bundle(path) and not os.path.isdir(path)
-    again, objects_again, checkpoint_again = fresh()
+    _again, objects_again, checkpoint_again = fresh()
     checkpoint_again.restore(tf.train.latest_checkpoint(str(directory))).assert_consumed()
     np.testing.assert_array_equal(objects_again["model"]["w"], expected["ckpt-1/model/w"])
 
@@ -409,8 +454,13 @@ def test_a_shape_mismatch_raises_naming_the_key_and_both_shapes(tmp_path):
     sgd = make(optimizer=E.SGD(0.1))
     path = tf.train.Checkpoint(embedding=sgd).save(str(tmp_path / "tables"))
     table = E.TableConfig(vocabulary_size=V + 3, dim=D, name="table_0")
-    other = E.TPUEmbedding(feature_config=[E.FeatureConfig(table=table), E.FeatureConfig(
-        table=E.TableConfig(vocabulary_size=V + 1, dim=D + 1, name="table_1"))], optimizer=E.SGD(0.1))
+    other = E.TPUEmbedding(
+        feature_config=[
+            E.FeatureConfig(table=table),
+            E.FeatureConfig(table=E.TableConfig(vocabulary_size=V + 1, dim=D + 1, name="table_1")),
+        ],
+        optimizer=E.SGD(0.1),
+    )
     before = state_of(other)
     with pytest.raises(ValueError, match=r"\(9, 2\).*\(12, 2\).*embedding/table_0/"):
         tf.train.Checkpoint(embedding=other).restore(path)
@@ -490,12 +540,14 @@ def test_missing_slots_keep_their_values_as_in_tensorflow(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="tpu_embedding_shim"):
         status = tf.train.Checkpoint(embedding=adam).restore(path)
     assert "table_0.Smomenta" in caplog.text
-    assert status.missing_from_checkpoint == [f"embedding/table_0.S{s}/.ATTRIBUTES/VARIABLE_VALUE"
-                                              for s in ("momenta", "velocities")]
+    assert status.missing_from_checkpoint == [
+        f"embedding/table_0.S{s}/.ATTRIBUTES/VARIABLE_VALUE" for s in ("momenta", "velocities")
+    ]
     with pytest.raises(AssertionError, match="momenta"):
         status.assert_existing_objects_matched()
-    np.testing.assert_array_equal(adam.embedding_tables[adam._table_config[0]],
-                                  sgd.embedding_tables[sgd._table_config[0]])
+    np.testing.assert_array_equal(
+        adam.embedding_tables[adam._table_config[0]], sgd.embedding_tables[sgd._table_config[0]]
+    )
     np.testing.assert_array_equal(state_of(adam)["table_0"]["momenta"], slots_before)
 
 
@@ -542,8 +594,9 @@ def test_keep_checkpoint_every_n_hours_and_checkpoint_interval(tmp_path, monkeyp
     clock = [1000.0]
     monkeypatch.setattr("tpu_embedding_shim.compat.train.time.time", lambda: clock[0])
     checkpoint = tf.train.Checkpoint(model={"w": np.zeros(1)})
-    manager = tf.train.CheckpointManager(checkpoint, str(tmp_path / "hours"), max_to_keep=1,
-                                         keep_checkpoint_every_n_hours=1.0)
+    manager = tf.train.CheckpointManager(
+        checkpoint, str(tmp_path / "hours"), max_to_keep=1, keep_checkpoint_every_n_hours=1.0
+    )
     paths = []
     for _ in range(4):
         clock[0] += 1800.0  # half an hour apart: every other pruned checkpoint is preserved
@@ -552,8 +605,9 @@ def test_keep_checkpoint_every_n_hours_and_checkpoint_interval(tmp_path, monkeyp
     assert [is_bundle(p) for p in paths] == [False, True, False, True]
 
     step = np.zeros((), np.int64)  # a 0-d array is a counter that can move
-    manager = tf.train.CheckpointManager(checkpoint, str(tmp_path / "interval"), None, step_counter=step,
-                                         checkpoint_interval=10)
+    manager = tf.train.CheckpointManager(
+        checkpoint, str(tmp_path / "interval"), None, step_counter=step, checkpoint_interval=10
+    )
     assert manager.save() is not None
     step[...] = 5
     assert manager.save() is None and manager.save(check_interval=False) is not None

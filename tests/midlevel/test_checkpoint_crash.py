@@ -35,14 +35,15 @@ import tpu_embedding_shim as tf
 from tpu_embedding_shim.engine.tf_bundle import is_bundle, read_state
 from tpu_embedding_shim.engine.tf_bundle.debris import LOCK_FILE, DirectoryInUseError
 
-pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL") or sys.platform == "win32",
-                                reason="needs SIGKILL and flock (POSIX)")
+pytestmark = pytest.mark.skipif(
+    not hasattr(signal, "SIGKILL") or sys.platform == "win32", reason="needs SIGKILL and flock (POSIX)"
+)
 
 E = tf.tpu.experimental.embedding
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT = 60
 
-CHILD = r'''
+CHILD = r"""
 import os, shutil, signal, sys
 import numpy as np
 import tpu_embedding_shim as tf
@@ -86,13 +87,18 @@ for name in ("replace", "rename", "remove", "fsync"):
 shutil.rmtree = hooked(shutil.rmtree)
 manager.save()
 print(calls[0])
-'''
+"""
 
 
 def child(directory, mode="kill", k=0, rows=8):
     env = dict(os.environ, TPU_EMBEDDING_SHIM_KERNELS="numpy", PYTHONPATH=ROOT)
-    return subprocess.Popen([sys.executable, "-c", CHILD, str(directory), mode, str(k), str(rows)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(directory), mode, str(k), str(rows)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def fresh(rows=8):
@@ -131,8 +137,9 @@ def save_first(directory, rows=8):
     embedding, model, checkpoint = fresh(rows)
     manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=1)
     shape = (rows, 4)
-    embedding.engine.load_state({"items": {"embedding": np.ones(shape, np.float32),
-                                           "accumulators": -np.ones(shape, np.float32)}}, step=1)
+    embedding.engine.load_state(
+        {"items": {"embedding": np.ones(shape, np.float32), "accumulators": -np.ones(shape, np.float32)}}, step=1
+    )
     model["w"][:] = 1
     manager.save()
 
@@ -154,7 +161,7 @@ def test_a_kill_before_any_step_of_a_save_loses_nothing(tmp_path, killed_copies)
     assert check(dry)[0] == 2
     outcomes = {}
     for k, directory in killed_copies(base, steps, lambda directory, k: child(directory, "kill", k), at_once=2):
-        outcomes[k], manager, embedding, model = check(directory)
+        outcomes[k], manager, _embedding, model = check(directory)
         # The next save removes what the killed one left, and is itself complete.
         model["w"][:] = 7
         path = manager.save()
@@ -202,7 +209,7 @@ def test_debris_is_removed_by_the_next_save_but_a_live_writers_files_are_not(tmp
     (directory / ".checkpoint.tmp-00ff").write_text("half a state file")
     debris = {".ckpt-5.tmp-abc123", "ckpt-6.data-00000-of-00001", ".checkpoint.tmp-00ff"}
     try:
-        embedding, model, checkpoint = fresh()
+        _embedding, _model, checkpoint = fresh()
         manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=1, checkpoint_name="other")
         with pytest.raises(DirectoryInUseError, match=rf"process {writer.pid} is writing checkpoints in"):
             manager.save()  # one writer per directory (issue 16, item 9)

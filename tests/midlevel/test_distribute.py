@@ -14,7 +14,9 @@ def test_it_says_it_emulates():
     for thing in (resolver, strategy, tf.tpu.experimental.initialize_tpu_system(resolver)):
         assert "emulation" in repr(thing)
     assert "emulated in-process on the CPU" in tf.distribute.TPUStrategy.__doc__
-    assert strategy.cluster_resolver is resolver and resolver.master() == "" and resolver.num_accelerators() == {"TPU": 0}
+    assert (
+        strategy.cluster_resolver is resolver and resolver.master() == "" and resolver.num_accelerators() == {"TPU": 0}
+    )
     assert tf.distribute.experimental.TPUStrategy is tf.distribute.TPUStrategy
 
 
@@ -59,10 +61,13 @@ def test_datasets_are_any_iterables_of_batches():
         contexts.append(context)
         return (np.full(context.get_per_replica_batch_size(4), i) for i in range(3))
 
-    for distribute in (strategy.experimental_distribute_datasets_from_function,
-                       strategy.distribute_datasets_from_function):
-        batches = list(iter(distribute(dataset_fn, options=tf.distribute.InputOptions(
-            experimental_prefetch_to_device=False))))
+    for distribute in (
+        strategy.experimental_distribute_datasets_from_function,
+        strategy.distribute_datasets_from_function,
+    ):
+        batches = list(
+            iter(distribute(dataset_fn, options=tf.distribute.InputOptions(experimental_prefetch_to_device=False)))
+        )
         assert [b.tolist() for b in batches] == [[0] * 4, [1] * 4, [2] * 4]
     assert contexts[0].num_replicas_in_sync == 1 and contexts[0].input_pipeline_id == 0
     with pytest.raises(ValueError, match="iterable"):

@@ -33,8 +33,9 @@ def random_table(seed=0):
 
 def make_table(combiner, seed=0, name="t"):
     values = random_table(seed)
-    return E.TableConfig(vocabulary_size=V, dim=D, combiner=combiner, name=name,
-                         initializer=lambda shape, dtype=None: values.copy())
+    return E.TableConfig(
+        vocabulary_size=V, dim=D, combiner=combiner, name=name, initializer=lambda shape, dtype=None: values.copy()
+    )
 
 
 def sparse(indices, values, shape, weights=None):
@@ -54,8 +55,9 @@ def ragged_rows(rows, weights=None):
     ids = tf.RaggedTensor.from_row_lengths([i for r in rows for i in r], [len(r) for r in rows])
     w = None
     if weights is not None:
-        w = tf.RaggedTensor.from_row_lengths(np.array([x for r in weights for x in r], np.float32),
-                                             [len(r) for r in weights])
+        w = tf.RaggedTensor.from_row_lengths(
+            np.array([x for r in weights for x in r], np.float32), [len(r) for r in weights]
+        )
     return to_ragged(ids, w, feature=REF)
 
 
@@ -63,66 +65,114 @@ def ragged_rows(rows, weights=None):
 # ("pooled", samples, sample weights): one combined row per sample, row-major over the output shape;
 # ("positions", rows per example, k): one row per position < k of each example, zeros where there is none.
 CASES = {
-    "dense [B]": dict(
-        config={}, ids=np.array([3, 0, 7]), shape=(3,),
-        ref=("pooled", [[3], [0], [7]], None)),
-    "dense [B, 1]": dict(
-        config={}, ids=np.array([[3], [5]]), shape=(2,),
-        ref=("pooled", [[3], [5]], None)),
+    "dense [B]": dict(config={}, ids=np.array([3, 0, 7]), shape=(3,), ref=("pooled", [[3], [0], [7]], None)),
+    "dense [B, 1]": dict(config={}, ids=np.array([[3], [5]]), shape=(2,), ref=("pooled", [[3], [5]], None)),
     "dense [B, T, 1]": dict(
-        config={}, ids=np.arange(6).reshape(2, 3, 1) + 1, shape=(2, 3),
-        ref=("pooled", [[1], [2], [3], [4], [5], [6]], None)),
+        config={},
+        ids=np.arange(6).reshape(2, 3, 1) + 1,
+        shape=(2, 3),
+        ref=("pooled", [[1], [2], [3], [4], [5], [6]], None),
+    ),
     "dense [B, T, U, 1] (sequence feature: one id per sample)": dict(
-        config={"max_sequence_length": 4}, ids=np.array([[[[1], [2]], [[3], [-1]]], [[[4], [5]], [[6], [7]]]]),
-        shape=(2, 2, 2), ref=("pooled", [[1], [2], [3], [], [4], [5], [6], [7]], None), serving=False),
+        config={"max_sequence_length": 4},
+        ids=np.array([[[[1], [2]], [[3], [-1]]], [[[4], [5]], [[6], [7]]]]),
+        shape=(2, 2, 2),
+        ref=("pooled", [[1], [2], [3], [], [4], [5], [6], [7]], None),
+        serving=False,
+    ),
     "sparse [B, N]": dict(
-        config={}, ids=sparse([[0, 0], [0, 3], [2, 1]], [1, 2, 9], [3, 4], weights=[0.5, 2.0, 1.0]), shape=(3,),
-        ref=("pooled", [[1, 2], [], [9]], [[0.5, 2.0], [], [1.0]])),
+        config={},
+        ids=sparse([[0, 0], [0, 3], [2, 1]], [1, 2, 9], [3, 4], weights=[0.5, 2.0, 1.0]),
+        shape=(3,),
+        ref=("pooled", [[1, 2], [], [9]], [[0.5, 2.0], [], [1.0]]),
+    ),
     "sparse [B, N], max_sequence_length=3": dict(
-        config={"max_sequence_length": 3}, ids=sparse([[0, 0], [0, 2], [0, 4], [1, 1]], [1, 2, 3, 4], [2, 5]),
-        shape=(2, 3), ref=("positions", [[1, -1, 2, -1, 3], [-1, 4]], 3)),
+        config={"max_sequence_length": 3},
+        ids=sparse([[0, 0], [0, 2], [0, 4], [1, 1]], [1, 2, 3, 4], [2, 5]),
+        shape=(2, 3),
+        ref=("positions", [[1, -1, 2, -1, 3], [-1, 4]], 3),
+    ),
     "sparse [B, T, N]": dict(
-        config={}, ids=sparse([[0, 0, 0], [0, 0, 2], [0, 2, 1], [1, 1, 0], [1, 1, 1]], [1, 2, 3, 4, 5], [2, 3, 4],
-                              weights=[1.0, 3.0, 2.0, 0.5, 0.25]),
-        shape=(2, 3), ref=("pooled", [[1, 2], [], [3], [], [4, 5], []],
-                           [[1.0, 3.0], [], [2.0], [], [0.5, 0.25], []])),
+        config={},
+        ids=sparse(
+            [[0, 0, 0], [0, 0, 2], [0, 2, 1], [1, 1, 0], [1, 1, 1]],
+            [1, 2, 3, 4, 5],
+            [2, 3, 4],
+            weights=[1.0, 3.0, 2.0, 0.5, 0.25],
+        ),
+        shape=(2, 3),
+        ref=("pooled", [[1, 2], [], [3], [], [4, 5], []], [[1.0, 3.0], [], [2.0], [], [0.5, 0.25], []]),
+    ),
     "sparse [B, T, N], max_sequence_length ignored": dict(
-        config={"max_sequence_length": 5}, ids=sparse([[0, 1, 0], [0, 1, 1], [1, 0, 3]], [6, 7, 8], [2, 2, 4]),
-        shape=(2, 2), ref=("pooled", [[], [6, 7], [8], []], None)),
+        config={"max_sequence_length": 5},
+        ids=sparse([[0, 1, 0], [0, 1, 1], [1, 0, 3]], [6, 7, 8], [2, 2, 4]),
+        shape=(2, 2),
+        ref=("pooled", [[], [6, 7], [8], []], None),
+    ),
     "sparse [A, B, C, N]": dict(
-        config={}, ids=sparse([[0, 0, 1, 0], [1, 1, 0, 2], [1, 1, 0, 0], [0, 1, 1, 1]], [1, 2, 3, 4], [2, 2, 2, 3]),
-        shape=(2, 2, 2), ref=("pooled", [[], [1], [], [4], [], [], [3, 2], []], None)),
+        config={},
+        ids=sparse([[0, 0, 1, 0], [1, 1, 0, 2], [1, 1, 0, 0], [0, 1, 1, 1]], [1, 2, 3, 4], [2, 2, 2, 3]),
+        shape=(2, 2, 2),
+        ref=("pooled", [[], [1], [], [4], [], [], [3, 2], []], None),
+    ),
     "ragged [B, (N)]": dict(
-        config={}, ids=tf.ragged.constant([[1, 2, 3], [], [4]]), shape=(3,),
-        ref=("pooled", [[1, 2, 3], [], [4]], None)),
+        config={}, ids=tf.ragged.constant([[1, 2, 3], [], [4]]), shape=(3,), ref=("pooled", [[1, 2, 3], [], [4]], None)
+    ),
     "ragged [B, (N)], max_sequence_length=2": dict(
-        config={"max_sequence_length": 2}, ids=tf.ragged.constant([[1, 2, 3], [], [4]]), shape=(3, 2),
-        ref=("positions", [[1, 2, 3], [], [4]], 2)),
+        config={"max_sequence_length": 2},
+        ids=tf.ragged.constant([[1, 2, 3], [], [4]]),
+        shape=(3, 2),
+        ref=("positions", [[1, 2, 3], [], [4]], 2),
+    ),
     "ragged, output_shape [2, 3] = B: combined, reshaped": dict(
         config={"output_shape": [2, 3]},
-        ids=(tf.ragged.constant([[1, 2], [3], [], [4, 5, 6], [7], [8, 8]]),
-             tf.ragged.constant([[1.0, 2.0], [0.5], [], [1.0, 1.0, 2.0], [3.0], [1.0, 1.0]])),
-        shape=(2, 3), ref=("pooled", [[1, 2], [3], [], [4, 5, 6], [7], [8, 8]],
-                           [[1.0, 2.0], [0.5], [], [1.0, 1.0, 2.0], [3.0], [1.0, 1.0]])),
+        ids=(
+            tf.ragged.constant([[1, 2], [3], [], [4, 5, 6], [7], [8, 8]]),
+            tf.ragged.constant([[1.0, 2.0], [0.5], [], [1.0, 1.0, 2.0], [3.0], [1.0, 1.0]]),
+        ),
+        shape=(2, 3),
+        ref=(
+            "pooled",
+            [[1, 2], [3], [], [4, 5, 6], [7], [8, 8]],
+            [[1.0, 2.0], [0.5], [], [1.0, 1.0, 2.0], [3.0], [1.0, 1.0]],
+        ),
+    ),
     "ragged, output_shape [2, 3] = 3 * B: one id per position, weights ignored": dict(
         config={"output_shape": [2, 3]},
         ids=(tf.ragged.constant([[1, 2, 3, 4], [5]]), tf.ragged.constant([[2.0, 2.0, 2.0, 2.0], [4.0]])),
-        shape=(2, 3), ref=("positions", [[1, 2, 3, 4], [5]], 3)),
+        shape=(2, 3),
+        ref=("positions", [[1, 2, 3, 4], [5]], 3),
+    ),
     "ragged, output_shape [6] = 3 * B (rank 1)": dict(
-        config={"output_shape": [6]}, ids=tf.ragged.constant([[1], [2, 3, 4, 5]]), shape=(6,),
-        ref=("positions", [[1], [2, 3, 4, 5]], 3)),
+        config={"output_shape": [6]},
+        ids=tf.ragged.constant([[1], [2, 3, 4, 5]]),
+        shape=(6,),
+        ref=("positions", [[1], [2, 3, 4, 5]], 3),
+    ),
     "ragged, output_shape [2, 2] on a sequence feature wins over max_sequence_length": dict(
-        config={"output_shape": [2, 2], "max_sequence_length": 5}, ids=tf.ragged.constant([[1, 2, 3], [4]]),
-        shape=(2, 2), ref=("positions", [[1, 2, 3], [4]], 2)),
+        config={"output_shape": [2, 2], "max_sequence_length": 5},
+        ids=tf.ragged.constant([[1, 2, 3], [4]]),
+        shape=(2, 2),
+        ref=("positions", [[1, 2, 3], [4]], 2),
+    ),
     "sparse [B, N], output_shape [2, 2] = 2 * B: one id per position": dict(
-        config={"output_shape": [2, 2]}, ids=sparse([[0, 1], [0, 3], [1, 0]], [1, 2, 3], [2, 4]), shape=(2, 2),
-        ref=("positions", [[-1, 1, -1, 2], [3]], 2)),
+        config={"output_shape": [2, 2]},
+        ids=sparse([[0, 1], [0, 3], [1, 0]], [1, 2, 3], [2, 4]),
+        shape=(2, 2),
+        ref=("positions", [[-1, 1, -1, 2], [3]], 2),
+    ),
     "dense [6], output_shape [2, 3]": dict(
-        config={"output_shape": [2, 3]}, ids=np.array([1, 2, 3, 4, 5, 6]), shape=(2, 3),
-        ref=("pooled", [[1], [2], [3], [4], [5], [6]], None)),
+        config={"output_shape": [2, 3]},
+        ids=np.array([1, 2, 3, 4, 5, 6]),
+        shape=(2, 3),
+        ref=("pooled", [[1], [2], [3], [4], [5], [6]], None),
+    ),
     "sparse [2, 3, N], output_shape [6]": dict(
-        config={"output_shape": [6]}, ids=sparse([[0, 0, 0], [1, 2, 1]], [1, 2], [2, 3, 2]), shape=(6,),
-        ref=("pooled", [[1], [], [], [], [], [2]], None)),
+        config={"output_shape": [6]},
+        ids=sparse([[0, 0, 0], [1, 2, 1]], [1, 2], [2, 3, 2]),
+        shape=(6,),
+        ref=("pooled", [[1], [], [], [], [], [2]], None),
+    ),
 }
 
 COMBINERS = ["sum", "mean", "sqrtn"]
@@ -150,6 +200,7 @@ def reference(table, case, combiner):
 
         def backward(grad):
             return sequence_backward(batch, extra, grad.reshape(len(rows), extra, D))
+
     return out.reshape(shape + (D,)), backward
 
 
@@ -195,8 +246,14 @@ def test_lookup_and_gradients_match_the_reference_kernels(name, cls, combiner):
     assert activation.shape == case["shape"] + (D,)
     np.testing.assert_allclose(activation, want, rtol=1e-6, atol=1e-6)
     row_ids, row_grads = backward(grad)
-    new, slots = apply_sparse_update(optimizer_spec(optimizer), before["parameters"],
-                                     {"accumulators": before["accumulators"]}, row_ids, row_grads, step=0)
+    new, slots = apply_sparse_update(
+        optimizer_spec(optimizer),
+        before["parameters"],
+        {"accumulators": before["accumulators"]},
+        row_ids,
+        row_grads,
+        step=0,
+    )
     np.testing.assert_allclose(after["parameters"], new, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(after["accumulators"], slots["accumulators"], rtol=1e-6, atol=1e-6)
 
@@ -231,17 +288,30 @@ def test_serving_gives_exactly_the_training_lookups(name, combiner):
 
 def test_build_input_shapes_give_multi_dimensional_output_shapes():
     table = make_table("sum")
-    config = {"dense": E.FeatureConfig(table=table), "sparse": E.FeatureConfig(table=table),
-              "seq": E.FeatureConfig(table=table, max_sequence_length=4)}
+    config = {
+        "dense": E.FeatureConfig(table=table),
+        "sparse": E.FeatureConfig(table=table),
+        "seq": E.FeatureConfig(table=table, max_sequence_length=4),
+    }
     embedding = E.TPUEmbedding(config, optimizer=E.SGD(0.1))
     embedding.build(per_replica_input_shapes={"dense": [2, 3, 1], "sparse": [2, 3, 5], "seq": [2, 7]})
     assert embedding._output_shapes == [(2, 3), (2, 4), (2, 3)]  # tf.nest order: dense, seq, sparse
     with pytest.raises(ValueError, match="Inconsistent shape for feature sparse"):  # same rank, other shape
-        embedding.enqueue({"dense": np.ones((2, 3, 1), np.int64), "seq": tf.ragged.constant([[1], [2]]),
-                           "sparse": sparse([[0, 0, 0]], [1], [3, 2, 5])})
+        embedding.enqueue(
+            {
+                "dense": np.ones((2, 3, 1), np.int64),
+                "seq": tf.ragged.constant([[1], [2]]),
+                "sparse": sparse([[0, 0, 0]], [1], [3, 2, 5]),
+            }
+        )
     # A rank-1 incoming shape under a larger stored one: TensorFlow skips its check and the stored shape decides.
-    embedding.enqueue({"dense": np.arange(6) + 1, "seq": tf.ragged.constant([[1], [2]]),
-                       "sparse": tf.ragged.constant([[1], [2, 3], [], [4], [5], [6]])})
+    embedding.enqueue(
+        {
+            "dense": np.arange(6) + 1,
+            "seq": tf.ragged.constant([[1], [2]]),
+            "sparse": tf.ragged.constant([[1], [2, 3], [], [4], [5], [6]]),
+        }
+    )
     out = embedding.dequeue()
     assert out["dense"].shape == out["sparse"].shape == (2, 3, D) and out["seq"].shape == (2, 4, D)
     np.testing.assert_allclose(out["sparse"].reshape(6, D)[1], random_table()[2] + random_table()[3], rtol=1e-6)
@@ -274,8 +344,10 @@ def test_feature_config_output_shape_wins_over_build_shapes_of_lower_rank():
 
 
 def test_per_replica_batch_size_ignores_max_sequence_length_when_output_shape_is_set():
-    config = {"f": E.FeatureConfig(table=make_table("sum"), max_sequence_length=3, output_shape=[4]),
-              "g": E.FeatureConfig(table=make_table("sum", seed=1, name="u"), max_sequence_length=3)}
+    config = {
+        "f": E.FeatureConfig(table=make_table("sum"), max_sequence_length=3, output_shape=[4]),
+        "g": E.FeatureConfig(table=make_table("sum", seed=1, name="u"), max_sequence_length=3),
+    }
     embedding = E.TPUEmbedding(config, optimizer=E.SGD(0.1))
     embedding.build(per_replica_batch_size=4)
     assert embedding._output_shapes == [(4,), (4, 3)]
@@ -312,8 +384,7 @@ def test_tf23_batch_size_is_checked_against_the_leading_dimension_of_the_output_
     embedding.enqueue({"f": sparse([[0, 0, 0]], [1], [2, 3, 4])})
     with pytest.raises(ValueError, match="batch_size=2"):
         E.TPUEmbedding(config, 2, E.SGD(0.1)).enqueue({"f": sparse([[0, 0, 0]], [1], [3, 2, 4])})
-    per_position = E.TPUEmbedding({"f": E.FeatureConfig(table=make_table("sum"), output_shape=[2, 3])}, 2,
-                                  E.SGD(0.1))
+    per_position = E.TPUEmbedding({"f": E.FeatureConfig(table=make_table("sum"), output_shape=[2, 3])}, 2, E.SGD(0.1))
     per_position.enqueue({"f": tf.ragged.constant([[1], [2]])})
 
 
@@ -327,8 +398,9 @@ def test_features_may_have_their_own_batch_sizes_and_shapes():
     embedding.apply_gradients([np.ones((3, D), np.float32), np.ones((2, 2, D), np.float32)])
     moved = np.flatnonzero(embedding.embedding_tables[table][:, 0] != random_table()[:, 0])
     assert moved.tolist() == [1, 2, 3, 4, 5, 7]  # 6 was truncated (position 2 >= k = 2)
-    served = E.serving_embedding_lookup([np.array([1]), tf.ragged.constant([[4, 5, 6], [7]])], None,
-                                        embedding.embedding_tables, config)
+    served = E.serving_embedding_lookup(
+        [np.array([1]), tf.ragged.constant([[4, 5, 6], [7]])], None, embedding.embedding_tables, config
+    )
     assert [a.shape for a in served] == [(1, D), (2, 2, D)]
 
 
@@ -370,26 +442,33 @@ def test_rank_3_sparse_input_of_a_sequence_feature_warns_that_max_sequence_lengt
     assert embedding.dequeue()["f"].shape == (2, 3, D)
 
 
-@pytest.mark.parametrize("ids, weights, match", [
-    (unchecked_sparse([[0, 3, 0]], [1], [2, 3, 4]), None,
-     r"sparse index \[0, 3, 0\] is outside dense_shape \[2, 3, 4\]"),
-    (unchecked_sparse([[0, 0, -1]], [1], [2, 3, 4]), None, "outside dense_shape"),
-    (sparse([[0, 0, 0]], [1], [2, 3, 4]), sparse([[0, 1, 0]], [1.0], [2, 3, 4]), "other indices"),
-    (sparse([[0, 0, 0]], [1], [2, 3, 4]), sparse([[0, 0, 0]], [1.0], [2, 3, 5]), "another dense_shape"),
-    (sparse([[0, 0, 0]], [1], [2, 3, 4]), tf.ragged.constant([[1.0]]), "does not match type"),
-    (sparse([[0, 0, 0]], [V], [2, 3, 4]), None, "out of range"),
-    (np.ones((2, 3, 2), np.int64), None, "last dimension as 1"),
-    (np.array(3), None, "rank 1 and above"),
-    (sparse([[0]], [1], [2]), None, "rank 2 and above"),
-])
+@pytest.mark.parametrize(
+    "ids, weights, match",
+    [
+        (
+            unchecked_sparse([[0, 3, 0]], [1], [2, 3, 4]),
+            None,
+            r"sparse index \[0, 3, 0\] is outside dense_shape \[2, 3, 4\]",
+        ),
+        (unchecked_sparse([[0, 0, -1]], [1], [2, 3, 4]), None, "outside dense_shape"),
+        (sparse([[0, 0, 0]], [1], [2, 3, 4]), sparse([[0, 1, 0]], [1.0], [2, 3, 4]), "other indices"),
+        (sparse([[0, 0, 0]], [1], [2, 3, 4]), sparse([[0, 0, 0]], [1.0], [2, 3, 5]), "another dense_shape"),
+        (sparse([[0, 0, 0]], [1], [2, 3, 4]), tf.ragged.constant([[1.0]]), "does not match type"),
+        (sparse([[0, 0, 0]], [V], [2, 3, 4]), None, "out of range"),
+        (np.ones((2, 3, 2), np.int64), None, "last dimension as 1"),
+        (np.array(3), None, "rank 1 and above"),
+        (sparse([[0]], [1], [2]), None, "rank 2 and above"),
+    ],
+)
 def test_bad_multi_dimensional_inputs_are_value_errors(ids, weights, match):
     config = {"f": E.FeatureConfig(table=make_table("sum"))}
     embedding = E.TPUEmbedding(config, optimizer=E.SGD(0.1))
     with pytest.raises(ValueError, match=match):
         embedding.enqueue({"f": ids}, None if weights is None else {"f": weights})
     with pytest.raises(ValueError, match=match):
-        E.serving_embedding_lookup({"f": ids}, None if weights is None else {"f": weights},
-                                   {config["f"].table: random_table()}, config)
+        E.serving_embedding_lookup(
+            {"f": ids}, None if weights is None else {"f": weights}, {config["f"].table: random_table()}, config
+        )
     assert not embedding._queue
 
 

@@ -14,10 +14,12 @@ V, D = 12, 3
 
 
 def config():
-    t_sum = E.TableConfig(vocabulary_size=V, dim=D, combiner="sum", name="s",
-                          initializer=tf.random_normal_initializer(seed=1))
-    t_mean = E.TableConfig(vocabulary_size=V, dim=D, combiner="mean", name="m",
-                           initializer=tf.random_normal_initializer(seed=2))
+    t_sum = E.TableConfig(
+        vocabulary_size=V, dim=D, combiner="sum", name="s", initializer=tf.random_normal_initializer(seed=1)
+    )
+    t_mean = E.TableConfig(
+        vocabulary_size=V, dim=D, combiner="mean", name="m", initializer=tf.random_normal_initializer(seed=2)
+    )
     return {
         "dense": E.FeatureConfig(table=t_sum),
         "sparse": E.FeatureConfig(table=t_mean),
@@ -32,8 +34,8 @@ def features():
         "dense": np.array([[3], [-1], [11]]),
         "sparse": tf.SparseTensor([[0, 0], [0, 3], [2, 1]], [1, 1, 9], [3, 4]),
         "ragged": [tf.ragged.constant([[2, 5], [], [7, 7, 7]]), tf.ragged.constant([[0], [4, 6], [8]])],
-        "seq_sparse": tf.SparseTensor([[0, 1], [0, 4], [1, 0], [2, 2]], [3, 4, 5, 6], [3, 5]),   # 4 truncated
-        "seq_ragged": tf.ragged.constant([[1, 2, 3], [4], []]),                                  # 3 truncated
+        "seq_sparse": tf.SparseTensor([[0, 1], [0, 4], [1, 0], [2, 2]], [3, 4, 5, 6], [3, 5]),  # 4 truncated
+        "seq_ragged": tf.ragged.constant([[1, 2, 3], [4], []]),  # 3 truncated
     }
 
 
@@ -41,7 +43,10 @@ def weights():
     return {
         "dense": None,
         "sparse": tf.SparseTensor([[0, 0], [0, 3], [2, 1]], [0.5, 2.0, 1.5], [3, 4]),
-        "ragged": [tf.ragged.constant([[1.0, -2.0], [], [0.5, 0.5, 1.0]]), tf.ragged.constant([[2.0], [0.0, 1.0], [1.0]])],
+        "ragged": [
+            tf.ragged.constant([[1.0, -2.0], [], [0.5, 0.5, 1.0]]),
+            tf.ragged.constant([[2.0], [0.0, 1.0], [1.0]]),
+        ],
         "seq_sparse": None,
         "seq_ragged": None,
     }
@@ -53,8 +58,14 @@ def trained_embedding():
     for _ in range(3):
         embedding.enqueue(features(), weights=weights())
         activations = embedding.dequeue()
-        grads = {k: (rng.normal(size=v.shape).astype(np.float32) if not isinstance(v, list)
-                     else [rng.normal(size=a.shape).astype(np.float32) for a in v]) for k, v in activations.items()}
+        grads = {
+            k: (
+                rng.normal(size=v.shape).astype(np.float32)
+                if not isinstance(v, list)
+                else [rng.normal(size=a.shape).astype(np.float32) for a in v]
+            )
+            for k, v in activations.items()
+        }
         embedding.apply_gradients(grads)
     return embedding
 
@@ -81,9 +92,8 @@ def test_serving_lookups_equal_the_training_lookups(tmp_path):
 
 
 def test_serving_is_refused_under_a_tpu_strategy():
-    with tf.distribute.TPUStrategy().scope():
-        with pytest.raises(RuntimeError, match="Serving on TPU"):
-            E.TPUEmbeddingForServing(config(), optimizer=E.SGD(0.1))
+    with tf.distribute.TPUStrategy().scope(), pytest.raises(RuntimeError, match="Serving on TPU"):
+        E.TPUEmbeddingForServing(config(), optimizer=E.SGD(0.1))
 
 
 def test_serving_object_builds_and_exposes_tables():
@@ -95,15 +105,25 @@ def test_serving_object_builds_and_exposes_tables():
     assert sorted(serving.variables[next(iter(tables))]) == ["accumulators", "parameters"]
 
 
-@pytest.mark.parametrize("inputs,inputs_weights,match", [
-    ({"seq": tf.ragged.constant([[1]])}, {"seq": tf.ragged.constant([[1.0]])}, "sequence feature"),
-    ({"seq": np.array([1])}, None, "dense tensor for a sequence feature"),
-    ({"seq": tf.ragged.constant([[1]]), "bag": np.array([1])}, {"seq": None, "bag": np.array([1.0])},
-     "Weight specified for dense input"),
-    ({"seq": tf.ragged.constant([[1]]), "bag": tf.ragged.constant([[1]])},
-     {"seq": None, "bag": tf.SparseTensor([[0, 0]], [1.0], [1, 1])}, "does not match type"),
-    ({"seq": tf.ragged.constant([[1]])}, None, "keys"),
-], ids=["weights_for_sequence", "dense_for_sequence", "weights_for_dense", "weight_type", "structure"])
+@pytest.mark.parametrize(
+    "inputs,inputs_weights,match",
+    [
+        ({"seq": tf.ragged.constant([[1]])}, {"seq": tf.ragged.constant([[1.0]])}, "sequence feature"),
+        ({"seq": np.array([1])}, None, "dense tensor for a sequence feature"),
+        (
+            {"seq": tf.ragged.constant([[1]]), "bag": np.array([1])},
+            {"seq": None, "bag": np.array([1.0])},
+            "Weight specified for dense input",
+        ),
+        (
+            {"seq": tf.ragged.constant([[1]]), "bag": tf.ragged.constant([[1]])},
+            {"seq": None, "bag": tf.SparseTensor([[0, 0]], [1.0], [1, 1])},
+            "does not match type",
+        ),
+        ({"seq": tf.ragged.constant([[1]])}, None, "keys"),
+    ],
+    ids=["weights_for_sequence", "dense_for_sequence", "weights_for_dense", "weight_type", "structure"],
+)
 def test_serving_checks(inputs, inputs_weights, match):
     table = E.TableConfig(vocabulary_size=V, dim=D, name="t")
     feature_config = {"seq": E.FeatureConfig(table=table, max_sequence_length=2), "bag": E.FeatureConfig(table=table)}

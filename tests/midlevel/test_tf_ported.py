@@ -31,8 +31,11 @@ def base_feature_config():
     initializer = tf.constant_initializer(EMBEDDING_VALUES)
     video = E.TableConfig(vocabulary_size=8, dim=4, initializer=initializer, combiner="sum", name="video")
     user = E.TableConfig(vocabulary_size=16, dim=2, initializer=initializer, combiner="mean", name="user")
-    return (E.FeatureConfig(table=video, name="watched"), E.FeatureConfig(table=video, name="favorited"),
-            E.FeatureConfig(table=user, name="friends"))
+    return (
+        E.FeatureConfig(table=video, name="watched"),
+        E.FeatureConfig(table=video, name="favorited"),
+        E.FeatureConfig(table=user, name="friends"),
+    )
 
 
 def high_dimensional_sparse(feature, batch):
@@ -133,8 +136,12 @@ def test_build_takes_tensor_shape_like_objects():
 def test_build_drops_an_unknown_last_dimension():
     """`_get_output_shapes_from_input_shapes`: the output shape is the input shape without its last dimension."""
     table = E.TableConfig(vocabulary_size=8, dim=2, name="t")
-    config = [E.FeatureConfig(table=table), E.FeatureConfig(table=table, max_sequence_length=5),
-              E.FeatureConfig(table=table, output_shape=[2, 4]), E.FeatureConfig(table=table, output_shape=[6])]
+    config = [
+        E.FeatureConfig(table=table),
+        E.FeatureConfig(table=table, max_sequence_length=5),
+        E.FeatureConfig(table=table, output_shape=[2, 4]),
+        E.FeatureConfig(table=table, output_shape=[6]),
+    ]
     embedding = E.TPUEmbedding(config, optimizer=E.SGD(0.1))
     # a sequence feature's [B, None] gets max_sequence_length; an unknown size that a FeatureConfig.output_shape
     # fixes is TF's wildcard in `_is_tensor_shape_match`.
@@ -145,8 +152,9 @@ def test_build_drops_an_unknown_last_dimension():
 @pytest.mark.parametrize("shape", [[None], [None, 4], [2, None, 3], [2, None, None]])
 def test_build_output_shape_not_fully_defined(shape):
     """`_check_output_shapes_fully_defined`: an unknown size that stays in the output shape is a ValueError."""
-    embedding = E.TPUEmbedding([E.FeatureConfig(table=E.TableConfig(vocabulary_size=8, dim=2, name="t"))],
-                               optimizer=E.SGD(0.1))
+    embedding = E.TPUEmbedding(
+        [E.FeatureConfig(table=E.TableConfig(vocabulary_size=8, dim=2, name="t"))], optimizer=E.SGD(0.1)
+    )
     with pytest.raises(ValueError, match="Input Feature 0 has output shape set as .* which is not fully defined"):
         embedding.build([shape])
     assert not embedding._built
@@ -181,8 +189,11 @@ def test_constant_initializer_with_a_size_mismatch_is_a_type_error(make, shape):
     """TF: "... has 6 elements, but got `shape` (2, 2) with 4 elements)", a TypeError."""
     init = make(np.arange(6))
     count = int(np.prod(shape))
-    with pytest.raises(TypeError, match=rf"has 6 elements, but got `shape` \({shape[0]}, {shape[1]}\) with "
-                                        rf"{count} elements"):
+    with pytest.raises(
+        TypeError,
+        match=rf"has 6 elements, but got `shape` \({shape[0]}, {shape[1]}\) with "
+        rf"{count} elements",
+    ):
         init(shape=shape)
 
 
@@ -201,8 +212,10 @@ def test_constant_initializer_single_value_of_rank_two_does_not_fill():
     np.testing.assert_array_equal(tf.constant_initializer([[5]])(shape=(1, 1)), [[5.0]])
 
 
-@pytest.mark.parametrize("value,error", [({"a": 1}, TypeError), (None, TypeError), ("a", TypeError),
-                                         ([1, "a"], TypeError), ([[1, 2], [3]], ValueError)])
+@pytest.mark.parametrize(
+    "value,error",
+    [({"a": 1}, TypeError), (None, TypeError), ("a", TypeError), ([1, "a"], TypeError), ([[1, 2], [3]], ValueError)],
+)
 def test_constant_initializer_invalid_value(value, error):
     """TF: a dict or None is a TypeError ("Invalid type for initial value"); ragged lists a ValueError."""
     with pytest.raises(error, match="Argument `value`"):
@@ -236,18 +249,23 @@ def test_constant_spec_is_frozen_hashable_and_compares_by_values():
     assert c.value[0] == 0.0  # a copy of the caller's array
     assert repr(Constant([1, 2])) == "Constant(value=[1.0, 2.0])"
     assert repr(Constant(np.arange(32.0).reshape(8, 4))) == (
-        "Constant(value=<float64 array of shape (8, 4): 0.0, 1.0, 2.0, 3.0, ..., 31.0>)")
+        "Constant(value=<float64 array of shape (8, 4): 0.0, 1.0, 2.0, 3.0, ..., 31.0>)"
+    )
 
 
-@given(st.lists(st.integers(1, 4), min_size=1, max_size=3), st.lists(st.integers(1, 4), min_size=1, max_size=3),
-       st.data())
+@given(
+    st.lists(st.integers(1, 4), min_size=1, max_size=3), st.lists(st.integers(1, 4), min_size=1, max_size=3), st.data()
+)
 def test_constant_initializer_any_shape_of_the_same_size_is_a_row_major_reshape(value_dims, shape_dims, data):
     """Property: values of any rank fill any shape with as many elements, in row-major order; specs built
     from equal values are equal and hash equally."""
     size = int(np.prod(value_dims))
     values = np.asarray(data.draw(st.lists(st.integers(-50, 50), min_size=size, max_size=size))).reshape(value_dims)
-    shape = tuple(shape_dims[:-1]) + (size // int(np.prod(shape_dims[:-1])),) \
-        if size % int(np.prod(shape_dims[:-1])) == 0 else (size,)
+    shape = (
+        tuple(shape_dims[:-1]) + (size // int(np.prod(shape_dims[:-1])),)
+        if size % int(np.prod(shape_dims[:-1])) == 0
+        else (size,)
+    )
     init = tf.constant_initializer(values)
     np.testing.assert_array_equal(init(shape), values.reshape(shape))
     same = tf.compat.v1.constant_initializer(values.tolist())
@@ -258,8 +276,10 @@ def test_cpu_sparse_lookup():
     """TPUEmbeddingForServingTest.test_cpu_sparse_lookup: tables set from np.arange(32), sum and mean lookups."""
     config = base_feature_config()
     serving = E.TPUEmbeddingForServing(feature_config=config, optimizer=E.SGD(learning_rate=0.1))
-    features = tuple(tf.SparseTensor(indices, values, [DATA_BATCH_SIZE, width])
-                     for indices, values, width in (WATCHED, FAVORITED, FRIENDS))
+    features = tuple(
+        tf.SparseTensor(indices, values, [DATA_BATCH_SIZE, width])
+        for indices, values, width in (WATCHED, FAVORITED, FRIENDS)
+    )
     results = serving(features, weights=None)
     np.testing.assert_array_equal(serving.embedding_tables[config[0].table], EMBEDDING_VALUES.reshape(8, 4))
     np.testing.assert_array_equal(serving.embedding_tables[config[2].table], EMBEDDING_VALUES.reshape(16, 2))
@@ -282,8 +302,10 @@ def test_enqueue_on_a_worker_device_of_the_strategy():
     strategy = tf.distribute.TPUStrategy()
     with strategy.scope():
         embedding = E.TPUEmbedding(feature_config=base_feature_config(), optimizer=E.SGD(0.1))
-    features = tuple(tf.SparseTensor(indices, values, [DATA_BATCH_SIZE, width])
-                     for indices, values, width in (WATCHED, FAVORITED, FRIENDS))
+    features = tuple(
+        tf.SparseTensor(indices, values, [DATA_BATCH_SIZE, width])
+        for indices, values, width in (WATCHED, FAVORITED, FRIENDS)
+    )
 
     def per_core_enqueue(ctx):
         device = strategy.extended.worker_devices[ctx.replica_id_in_sync_group]
@@ -294,11 +316,20 @@ def test_enqueue_on_a_worker_device_of_the_strategy():
     assert all(d.endswith("/device:TPU:0") for d in strategy.extended.worker_devices)
 
 
-@pytest.mark.parametrize("device,ok", [
-    ("/job:worker/replica:0/task:0/device:TPU:2", True), ("TPU:0", True), ("tpu:1", True),
-    ("/device:CPU:0", False), ("/job:tpu_worker/replica:0/task:0/device:CPU:0", False), ("/cpu:0", False),
-    ("/device:tpu:0", False), ("", False), ("garbage", False),
-])
+@pytest.mark.parametrize(
+    "device,ok",
+    [
+        ("/job:worker/replica:0/task:0/device:TPU:2", True),
+        ("TPU:0", True),
+        ("tpu:1", True),
+        ("/device:CPU:0", False),
+        ("/job:tpu_worker/replica:0/task:0/device:CPU:0", False),
+        ("/cpu:0", False),
+        ("/device:tpu:0", False),
+        ("", False),
+        ("garbage", False),
+    ],
+)
 def test_enqueue_device_type_is_read_as_tf_device_spec_does(device, ok):
     """`DeviceSpec.from_string(device).device_type != "TPU"` is TF's 'Non-TPU device' check."""
     embedding = E.TPUEmbedding(feature_config=base_feature_config(), optimizer=E.SGD(0.1))
@@ -333,19 +364,41 @@ def test_optimizer_equality_is_by_every_attribute_as_in_tf():
     assert len({E.SGD(0.1), E.SGD(0.1), E.SGD(0.2)}) == 2
 
 
-TF_COMMON_ATTRIBUTES = ["learning_rate", "use_gradient_accumulation", "clip_weight_min", "clip_weight_max",
-                        "clip_gradient_min", "clip_gradient_max", "weight_decay_factor",
-                        "multiply_weight_decay_factor_by_learning_rate", "slot_variable_creation_fn",
-                        "low_dimensional_packing_status"]
+TF_COMMON_ATTRIBUTES = [
+    "learning_rate",
+    "use_gradient_accumulation",
+    "clip_weight_min",
+    "clip_weight_max",
+    "clip_gradient_min",
+    "clip_gradient_max",
+    "weight_decay_factor",
+    "multiply_weight_decay_factor_by_learning_rate",
+    "slot_variable_creation_fn",
+    "low_dimensional_packing_status",
+]
 
 
-@pytest.mark.parametrize("optimizer,own", [
-    (E.SGD, []), (E.Adagrad, ["initial_accumulator_value"]),
-    (E.AdagradMomentum, ["momentum", "use_nesterov", "exponent", "beta2", "epsilon"]),
-    (E.Adam, ["beta_1", "beta_2", "epsilon", "lazy_adam", "sum_inside_sqrt"]),
-    (E.FTRL, ["initial_accumulator_value", "learning_rate_power", "l1_regularization_strength",
-              "l2_regularization_strength", "beta", "multiply_linear_by_learning_rate", "allow_zero_accumulator"]),
-])
+@pytest.mark.parametrize(
+    "optimizer,own",
+    [
+        (E.SGD, []),
+        (E.Adagrad, ["initial_accumulator_value"]),
+        (E.AdagradMomentum, ["momentum", "use_nesterov", "exponent", "beta2", "epsilon"]),
+        (E.Adam, ["beta_1", "beta_2", "epsilon", "lazy_adam", "sum_inside_sqrt"]),
+        (
+            E.FTRL,
+            [
+                "initial_accumulator_value",
+                "learning_rate_power",
+                "l1_regularization_strength",
+                "l2_regularization_strength",
+                "beta",
+                "multiply_linear_by_learning_rate",
+                "allow_zero_accumulator",
+            ],
+        ),
+    ],
+)
 def test_optimizer_attributes_are_tfs(optimizer, own):
     """`vars(optimizer)` of TF 2.15 (what its __eq__ and __hash__ go over): no attribute more or less."""
     assert sorted(vars(optimizer(0.1))) == sorted(TF_COMMON_ATTRIBUTES + own)
@@ -357,8 +410,10 @@ def test_optimizer_attributes_are_tfs(optimizer, own):
 def test_table_config_repr():
     """ConfigTest.test_table_config_repr (the default initializer prints as None)."""
     table = E.TableConfig(vocabulary_size=2, dim=4, combiner="sum", name="table")
-    assert repr(table) == ("TableConfig(vocabulary_size=2, dim=4, initializer=None, optimizer=None, "
-                           "combiner='sum', name='table', quantization_config=None)")
+    assert repr(table) == (
+        "TableConfig(vocabulary_size=2, dim=4, initializer=None, optimizer=None, "
+        "combiner='sum', name='table', quantization_config=None)"
+    )
 
 
 def test_feature_config_repr():
@@ -368,23 +423,32 @@ def test_feature_config_repr():
     assert repr(feature_config) == (
         "FeatureConfig(table=TableConfig(vocabulary_size=2, dim=4, initializer=None, optimizer=None, "
         "combiner='sum', name='table', quantization_config=None), max_sequence_length=0, "
-        "validate_weights_and_indices=True, output_shape=TensorShape([16, 4]), name='feature')")
+        "validate_weights_and_indices=True, output_shape=TensorShape([16, 4]), name='feature')"
+    )
     unset = E.FeatureConfig(table=E.TableConfig(vocabulary_size=8, dim=4))
     assert repr(unset) == (
         "FeatureConfig(table=TableConfig(vocabulary_size=8, dim=4, initializer=None, optimizer=None, "
         "combiner='mean', name=None, quantization_config=None), max_sequence_length=0, "
-        "validate_weights_and_indices=True, output_shape=TensorShape(None), name=None)")
+        "validate_weights_and_indices=True, output_shape=TensorShape(None), name=None)"
+    )
 
 
 def test_table_config_repr_of_other_initializers_and_optimizers():
     """TF prints a non-default initializer (also a truncated normal of another stddev) and the optimizer."""
-    table = E.TableConfig(vocabulary_size=8, dim=4, initializer=tf.compat.v1.truncated_normal_initializer(0.0, 0.25),
-                          optimizer=E.SGD(0.1), combiner="sum", name="video",
-                          quantization_config=E.QuantizationConfig(4, -1.0, 1.0))
+    table = E.TableConfig(
+        vocabulary_size=8,
+        dim=4,
+        initializer=tf.compat.v1.truncated_normal_initializer(0.0, 0.25),
+        optimizer=E.SGD(0.1),
+        combiner="sum",
+        name="video",
+        quantization_config=E.QuantizationConfig(4, -1.0, 1.0),
+    )
     text = repr(table)
     assert text.startswith("TableConfig(vocabulary_size=8, dim=4, initializer=TruncatedNormal(")
     assert f"optimizer={table.optimizer!r}, combiner='sum', name='video', " in text
     assert text.endswith("quantization_config=QuantizationConfig(num_buckets=4, lower=-1.0, upper=1.0))")
-    seeded_default = E.TableConfig(vocabulary_size=8, dim=4,
-                                   initializer=tf.compat.v1.truncated_normal_initializer(0.0, 0.5, seed=3))
+    seeded_default = E.TableConfig(
+        vocabulary_size=8, dim=4, initializer=tf.compat.v1.truncated_normal_initializer(0.0, 0.5, seed=3)
+    )
     assert "initializer=None" in repr(seeded_default)  # TF compares mean and stddev only

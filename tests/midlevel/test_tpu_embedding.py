@@ -20,26 +20,37 @@ V, D = 10, 2
 
 def row_ids_table(name=None, combiner="sum", optimizer=None, vocabulary_size=V, dim=D):
     """Row i is [i, i, ...]: every lookup can be read by eye."""
-    return E.TableConfig(vocabulary_size=vocabulary_size, dim=dim, initializer=E.RowIdInitializer(),
-                         combiner=combiner, name=name, optimizer=optimizer)
+    return E.TableConfig(
+        vocabulary_size=vocabulary_size,
+        dim=dim,
+        initializer=E.RowIdInitializer(),
+        combiner=combiner,
+        name=name,
+        optimizer=optimizer,
+    )
 
 
 def nested_config():
     """A dict holding a list and a tuple: {'a': [f, f_seq], 'b': (g,)} over two tables."""
     t1, t2 = row_ids_table(), row_ids_table(combiner="mean")
-    return {"b": (E.FeatureConfig(table=t2),),
-            "a": [E.FeatureConfig(table=t1), E.FeatureConfig(table=t1, max_sequence_length=3)]}
+    return {
+        "b": (E.FeatureConfig(table=t2),),
+        "a": [E.FeatureConfig(table=t1), E.FeatureConfig(table=t1, max_sequence_length=3)],
+    }
 
 
 def nested_features():
-    return {"b": (tf.ragged.constant([[1, 3], [5]]),),
-            "a": [np.array([4, 7]), tf.SparseTensor([[0, 0], [0, 2], [1, 5]], [1, 2, 9], [2, 6])]}
+    return {
+        "b": (tf.ragged.constant([[1, 3], [5]]),),
+        "a": [np.array([4, 7]), tf.SparseTensor([[0, 0], [0, 2], [1, 5]], [1, 2, 9], [2, 6])],
+    }
 
 
 def simple(optimizer=None, **kwargs):
     table = row_ids_table()
-    embedding = E.TPUEmbedding(feature_config={"f": E.FeatureConfig(table=table)},
-                               optimizer=optimizer or E.SGD(1.0), **kwargs)
+    embedding = E.TPUEmbedding(
+        feature_config={"f": E.FeatureConfig(table=table)}, optimizer=optimizer or E.SGD(1.0), **kwargs
+    )
     return embedding, table
 
 
@@ -69,9 +80,8 @@ def test_no_optimizer_is_allowed_outside_a_strategy_but_not_under_tpu_strategy()
     embedding.dequeue()
     with pytest.raises(RuntimeError, match="no optimizer"):
         embedding.apply_gradients(np.zeros((1, D), np.float32))
-    with tf.distribute.TPUStrategy().scope():
-        with pytest.raises(ValueError, match="unsupported optimizer class"):
-            E.TPUEmbedding(feature_config=E.FeatureConfig(table=row_ids_table()), optimizer=None)
+    with tf.distribute.TPUStrategy().scope(), pytest.raises(ValueError, match="unsupported optimizer class"):
+        E.TPUEmbedding(feature_config=E.FeatureConfig(table=row_ids_table()), optimizer=None)
 
 
 def test_missing_optimizer_and_bad_batch_size():
@@ -104,8 +114,10 @@ def test_feature_config_must_hold_feature_configs():
 
 def test_table_level_optimizer_overrides_the_global_one():
     t_own, t_global = row_ids_table(optimizer=E.SGD(2.0)), row_ids_table()
-    embedding = E.TPUEmbedding(feature_config={"a": E.FeatureConfig(table=t_own), "b": E.FeatureConfig(table=t_global)},
-                               optimizer=E.Adagrad(0.5, initial_accumulator_value=1.0))
+    embedding = E.TPUEmbedding(
+        feature_config={"a": E.FeatureConfig(table=t_own), "b": E.FeatureConfig(table=t_global)},
+        optimizer=E.Adagrad(0.5, initial_accumulator_value=1.0),
+    )
     assert sorted(embedding.variables[t_own]) == ["parameters"]
     assert sorted(embedding.variables[t_global]) == ["accumulators", "parameters"]
     embedding.enqueue({"a": np.array([3]), "b": np.array([3])})
@@ -125,17 +137,17 @@ def test_nested_structures_in_and_out_with_dense_sparse_and_ragged_inputs():
     embedding.enqueue(nested_features())
     out = embedding.dequeue()
     assert list(out) == ["b", "a"] and isinstance(out["a"], list) and isinstance(out["b"], tuple)
-    np.testing.assert_array_equal(out["a"][0], [[4, 4], [7, 7]])           # dense [B] -> [B, D]
-    assert out["a"][1].shape == (2, 3, D)                                  # sparse sequence -> [B, L, D]
+    np.testing.assert_array_equal(out["a"][0], [[4, 4], [7, 7]])  # dense [B] -> [B, D]
+    assert out["a"][1].shape == (2, 3, D)  # sparse sequence -> [B, L, D]
     np.testing.assert_array_equal(out["a"][1][..., 0], [[1, 0, 2], [0, 0, 0]])  # position 5 truncated
-    np.testing.assert_array_equal(out["b"][0], [[2, 2], [5, 5]])           # ragged, mean
+    np.testing.assert_array_equal(out["b"][0], [[2, 2], [5, 5]])  # ragged, mean
 
 
 def test_activations_equal_the_reference_lookup_kernels():
     t = E.TableConfig(vocabulary_size=V, dim=3, combiner="sqrtn", initializer=tf.random_normal_initializer(seed=3))
-    embedding = E.TPUEmbedding(feature_config=[E.FeatureConfig(table=t), E.FeatureConfig(table=t,
-                                                                                            max_sequence_length=2)],
-                               optimizer=E.SGD(0.1))
+    embedding = E.TPUEmbedding(
+        feature_config=[E.FeatureConfig(table=t), E.FeatureConfig(table=t, max_sequence_length=2)], optimizer=E.SGD(0.1)
+    )
     ids = tf.SparseTensor([[0, 0], [0, 1], [1, 0], [2, 3]], [2, 2, 5, 9], [3, 4])
     weights = tf.SparseTensor(ids.indices, [0.5, 2.0, 1.0, 3.0], ids.dense_shape)
     embedding.enqueue([ids, ids], weights=[weights, None])
@@ -146,14 +158,18 @@ def test_activations_equal_the_reference_lookup_kernels():
     np.testing.assert_array_equal(sequence, sequence_lookup(table, batch, 2)[0])
 
 
-@pytest.mark.parametrize("ids,expected", [
-    (np.array([3, 1]), [[3, 3], [1, 1]]),
-    (np.array([[3], [1]]), [[3, 3], [1, 1]]),
-    ([3, 1], [[3, 3], [1, 1]]),
-    ([[3, 4], [1]], [[7, 7], [1, 1]]),                     # ragged lists
-    (tf.ragged.constant([[3, 4], [1]]), [[7, 7], [1, 1]]),
-    (tf.SparseTensor([[0, 0], [0, 1], [1, 0]], [3, 4, 1], [2, 2]), [[7, 7], [1, 1]]),
-], ids=["dense_b", "dense_b1", "list_b", "ragged_lists", "ragged", "sparse"])
+@pytest.mark.parametrize(
+    "ids,expected",
+    [
+        (np.array([3, 1]), [[3, 3], [1, 1]]),
+        (np.array([[3], [1]]), [[3, 3], [1, 1]]),
+        ([3, 1], [[3, 3], [1, 1]]),
+        ([[3, 4], [1]], [[7, 7], [1, 1]]),  # ragged lists
+        (tf.ragged.constant([[3, 4], [1]]), [[7, 7], [1, 1]]),
+        (tf.SparseTensor([[0, 0], [0, 1], [1, 0]], [3, 4, 1], [2, 2]), [[7, 7], [1, 1]]),
+    ],
+    ids=["dense_b", "dense_b1", "list_b", "ragged_lists", "ragged", "sparse"],
+)
 def test_every_input_form(ids, expected):
     embedding, _ = simple()
     embedding.enqueue({"f": ids})
@@ -162,8 +178,7 @@ def test_every_input_form(ids, expected):
 
 def test_dense_input_for_a_sequence_feature_gives_one_row_per_example_and_trains():
     table = row_ids_table()
-    embedding = E.TPUEmbedding(feature_config=E.FeatureConfig(table=table, max_sequence_length=4),
-                               optimizer=E.SGD(1.0))
+    embedding = E.TPUEmbedding(feature_config=E.FeatureConfig(table=table, max_sequence_length=4), optimizer=E.SGD(1.0))
     embedding.enqueue(np.array([[2], [6]]))
     np.testing.assert_array_equal(embedding.dequeue(), [[2, 2], [6, 6]])
     embedding.apply_gradients(np.ones((2, D), np.float32))
@@ -181,32 +196,52 @@ def test_weights_in_the_structure_of_the_features():
     np.testing.assert_allclose(out["y"], [[3.0, 3.0]])
 
 
-@pytest.mark.parametrize("features,error,match", [
-    ({"b": (np.array([1]),), "a": [np.array([1])]}, ValueError, "2 items"),
-    ({"b": (np.array([1]),)}, ValueError, "keys"),
-    ({"b": [np.array([1])], "a": [np.array([1]), np.array([1])]}, TypeError, "tuple"),
-    ([np.array([1])], TypeError, "dict"),
-    ({"b": np.array([1]), "a": [np.array([1]), np.array([1])]}, ValueError, "nested structure"),
-], ids=["short_list", "missing_key", "list_for_tuple", "list_for_dict", "leaf_for_tuple"])
+@pytest.mark.parametrize(
+    "features,error,match",
+    [
+        ({"b": (np.array([1]),), "a": [np.array([1])]}, ValueError, "2 items"),
+        ({"b": (np.array([1]),)}, ValueError, "keys"),
+        ({"b": [np.array([1])], "a": [np.array([1]), np.array([1])]}, TypeError, "tuple"),
+        ([np.array([1])], TypeError, "dict"),
+        ({"b": np.array([1]), "a": [np.array([1]), np.array([1])]}, ValueError, "nested structure"),
+    ],
+    ids=["short_list", "missing_key", "list_for_tuple", "list_for_dict", "leaf_for_tuple"],
+)
 def test_enqueue_structure_errors_are_tf_nest_errors(features, error, match):
     embedding = E.TPUEmbedding(feature_config=nested_config(), optimizer=E.SGD(0.1))
     with pytest.raises(error, match=match):
         embedding.enqueue(features)
 
 
-@pytest.mark.parametrize("ids,weights,match", [
-    (np.array(3), None, "rank 1 and above"),
-    (np.array([[1, 2], [3, 4]]), None, "last dimension as 1"),
-    (np.array([1, 2]), np.array([1.0, 1.0]), "Weight specified for dense input"),
-    (tf.SparseTensor([[0, 0]], [1], [2, 2]), tf.ragged.constant([[1.0], []]), "does not match type input"),
-    (tf.ragged.constant([[1], [2]]), tf.SparseTensor([[0, 0], [1, 0]], [1.0, 1.0], [2, 1]),
-     "does not match type input"),
-    (tf.SparseTensor([[0]], [1], [2]), None, "rank 2 and above"),
-    ("ids", None, "unknown type"),
-    ({"nested": np.array([1])}, None, "unknown type"),
-    (np.array([1, V]), None, "out of range"),
-], ids=["rank0", "dense_last_dim", "dense_weights", "sparse_vs_ragged_weights", "ragged_vs_sparse_weights",
-        "sparse_rank1", "string", "dict", "id_out_of_range"])
+@pytest.mark.parametrize(
+    "ids,weights,match",
+    [
+        (np.array(3), None, "rank 1 and above"),
+        (np.array([[1, 2], [3, 4]]), None, "last dimension as 1"),
+        (np.array([1, 2]), np.array([1.0, 1.0]), "Weight specified for dense input"),
+        (tf.SparseTensor([[0, 0]], [1], [2, 2]), tf.ragged.constant([[1.0], []]), "does not match type input"),
+        (
+            tf.ragged.constant([[1], [2]]),
+            tf.SparseTensor([[0, 0], [1, 0]], [1.0, 1.0], [2, 1]),
+            "does not match type input",
+        ),
+        (tf.SparseTensor([[0]], [1], [2]), None, "rank 2 and above"),
+        ("ids", None, "unknown type"),
+        ({"nested": np.array([1])}, None, "unknown type"),
+        (np.array([1, V]), None, "out of range"),
+    ],
+    ids=[
+        "rank0",
+        "dense_last_dim",
+        "dense_weights",
+        "sparse_vs_ragged_weights",
+        "ragged_vs_sparse_weights",
+        "sparse_rank1",
+        "string",
+        "dict",
+        "id_out_of_range",
+    ],
+)
 def test_enqueue_input_errors_are_value_errors(ids, weights, match):
     embedding, _ = simple()
     with pytest.raises(ValueError, match=match):
@@ -255,7 +290,7 @@ def test_dequeue_before_enqueue_is_a_runtime_error():
 
 
 def test_batches_are_dequeued_in_order_and_looked_up_at_dequeue_time():
-    embedding, table = simple()
+    embedding, _table = simple()
     embedding.enqueue({"f": np.array([1])})
     embedding.enqueue({"f": np.array([1])})
     assert embedding.dequeue()["f"][0, 0] == 1.0
@@ -289,9 +324,14 @@ def test_apply_gradients_updates_match_the_reference_optimizer():
     from tpu_embedding_shim.engine.lookup import pooled_backward
 
     row_ids, row_grads = pooled_backward(batch, "mean", grad)
-    want, want_slots = apply_sparse_update(optimizer_spec(optimizer), before["parameters"],
-                                           {k: v for k, v in before.items() if k != "parameters"},
-                                           row_ids, row_grads, step=0)
+    want, want_slots = apply_sparse_update(
+        optimizer_spec(optimizer),
+        before["parameters"],
+        {k: v for k, v in before.items() if k != "parameters"},
+        row_ids,
+        row_grads,
+        step=0,
+    )
     after = embedding.variables[table]
     np.testing.assert_allclose(after["parameters"], want, rtol=1e-6)
     for slot in ("accumulators", "linears"):
@@ -325,14 +365,18 @@ def test_apply_gradients_twice_for_one_batch_is_a_runtime_error():
         embedding.apply_gradients({"f": np.ones((1, D), np.float32)})
 
 
-@pytest.mark.parametrize("gradients,error,match", [
-    ({"f": np.ones((1, D + 1), np.float32)}, ValueError, r"Expected shape \[1, 2\]"),
-    ({"f": np.ones((2, D), np.float32)}, ValueError, "Found gradient of shape"),
-    ({"f": [[1.0, 1.0]]}, ValueError, "non-tensor type"),
-    ({"f": np.ones((1, D), np.float32), "g": None}, ValueError, "keys"),
-    ([np.ones((1, D), np.float32)], TypeError, "dict"),
-    ({"f": np.full((1, D), np.nan, np.float32)}, ValueError, "NaN"),
-], ids=["wrong_dim", "wrong_batch", "list", "extra_key", "list_for_dict", "nan"])
+@pytest.mark.parametrize(
+    "gradients,error,match",
+    [
+        ({"f": np.ones((1, D + 1), np.float32)}, ValueError, r"Expected shape \[1, 2\]"),
+        ({"f": np.ones((2, D), np.float32)}, ValueError, "Found gradient of shape"),
+        ({"f": [[1.0, 1.0]]}, ValueError, "non-tensor type"),
+        ({"f": np.ones((1, D), np.float32), "g": None}, ValueError, "keys"),
+        ([np.ones((1, D), np.float32)], TypeError, "dict"),
+        ({"f": np.full((1, D), np.nan, np.float32)}, ValueError, "NaN"),
+    ],
+    ids=["wrong_dim", "wrong_batch", "list", "extra_key", "list_for_dict", "nan"],
+)
 def test_bad_gradients_raise_and_change_nothing(gradients, error, match):
     embedding, table = simple()
     embedding.enqueue({"f": np.array([1])})
@@ -345,8 +389,7 @@ def test_bad_gradients_raise_and_change_nothing(gradients, error, match):
 
 def test_sequence_gradient_shape_is_batch_length_dim():
     table = row_ids_table()
-    embedding = E.TPUEmbedding(feature_config=E.FeatureConfig(table=table, max_sequence_length=3),
-                               optimizer=E.SGD(1.0))
+    embedding = E.TPUEmbedding(feature_config=E.FeatureConfig(table=table, max_sequence_length=3), optimizer=E.SGD(1.0))
     embedding.enqueue(tf.ragged.constant([[1, 2], [3]]))
     embedding.dequeue()
     with pytest.raises(ValueError, match=r"Expected shape \[2, 3, 2\]"):
@@ -379,10 +422,10 @@ def test_none_gradient_is_a_zero_gradient_with_a_warning():
 def test_none_gradient_moves_rows_under_adam_lazy_only_the_looked_up_ones():
     before, after = _zero_gradient_run(E.Adam(0.1, lazy_adam=True))
     moved = np.flatnonzero(after != before).tolist()
-    assert moved == [1]          # row 1 was looked up: its momentum moves it; row 0 was not
+    assert moved == [1]  # row 1 was looked up: its momentum moves it; row 0 was not
     before, after = _zero_gradient_run(E.Adam(0.1, lazy_adam=False))
     moved = np.flatnonzero(after != before).tolist()
-    assert moved == [0, 1]       # non-lazy Adam updates every row (rows 2, 3 have zero momentum)
+    assert moved == [0, 1]  # non-lazy Adam updates every row (rows 2, 3 have zero momentum)
 
 
 def test_callable_learning_rate_is_evaluated_once_per_apply_gradients():
@@ -394,13 +437,14 @@ def test_callable_learning_rate_is_evaluated_once_per_apply_gradients():
 
     optimizer = E.SGD(learning_rate=learning_rate)
     t1, t2 = row_ids_table(), row_ids_table()
-    embedding = E.TPUEmbedding(feature_config=[E.FeatureConfig(table=t1), E.FeatureConfig(table=t2)],
-                               optimizer=optimizer)
+    embedding = E.TPUEmbedding(
+        feature_config=[E.FeatureConfig(table=t1), E.FeatureConfig(table=t2)], optimizer=optimizer
+    )
     for step in range(3):
         embedding.enqueue([np.array([5]), np.array([5])])
         embedding.dequeue()
         embedding.apply_gradients([np.ones((1, D), np.float32), np.ones((1, D), np.float32)])
-        assert len(calls) == step + 1   # two tables, one shared callable: one call
+        assert len(calls) == step + 1  # two tables, one shared callable: one call
     np.testing.assert_allclose(embedding.embedding_tables[t1][5], 5 - (0.5 + 1.0 + 1.5))
 
 
@@ -412,19 +456,23 @@ def test_slot_variable_creation_fn_sets_initial_slots():
         return {name: np.full(table_variable.shape, 0.25 * (i + 1)) for i, name in enumerate(slot_names)}
 
     table = row_ids_table()
-    embedding = E.TPUEmbedding(feature_config=E.FeatureConfig(table=table),
-                               optimizer=E.Adam(0.1, slot_variable_creation_fn=create_slots))
+    embedding = E.TPUEmbedding(
+        feature_config=E.FeatureConfig(table=table), optimizer=E.Adam(0.1, slot_variable_creation_fn=create_slots)
+    )
     variables = embedding.variables[table]
     assert seen["args"] == ((V, D), ["momenta", "velocities"], [0.0, 0.0])
     np.testing.assert_array_equal(variables["momenta"], np.full((V, D), 0.25))
     np.testing.assert_array_equal(variables["velocities"], np.full((V, D), 0.5))
 
 
-@pytest.mark.parametrize("returned,match", [
-    (lambda shape: {"accumulators": np.zeros((1, 1))}, "shape"),
-    (lambda shape: {"wrong": np.zeros(shape)}, "slot names"),
-    (lambda shape: [np.zeros(shape)], "slot names"),
-])
+@pytest.mark.parametrize(
+    "returned,match",
+    [
+        (lambda shape: {"accumulators": np.zeros((1, 1))}, "shape"),
+        (lambda shape: {"wrong": np.zeros(shape)}, "slot names"),
+        (lambda shape: [np.zeros(shape)], "slot names"),
+    ],
+)
 def test_slot_variable_creation_fn_results_are_checked(returned, match):
     optimizer = E.Adagrad(0.1, slot_variable_creation_fn=lambda table, names, inits: returned(table.shape))
     embedding = E.TPUEmbedding(feature_config=E.FeatureConfig(table=row_ids_table()), optimizer=optimizer)
@@ -449,8 +497,9 @@ def test_build_with_input_shapes_or_batch_size_fixes_the_output_shapes():
 
 
 def test_build_shapes_must_agree_with_the_feature_config_output_shape():
-    embedding = E.TPUEmbedding(feature_config=E.FeatureConfig(table=row_ids_table(), output_shape=[4]),
-                               optimizer=E.SGD(0.1))
+    embedding = E.TPUEmbedding(
+        feature_config=E.FeatureConfig(table=row_ids_table(), output_shape=[4]), optimizer=E.SGD(0.1)
+    )
     with pytest.raises(ValueError, match="Inconsistent shape"):
         embedding.build(per_replica_batch_size=3)
     with pytest.raises(ValueError, match="Inconsistent shape"):
@@ -460,8 +509,9 @@ def test_build_shapes_must_agree_with_the_feature_config_output_shape():
 
 def test_embedding_tables_and_variables_are_keyed_by_table_config_with_tf_slot_names():
     t1, t2 = row_ids_table(), row_ids_table(optimizer=E.FTRL(0.1))
-    embedding = E.TPUEmbedding(feature_config=[E.FeatureConfig(table=t1), E.FeatureConfig(table=t2)],
-                               optimizer=E.Adam(0.1))
+    embedding = E.TPUEmbedding(
+        feature_config=[E.FeatureConfig(table=t1), E.FeatureConfig(table=t2)], optimizer=E.Adam(0.1)
+    )
     assert list(embedding.embedding_tables) == [t1, t2]
     np.testing.assert_array_equal(embedding.embedding_tables[t1], E.RowIdInitializer()((V, D)))
     assert sorted(embedding.variables[t1]) == ["momenta", "parameters", "velocities"]

@@ -27,8 +27,9 @@ def v2(*args, **kwargs):
 
 
 def row_ids_table(combiner="sum", name=None, optimizer=None):
-    return E.TableConfig(vocabulary_size=V, dim=D, initializer=E.RowIdInitializer(), combiner=combiner, name=name,
-                         optimizer=optimizer)
+    return E.TableConfig(
+        vocabulary_size=V, dim=D, initializer=E.RowIdInitializer(), combiner=combiner, name=name, optimizer=optimizer
+    )
 
 
 def make(optimizer=None, **kwargs):
@@ -54,8 +55,14 @@ def test_unsupported_optimizer_is_a_value_error_even_outside_a_strategy(optimize
 def test_created_outside_a_tpu_strategy_is_a_runtime_error_that_says_how_and_changes_nothing():
     table = row_ids_table()
     for scope in (contextlib.nullcontext(), tf.distribute.get_strategy().scope()):
-        with scope, pytest.raises(RuntimeError, match=r"should be created under TPUStrategy but found <default "
-                                                      r"strategy.*with strategy\.scope\(\)"):
+        with (
+            scope,
+            pytest.raises(
+                RuntimeError,
+                match=r"should be created under TPUStrategy but found <default "
+                r"strategy.*with strategy\.scope\(\)",
+            ),
+        ):
             E.TPUEmbeddingV2(feature_config=E.FeatureConfig(table=table), optimizer=E.SGD(0.1))
     assert table.name is None and table.optimizer is None  # not renamed table_0, not given the SGD
     embedding = v2(feature_config=E.FeatureConfig(table=table), optimizer=E.SGD(0.1))
@@ -70,19 +77,28 @@ def test_optimizer_none_in_a_strategy_is_a_value_error_unless_every_table_has_it
     assert sorted(embedding.variables[table]) == ["accumulators", "parameters"]
 
 
-@pytest.mark.parametrize("decay", [
-    dict(weight_decay_factor=0.1), dict(weight_decay_factor=0.0), dict(weight_decay_factor=0.1,
-    multiply_weight_decay_factor_by_learning_rate=True), dict(multiply_weight_decay_factor_by_learning_rate=False),
-], ids=["factor", "factor_zero", "both", "flag_false"])
+@pytest.mark.parametrize(
+    "decay",
+    [
+        dict(weight_decay_factor=0.1),
+        dict(weight_decay_factor=0.0),
+        dict(weight_decay_factor=0.1, multiply_weight_decay_factor_by_learning_rate=True),
+        dict(multiply_weight_decay_factor_by_learning_rate=False),
+    ],
+    ids=["factor", "factor_zero", "both", "flag_false"],
+)
 @pytest.mark.parametrize("optimizer_class", [E.SGD, E.Adagrad, E.AdagradMomentum, E.Adam, E.FTRL])
 def test_weight_decay_is_not_implemented_as_in_tensorflow_sparsecore(optimizer_class, decay):
     # TensorFlow's TPUEmbeddingV2.__init__ raises for any value that is not None (0.0 and False included).
     plain = row_ids_table(name="plain")
     decayed = row_ids_table(name="decayed", optimizer=optimizer_class(0.1, **decay))
     config = [E.FeatureConfig(table=plain), E.FeatureConfig(table=decayed)]
-    with pytest.raises(NotImplementedError, match=r"weight_decay_factor and multiply_weight_decay_factor_by_"
-                                                  r"learning_rate are not supported yet\. But found in table "
-                                                  r"decayed setting.*use TPUEmbedding"):
+    with pytest.raises(
+        NotImplementedError,
+        match=r"weight_decay_factor and multiply_weight_decay_factor_by_"
+        r"learning_rate are not supported yet\. But found in table "
+        r"decayed setting.*use TPUEmbedding",
+    ):
         v2(feature_config=config, optimizer=E.SGD(0.1))
     assert plain.optimizer is None  # the global optimizer was not left on the table
     with pytest.raises(NotImplementedError, match="found in table plain"):
@@ -90,8 +106,10 @@ def test_weight_decay_is_not_implemented_as_in_tensorflow_sparsecore(optimizer_c
     # TPUEmbedding has weight decay (docs/semantics.md), and the strategy check comes first in TPUEmbeddingV2.
     E.TPUEmbedding(feature_config=config, optimizer=E.SGD(0.1))
     with pytest.raises(RuntimeError, match="should be created under TPUStrategy"):
-        E.TPUEmbeddingV2(feature_config=[E.FeatureConfig(table=row_ids_table(optimizer=optimizer_class(0.1, **decay)))],
-                         optimizer=None)
+        E.TPUEmbeddingV2(
+            feature_config=[E.FeatureConfig(table=row_ids_table(optimizer=optimizer_class(0.1, **decay)))],
+            optimizer=None,
+        )
 
 
 def test_weight_decay_left_none_is_accepted():
@@ -100,9 +118,9 @@ def test_weight_decay_left_none_is_accepted():
 
 
 def test_works_under_the_emulated_strategy():
-    embedding, table = make()
+    embedding, _table = make()
     assert "TPUEmbeddingV2" in repr(embedding) and "emulated TPUStrategy" in repr(embedding)
-    activations, preserved = embedding(FEATURES)
+    _activations, preserved = embedding(FEATURES)
     with pytest.warns(UserWarning, match="seq/0"):
         embedding.apply_gradients({"x": np.ones((2, D), np.float32), "seq": [None]}, preserved)
 
@@ -172,14 +190,22 @@ def test_enqueue_refuses_a_non_tpu_device_and_dequeue_a_foreign_batch():
         embedding.dequeue({"table_0": None})
 
 
-@pytest.mark.parametrize("features,weights,error,match", [
-    ({"x": "ids", "seq": [np.array([1, 2])]}, None, ValueError, "unknown type"),
-    ({"x": tf.ragged.constant([[1], [2]]), "seq": [np.array([1, 2])]},
-     {"x": tf.SparseTensor([[0, 0], [1, 0]], [1.0, 1.0], [2, 1]), "seq": [None]}, ValueError, "does not match"),
-    ({"x": np.array([1, 2]), "seq": (np.array([1, 2]),)}, None, TypeError, "tuple"),
-    ({"x": np.array([1, 2]), "seq": [np.array([1, 2])]}, {"x": None}, ValueError, "keys"),
-    ({"x": np.array([1, 2])}, None, ValueError, "keys"),
-], ids=["unknown_type", "weight_type", "list_vs_tuple", "weights_structure", "missing_feature"])
+@pytest.mark.parametrize(
+    "features,weights,error,match",
+    [
+        ({"x": "ids", "seq": [np.array([1, 2])]}, None, ValueError, "unknown type"),
+        (
+            {"x": tf.ragged.constant([[1], [2]]), "seq": [np.array([1, 2])]},
+            {"x": tf.SparseTensor([[0, 0], [1, 0]], [1.0, 1.0], [2, 1]), "seq": [None]},
+            ValueError,
+            "does not match",
+        ),
+        ({"x": np.array([1, 2]), "seq": (np.array([1, 2]),)}, None, TypeError, "tuple"),
+        ({"x": np.array([1, 2]), "seq": [np.array([1, 2])]}, {"x": None}, ValueError, "keys"),
+        ({"x": np.array([1, 2])}, None, ValueError, "keys"),
+    ],
+    ids=["unknown_type", "weight_type", "list_vs_tuple", "weights_structure", "missing_feature"],
+)
 def test_embedding_lookup_errors(features, weights, error, match):
     embedding, _ = make()
     with pytest.raises(error, match=match):
@@ -200,9 +226,14 @@ def test_activations_and_updates_equal_the_reference_kernels():
     grads = [np.random.default_rng(i).normal(size=(2, 3)).astype(np.float32) for i in range(2)]
     embedding.apply_gradients(grads, preserved)
     row_ids, row_grads = zip(*[pooled_backward(b, "sqrtn", g) for b, g in zip(batches, grads)])
-    want, want_slots = apply_sparse_update(optimizer_spec(optimizer), before["parameters"],
-                                           {"momenta": before["momenta"], "velocities": before["velocities"]},
-                                           np.concatenate(row_ids), np.concatenate(row_grads), step=0)
+    want, want_slots = apply_sparse_update(
+        optimizer_spec(optimizer),
+        before["parameters"],
+        {"momenta": before["momenta"], "velocities": before["velocities"]},
+        np.concatenate(row_ids),
+        np.concatenate(row_grads),
+        step=0,
+    )
     after = embedding.variables[table]
     np.testing.assert_allclose(after["parameters"], want, rtol=1e-6)
     np.testing.assert_allclose(after["velocities"], want_slots["velocities"], rtol=1e-6)
@@ -217,14 +248,21 @@ def test_apply_gradients_before_build_is_a_runtime_error():
         embedding.apply_gradients({"x": None, "seq": [None]}, {})
 
 
-@pytest.mark.parametrize("gradients,error,match", [
-    ({"x": [[1.0, 1.0], [1.0, 1.0]], "seq": [None]}, ValueError, "non-tensor type"),
-    ({"x": np.ones((2, D + 1), np.float32), "seq": [None]}, ValueError, "Expected shape"),
-    ({"x": np.ones((2, D), np.float32), "seq": [np.ones((2, D), np.float32)]}, ValueError,
-     r"Expected shape \[2, 2, 2\]"),
-    ({"x": np.ones((2, D), np.float32), "seq": (None,)}, TypeError, "tuple"),
-    ({"x": np.ones((2, D), np.float32), "seq": []}, ValueError, "items"),
-], ids=["list", "wrong_dim", "seq_shape", "tuple_for_list", "short_list"])
+@pytest.mark.parametrize(
+    "gradients,error,match",
+    [
+        ({"x": [[1.0, 1.0], [1.0, 1.0]], "seq": [None]}, ValueError, "non-tensor type"),
+        ({"x": np.ones((2, D + 1), np.float32), "seq": [None]}, ValueError, "Expected shape"),
+        (
+            {"x": np.ones((2, D), np.float32), "seq": [np.ones((2, D), np.float32)]},
+            ValueError,
+            r"Expected shape \[2, 2, 2\]",
+        ),
+        ({"x": np.ones((2, D), np.float32), "seq": (None,)}, TypeError, "tuple"),
+        ({"x": np.ones((2, D), np.float32), "seq": []}, ValueError, "items"),
+    ],
+    ids=["list", "wrong_dim", "seq_shape", "tuple_for_list", "short_list"],
+)
 def test_bad_gradients(gradients, error, match):
     embedding, table = make()
     _, preserved = embedding(FEATURES)
@@ -260,8 +298,11 @@ def test_preserved_outputs_must_be_this_objects_and_are_used_once():
 def test_callable_learning_rate_and_pipelining():
     rates = iter([1.0, 2.0, 3.0])
     table = row_ids_table(combiner="sum")
-    embedding = v2(feature_config=E.FeatureConfig(table=table), optimizer=E.SGD(learning_rate=lambda: next(rates)),
-                   pipeline_execution_with_tensor_core=True)
+    embedding = v2(
+        feature_config=E.FeatureConfig(table=table),
+        optimizer=E.SGD(learning_rate=lambda: next(rates)),
+        pipeline_execution_with_tensor_core=True,
+    )
     seen = []
     for _ in range(3):
         activations, preserved = embedding(np.array([5]))

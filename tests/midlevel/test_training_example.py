@@ -33,15 +33,17 @@ class LinearModel:
     """`y = concat(activations) @ w + b` with a mean squared error; gradients written out."""
 
     def __init__(self, width: int, seed: int = 0):
-        self.params = {"w": np.random.default_rng(seed).normal(0, 0.3, (width, 1)).astype(np.float32),
-                       "b": np.zeros(1, np.float32)}
+        self.params = {
+            "w": np.random.default_rng(seed).normal(0, 0.3, (width, 1)).astype(np.float32),
+            "b": np.zeros(1, np.float32),
+        }
 
     def loss_and_gradients(self, activations, labels):
         """(loss, d loss / d activations (same nest), d loss / d params)."""
         keys = sorted(activations)
         x = np.concatenate([activations[k] for k in keys], axis=1)
         error = (x @ self.params["w"])[:, 0] + self.params["b"][0] - labels
-        loss = float(np.mean(error ** 2))
+        loss = float(np.mean(error**2))
         d_out = (2.0 / len(labels)) * error[:, None].astype(np.float32)
         d_x = d_out @ self.params["w"].T
         splits = np.cumsum([activations[k].shape[1] for k in keys])[:-1]
@@ -55,10 +57,12 @@ class LinearModel:
 
 def page_feature_config(optimizer_one=None):
     """The page's feature config: features one and two share table one; three has table two."""
-    table_config_one = E.TableConfig(vocabulary_size=V1, dim=D, optimizer=optimizer_one,
-                                     initializer=tf.random_uniform_initializer(-0.5, 0.5, seed=1))
-    table_config_two = E.TableConfig(vocabulary_size=V2, dim=D,
-                                     initializer=tf.random_uniform_initializer(-0.5, 0.5, seed=2))
+    table_config_one = E.TableConfig(
+        vocabulary_size=V1, dim=D, optimizer=optimizer_one, initializer=tf.random_uniform_initializer(-0.5, 0.5, seed=1)
+    )
+    table_config_two = E.TableConfig(
+        vocabulary_size=V2, dim=D, initializer=tf.random_uniform_initializer(-0.5, 0.5, seed=2)
+    )
     return {
         "feature_one": E.FeatureConfig(table=table_config_one),
         "feature_two": E.FeatureConfig(table=table_config_one),
@@ -80,11 +84,13 @@ def make_batch(rng, *, low=0, high=None):
     features = {
         "feature_one": one,
         "feature_two": tf.ragged.constant(two_rows),
-        "feature_three": tf.SparseTensor(indices=[[b, j] for b in range(B) for j in range(2)],
-                                         values=three_ids.reshape(-1), dense_shape=[B, 2]),
+        "feature_three": tf.SparseTensor(
+            indices=[[b, j] for b in range(B) for j in range(2)], values=three_ids.reshape(-1), dense_shape=[B, 2]
+        ),
     }
-    labels = (TARGET_ONE[one] + np.array([TARGET_ONE[r].mean() for r in two_rows])
-              + TARGET_TWO[three_ids].mean(1)).astype(np.float32)
+    labels = (
+        TARGET_ONE[one] + np.array([TARGET_ONE[r].mean() for r in two_rows]) + TARGET_TWO[three_ids].mean(1)
+    ).astype(np.float32)
     return features, labels
 
 
@@ -100,10 +106,12 @@ def reference_step(tables, slots, features, model, labels, optimizers, step):
     loss, d_activations, _ = model.loss_and_gradients(activations, labels)
     new_tables, new_slots = {}, {}
     for table in ("one", "two"):
-        ids, grads = zip(*[pooled_backward(batches[n], "mean", d_activations[n])
-                           for n, (t, _) in specs.items() if t == table])
+        ids, grads = zip(
+            *[pooled_backward(batches[n], "mean", d_activations[n]) for n, (t, _) in specs.items() if t == table]
+        )
         new_tables[table], new_slots[table] = apply_sparse_update(
-            optimizers[table], tables[table], slots[table], np.concatenate(ids), np.concatenate(grads), step)
+            optimizers[table], tables[table], slots[table], np.concatenate(ids), np.concatenate(grads), step
+        )
     return new_tables, new_slots, loss
 
 
@@ -118,19 +126,16 @@ def test_the_tpu_embedding_page_example_trains_and_matches_the_reference_kernels
     strategy = tf.distribute.TPUStrategy(resolver)
     with strategy.scope():
         embedding = tf.tpu.experimental.embedding.TPUEmbedding(
-            feature_config=feature_config,
-            batch_size=B,
-            optimizer=tf.tpu.experimental.embedding.SGD(0.1))
+            feature_config=feature_config, batch_size=B, optimizer=tf.tpu.experimental.embedding.SGD(0.1)
+        )
 
     def dataset_fn(context):
         rng = np.random.default_rng(context.input_pipeline_id)
         return [make_batch(rng) for _ in range(40)]
 
-    distributed_dataset = (
-        strategy.experimental_distribute_datasets_from_function(
-            dataset_fn=dataset_fn,
-            options=tf.distribute.InputOptions(
-                experimental_prefetch_to_device=False)))
+    distributed_dataset = strategy.experimental_distribute_datasets_from_function(
+        dataset_fn=dataset_fn, options=tf.distribute.InputOptions(experimental_prefetch_to_device=False)
+    )
     dataset_iterator = iter(distributed_dataset)
 
     tables_by_name = {t.name: t for t in embedding.embedding_tables}
@@ -143,31 +148,37 @@ def test_the_tpu_embedding_page_example_trains_and_matches_the_reference_kernels
             labels = tpu_features
             # Reference first, from the tables and slots before the step.
             variables = embedding.variables
-            tables = {"one": variables[tables_by_name["table_0"]]["parameters"],
-                      "two": variables[tables_by_name["table_1"]]["parameters"]}
+            tables = {
+                "one": variables[tables_by_name["table_0"]]["parameters"],
+                "two": variables[tables_by_name["table_1"]]["parameters"],
+            }
             slots = {"one": {"accumulators": variables[tables_by_name["table_0"]]["accumulators"]}, "two": {}}
             want_tables, want_slots, want_loss = reference_step(
-                tables, slots, embedding_features, model, labels, optimizers, step=embedding.engine.global_step)
+                tables, slots, embedding_features, model, labels, optimizers, step=embedding.engine.global_step
+            )
 
-            activations = embedding.dequeue()                   # with tf.GradientTape() as tape: ...
+            activations = embedding.dequeue()  # with tf.GradientTape() as tape: ...
             loss, embedding_gradients, model_gradients = model.loss_and_gradients(activations, labels)
             embedding.apply_gradients(embedding_gradients)
-            model.apply(model_gradients)                        # "your model gradient and optimizer"
+            model.apply(model_gradients)  # "your model gradient and optimizer"
             losses.append(loss)
 
             assert loss == pytest.approx(want_loss, rel=1e-5)
             after = embedding.variables
-            np.testing.assert_allclose(after[tables_by_name["table_0"]]["parameters"], want_tables["one"],
-                                       rtol=1e-6, atol=1e-7)
-            np.testing.assert_allclose(after[tables_by_name["table_0"]]["accumulators"],
-                                       want_slots["one"]["accumulators"], rtol=1e-6)
-            np.testing.assert_allclose(after[tables_by_name["table_1"]]["parameters"], want_tables["two"],
-                                       rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(
+                after[tables_by_name["table_0"]]["parameters"], want_tables["one"], rtol=1e-6, atol=1e-7
+            )
+            np.testing.assert_allclose(
+                after[tables_by_name["table_0"]]["accumulators"], want_slots["one"]["accumulators"], rtol=1e-6
+            )
+            np.testing.assert_allclose(
+                after[tables_by_name["table_1"]]["parameters"], want_tables["two"], rtol=1e-6, atol=1e-7
+            )
 
         for _ in tf.range(num_steps):
             embedding_features, tpu_features = next(dataset_iterator)
             embedding.enqueue(embedding_features, training=True)
-            strategy.run(tpu_step, args=(tpu_features, ))
+            strategy.run(tpu_step, args=(tpu_features,))
 
     @tf.function
     def evalution_step(dataset_iterator, num_steps):
@@ -179,7 +190,7 @@ def test_the_tpu_embedding_page_example_trains_and_matches_the_reference_kernels
         for _ in tf.range(num_steps):
             embedding_features, tpu_features = next(dataset_iterator)
             embedding.enqueue(embedding_features, training=False)
-            results.append(strategy.run(tpu_step, args=(tpu_features, )))
+            results.append(strategy.run(tpu_step, args=(tpu_features,)))
         return results
 
     before = {t: v.copy() for t, v in embedding.embedding_tables.items()}
@@ -202,18 +213,20 @@ def test_the_tpu_embedding_page_example_trains_and_matches_the_reference_kernels
     cpu_embedding = tf.tpu.experimental.embedding.TPUEmbedding(
         feature_config=page_feature_config(optimizer_one=E.Adagrad(learning_rate=0.2)),
         batch_size=B,
-        optimizer=tf.tpu.experimental.embedding.SGD(0.1))
+        optimizer=tf.tpu.experimental.embedding.SGD(0.1),
+    )
     checkpoint = tf.train.Checkpoint(model=cpu_model.params, embedding=cpu_embedding)
     checkpoint.restore(tf.train.latest_checkpoint(str(tmp_path))).assert_consumed()
     tables = cpu_embedding.embedding_tables
-    for (table, values), trained in zip(tables.items(), tables_after_training.values()):
+    for values, trained in zip(tables.values(), tables_after_training.values()):
         np.testing.assert_array_equal(values, trained)
     np.testing.assert_array_equal(cpu_model.params["w"], model.params["w"])
 
     # "You can now use table in functions like tf.nn.embedding_lookup": the serving lookup.
-    features, labels = make_batch(np.random.default_rng(123))
-    served = tf.tpu.experimental.embedding.serving_embedding_lookup(features, None, tables,
-                                                                    cpu_embedding._feature_config)
+    features, _labels = make_batch(np.random.default_rng(123))
+    served = tf.tpu.experimental.embedding.serving_embedding_lookup(
+        features, None, tables, cpu_embedding._feature_config
+    )
     embedding.enqueue(features, training=False)
     trained = embedding.dequeue()
     for key in trained:
@@ -226,8 +239,11 @@ def test_the_tpu_embedding_page_example_trains_and_matches_the_reference_kernels
 
 
 def train(batches, *, pipelining, optimizer=None):
-    embedding = E.TPUEmbedding(feature_config=page_feature_config(), optimizer=optimizer or E.SGD(0.5),
-                               pipeline_execution_with_tensor_core=pipelining)
+    embedding = E.TPUEmbedding(
+        feature_config=page_feature_config(),
+        optimizer=optimizer or E.SGD(0.5),
+        pipeline_execution_with_tensor_core=pipelining,
+    )
     model = LinearModel(3 * D)
     for features, labels in batches:
         embedding.enqueue(features, training=True)
@@ -248,8 +264,11 @@ def disjoint_batches(steps):
         one = rng.integers(low, low + V1 // 2, B)
         two = [list(rng.integers(low, low + V1 // 2, n)) for n in rng.integers(1, 4, B)]
         three = rng.integers(0, V2 // 2, B) + (step % 2) * (V2 // 2)
-        features = {"feature_one": one, "feature_two": tf.ragged.constant(two),
-                    "feature_three": tf.ragged.constant([[int(i)] for i in three])}
+        features = {
+            "feature_one": one,
+            "feature_two": tf.ragged.constant(two),
+            "feature_three": tf.ragged.constant([[int(i)] for i in three]),
+        }
         out.append((features, rng.normal(0, 1, B).astype(np.float32)))
     return out
 
@@ -282,17 +301,24 @@ def test_pipelining_gives_one_step_stale_lookups_when_ids_repeat():
     for step, (features, labels) in enumerate(batches):
         seen = states[max(step - 1, 0)]
         specs = {"feature_one": ("one", V1), "feature_two": ("one", V1), "feature_three": ("two", V2)}
-        batch = {n: to_ragged(features[n].reshape(-1, 1) if isinstance(features[n], np.ndarray) else features[n],
-                              feature=FeatureSpec(name=n, table=t, num_buckets=v)) for n, (t, v) in specs.items()}
+        batch = {
+            n: to_ragged(
+                features[n].reshape(-1, 1) if isinstance(features[n], np.ndarray) else features[n],
+                feature=FeatureSpec(name=n, table=t, num_buckets=v),
+            )
+            for n, (t, v) in specs.items()
+        }
         activations = {n: pooled_lookup(seen[t], batch[n], "mean") for n, (t, _) in specs.items()}
         _, d_activations, d_params = model.loss_and_gradients(activations, labels)
         model.apply(d_params)
         new = {}
         for table in ("one", "two"):
-            ids, grads = zip(*[pooled_backward(batch[n], "mean", d_activations[n])
-                               for n, (t, _) in specs.items() if t == table])
-            new[table], _ = apply_sparse_update(sgd, states[-1][table], initial_slots(sgd, (1, D)),
-                                                np.concatenate(ids), np.concatenate(grads), step)
+            ids, grads = zip(
+                *[pooled_backward(batch[n], "mean", d_activations[n]) for n, (t, _) in specs.items() if t == table]
+            )
+            new[table], _ = apply_sparse_update(
+                sgd, states[-1][table], initial_slots(sgd, (1, D)), np.concatenate(ids), np.concatenate(grads), step
+            )
         states.append(new)
     np.testing.assert_allclose(piped["table_0"], states[-1]["one"], rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(piped["table_1"], states[-1]["two"], rtol=1e-6, atol=1e-7)
@@ -300,8 +326,9 @@ def test_pipelining_gives_one_step_stale_lookups_when_ids_repeat():
 
 def test_pipelined_lookup_reads_the_tables_before_the_previous_update():
     table = E.TableConfig(vocabulary_size=4, dim=1, combiner="sum", initializer=E.RowIdInitializer())
-    embedding = E.TPUEmbedding(feature_config=E.FeatureConfig(table=table), optimizer=E.SGD(1.0),
-                               pipeline_execution_with_tensor_core=True)
+    embedding = E.TPUEmbedding(
+        feature_config=E.FeatureConfig(table=table), optimizer=E.SGD(1.0), pipeline_execution_with_tensor_core=True
+    )
     seen = []
     for _ in range(3):
         embedding.enqueue(np.array([2]))

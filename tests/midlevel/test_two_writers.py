@@ -19,13 +19,14 @@ import pytest
 import tpu_embedding_shim as tf
 from tpu_embedding_shim.engine.tf_bundle.debris import LOCK_FILE, DirectoryInUseError, sole_writer
 
-pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL") or sys.platform == "win32",
-                                reason="needs SIGKILL and flock (POSIX)")
+pytestmark = pytest.mark.skipif(
+    not hasattr(signal, "SIGKILL") or sys.platform == "win32", reason="needs SIGKILL and flock (POSIX)"
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT = 60
 
-HOLDER = r'''
+HOLDER = r"""
 import sys
 import numpy as np
 import tpu_embedding_shim as tf
@@ -37,9 +38,9 @@ print("saved", flush=True)
 sys.stdin.read()  # holds the directory until stdin closes
 manager.save()
 print("done", flush=True)
-'''
+"""
 
-SECOND = r'''
+SECOND = r"""
 import sys
 import numpy as np
 import tpu_embedding_shim as tf
@@ -50,13 +51,19 @@ try:
 except RuntimeError as error:
     print(type(error).__name__, error)
     sys.exit(3)
-'''
+"""
 
 
 def run(script, directory):
     env = dict(os.environ, TPU_EMBEDDING_SHIM_KERNELS="numpy", PYTHONPATH=ROOT)
-    return subprocess.Popen([sys.executable, "-c", script, str(directory)], env=env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", script, str(directory)],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def holder(directory):
@@ -73,8 +80,7 @@ def finish(process):
 
 
 def listing(directory):
-    return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))
-            if name != LOCK_FILE}
+    return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory)) if name != LOCK_FILE}
 
 
 def test_a_second_process_saving_is_refused_and_readers_work(tmp_path):
@@ -95,7 +101,10 @@ def test_a_second_process_saving_is_refused_and_readers_work(tmp_path):
         manager.restore_or_initialize()
         assert model["w"].tolist() == [5.0, 5.0, 5.0]
         assert tf.train.load_checkpoint(str(tmp_path)).get_tensor("model/w/.ATTRIBUTES/VARIABLE_VALUE").tolist() == [
-            5.0, 5.0, 5.0]
+            5.0,
+            5.0,
+            5.0,
+        ]
         # Another process is refused the same way.
         code, out, _ = finish(run(SECOND, tmp_path))
         assert code == 3 and out.startswith("DirectoryInUseError") and f"process {first.pid}" in out
@@ -124,8 +133,9 @@ def test_a_killed_holder_leaves_no_lock_that_blocks_the_next_run(tmp_path):
 
 def test_saves_within_one_process_share_the_lock(tmp_path):
     one = tf.train.CheckpointManager(tf.train.Checkpoint(model={"w": np.ones(2)}), str(tmp_path), max_to_keep=3)
-    two = tf.train.CheckpointManager(tf.train.Checkpoint(model={"v": np.ones(2)}), str(tmp_path), max_to_keep=3,
-                                     checkpoint_name="other")
+    two = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model={"v": np.ones(2)}), str(tmp_path), max_to_keep=3, checkpoint_name="other"
+    )
     one.save()
     two.save()
     with sole_writer(str(tmp_path), "test"):
@@ -147,7 +157,7 @@ def test_a_read_only_directory_is_read_without_a_lock(tmp_path):
         os.chmod(tmp_path, 0o755)
 
 
-FORKING_HOLDER = r'''
+FORKING_HOLDER = r"""
 import os, signal, sys
 import numpy as np
 import tpu_embedding_shim as tf
@@ -159,7 +169,7 @@ if os.fork() == 0:  # a worker that outlives the writer
     os._exit(0)
 print("forked", flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
-'''
+"""
 
 
 def test_a_forked_child_outliving_a_killed_writer_does_not_keep_the_lock(tmp_path):

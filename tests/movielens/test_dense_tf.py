@@ -32,8 +32,9 @@ def tiny_wheel(tmp_path_factory):
 
 @pytest.fixture
 def tensorflow():
-    return pytest.importorskip("tensorflow", reason="--dense tf needs TensorFlow (the `tensorflow` extra: "
-                                                    f"{EXTRA}, in a separate venv)")
+    return pytest.importorskip(
+        "tensorflow", reason=f"--dense tf needs TensorFlow (the `tensorflow` extra: {EXTRA}, in a separate venv)"
+    )
 
 
 class _NoTensorFlow(importlib.abc.MetaPathFinder):
@@ -87,8 +88,9 @@ def test_a_bad_dense_option_is_a_value_error_naming_it(dense):
         job.JobConfig(dense=dense)
 
 
-def test_without_tensorflow_the_command_line_names_the_extra_before_any_work(no_tensorflow, monkeypatch, capsys,
-                                                                              tmp_path):
+def test_without_tensorflow_the_command_line_names_the_extra_before_any_work(
+    no_tensorflow, monkeypatch, capsys, tmp_path
+):
     monkeypatch.setattr(ml_data, "load", _no_download)
     monkeypatch.setattr(ml_data, "fetch", _no_download)
     with pytest.raises(SystemExit) as exit_info:
@@ -101,8 +103,10 @@ def test_without_tensorflow_the_command_line_names_the_extra_before_any_work(no_
 
 def test_without_tensorflow_run_raises_import_error_before_any_work(no_tensorflow, monkeypatch, tmp_path):
     monkeypatch.setattr(ml_data, "load", _no_download)
-    message = (r"needs TensorFlow, which is not installed \(No module named 'tensorflow'\)\. Install the `tensorflow` "
-               r"extra: pip install 'tpu-embedding-shim\[tensorflow\]'")
+    message = (
+        r"needs TensorFlow, which is not installed \(No module named 'tensorflow'\)\. Install the `tensorflow` "
+        r"extra: pip install 'tpu-embedding-shim\[tensorflow\]'"
+    )
     with pytest.raises(ImportError, match=message):
         job.run(job.JobConfig(output_dir=str(tmp_path / "out"), dense="tf", plot=False), echo=lambda line: None)
     assert not (tmp_path / "out").exists()
@@ -118,8 +122,19 @@ def test_an_import_error_other_than_a_missing_tensorflow_is_raised_as_it_is(monk
 def test_the_tf_job_trains_evaluates_and_writes_its_outputs(tensorflow, tiny_wheel, tmp_path):
     out = tmp_path / "out"
     lines = []
-    result = job.run(job.JobConfig(output_dir=str(out), wheel=tiny_wheel, epochs=3, batch_size=32, eval_batch_size=64,
-                                   dense="tf", progress=False, plot=False), echo=lines.append)
+    result = job.run(
+        job.JobConfig(
+            output_dir=str(out),
+            wheel=tiny_wheel,
+            epochs=3,
+            batch_size=32,
+            eval_batch_size=64,
+            dense="tf",
+            progress=False,
+            plot=False,
+        ),
+        echo=lines.append,
+    )
     assert result.dense == "tf"
     assert result.global_step == 3 * int(np.ceil(600 / 32))
     assert result.train_loss[-1] < result.train_loss[0]
@@ -142,14 +157,16 @@ def _activations_model_fn_for(pooled_columns, sequence_columns, layout, dims, **
         pooled = tf.keras.layers.DenseFeatures(pooled_columns)(features)
         sequence, lengths = tf.keras.experimental.SequenceFeatures(sequence_columns)(features)
         return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
-            mode, predictions={"pooled": pooled, "sequence": sequence, "lengths": lengths})
+            mode, predictions={"pooled": pooled, "sequence": sequence, "lengths": lengths}
+        )
 
     return model_fn
 
 
 def test_the_tf_dense_part_is_the_numpy_mlp_and_its_auc_the_exact_one(tensorflow, tiny_wheel, tmp_path, monkeypatch):
-    config = job.JobConfig(output_dir=str(tmp_path), wheel=tiny_wheel, batch_size=32, eval_batch_size=64, dense="tf",
-                           progress=False)
+    config = job.JobConfig(
+        output_dir=str(tmp_path), wheel=tiny_wheel, batch_size=32, eval_batch_size=64, dense="tf", progress=False
+    )
     data = ml_data.load(tiny_wheel)
     losses = []
     estimator = job.build_estimator(config, data, losses)
@@ -165,8 +182,10 @@ def test_the_tf_dense_part_is_the_numpy_mlp_and_its_auc_the_exact_one(tensorflow
     batches = list(reader.predict(job.input_fn_for(data, data.test), yield_single_examples=False))
     pooled_columns, _ = ml_model.feature_columns(data, os.path.join(str(tmp_path), "zip_prefixes.txt"))
     weights = {"w1": "dense/kernel", "b1": "dense/bias", "w2": "dense_1/kernel", "b2": "dense_1/bias"}
-    mlp = ml_model.DenseModel(ml_model.pooled_layout(pooled_columns), state={
-        name: estimator.get_variable_value(tf_name) for name, tf_name in weights.items()})
+    mlp = ml_model.DenseModel(
+        ml_model.pooled_layout(pooled_columns),
+        state={name: estimator.get_variable_value(tf_name) for name, tf_name in weights.items()},
+    )
     logits = np.concatenate([mlp.forward(b["pooled"], b["sequence"], b["lengths"]) for b in batches])
     np.testing.assert_allclose(probability, ml_model._sigmoid(logits), rtol=1e-5, atol=1e-6)
 

@@ -13,17 +13,34 @@ from tpu_embedding_shim.movielens.job import JobConfig
 from .test_movielens import make_wheel
 
 
-@pytest.mark.parametrize("option, value", [("epochs", 0), ("epochs", -1), ("max_examples", 0), ("max_examples", -5),
-                                           ("batch_size", 0), ("num_shards", 0), ("epochs", 2.5), ("epochs", True),
-                                           ("embedding_learning_rate", 0.0), ("dense_learning_rate", float("nan")),
-                                           ("partition_strategy", "DIV")])
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("epochs", 0),
+        ("epochs", -1),
+        ("max_examples", 0),
+        ("max_examples", -5),
+        ("batch_size", 0),
+        ("num_shards", 0),
+        ("epochs", 2.5),
+        ("epochs", True),
+        ("embedding_learning_rate", 0.0),
+        ("dense_learning_rate", float("nan")),
+        ("partition_strategy", "DIV"),
+    ],
+)
 def test_a_bad_option_is_a_value_error_naming_it(option, value):
     with pytest.raises(ValueError, match=f"Option `{option}` must be .* Received: "):
         JobConfig(**{option: value})
 
 
-@pytest.mark.parametrize("argv, message", [(["--epochs", "0"], "`--epochs` must be an int >= 1. Received: 0."),
-                                           (["--max-examples", "-5"], "`--max-examples` must be an int >= 1 or None")])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--epochs", "0"], "`--epochs` must be an int >= 1. Received: 0."),
+        (["--max-examples", "-5"], "`--max-examples` must be an int >= 1 or None"),
+    ],
+)
 def test_the_command_line_refuses_a_bad_option_before_any_work(tmp_path, capsys, argv, message):
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exit_info:
@@ -36,8 +53,13 @@ def test_the_command_line_help_shows_every_option_with_its_default(capsys):
     with pytest.raises(SystemExit):
         cli.main(["movielens", "--help"])
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines at the terminal's width
-    for option, default in [("--epochs", "5"), ("--batch-size", "256"), ("--num-shards", "2"),
-                            ("--partition-strategy", "div"), ("--output-dir", "movielens_output")]:
+    for option, default in [
+        ("--epochs", "5"),
+        ("--batch-size", "256"),
+        ("--num-shards", "2"),
+        ("--partition-strategy", "div"),
+        ("--output-dir", "movielens_output"),
+    ]:
         assert option in text and f"(default: {default})" in text
 
 
@@ -50,8 +72,11 @@ def test_many_shards_are_allowed_with_a_warning(caplog):
 def test_a_corrupt_wheel_names_the_file(tmp_path):
     wheel = tmp_path / "recbole-1.2.1-py3-none-any.whl"
     wheel.write_bytes(b"PK\x03\x04 cut short")
-    with pytest.raises(ValueError, match=r"recbole-1\.2\.1-py3-none-any\.whl' is not a readable recbole==1\.2\.1 "
-                                         r"wheel .* Delete it and run again"):
+    with pytest.raises(
+        ValueError,
+        match=r"recbole-1\.2\.1-py3-none-any\.whl' is not a readable recbole==1\.2\.1 "
+        r"wheel .* Delete it and run again",
+    ):
         ml_data.load(str(wheel))
 
 

@@ -1,6 +1,5 @@
 """The MovieLens job: data parsing, the hand-written gradients, and the whole job on small data."""
 
-import io
 import json
 import os
 import zipfile
@@ -10,7 +9,7 @@ import pytest
 
 from tpu_embedding_shim.movielens import data as ml_data
 from tpu_embedding_shim.movielens import model as ml_model
-from tpu_embedding_shim.movielens.job import JobConfig, baseline, run
+from tpu_embedding_shim.movielens.job import JobConfig, run
 
 
 def make_wheel(path, num_users=30, num_items=40, ratings_per_user=25, seed=0):
@@ -52,8 +51,8 @@ def test_parsing_split_and_history(tiny_wheel):
         train, test = np.intersect1d(rows, d.train), np.intersect1d(rows, d.test)
         assert d.timestamp[train].max() <= d.timestamp[test].min()  # the split is by time, per user
     example = np.flatnonzero(d.user == 5)[6]
-    history = d.history_values[d.history_splits[example]:d.history_splits[example + 1]]
-    np.testing.assert_array_equal(history, d.item[example - 4:example])  # the 4 previous movies, oldest first
+    history = d.history_values[d.history_splits[example] : d.history_splits[example + 1]]
+    np.testing.assert_array_equal(history, d.item[example - 4 : example])  # the 4 previous movies, oldest first
     features, labels = ml_data.features_of(d, d.test[:8])
     assert features["history"].nrows == 8 and features["gender"].shape == (8, 1)
     assert set(np.unique(labels)) <= {0.0, 1.0}
@@ -101,21 +100,41 @@ def test_auc_equals_the_pairwise_definition():
 def test_the_whole_job_on_a_tiny_generated_file(tiny_wheel, tmp_path):
     lines = []
     out = str(tmp_path / "out")
-    result = run(JobConfig(output_dir=out, wheel=tiny_wheel, epochs=3, batch_size=32, eval_batch_size=64,
-                           partition_strategy="mod", pipelining=True, progress=False, plot=False), echo=lines.append)
+    result = run(
+        JobConfig(
+            output_dir=out,
+            wheel=tiny_wheel,
+            epochs=3,
+            batch_size=32,
+            eval_batch_size=64,
+            partition_strategy="mod",
+            pipelining=True,
+            progress=False,
+            plot=False,
+        ),
+        echo=lines.append,
+    )
     assert result.global_step == 3 * int(np.ceil(600 / 32))
     assert result.train_loss[-1] < result.train_loss[0]
     assert result.checkpoint == os.path.join(out, "model", f"model.ckpt-{result.global_step}")  # TensorFlow's format
-    assert os.path.isfile(result.checkpoint + ".index") and os.path.isfile(os.path.join(result.export_dir,
-                                                                                        "manifest.json"))
+    assert os.path.isfile(result.checkpoint + ".index") and os.path.isfile(
+        os.path.join(result.export_dir, "manifest.json")
+    )
     saved = json.load(open(tmp_path / "out" / "results.json"))
     assert saved["test_auc"] == result.test_auc
     assert any("most-popular-item baseline" in line for line in lines)
 
 
 def test_the_job_reruns_from_scratch_in_its_own_output_dir(tiny_wheel, tmp_path):
-    config = JobConfig(output_dir=str(tmp_path / "out"), wheel=tiny_wheel, epochs=1, batch_size=64, eval_batch_size=64,
-                       progress=False, plot=False)
+    config = JobConfig(
+        output_dir=str(tmp_path / "out"),
+        wheel=tiny_wheel,
+        epochs=1,
+        batch_size=64,
+        eval_batch_size=64,
+        progress=False,
+        plot=False,
+    )
     first = run(config, echo=lambda line: None)
     lines = []
     second = run(config, echo=lines.append)  # the estimator alone would resume and refuse the export
@@ -127,8 +146,10 @@ def test_the_job_reruns_from_scratch_in_its_own_output_dir(tiny_wheel, tmp_path)
 def test_the_job_refuses_a_foreign_non_empty_output_dir(tiny_wheel, tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="not written by this job"):
-        run(JobConfig(output_dir=str(tmp_path), wheel=tiny_wheel, epochs=1, progress=False, plot=False),
-            echo=lambda line: None)
+        run(
+            JobConfig(output_dir=str(tmp_path), wheel=tiny_wheel, epochs=1, progress=False, plot=False),
+            echo=lambda line: None,
+        )
     assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
 
 
@@ -141,7 +162,9 @@ def real_wheel():
 
 def test_the_job_on_a_slice_of_the_real_data_beats_the_popularity_baseline(tmp_path):
     wheel = real_wheel()
-    result = run(JobConfig(output_dir=str(tmp_path), wheel=wheel, epochs=2, max_examples=20000, progress=False,
-                           plot=False), echo=lambda line: None)
+    result = run(
+        JobConfig(output_dir=str(tmp_path), wheel=wheel, epochs=2, max_examples=20000, progress=False, plot=False),
+        echo=lambda line: None,
+    )
     assert result.test_auc[-1] > result.baseline_auc
     assert result.test_auc[-1] > 0.70

@@ -6,8 +6,19 @@ import numpy as np
 import pytest
 
 from tpu_embedding_shim.spec import (
-    AdagradMomentumSpec, AdagradSpec, AdamSpec, EmbeddingSpec, FeatureSpec, FtrlSpec, MomentumSpec,
-    ProximalAdagradSpec, RMSPropSpec, RowIdInitializer, SGDSpec, TableSpec, TruncatedNormal,
+    AdagradMomentumSpec,
+    AdagradSpec,
+    AdamSpec,
+    EmbeddingSpec,
+    FeatureSpec,
+    FtrlSpec,
+    MomentumSpec,
+    ProximalAdagradSpec,
+    RMSPropSpec,
+    RowIdInitializer,
+    SGDSpec,
+    TableSpec,
+    TruncatedNormal,
 )
 
 
@@ -42,8 +53,17 @@ BAD_FEATURES = [
     ({"id_source": "vocabulary_list"}, ValueError, "vocabulary"),
     ({"id_source": "vocabulary_list", "vocabulary": ("a", "a"), "num_buckets": 2}, ValueError, "distinct"),
     ({"id_source": "vocabulary_list", "vocabulary": ("a", "b"), "num_buckets": 3}, ValueError, "num_buckets"),
-    ({"id_source": "vocabulary_list", "vocabulary": ("a", "b"), "num_buckets": 3, "num_oov_buckets": 1,
-      "default_value": 0}, ValueError, "default_value"),
+    (
+        {
+            "id_source": "vocabulary_list",
+            "vocabulary": ("a", "b"),
+            "num_buckets": 3,
+            "num_oov_buckets": 1,
+            "default_value": 0,
+        },
+        ValueError,
+        "default_value",
+    ),
     ({"safe_lookup": 1}, TypeError, "safe_lookup"),
     ({"weight_key": ""}, ValueError, "weight_key"),
 ]
@@ -51,8 +71,9 @@ BAD_FEATURES = [
 BAD_SPECS = [(table, *row) for row in BAD_TABLES] + [(feature, *row) for row in BAD_FEATURES]
 
 
-@pytest.mark.parametrize("build,overrides,error,fragment", BAD_SPECS,
-                         ids=[f"{build.__name__}-{o}" for build, o, _, _ in BAD_SPECS])
+@pytest.mark.parametrize(
+    "build,overrides,error,fragment", BAD_SPECS, ids=[f"{build.__name__}-{o}" for build, o, _, _ in BAD_SPECS]
+)
 def test_bad_table_or_feature_is_refused_naming_the_argument(build, overrides, error, fragment):
     with pytest.raises(error, match=fragment):
         build(**overrides)
@@ -68,8 +89,11 @@ BAD_OPTIMIZERS = [
     (SGDSpec, {"learning_rate": float("nan")}, "learning_rate"),
     (SGDSpec, {"learning_rate": 0.1, "clip_weight_min": 1.0, "clip_weight_max": -1.0}, "clip_weight_min"),
     (SGDSpec, {"learning_rate": 0.1, "clip_gradient_min": 1.0, "clip_gradient_max": 0.0}, "clip_gradient_min"),
-    (SGDSpec, {"learning_rate": 0.1, "clip_gradient_max": 1.0, "use_gradient_accumulation": False},
-     "use_gradient_accumulation"),
+    (
+        SGDSpec,
+        {"learning_rate": 0.1, "clip_gradient_max": 1.0, "use_gradient_accumulation": False},
+        "use_gradient_accumulation",
+    ),
     (SGDSpec, {"learning_rate": 0.1, "weight_decay_factor": -1.0}, "weight_decay_factor"),
     (AdagradSpec, {"learning_rate": 0.1, "initial_accumulator": 0.0}, "initial_accumulator"),
     (AdamSpec, {"learning_rate": 0.1, "beta1": 1.0}, "beta1"),
@@ -86,8 +110,7 @@ BAD_OPTIMIZERS = [
 ]
 
 
-@pytest.mark.parametrize("cls,kwargs,fragment", BAD_OPTIMIZERS,
-                         ids=[f"{c.__name__}-{k}" for c, k, _ in BAD_OPTIMIZERS])
+@pytest.mark.parametrize("cls,kwargs,fragment", BAD_OPTIMIZERS, ids=[f"{c.__name__}-{k}" for c, k, _ in BAD_OPTIMIZERS])
 def test_bad_optimizer_is_refused_naming_the_argument(cls, kwargs, fragment):
     with pytest.raises((ValueError, TypeError), match=fragment):
         cls(**kwargs)
@@ -117,8 +140,9 @@ def test_slot_names_are_tensorflows():
 
 
 def spec(**overrides):
-    return EmbeddingSpec(**{"tables": (table(),), "features": (feature(),),
-                            "optimizer": AdagradSpec(learning_rate=0.1), **overrides})
+    return EmbeddingSpec(
+        **{"tables": (table(),), "features": (feature(),), "optimizer": AdagradSpec(learning_rate=0.1), **overrides}
+    )
 
 
 BAD_EMBEDDING_SPECS = [
@@ -136,8 +160,9 @@ BAD_EMBEDDING_SPECS = [
 ]
 
 
-@pytest.mark.parametrize("overrides,error,fragment", BAD_EMBEDDING_SPECS,
-                         ids=[str(sorted(o)) + f for o, _, f in BAD_EMBEDDING_SPECS])
+@pytest.mark.parametrize(
+    "overrides,error,fragment", BAD_EMBEDDING_SPECS, ids=[str(sorted(o)) + f for o, _, f in BAD_EMBEDDING_SPECS]
+)
 def test_bad_embedding_spec_is_refused(overrides, error, fragment):
     with pytest.raises(error, match=fragment):
         spec(**overrides)
@@ -145,8 +170,10 @@ def test_bad_embedding_spec_is_refused(overrides, error, fragment):
 
 def test_embedding_spec_queries_and_round_trip():
     own = SGDSpec(learning_rate=0.5)
-    s = spec(tables=(table(), table(name="u", optimizer=own)),
-             features=(feature(), feature(name="g", table="u"), feature(name="h", table="u")))
+    s = spec(
+        tables=(table(), table(name="u", optimizer=own)),
+        features=(feature(), feature(name="g", table="u"), feature(name="h", table="u")),
+    )
     assert s.optimizer_for("t").kind == "adagrad"
     assert s.optimizer_for("u") is own
     assert [f.name for f in s.features_of("u")] == ["g", "h"]

@@ -10,8 +10,11 @@ import pathlib
 
 import pytest
 
-pytest.importorskip("tensorflow", reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` extra: "
-                                         "tensorflow-cpu==2.15.1, in a separate venv)")
+pytest.importorskip(
+    "tensorflow",
+    reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` extra: "
+    "tensorflow-cpu==2.15.1, in a separate venv)",
+)
 
 PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "tensorflow_bridge.md"
 

@@ -15,11 +15,14 @@ Runs where TensorFlow is installed (a separate venv):
 import numpy as np
 import pytest
 
-real_tf = pytest.importorskip("tensorflow", reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
-                                                   "extra: tensorflow-cpu==2.15.1, in a separate venv)")
+real_tf = pytest.importorskip(
+    "tensorflow",
+    reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
+    "extra: tensorflow-cpu==2.15.1, in a separate venv)",
+)
 
-import tpu_embedding_shim.tensorflow as shim_tf  # noqa: E402  (the program's one changed import)
 import tpu_embedding_shim as shim_np  # noqa: E402  (the numpy API: a model_fn reading it is not TensorFlow code)
+import tpu_embedding_shim.tensorflow as shim_tf  # noqa: E402  (the program's one changed import)
 from tpu_embedding_shim.estimator import tf_bridge  # noqa: E402
 
 from .tf_versions import needs_estimator, needs_keras_2  # noqa: E402
@@ -60,7 +63,8 @@ def before_program(tf, model_dir, use_tpu=True, learning_rate=0.5, warm_start_fr
     init = tf.compat.v1.constant_initializer(TABLE)
     user_col = tf.compat.v1.tpu.experimental.embedding_column(user, D, initializer=init)
     item_col, history_col = tf.compat.v1.tpu.experimental.shared_embedding_columns(
-        [item, history], D, max_sequence_lengths=[0, L], initializer=init)
+        [item, history], D, max_sequence_lengths=[0, L], initializer=init
+    )
 
     def model_fn(features, labels, mode, params):
         net = tf.keras.layers.DenseFeatures([user_col, item_col])(features)
@@ -68,7 +72,8 @@ def before_program(tf, model_dir, use_tpu=True, learning_rate=0.5, warm_start_fr
         mask = tf.sequence_mask(lengths, L, dtype=tf.float32)[:, :, None]
         pooled = tf.reduce_sum(seq * mask, 1) / tf.maximum(tf.reduce_sum(mask, 1), 1.0)
         hidden = tf.keras.layers.Dense(H, activation="relu", kernel_initializer=tf.constant_initializer(W1))(
-            tf.concat([net, pooled], 1))
+            tf.concat([net, pooled], 1)
+        )
         logits = tf.squeeze(tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(W2))(hidden), -1)
         if mode == tf.estimator.ModeKeys.PREDICT:
             return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, predictions={"p": tf.sigmoid(logits)})
@@ -79,21 +84,31 @@ def before_program(tf, model_dir, use_tpu=True, learning_rate=0.5, warm_start_fr
         train_op = optimizer.minimize(loss, tf.compat.v1.train.get_global_step())
 
         def metric_fn(labels, logits):
-            return {"auc": tf.compat.v1.metrics.auc(labels, tf.sigmoid(logits)),
-                    "mean_p": tf.compat.v1.metrics.mean(tf.sigmoid(logits))}
+            return {
+                "auc": tf.compat.v1.metrics.auc(labels, tf.sigmoid(logits)),
+                "mean_p": tf.compat.v1.metrics.mean(tf.sigmoid(logits)),
+            }
 
         return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
-            mode, loss=loss, train_op=train_op, eval_metrics=(metric_fn, [labels, logits]))
+            mode, loss=loss, train_op=train_op, eval_metrics=(metric_fn, [labels, logits])
+        )
 
     tpu = tf.compat.v1.estimator.tpu
     return tpu.TPUEstimator(
         model_fn=model_fn,
-        config=tpu.RunConfig(model_dir=str(model_dir), save_checkpoints_steps=100,
-                             tpu_config=tpu.TPUConfig(iterations_per_loop=1)),
-        train_batch_size=B, eval_batch_size=B, predict_batch_size=B, use_tpu=use_tpu, warm_start_from=warm_start_from,
+        config=tpu.RunConfig(
+            model_dir=str(model_dir), save_checkpoints_steps=100, tpu_config=tpu.TPUConfig(iterations_per_loop=1)
+        ),
+        train_batch_size=B,
+        eval_batch_size=B,
+        predict_batch_size=B,
+        use_tpu=use_tpu,
+        warm_start_from=warm_start_from,
         embedding_config_spec=tpu.experimental.EmbeddingConfigSpec(
             feature_columns=[user_col, item_col, history_col],
-            optimization_parameters=tf.compat.v1.tpu.experimental.AdagradParameters(0.3)))
+            optimization_parameters=tf.compat.v1.tpu.experimental.AdagradParameters(0.3),
+        ),
+    )
 
 
 DENSE = ["dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias"]
@@ -108,11 +123,11 @@ def test_one_step_dense_update_is_tensorflows_and_tables_train_with_the_spec_opt
 
     # TensorFlow's names for dense variables, tables and global_step; plus the tables' Adagrad slots
     assert sorted(ours.get_variable_names()) == sorted(
-        oracle.get_variable_names() + [f"{USER_TABLE}/Adagrad", f"{SHARED_TABLE}/Adagrad"])
+        oracle.get_variable_names() + [f"{USER_TABLE}/Adagrad", f"{SHARED_TABLE}/Adagrad"]
+    )
     assert ours.get_variable_value("global_step") == oracle.get_variable_value("global_step") == 1
     for name in DENSE:  # the dense update is TensorFlow's
-        np.testing.assert_allclose(ours.get_variable_value(name), oracle.get_variable_value(name), rtol=1e-5,
-                                   atol=1e-6)
+        np.testing.assert_allclose(ours.get_variable_value(name), oracle.get_variable_value(name), rtol=1e-5, atol=1e-6)
     # TF's CPU path trains a table with the model's SGD(0.5): its step gives d loss / d table. Ours applies the
     # same gradient with the EmbeddingConfigSpec's Adagrad(0.3) (initial accumulator 0.1).
     for table in (USER_TABLE, SHARED_TABLE):
@@ -158,8 +173,10 @@ def test_evaluate_metrics_equal_a_numpy_recomputation(tmp_path):
     estimator.train(make_input_fn(features, labels, repeat=True), steps=5)
     metrics = estimator.evaluate(make_input_fn(features, labels))
     p = np.array([x["p"] for x in estimator.predict(make_input_fn(features, labels))], np.float64)
-    batch_losses = [np.mean(-labels[i:i + B] * np.log(p[i:i + B]) - (1 - labels[i:i + B]) * np.log(1 - p[i:i + B]))
-                    for i in range(0, 4 * B, B)]
+    batch_losses = [
+        np.mean(-labels[i : i + B] * np.log(p[i : i + B]) - (1 - labels[i : i + B]) * np.log(1 - p[i : i + B]))
+        for i in range(0, 4 * B, B)
+    ]
     assert metrics["loss"] == pytest.approx(np.mean(batch_losses), rel=1e-4)
     assert metrics["mean_p"] == pytest.approx(p.mean(), rel=1e-5)
     assert metrics["auc"] == pytest.approx(_auc(labels, p), abs=1e-4)
@@ -177,8 +194,9 @@ def test_resume_restores_dense_variables_and_tables(tmp_path):
         np.testing.assert_array_equal(resumed.get_variable_value(name), first.get_variable_value(name))
     resumed.train(make_input_fn(features, labels, repeat=True), steps=1)
     for name in names:  # 2 steps + resume + 1 step == 3 steps
-        np.testing.assert_allclose(resumed.get_variable_value(name), straight.get_variable_value(name), rtol=1e-5,
-                                   atol=1e-6)
+        np.testing.assert_allclose(
+            resumed.get_variable_value(name), straight.get_variable_value(name), rtol=1e-5, atol=1e-6
+        )
     # one TF checkpoint holds the dense variables and the engine's tables, under TensorFlow's names
     reader = real_tf.train.load_checkpoint(str(tmp_path / "b"))
     assert set(names) <= set(reader.get_variable_to_shape_map())
@@ -187,11 +205,14 @@ def test_resume_restores_dense_variables_and_tables(tmp_path):
     assert reader.get_tensor("global_step") == 3
 
 
-@pytest.mark.parametrize("bad, message", [
-    ("rewrite", "tf.compat.v1.tpu.rewrite"),
-    ("host_call", "host_call"),
-    ("tf_cross_shard", "CrossShardOptimizer"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("rewrite", "tf.compat.v1.tpu.rewrite"),
+        ("host_call", "host_call"),
+        ("tf_cross_shard", "CrossShardOptimizer"),
+    ],
+)
 @needs_keras_2
 def test_apis_the_bridge_cannot_serve_are_named(tmp_path, bad, message):
     tf = shim_tf
@@ -208,14 +229,21 @@ def test_apis_the_bridge_cannot_serve_are_named(tmp_path, bad, message):
             optimizer = real_tf.compat.v1.tpu.CrossShardOptimizer(optimizer)
         host_call = (lambda x: [], [loss]) if bad == "host_call" else None
         return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
-            mode, loss=loss, train_op=optimizer.minimize(loss, tf.compat.v1.train.get_global_step()),
-            host_call=host_call)
+            mode,
+            loss=loss,
+            train_op=optimizer.minimize(loss, tf.compat.v1.train.get_global_step()),
+            host_call=host_call,
+        )
 
     tpu = tf.compat.v1.estimator.tpu
     estimator = tpu.TPUEstimator(
-        model_fn=model_fn, config=tpu.RunConfig(model_dir=str(tmp_path)), train_batch_size=B,
+        model_fn=model_fn,
+        config=tpu.RunConfig(model_dir=str(tmp_path)),
+        train_batch_size=B,
         embedding_config_spec=tpu.experimental.EmbeddingConfigSpec(
-            feature_columns=[column], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)))
+            feature_columns=[column], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
+        ),
+    )
     features, labels = examples(B)
     with pytest.raises(ValueError, match=message):
         estimator.train(make_input_fn({"user": features["user"]}, labels), steps=1)
@@ -226,8 +254,10 @@ def test_apis_the_bridge_cannot_serve_are_named(tmp_path, bad, message):
 def test_tensorflow_numeric_columns_mix_in_and_global_step_is_the_engines(tmp_path):
     tf = shim_tf
     user_col = tf.compat.v1.tpu.experimental.embedding_column(
-        tf.feature_column.categorical_column_with_identity("user", V), D,
-        initializer=tf.compat.v1.constant_initializer(TABLE))
+        tf.feature_column.categorical_column_with_identity("user", V),
+        D,
+        initializer=tf.compat.v1.constant_initializer(TABLE),
+    )
     age = tf.feature_column.numeric_column("age", normalizer_fn=lambda x: x / 10.0)  # TensorFlow's own column
     seen_steps = []
 
@@ -237,18 +267,25 @@ def test_tensorflow_numeric_columns_mix_in_and_global_step_is_the_engines(tmp_pa
         step = tf.compat.v1.train.get_global_step()
         if mode == tf.estimator.ModeKeys.PREDICT:
             return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
-                mode, predictions={"net": net, "step": tf.fill(tf.shape(logits), step)})
+                mode, predictions={"net": net, "step": tf.fill(tf.shape(logits), step)}
+            )
         loss = tf.reduce_mean(tf.square(logits - labels))
-        with tf.control_dependencies([tf.compat.v1.py_func(lambda s: seen_steps.append(int(s)) or s, [step],
-                                                           tf.int64)]):
+        with tf.control_dependencies(
+            [tf.compat.v1.py_func(lambda s: seen_steps.append(int(s)) or s, [step], tf.int64)]
+        ):
             train_op = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, step)
         return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
 
     tpu = tf.compat.v1.estimator.tpu
     estimator = tpu.TPUEstimator(
-        model_fn=model_fn, config=tpu.RunConfig(model_dir=str(tmp_path)), train_batch_size=B, predict_batch_size=B,
+        model_fn=model_fn,
+        config=tpu.RunConfig(model_dir=str(tmp_path)),
+        train_batch_size=B,
+        predict_batch_size=B,
         embedding_config_spec=tpu.experimental.EmbeddingConfigSpec(
-            feature_columns=[user_col], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)))
+            feature_columns=[user_col], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
+        ),
+    )
     features, labels = examples(B)
     features = {"user": features["user"], "age": np.arange(B, dtype=np.float32)[:, None]}
     estimator.train(make_input_fn(features, labels, repeat=True), steps=3)
@@ -256,8 +293,9 @@ def test_tensorflow_numeric_columns_mix_in_and_global_step_is_the_engines(tmp_pa
     (batch,) = list(estimator.predict(make_input_fn(features, labels), yield_single_examples=False))
     assert (batch["step"] == 3).all()
     table = estimator.get_variable_value(USER_TABLE)
-    np.testing.assert_allclose(batch["net"], np.concatenate([features["age"] / 10.0, table[features["user"][:, 0]]],
-                                                            axis=1), rtol=1e-6)
+    np.testing.assert_allclose(
+        batch["net"], np.concatenate([features["age"] / 10.0, table[features["user"][:, 0]]], axis=1), rtol=1e-6
+    )
 
 
 @needs_estimator
@@ -277,20 +315,28 @@ def test_warm_start_from_tensorflows_own_checkpoint_takes_its_dense_variables_an
 def test_tensor_core_columns_with_a_tensorflow_model_fn_are_refused_naming_them(tmp_path):
     tf = shim_tf
     column = tf.tpu.experimental.embedding_column(
-        tf.feature_column.categorical_column_with_identity("user", V), D,
-        embedding_lookup_device="tpu_tensor_core", tensor_core_shape=[None, 1])
+        tf.feature_column.categorical_column_with_identity("user", V),
+        D,
+        embedding_lookup_device="tpu_tensor_core",
+        tensor_core_shape=[None, 1],
+    )
 
     def model_fn(features, labels, mode, params):
         logits = tf.squeeze(tf.keras.layers.Dense(1)(tf.keras.layers.DenseFeatures([column])(features)), -1)
         loss = tf.reduce_mean(tf.square(logits - labels))
         return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
-            mode, loss=loss, train_op=tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss))
+            mode, loss=loss, train_op=tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        )
 
     tpu = tf.compat.v1.estimator.tpu
     estimator = tpu.TPUEstimator(
-        model_fn=model_fn, config=tpu.RunConfig(model_dir=str(tmp_path)), train_batch_size=B,
+        model_fn=model_fn,
+        config=tpu.RunConfig(model_dir=str(tmp_path)),
+        train_batch_size=B,
         embedding_config_spec=tpu.experimental.EmbeddingConfigSpec(
-            feature_columns=[column], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)))
+            feature_columns=[column], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
+        ),
+    )
     features, labels = examples(B)
     with pytest.raises(ValueError, match="tpu_tensor_core"):
         estimator.train(make_input_fn({"user": features["user"]}, labels), steps=1)
@@ -301,10 +347,14 @@ def test_ragged_dataset_ids_input_layer_and_sequence_features_read_the_engines_r
     tf = shim_tf
     init = tf.compat.v1.constant_initializer(TABLE)
     user_col = tf.compat.v1.tpu.experimental.embedding_column(
-        tf.feature_column.categorical_column_with_identity("user", V), D, initializer=init)
+        tf.feature_column.categorical_column_with_identity("user", V), D, initializer=init
+    )
     history_col = tf.compat.v1.tpu.experimental.embedding_column(
-        tf.feature_column.sequence_categorical_column_with_identity("history", V), D, max_sequence_length=3,
-        initializer=init)
+        tf.feature_column.sequence_categorical_column_with_identity("history", V),
+        D,
+        max_sequence_length=3,
+        initializer=init,
+    )
 
     def model_fn(features, labels, mode, params):
         net = tf.compat.v1.feature_column.input_layer(features, [user_col])
@@ -316,14 +366,20 @@ def test_ragged_dataset_ids_input_layer_and_sequence_features_read_the_engines_r
 
     tpu = tf.compat.v1.estimator.tpu
     estimator = tpu.TPUEstimator(
-        model_fn=model_fn, config=tpu.RunConfig(model_dir=str(tmp_path)), train_batch_size=B, predict_batch_size=2,
+        model_fn=model_fn,
+        config=tpu.RunConfig(model_dir=str(tmp_path)),
+        train_batch_size=B,
+        predict_batch_size=2,
         embedding_config_spec=tpu.experimental.EmbeddingConfigSpec(
-            feature_columns=[user_col, history_col], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)))
+            feature_columns=[user_col, history_col], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
+        ),
+    )
     history = [[3, 4], [5, 6, 7, 8]]  # the second is cut to max_sequence_length 3
 
     def input_fn(params):
         return tf.data.Dataset.from_tensor_slices(
-            {"user": [[1], [2]], "history": tf.ragged.constant(history, dtype=tf.int64)}).batch(params["batch_size"])
+            {"user": [[1], [2]], "history": tf.ragged.constant(history, dtype=tf.int64)}
+        ).batch(params["batch_size"])
 
     estimator.train(input_fn, steps=1)  # predict needs a checkpoint
     (batch,) = list(estimator.predict(input_fn, yield_single_examples=False))
@@ -338,8 +394,11 @@ def test_ragged_dataset_ids_input_layer_and_sequence_features_read_the_engines_r
 def test_numpy_batches_whose_id_width_changes_feed_the_same_graph(tmp_path):
     tf = shim_tf
     user_col = tf.compat.v1.tpu.experimental.embedding_column(
-        tf.feature_column.categorical_column_with_identity("user", V), D, combiner="mean",
-        initializer=tf.compat.v1.constant_initializer(TABLE))
+        tf.feature_column.categorical_column_with_identity("user", V),
+        D,
+        combiner="mean",
+        initializer=tf.compat.v1.constant_initializer(TABLE),
+    )
 
     def model_fn(features, labels, mode, params):
         net = tf.keras.layers.DenseFeatures([user_col])(features)
@@ -350,11 +409,19 @@ def test_numpy_batches_whose_id_width_changes_feed_the_same_graph(tmp_path):
 
     tpu = tf.compat.v1.estimator.tpu
     estimator = tpu.TPUEstimator(
-        model_fn=model_fn, config=tpu.RunConfig(model_dir=str(tmp_path)), train_batch_size=2, predict_batch_size=2,
+        model_fn=model_fn,
+        config=tpu.RunConfig(model_dir=str(tmp_path)),
+        train_batch_size=2,
+        predict_batch_size=2,
         embedding_config_spec=tpu.experimental.EmbeddingConfigSpec(
-            feature_columns=[user_col], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)))
-    batches = [{"user": np.array([[1], [2]])}, {"user": np.array([[1, 3], [2, -1]])},
-               {"user": np.array([[4, 5, 6], [7, -1, -1]])}]  # numpy batches, -1 pads
+            feature_columns=[user_col], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
+        ),
+    )
+    batches = [
+        {"user": np.array([[1], [2]])},
+        {"user": np.array([[1, 3], [2, -1]])},
+        {"user": np.array([[4, 5, 6], [7, -1, -1]])},
+    ]  # numpy batches, -1 pads
 
     def input_fn(params):
         yield from ((b, np.zeros(2, np.float32)) for b in batches)
@@ -383,11 +450,14 @@ class _CallableModel:
         return shim_tf.constant(1.0)
 
 
-@pytest.mark.parametrize("model_fn, expected", [
-    (_numpy_model_fn, False),
-    (_indirect_model_fn, True),  # through a helper it calls
-    (_CallableModel(), True),  # a callable object
-    (lambda features, labels, mode, params: real_tf.keras.layers.Dense(1), True),
-])
+@pytest.mark.parametrize(
+    "model_fn, expected",
+    [
+        (_numpy_model_fn, False),
+        (_indirect_model_fn, True),  # through a helper it calls
+        (_CallableModel(), True),  # a callable object
+        (lambda features, labels, mode, params: real_tf.keras.layers.Dense(1), True),
+    ],
+)
 def test_the_runner_tells_a_tensorflow_model_fn_from_a_numpy_one(model_fn, expected):
     assert tf_bridge.uses_tensorflow(model_fn) is expected

@@ -5,14 +5,18 @@ Runs where TensorFlow is installed (a separate venv):
     /work/tfvenv/bin/python -m pytest tests/tf_bridge -q
 """
 
+import itertools
 import os
 import warnings
 
 import numpy as np
 import pytest
 
-real_tf = pytest.importorskip("tensorflow", reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
-                                                   "extra: tensorflow-cpu==2.15.1, in a separate venv)")
+real_tf = pytest.importorskip(
+    "tensorflow",
+    reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
+    "extra: tensorflow-cpu==2.15.1, in a separate venv)",
+)
 
 import tpu_embedding_shim as shim  # noqa: E402
 import tpu_embedding_shim.tensorflow as tf  # noqa: E402
@@ -23,8 +27,9 @@ E, SHIM = tf.tpu.experimental.embedding, shim.tpu.experimental.embedding
 
 
 def row_ids(module, vocabulary_size=8, dim=2, combiner="mean", name=None):
-    return module.TableConfig(vocabulary_size=vocabulary_size, dim=dim, combiner=combiner, name=name,
-                              initializer=module.RowIdInitializer())
+    return module.TableConfig(
+        vocabulary_size=vocabulary_size, dim=dim, combiner=combiner, name=name, initializer=module.RowIdInitializer()
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -47,19 +52,20 @@ def loop_data(seed):
 def numpy_loop(seed):
     """docs/mid_level_api.md's loop ('The training loop of TensorFlow's page'), y = activation @ w, by hand."""
     ids, labels, initial, w0 = loop_data(seed)
-    table = SHIM.TableConfig(vocabulary_size=16, dim=4, name='video', initializer=lambda shape, dtype: initial)
+    table = SHIM.TableConfig(vocabulary_size=16, dim=4, name="video", initializer=lambda shape, dtype: initial)
     with shim.distribute.TPUStrategy().scope():
-        embedding = SHIM.TPUEmbedding(feature_config={'watched': SHIM.FeatureConfig(table=table)},
-                                      optimizer=SHIM.Adagrad(0.5))
+        embedding = SHIM.TPUEmbedding(
+            feature_config={"watched": SHIM.FeatureConfig(table=table)}, optimizer=SHIM.Adagrad(0.5)
+        )
     w, losses = w0.astype(np.float64), []
     for step in range(STEPS):
-        embedding.enqueue({'watched': shim.ragged.constant(ids[step].tolist())}, training=True)
-        x = embedding.dequeue()['watched']
+        embedding.enqueue({"watched": shim.ragged.constant(ids[step].tolist())}, training=True)
+        x = embedding.dequeue()["watched"]
         error = (x @ w)[:, 0] - labels[step]
         d_out = 2 * error[:, None] / BATCH
-        embedding.apply_gradients({'watched': (d_out @ w.T).astype(np.float32)})
+        embedding.apply_gradients({"watched": (d_out @ w.T).astype(np.float32)})
         w = w - 0.2 * x.T @ d_out
-        losses.append(np.mean(error ** 2))
+        losses.append(np.mean(error**2))
     return np.array(losses), embedding.embedding_tables[table], w
 
 
@@ -69,24 +75,27 @@ class Linear(tf.keras.Model):
         self.dense = tf.keras.layers.Dense(1, use_bias=False, kernel_initializer=tf.constant_initializer(kernel))
 
     def call(self, activations):
-        return self.dense(activations['watched'])[:, 0]
+        return self.dense(activations["watched"])[:, 0]
 
 
 def tensorflow_loop(seed, in_function):
     """The same loop as TensorFlow's page writes it: Keras model, GradientTape, the model's optimizer."""
     ids, labels, initial, w0 = loop_data(seed)
-    table = E.TableConfig(vocabulary_size=16, dim=4, name='video', initializer=lambda shape, dtype: initial)
-    strategy = tf.distribute.TPUStrategy(tf.distribute.cluster_resolver.TPUClusterResolver(tpu=''))
+    table = E.TableConfig(vocabulary_size=16, dim=4, name="video", initializer=lambda shape, dtype: initial)
+    strategy = tf.distribute.TPUStrategy(tf.distribute.cluster_resolver.TPUClusterResolver(tpu=""))
     with strategy.scope():
-        embedding = E.TPUEmbedding(feature_config={'watched': E.FeatureConfig(table=table)},
-                                   optimizer=E.Adagrad(0.5))
+        embedding = E.TPUEmbedding(feature_config={"watched": E.FeatureConfig(table=table)}, optimizer=E.Adagrad(0.5))
     dataset = tf.data.Dataset.from_tensor_slices(
-        ({'watched': tf.ragged.constant(ids.reshape(-1, 2).tolist())}, labels.reshape(-1))).batch(BATCH, True)
-    dataset_iterator = iter(strategy.experimental_distribute_dataset(
-        dataset, options=tf.distribute.InputOptions(experimental_fetch_to_device=False)))
+        ({"watched": tf.ragged.constant(ids.reshape(-1, 2).tolist())}, labels.reshape(-1))
+    ).batch(BATCH, True)
+    dataset_iterator = iter(
+        strategy.experimental_distribute_dataset(
+            dataset, options=tf.distribute.InputOptions(experimental_fetch_to_device=False)
+        )
+    )
     model = Linear(w0)
     model.optimizer = tf.keras.optimizers.SGD(0.2)
-    model({'watched': tf.zeros((BATCH, 4))})
+    model({"watched": tf.zeros((BATCH, 4))})
     model.optimizer.build(model.trainable_variables)
     losses, step = tf.Variable(tf.zeros(STEPS)), tf.Variable(0)
     shapes = []
@@ -100,7 +109,7 @@ def tensorflow_loop(seed, in_function):
             embedding_gradients, model_gradients = tape.gradient(loss, (activations, model.trainable_variables))
             embedding.apply_gradients(embedding_gradients)
             model.optimizer.apply_gradients(zip(model_gradients, model.trainable_variables))
-            shapes.append((type(activations['watched']), activations['watched'].shape.as_list()))
+            shapes.append((type(activations["watched"]), activations["watched"].shape.as_list()))
             losses.assign(tf.tensor_scatter_nd_update(losses, [[step]], [loss]))
             step.assign_add(1)
 
@@ -137,14 +146,17 @@ def test_the_tensorflow_loop_gives_the_numbers_of_the_numpy_loop(in_function):
 
 
 def pipelined_lookups(pipelining, unroll):
-    table = row_ids(E, vocabulary_size=4, dim=1, combiner='sum')
-    embedding = E.TPUEmbedding(feature_config=E.FeatureConfig(table=table), optimizer=E.SGD(1.0),
-                               pipeline_execution_with_tensor_core=pipelining)
+    table = row_ids(E, vocabulary_size=4, dim=1, combiner="sum")
+    embedding = E.TPUEmbedding(
+        feature_config=E.FeatureConfig(table=table),
+        optimizer=E.SGD(1.0),
+        pipeline_execution_with_tensor_core=pipelining,
+    )
 
     @tf.function
     def three_steps():
         seen = []
-        for _ in (range(3) if unroll else tf.range(3)):
+        for _ in range(3) if unroll else tf.range(3):
             embedding.enqueue(tf.constant([2]))
             activation = embedding.dequeue()
             embedding.apply_gradients(tf.ones((1, 1)))  # row 2 -= 1 at each step
@@ -166,36 +178,39 @@ def test_enqueue_dequeue_apply_run_in_program_order_inside_tf_function(unroll):
 
 def test_each_bridged_op_depends_on_the_previous_one():
     table = row_ids(E, vocabulary_size=4, dim=1)
-    embedding = E.TPUEmbedding(feature_config={'f': E.FeatureConfig(table=table)}, optimizer=E.SGD(1.0))
+    embedding = E.TPUEmbedding(feature_config={"f": E.FeatureConfig(table=table)}, optimizer=E.SGD(1.0))
 
     @tf.function
     def step(ids):
-        embedding.enqueue({'f': ids})
+        embedding.enqueue({"f": ids})
         activations = embedding.dequeue()
-        embedding.apply_gradients({'f': tf.ones_like(activations['f'])})
-        embedding.enqueue({'f': ids}, training=False)
-        return embedding.dequeue()['f']
+        embedding.apply_gradients({"f": tf.ones_like(activations["f"])})
+        embedding.enqueue({"f": ids}, training=False)
+        return embedding.dequeue()["f"]
 
     graph = step.get_concrete_function(tf.TensorSpec([2], tf.int64)).graph
     ops = [op for op in graph.get_operations() if op.type == "EagerPyFunc"]
     kinds = [op.name.rstrip("_0123456789").split("_")[-1] for op in ops]
     assert kinds == ["enqueue", "dequeue", "gradients", "enqueue", "dequeue"]
-    for before, after in zip(ops, ops[1:]):
+    for before, after in itertools.pairwise(ops):
         assert before in after.control_inputs
     assert step(tf.constant([1, 3], tf.int64)).numpy()[:, 0].tolist() == [0.0, 2.0]
 
 
 def test_a_dataset_without_drop_remainder_is_tensorflows_error_when_traced():
-    embedding = E.TPUEmbedding(feature_config={'f': E.FeatureConfig(table=row_ids(E))}, optimizer=E.SGD(1.0))
-    dataset = tf.data.Dataset.from_tensor_slices({'f': np.arange(6)}).batch(4)  # static batch size None
+    embedding = E.TPUEmbedding(feature_config={"f": E.FeatureConfig(table=row_ids(E))}, optimizer=E.SGD(1.0))
+    dataset = tf.data.Dataset.from_tensor_slices({"f": np.arange(6)}).batch(4)  # static batch size None
 
     @tf.function
     def step(iterator):
         embedding.enqueue(next(iterator))
-        return embedding.dequeue()['f']
+        return embedding.dequeue()["f"]
 
-    with pytest.raises(ValueError, match=r"Input Feature f has output shape set as \[None\] which is not fully "
-                                         "defined"):
+    with pytest.raises(
+        ValueError,
+        match=r"Input Feature f has output shape set as \[None\] which is not fully "
+        "defined",
+    ):
         step(iter(dataset))
     assert not embedding._embedding._built  # nothing built, nothing queued
     assert step(iter(dataset.unbatch().batch(4, drop_remainder=True))).shape.as_list() == [4, 2]
@@ -208,27 +223,35 @@ def test_a_dataset_without_drop_remainder_is_tensorflows_error_when_traced():
 
 def inputs():
     return {
-        'dense': tf.constant([[1], [5]]),
-        'ragged': tf.ragged.constant([[2, 4], [7]]),
-        'sparse': tf.SparseTensor(indices=[[0, 0], [0, 1], [1, 0]], values=tf.constant([1, 2, 3], tf.int64),
-                                  dense_shape=[2, 2]),
-        'sequence': tf.ragged.constant([[1, 2, 3], [4]]),
+        "dense": tf.constant([[1], [5]]),
+        "ragged": tf.ragged.constant([[2, 4], [7]]),
+        "sparse": tf.SparseTensor(
+            indices=[[0, 0], [0, 1], [1, 0]], values=tf.constant([1, 2, 3], tf.int64), dense_shape=[2, 2]
+        ),
+        "sequence": tf.ragged.constant([[1, 2, 3], [4]]),
     }
 
 
 def mixed_embedding(module):
-    one, two = row_ids(module), row_ids(module, vocabulary_size=4, combiner='sum')
+    one, two = row_ids(module), row_ids(module, vocabulary_size=4, combiner="sum")
     return module.TPUEmbedding(
-        feature_config={'dense': module.FeatureConfig(table=one), 'ragged': module.FeatureConfig(table=one),
-                        'sparse': module.FeatureConfig(table=two),
-                        'sequence': module.FeatureConfig(table=one, max_sequence_length=2)},
-        optimizer=module.SGD(0.1))
+        feature_config={
+            "dense": module.FeatureConfig(table=one),
+            "ragged": module.FeatureConfig(table=one),
+            "sparse": module.FeatureConfig(table=two),
+            "sequence": module.FeatureConfig(table=one, max_sequence_length=2),
+        },
+        optimizer=module.SGD(0.1),
+    )
 
 
 def numpy_inputs():
-    return {'dense': np.array([[1], [5]]), 'ragged': shim.ragged.constant([[2, 4], [7]]),
-            'sparse': shim.SparseTensor(indices=[[0, 0], [0, 1], [1, 0]], values=[1, 2, 3], dense_shape=[2, 2]),
-            'sequence': shim.ragged.constant([[1, 2, 3], [4]])}
+    return {
+        "dense": np.array([[1], [5]]),
+        "ragged": shim.ragged.constant([[2, 4], [7]]),
+        "sparse": shim.SparseTensor(indices=[[0, 0], [0, 1], [1, 0]], values=[1, 2, 3], dense_shape=[2, 2]),
+        "sequence": shim.ragged.constant([[1, 2, 3], [4]]),
+    }
 
 
 @pytest.mark.parametrize("in_function", [True, False], ids=["tf.function", "eager"])
@@ -250,16 +273,17 @@ def test_tensors_sparse_and_ragged_give_the_numpy_apis_activations_and_updates(i
     for name, a in activations.items():
         assert isinstance(a, real_tf.Tensor) and a.dtype == real_tf.float32
         np.testing.assert_array_equal(a.numpy(), expected[name])
-    assert activations['sequence'].shape.as_list() == [2, 2, 2]  # [B, max_sequence_length, dim]
-    for (table, value), (_, plain_value) in zip(bridged.embedding_tables.items(), plain.embedding_tables.items()):
+    assert activations["sequence"].shape.as_list() == [2, 2, 2]  # [B, max_sequence_length, dim]
+    for (_table, value), (_, plain_value) in zip(bridged.embedding_tables.items(), plain.embedding_tables.items()):
         np.testing.assert_array_equal(value, plain_value)
     assert bridged.engine.global_step == 1
 
 
 def test_weights_and_nested_structures_cross_as_tensors():
-    table = row_ids(E, combiner='sum')
-    embedding = E.TPUEmbedding(feature_config=[E.FeatureConfig(table=table), (E.FeatureConfig(table=table),)],
-                               optimizer=E.SGD(1.0))
+    table = row_ids(E, combiner="sum")
+    embedding = E.TPUEmbedding(
+        feature_config=[E.FeatureConfig(table=table), (E.FeatureConfig(table=table),)], optimizer=E.SGD(1.0)
+    )
 
     @tf.function
     def lookup(ids, weights):
@@ -274,13 +298,13 @@ def test_weights_and_nested_structures_cross_as_tensors():
 
 def test_a_none_gradient_is_a_zero_gradient_with_tensorflows_warning():
     table = E.TableConfig(vocabulary_size=3, dim=1, initializer=tf.constant_initializer(1.0))
-    embedding = E.TPUEmbedding(feature_config={'f': E.FeatureConfig(table=table)}, optimizer=E.SGD(0.1))
+    embedding = E.TPUEmbedding(feature_config={"f": E.FeatureConfig(table=table)}, optimizer=E.SGD(0.1))
 
     @tf.function
     def step():
-        embedding.enqueue({'f': tf.constant([0, 1])})
+        embedding.enqueue({"f": tf.constant([0, 1])})
         embedding.dequeue()
-        embedding.apply_gradients({'f': None})
+        embedding.apply_gradients({"f": None})
 
     with pytest.warns(UserWarning, match=r"No gradient passed for feature f, sending zero gradient of shape \[2, 1\]"):
         step()
@@ -306,14 +330,26 @@ def test_tensorflow_initializers_fill_the_tables():
 
 BAD_ENQUEUES = [
     ("a list for a dict", lambda: [tf.constant([1, 2])], TypeError, "nested structure of `feature_config`"),
-    ("another key", lambda: {'g': tf.constant([1, 2])}, ValueError, r"keys \['f'\] in feature_config"),
-    ("dense [2, 2]", lambda: {'f': tf.constant([[1, 2], [3, 4]])}, ValueError,
-     "Rank 2 or above dense tensor should have last dimension as 1"),
-    ("float ids", lambda: {'f': tf.constant([1.0, 2.0])}, TypeError, "must be integers"),
-    ("ragged rank 3", lambda: {'f': tf.ragged.constant([[[1]], [[2, 3]]])}, ValueError,
-     "Only rank 2 ragged tensor is supported"),
-    ("sparse rank 1", lambda: {'f': tf.SparseTensor([[0]], tf.constant([1], tf.int64), [2])}, ValueError,
-     "Only rank 2 and above sparse tensor is supported"),
+    ("another key", lambda: {"g": tf.constant([1, 2])}, ValueError, r"keys \['f'\] in feature_config"),
+    (
+        "dense [2, 2]",
+        lambda: {"f": tf.constant([[1, 2], [3, 4]])},
+        ValueError,
+        "Rank 2 or above dense tensor should have last dimension as 1",
+    ),
+    ("float ids", lambda: {"f": tf.constant([1.0, 2.0])}, TypeError, "must be integers"),
+    (
+        "ragged rank 3",
+        lambda: {"f": tf.ragged.constant([[[1]], [[2, 3]]])},
+        ValueError,
+        "Only rank 2 ragged tensor is supported",
+    ),
+    (
+        "sparse rank 1",
+        lambda: {"f": tf.SparseTensor([[0]], tf.constant([1], tf.int64), [2])},
+        ValueError,
+        "Only rank 2 and above sparse tensor is supported",
+    ),
 ]
 
 
@@ -322,8 +358,8 @@ BAD_ENQUEUES = [
 def test_bad_enqueues_are_tensorflows_errors_and_change_nothing(case, in_function):
     _, make, error, message = case
     table = row_ids(E)
-    embedding = E.TPUEmbedding(feature_config={'f': E.FeatureConfig(table=table)}, optimizer=E.SGD(1.0))
-    embedding.enqueue({'f': tf.constant([1, 2])}, training=False)  # builds; fixes the output shape [2]
+    embedding = E.TPUEmbedding(feature_config={"f": E.FeatureConfig(table=table)}, optimizer=E.SGD(1.0))
+    embedding.enqueue({"f": tf.constant([1, 2])}, training=False)  # builds; fixes the output shape [2]
     before = embedding.embedding_tables[table]
 
     def enqueue():
@@ -332,44 +368,44 @@ def test_bad_enqueues_are_tensorflows_errors_and_change_nothing(case, in_functio
     with pytest.raises(error, match=message):
         (tf.function(enqueue) if in_function else enqueue)()
     np.testing.assert_array_equal(embedding.embedding_tables[table], before)
-    assert embedding.dequeue()['f'].numpy()[:, 0].tolist() == [1.0, 2.0]  # the earlier batch, still the next one
+    assert embedding.dequeue()["f"].numpy()[:, 0].tolist() == [1.0, 2.0]  # the earlier batch, still the next one
 
 
 @pytest.mark.parametrize("in_function", [True, False], ids=["tf.function", "eager"])
 def test_weights_for_a_dense_input_and_bad_gradients_are_value_errors(in_function):
     table = row_ids(E)
-    embedding = E.TPUEmbedding(feature_config={'f': E.FeatureConfig(table=table)}, optimizer=E.SGD(1.0))
+    embedding = E.TPUEmbedding(feature_config={"f": E.FeatureConfig(table=table)}, optimizer=E.SGD(1.0))
     wrap = tf.function if in_function else (lambda f: f)
     with pytest.raises(ValueError, match="Weight specified for dense input f"):
-        wrap(lambda: embedding.enqueue({'f': tf.constant([1, 2])}, weights={'f': tf.constant([1.0, 2.0])}))()
-    embedding.enqueue({'f': tf.constant([1, 2])})
+        wrap(lambda: embedding.enqueue({"f": tf.constant([1, 2])}, weights={"f": tf.constant([1.0, 2.0])}))()
+    embedding.enqueue({"f": tf.constant([1, 2])})
     embedding.dequeue()
     with pytest.raises(ValueError, match=r"Found gradient of shape \[2, 3\] at path f. Expected shape \[2, 2\]"):
-        wrap(lambda: embedding.apply_gradients({'f': tf.ones((2, 3))}))()
+        wrap(lambda: embedding.apply_gradients({"f": tf.ones((2, 3))}))()
     with pytest.raises(ValueError, match="found non-tensor type: <class 'list'> at path f"):
-        wrap(lambda: embedding.apply_gradients({'f': [[1.0, 1.0], [1.0, 1.0]]}))()
-    embedding.apply_gradients({'f': tf.ones((2, 2))})  # the batch is still there to train on
+        wrap(lambda: embedding.apply_gradients({"f": [[1.0, 1.0], [1.0, 1.0]]}))()
+    embedding.apply_gradients({"f": tf.ones((2, 2))})  # the batch is still there to train on
     assert embedding.embedding_tables[table][[1, 2], 0].tolist() == [0.0, 1.0]
 
 
 def test_a_bad_id_found_when_the_op_runs_is_an_invalid_argument_error_naming_the_projects_error():
     table = row_ids(E)
-    embedding = E.TPUEmbedding(feature_config={'f': E.FeatureConfig(table=table)}, optimizer=E.SGD(1.0))
+    embedding = E.TPUEmbedding(feature_config={"f": E.FeatureConfig(table=table)}, optimizer=E.SGD(1.0))
     before = embedding.embedding_tables[table]
 
     @tf.function
     def enqueue(ids):
-        embedding.enqueue({'f': ids})
+        embedding.enqueue({"f": ids})
 
     with pytest.raises(real_tf.errors.InvalidArgumentError, match=r"ValueError: .*9"):
         enqueue(tf.constant([1, 9]))  # the table has 8 rows
     np.testing.assert_array_equal(embedding.embedding_tables[table], before)
     with pytest.raises(ValueError, match="9"):  # eagerly: the project's own exception
-        embedding.enqueue({'f': tf.constant([1, 9])})
+        embedding.enqueue({"f": tf.constant([1, 9])})
 
 
 def test_dequeue_before_enqueue_is_tensorflows_runtime_error_when_traced():
-    embedding = E.TPUEmbedding(feature_config={'f': E.FeatureConfig(table=row_ids(E))}, optimizer=E.SGD(1.0))
+    embedding = E.TPUEmbedding(feature_config={"f": E.FeatureConfig(table=row_ids(E))}, optimizer=E.SGD(1.0))
     with pytest.raises(RuntimeError, match="dequeue called on unbuilt TPUEmbedding object"):
         tf.function(embedding.dequeue)()
 
@@ -380,20 +416,24 @@ def test_dequeue_before_enqueue_is_tensorflows_runtime_error_when_traced():
 
 
 def sparse_core(module, strategy):
-    table = row_ids(module, combiner='sum', name='items')
+    table = row_ids(module, combiner="sum", name="items")
     with strategy.scope():
         return table, module.TPUEmbeddingV2(
-            feature_config={'clicked': module.FeatureConfig(table=table),
-                            'history': module.FeatureConfig(table=table, max_sequence_length=2)},
-            optimizer=module.SGD(0.5))
+            feature_config={
+                "clicked": module.FeatureConfig(table=table),
+                "history": module.FeatureConfig(table=table, max_sequence_length=2),
+            },
+            optimizer=module.SGD(0.5),
+        )
 
 
 @pytest.mark.parametrize("in_function", [True, False], ids=["tf.function", "eager"])
 def test_tpu_embedding_v2_lookup_and_update_match_the_numpy_api(in_function):
     table, v2 = sparse_core(E, tf.distribute.TPUStrategy())
     plain_table, plain = sparse_core(SHIM, shim.distribute.TPUStrategy())
-    expected, preserved = plain({'clicked': shim.ragged.constant([[1, 2], [5]]),
-                                 'history': shim.ragged.constant([[3, 4, 6], [7]])})
+    expected, preserved = plain(
+        {"clicked": shim.ragged.constant([[1, 2], [5]]), "history": shim.ragged.constant([[3, 4, 6], [7]])}
+    )
     plain.apply_gradients({name: np.ones_like(a) for name, a in expected.items()}, preserved)
 
     def step(features):
@@ -402,7 +442,8 @@ def test_tpu_embedding_v2_lookup_and_update_match_the_numpy_api(in_function):
         return activations
 
     activations = (tf.function(step) if in_function else step)(
-        {'clicked': tf.ragged.constant([[1, 2], [5]]), 'history': tf.ragged.constant([[3, 4, 6], [7]])})
+        {"clicked": tf.ragged.constant([[1, 2], [5]]), "history": tf.ragged.constant([[3, 4, 6], [7]])}
+    )
     for name, a in activations.items():
         assert isinstance(a, real_tf.Tensor)
         np.testing.assert_array_equal(a.numpy(), expected[name])
@@ -410,8 +451,8 @@ def test_tpu_embedding_v2_lookup_and_update_match_the_numpy_api(in_function):
 
 
 def test_tpu_embedding_v2_preserved_outputs_apply_once():
-    table, v2 = sparse_core(E, tf.distribute.TPUStrategy())
-    features = {'clicked': tf.ragged.constant([[1], [5]]), 'history': tf.ragged.constant([[3], [7]])}
+    _table, v2 = sparse_core(E, tf.distribute.TPUStrategy())
+    features = {"clicked": tf.ragged.constant([[1], [5]]), "history": tf.ragged.constant([[3], [7]])}
 
     @tf.function
     def lookup():
@@ -424,32 +465,32 @@ def test_tpu_embedding_v2_preserved_outputs_apply_once():
     activations, kept = lookup()
     assert kept.dtype == real_tf.int64 and kept.shape.rank == 0
     apply(activations, kept)
-    with pytest.raises(real_tf.errors.UnknownError,
-                       match="RuntimeError: This lookup was made at step 0 but the engine is at step 1"):
+    with pytest.raises(
+        real_tf.errors.UnknownError, match="RuntimeError: This lookup was made at step 0 but the engine is at step 1"
+    ):
         apply(activations, kept)  # a RuntimeError in an op: TensorFlow's UnknownError
     with pytest.raises(NotImplementedError, match="embedding_lookup"):
         tf.function(lambda: v2.enqueue(features))()
     batch = v2.enqueue(features)  # eagerly: the project's preprocessed batch
     activations, preserved = v2.dequeue(batch)
-    assert isinstance(activations['clicked'], real_tf.Tensor) and sorted(preserved) == ['items']
+    assert isinstance(activations["clicked"], real_tf.Tensor) and sorted(preserved) == ["items"]
 
 
 def test_serving_lookups_are_the_training_lookups():
-    table = row_ids(E, combiner='sum', name='items')
-    config = {'clicked': E.FeatureConfig(table=table), 'history': E.FeatureConfig(table=table, max_sequence_length=2)}
+    table = row_ids(E, combiner="sum", name="items")
+    config = {"clicked": E.FeatureConfig(table=table), "history": E.FeatureConfig(table=table, max_sequence_length=2)}
     served = E.TPUEmbeddingForServing(feature_config=config, optimizer=None)
-    features = {'clicked': tf.ragged.constant([[1, 2], [5]]), 'history': tf.ragged.constant([[3, 4, 6], [7]])}
+    features = {"clicked": tf.ragged.constant([[1, 2], [5]]), "history": tf.ragged.constant([[3, 4, 6], [7]])}
     in_function = tf.function(served.embedding_lookup)(features)
     eager = served(features)
     function_lookup = E.serving_embedding_lookup(features, None, served.embedding_tables, config)
-    assert in_function['history'].shape.as_list() == [2, 2, 2]
+    assert in_function["history"].shape.as_list() == [2, 2, 2]
     for name in features:
         np.testing.assert_array_equal(in_function[name].numpy(), eager[name].numpy())
         np.testing.assert_array_equal(function_lookup[name].numpy(), eager[name].numpy())
-    assert eager['clicked'].numpy()[:, 0].tolist() == [3.0, 5.0]
-    with pytest.raises(RuntimeError, match="Serving on TPU is not yet supported"):
-        with tf.distribute.TPUStrategy().scope():
-            E.TPUEmbeddingForServing(feature_config=config, optimizer=None)
+    assert eager["clicked"].numpy()[:, 0].tolist() == [3.0, 5.0]
+    with pytest.raises(RuntimeError, match="Serving on TPU is not yet supported"), tf.distribute.TPUStrategy().scope():
+        E.TPUEmbeddingForServing(feature_config=config, optimizer=None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -458,12 +499,12 @@ def test_serving_lookups_are_the_training_lookups():
 
 
 def trained(module, optimizer, steps=3):
-    table = module.TableConfig(vocabulary_size=6, dim=3, name='items')
-    embedding = module.TPUEmbedding(feature_config={'f': module.FeatureConfig(table=table)}, optimizer=optimizer)
+    table = module.TableConfig(vocabulary_size=6, dim=3, name="items")
+    embedding = module.TPUEmbedding(feature_config={"f": module.FeatureConfig(table=table)}, optimizer=optimizer)
     for step in range(steps):
-        embedding.enqueue({'f': np.array([step, 5 - step])})
+        embedding.enqueue({"f": np.array([step, 5 - step])})
         embedding.dequeue()
-        embedding.apply_gradients({'f': np.full((2, 3), step + 1.0, np.float32)})
+        embedding.apply_gradients({"f": np.full((2, 3), step + 1.0, np.float32)})
     return table, embedding
 
 
@@ -471,62 +512,65 @@ def test_the_real_checkpoint_saves_a_keras_model_and_the_embedding_under_tensorf
     table, embedding = trained(E, E.Adam(0.1))
     model = tf.keras.Sequential([tf.keras.layers.Dense(2)])
     model.build((None, 3))
-    path = tf.train.Checkpoint(model=model, embedding=embedding).save(os.path.join(str(tmp_path), 'ckpt'))
+    path = tf.train.Checkpoint(model=model, embedding=embedding).save(os.path.join(str(tmp_path), "ckpt"))
     keys = dict(tf.train.list_variables(path))
-    assert keys['embedding/items/.ATTRIBUTES/VARIABLE_VALUE'] == [6, 3]
-    assert keys['embedding/items.Smomenta/.ATTRIBUTES/VARIABLE_VALUE'] == [6, 3]
-    assert keys['embedding/items.Svelocities/.ATTRIBUTES/VARIABLE_VALUE'] == [6, 3]
-    assert tf.train.load_variable(path, 'embedding/.ATTRIBUTES/TPU_EMBEDDING_SHIM_global_step') == 3
+    assert keys["embedding/items/.ATTRIBUTES/VARIABLE_VALUE"] == [6, 3]
+    assert keys["embedding/items.Smomenta/.ATTRIBUTES/VARIABLE_VALUE"] == [6, 3]
+    assert keys["embedding/items.Svelocities/.ATTRIBUTES/VARIABLE_VALUE"] == [6, 3]
+    assert tf.train.load_variable(path, "embedding/.ATTRIBUTES/TPU_EMBEDDING_SHIM_global_step") == 3
     # the model's kernel under Keras's own key (Keras 2's; Keras 3 names it by its functional graph)
-    kernel = ('model/_functional/_operations/1/_kernel' if KERAS_3 else 'model/layer_with_weights-0/kernel')
-    assert keys[kernel + '/.ATTRIBUTES/VARIABLE_VALUE'] == [3, 2]
-    np.testing.assert_array_equal(tf.train.load_variable(path, 'embedding/items/.ATTRIBUTES/VARIABLE_VALUE'),
-                                  embedding.embedding_tables[table])
+    kernel = "model/_functional/_operations/1/_kernel" if KERAS_3 else "model/layer_with_weights-0/kernel"
+    assert keys[kernel + "/.ATTRIBUTES/VARIABLE_VALUE"] == [3, 2]
+    np.testing.assert_array_equal(
+        tf.train.load_variable(path, "embedding/items/.ATTRIBUTES/VARIABLE_VALUE"), embedding.embedding_tables[table]
+    )
 
     fresh_table, fresh = trained(E, E.Adam(0.1), steps=0)
     fresh_model = tf.keras.Sequential([tf.keras.layers.Dense(2)])
     fresh_model.build((None, 3))
     tf.train.Checkpoint(model=fresh_model, embedding=fresh).restore(path).assert_consumed()
-    for (t, slots), (_, fresh_slots) in zip(embedding.variables.items(), fresh.variables.items()):
+    for (_t, slots), (_, fresh_slots) in zip(embedding.variables.items(), fresh.variables.items()):
         for name in slots:
             np.testing.assert_array_equal(fresh_slots[name], slots[name])
     assert fresh.engine.global_step == 3
     np.testing.assert_array_equal(fresh_model.layers[0].kernel.numpy(), model.layers[0].kernel.numpy())
     # One more identical step on both: the same tables (Adam's bias correction reads the restored step).
     for e in (embedding, fresh):
-        e.enqueue({'f': tf.constant([1, 2])})
+        e.enqueue({"f": tf.constant([1, 2])})
         e.dequeue()
-        e.apply_gradients({'f': tf.ones((2, 3))})
+        e.apply_gradients({"f": tf.ones((2, 3))})
     np.testing.assert_array_equal(fresh.embedding_tables[fresh_table], embedding.embedding_tables[table])
 
 
 def test_tensorflows_own_tpu_embedding_restores_the_bridges_checkpoint_and_the_bridge_restores_tensorflows(tmp_path):
     table, embedding = trained(E, E.Adagrad(0.1))
-    path = tf.train.Checkpoint(embedding=embedding).save(os.path.join(str(tmp_path), 'bridge'))
+    path = tf.train.Checkpoint(embedding=embedding).save(os.path.join(str(tmp_path), "bridge"))
     real = real_tf.tpu.experimental.embedding
-    real_table = real.TableConfig(vocabulary_size=6, dim=3, name='items')
+    real_table = real.TableConfig(vocabulary_size=6, dim=3, name="items")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        theirs = real.TPUEmbedding(feature_config={'f': real.FeatureConfig(table=real_table)},
-                                   optimizer=real.Adagrad(0.1))
+        theirs = real.TPUEmbedding(
+            feature_config={"f": real.FeatureConfig(table=real_table)}, optimizer=real.Adagrad(0.1)
+        )
     theirs.build()  # TensorFlow's CPU object makes its variables when built
     real_tf.train.Checkpoint(embedding=theirs).restore(path).assert_consumed()
     np.testing.assert_array_equal(theirs.embedding_tables[real_table].numpy(), embedding.embedding_tables[table])
 
     theirs.embedding_tables[real_table].assign(np.full((6, 3), 7.0, np.float32))
-    their_path = real_tf.train.Checkpoint(embedding=theirs).save(os.path.join(str(tmp_path), 'tensorflow'))
+    their_path = real_tf.train.Checkpoint(embedding=theirs).save(os.path.join(str(tmp_path), "tensorflow"))
     _, mine = trained(E, E.Adagrad(0.1), steps=0)
     tf.train.Checkpoint(embedding=mine).restore(their_path).assert_consumed()
     assert np.all(next(iter(mine.embedding_tables.values())) == 7.0)
-    np.testing.assert_array_equal(next(iter(mine.variables.values()))['accumulators'],
-                                  next(iter(embedding.variables.values()))['accumulators'])
+    np.testing.assert_array_equal(
+        next(iter(mine.variables.values()))["accumulators"], next(iter(embedding.variables.values()))["accumulators"]
+    )
 
 
 def test_a_checkpoint_of_other_shapes_is_refused_and_changes_nothing(tmp_path):
     _, embedding = trained(E, E.SGD(0.1))
-    path = tf.train.Checkpoint(embedding=embedding).save(os.path.join(str(tmp_path), 'ckpt'))
-    table = E.TableConfig(vocabulary_size=7, dim=3, name='items')
-    other = E.TPUEmbedding(feature_config={'f': E.FeatureConfig(table=table)}, optimizer=E.SGD(0.1))
+    path = tf.train.Checkpoint(embedding=embedding).save(os.path.join(str(tmp_path), "ckpt"))
+    table = E.TableConfig(vocabulary_size=7, dim=3, name="items")
+    other = E.TPUEmbedding(feature_config={"f": E.FeatureConfig(table=table)}, optimizer=E.SGD(0.1))
     before = other.embedding_tables[table]
     with pytest.raises(ValueError, match=r"table 'items' has shape \[6, 3\]; this embedding's is \[7, 3\]"):
         tf.train.Checkpoint(embedding=other).restore(path)
@@ -535,12 +579,12 @@ def test_a_checkpoint_of_other_shapes_is_refused_and_changes_nothing(tmp_path):
 
 def test_the_projects_own_checkpoint_reads_the_bridges_tables_and_the_bridge_reads_its(tmp_path):
     table, embedding = trained(E, E.Adagrad(0.1))
-    path = tf.train.Checkpoint(embedding=embedding).save(os.path.join(str(tmp_path), 'bridge'))
+    path = tf.train.Checkpoint(embedding=embedding).save(os.path.join(str(tmp_path), "bridge"))
     plain_table, plain = trained(SHIM, SHIM.Adagrad(0.1), steps=0)
     shim.train.Checkpoint(embedding=plain).restore(path)
     np.testing.assert_array_equal(plain.embedding_tables[plain_table], embedding.embedding_tables[table])
 
-    plain_path = shim.train.Checkpoint(embedding=plain).save(os.path.join(str(tmp_path), 'numpy'))
+    plain_path = shim.train.Checkpoint(embedding=plain).save(os.path.join(str(tmp_path), "numpy"))
     mine_table, mine = trained(E, E.Adagrad(0.1), steps=0)
     tf.train.Checkpoint(embedding=mine).restore(plain_path).assert_consumed()
     np.testing.assert_array_equal(mine.embedding_tables[mine_table], embedding.embedding_tables[table])
@@ -552,9 +596,10 @@ def test_a_bridge_checkpoint_restores_into_the_numpy_api_with_the_step(tmp_path)
     other way the tables cross but the step does not: TensorFlow restores only what the object graph lists,
     and the numpy API writes TensorFlow's graph for TPUEmbedding, which has no step (docs/tensorflow_bridge.md)."""
     table, bridged = trained(E, E.Adam(0.1))
-    path = tf.train.Checkpoint(embedding=bridged).save(os.path.join(str(tmp_path), 'tf', 'ckpt'))
+    path = tf.train.Checkpoint(embedding=bridged).save(os.path.join(str(tmp_path), "tf", "ckpt"))
     _, numpy_side = trained(SHIM, SHIM.Adam(0.1), steps=0)
     shim.train.Checkpoint(embedding=numpy_side).restore(path)
     assert numpy_side.engine.global_step == 3
-    np.testing.assert_array_equal(numpy_side.embedding_tables[next(iter(numpy_side.embedding_tables))],
-                                  bridged.embedding_tables[table])
+    np.testing.assert_array_equal(
+        numpy_side.embedding_tables[next(iter(numpy_side.embedding_tables))], bridged.embedding_tables[table]
+    )

@@ -13,8 +13,11 @@ import textwrap
 import numpy as np
 import pytest
 
-tensorflow = pytest.importorskip("tensorflow", reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
-                                                      "extra: tensorflow-cpu==2.15.1, in a separate venv)")
+tensorflow = pytest.importorskip(
+    "tensorflow",
+    reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
+    "extra: tensorflow-cpu==2.15.1, in a separate venv)",
+)
 
 import tpu_embedding_shim as shim  # noqa: E402
 import tpu_embedding_shim.tensorflow as tf  # noqa: E402
@@ -39,9 +42,11 @@ def parents(path):
 NAMESPACES = sorted({parent for path in OVERRIDES for parent in parents(path)})
 ESTIMATOR_NAMESPACES = [p for p in NAMESPACES if p.startswith(("estimator", "compat.v1.estimator"))]
 # The overridden namespaces this venv's TensorFlow has no module for: the proxy then holds only the project's names.
-MISSING = ({"estimator.tpu", "estimator.tpu.experimental"}  # TensorFlow's v2 tf.estimator has no tpu
-           | (set() if HAS_ESTIMATOR else set(ESTIMATOR_NAMESPACES))
-           | ({"keras.experimental", "compat.v1.keras.experimental"} if KERAS_3 else set()))
+MISSING = (
+    {"estimator.tpu", "estimator.tpu.experimental"}  # TensorFlow's v2 tf.estimator has no tpu
+    | (set() if HAS_ESTIMATOR else set(ESTIMATOR_NAMESPACES))
+    | ({"keras.experimental", "compat.v1.keras.experimental"} if KERAS_3 else set())
+)
 
 
 @pytest.mark.parametrize("path", sorted(OVERRIDES))
@@ -52,17 +57,30 @@ def test_every_name_of_the_table_resolves_through_the_proxy(path):
 def test_the_table_holds_the_projects_tpu_embedding_names():
     assert OVERRIDES["tpu.experimental.embedding.TableConfig"] is shim.tpu.experimental.embedding.TableConfig
     assert OVERRIDES["compat.v1.estimator.tpu.TPUEstimator"] is shim.compat.v1.estimator.tpu.TPUEstimator
-    assert OVERRIDES["compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec"] is \
-        shim.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec
+    assert (
+        OVERRIDES["compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec"]
+        is shim.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec
+    )
     assert OVERRIDES["compat.v1.tpu.experimental.embedding_column"] is shim.compat.v1.tpu.experimental.embedding_column
     assert OVERRIDES["keras.layers.DenseFeatures"] is shim.keras.layers.DenseFeatures
     assert OVERRIDES["compat.v1.feature_column.input_layer"].__wrapped__ is shim.compat.v1.feature_column.input_layer
     assert OVERRIDES["estimator.ModeKeys"] is shim.estimator.ModeKeys
     assert OVERRIDES["estimator.WarmStartSettings"] is shim.estimator.WarmStartSettings
     # TensorFlow's dense columns, exporters, tensors, lookups and checkpoints are not in it.
-    for path in ("feature_column.numeric_column", "feature_column.bucketized_column", "feature_column.indicator_column",
-                 "estimator.LatestExporter", "estimator.BestExporter", "SparseTensor", "RaggedTensor", "constant",
-                 "nn.embedding_lookup", "train.Checkpoint", "compat.v1.metrics.auc", "function"):
+    for path in (
+        "feature_column.numeric_column",
+        "feature_column.bucketized_column",
+        "feature_column.indicator_column",
+        "estimator.LatestExporter",
+        "estimator.BestExporter",
+        "SparseTensor",
+        "RaggedTensor",
+        "constant",
+        "nn.embedding_lookup",
+        "train.Checkpoint",
+        "compat.v1.metrics.auc",
+        "function",
+    ):
         assert path not in OVERRIDES
 
 
@@ -89,8 +107,26 @@ def test_every_other_name_of_an_overridden_namespace_is_tensorflows_own(path):
 
 def test_top_level_names_are_tensorflows():
     assert tf.constant is tensorflow.constant and tf.__version__ == tensorflow.__version__
-    for name in ("Tensor", "SparseTensor", "RaggedTensor", "GradientTape", "function", "range", "data", "nn", "train",
-                 "ragged", "math", "float32", "string", "Variable", "py_function", "saved_model", "sparse", "io"):
+    for name in (
+        "Tensor",
+        "SparseTensor",
+        "RaggedTensor",
+        "GradientTape",
+        "function",
+        "range",
+        "data",
+        "nn",
+        "train",
+        "ragged",
+        "math",
+        "float32",
+        "string",
+        "Variable",
+        "py_function",
+        "saved_model",
+        "sparse",
+        "io",
+    ):
         assert getattr(tf, name) is getattr(tensorflow, name), name
     assert set(dir(tf)) >= {n for n in dir(tensorflow) if not n.startswith("_")}
     assert tf.compat.v1.layers is tensorflow.compat.v1.layers  # (Keras 3 refuses to give its `dense`)
@@ -103,16 +139,21 @@ def test_missing_names_are_attribute_errors():
         tf.no_such_name
     with pytest.raises(AttributeError, match=r"module 'tensorflow.feature_column' has no attribute 'no_such_column'"):
         tf.feature_column.no_such_column
-    why = (f"TensorFlow {tensorflow.__version__} has no tf.estimator.tpu" if HAS_ESTIMATOR else
-           f"TensorFlow {tensorflow.__version__} has no tf.estimator (TensorFlow 2.16 removed it)"
-           if tensorflow.__version__ >= "2.16" else
-           f"TensorFlow {tensorflow.__version__} has no tf.estimator without tensorflow-estimator, which is not "
-           "installed")
+    why = (
+        f"TensorFlow {tensorflow.__version__} has no tf.estimator.tpu"
+        if HAS_ESTIMATOR
+        else f"TensorFlow {tensorflow.__version__} has no tf.estimator (TensorFlow 2.16 removed it)"
+        if tensorflow.__version__ >= "2.16"
+        else f"TensorFlow {tensorflow.__version__} has no tf.estimator without tensorflow-estimator, which is not "
+        "installed"
+    )
     with pytest.raises(AttributeError) as error:
         tf.estimator.tpu.Foo
-    assert str(error.value) == (f"module 'tensorflow.estimator.tpu' has no attribute 'Foo': {why}; this project's "
-                                "names there are ['InputPipelineConfig', 'RunConfig', 'TPUConfig', 'TPUEstimator', "
-                                "'TPUEstimatorSpec', 'experimental'].")
+    assert str(error.value) == (
+        f"module 'tensorflow.estimator.tpu' has no attribute 'Foo': {why}; this project's "
+        "names there are ['InputPipelineConfig', 'RunConfig', 'TPUConfig', 'TPUEstimator', "
+        "'TPUEstimatorSpec', 'experimental']."
+    )
 
 
 def test_from_imports_of_overridden_namespaces_work():
@@ -128,14 +169,18 @@ def test_columns_take_tensorflow_dtypes():
     plain = shim.feature_column.categorical_column_with_vocabulary_list("a", ["x", "y"], dtype=shim.string)
     assert ours == plain
     weighted = tf.compat.v1.feature_column.weighted_categorical_column(
-        tf.feature_column.categorical_column_with_identity("a", 4), "w", tf.float32)
+        tf.feature_column.categorical_column_with_identity("a", 4), "w", tf.float32
+    )
     assert weighted == shim.feature_column.weighted_categorical_column(
-        shim.feature_column.categorical_column_with_identity("a", 4), "w", shim.float32)
-    assert tf.feature_column.categorical_column_with_identity.__doc__ == \
-        shim.feature_column.categorical_column_with_identity.__doc__
+        shim.feature_column.categorical_column_with_identity("a", 4), "w", shim.float32
+    )
+    assert (
+        tf.feature_column.categorical_column_with_identity.__doc__
+        == shim.feature_column.categorical_column_with_identity.__doc__
+    )
 
 
-TENSORFLOW_UNCHANGED = textwrap.dedent('''
+TENSORFLOW_UNCHANGED = textwrap.dedent("""
     import json, sys
     import numpy as np
     import tensorflow
@@ -190,17 +235,26 @@ TENSORFLOW_UNCHANGED = textwrap.dedent('''
     print(json.dumps({"changed": changed, "replaced": replaced, "ours": ours,
                       "TPUEmbedding": tensorflow.tpu.experimental.embedding.TPUEmbedding.__module__,
                       "has_strategy": bool(tensorflow.distribute.has_strategy())}))
-''')
+""")
 
 
 def test_tensorflow_itself_is_unchanged_by_importing_and_using_the_bridge():
     namespaces = [""] + NAMESPACES
-    result = subprocess.run([sys.executable, "-c", TENSORFLOW_UNCHANGED, json.dumps(namespaces)],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", TENSORFLOW_UNCHANGED, json.dumps(namespaces)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report == {"changed": [], "replaced": [], "ours": [],
-                      "TPUEmbedding": "tensorflow.python.tpu.tpu_embedding_v2", "has_strategy": False}
+    assert report == {
+        "changed": [],
+        "replaced": [],
+        "ours": [],
+        "TPUEmbedding": "tensorflow.python.tpu.tpu_embedding_v2",
+        "has_strategy": False,
+    }
 
 
 def test_the_proxy_reads_tensorflow_when_asked_no_copy():

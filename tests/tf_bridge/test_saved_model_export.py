@@ -20,8 +20,11 @@ import sys
 import numpy as np
 import pytest
 
-real_tf = pytest.importorskip("tensorflow", reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
-                                                   "extra: tensorflow-cpu==2.15.1, in a separate venv)")
+real_tf = pytest.importorskip(
+    "tensorflow",
+    reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
+    "extra: tensorflow-cpu==2.15.1, in a separate venv)",
+)
 
 import tpu_embedding_shim.tensorflow as tf  # noqa: E402  (the program's one changed import)
 
@@ -34,13 +37,17 @@ def make_columns(tmp_path):
     vocabulary_file.write_text("red\ngreen\nblue\n")
     user = tf.feature_column.categorical_column_with_identity("user", V)
     word = tf.feature_column.weighted_categorical_column(
-        tf.feature_column.categorical_column_with_vocabulary_list("word", WORDS, num_oov_buckets=2), "word_weight")
+        tf.feature_column.categorical_column_with_vocabulary_list("word", WORDS, num_oov_buckets=2), "word_weight"
+    )
     color = tf.feature_column.categorical_column_with_vocabulary_file("color", str(vocabulary_file), default_value=0)
     item = tf.feature_column.categorical_column_with_identity("item", V)
     history = tf.feature_column.sequence_categorical_column_with_identity("history", V)
     tpu = tf.compat.v1.tpu.experimental
-    columns = [tpu.embedding_column(user, D, combiner="mean"), tpu.embedding_column(word, D, combiner="sqrtn"),
-               tpu.embedding_column(color, D, combiner="sum")]
+    columns = [
+        tpu.embedding_column(user, D, combiner="mean"),
+        tpu.embedding_column(word, D, combiner="sqrtn"),
+        tpu.embedding_column(color, D, combiner="sum"),
+    ]
     item_col, history_col = tpu.shared_embedding_columns([item, history], D, max_sequence_lengths=[0, L])
     return columns + [item_col], history_col, tf.feature_column.numeric_column("age")
 
@@ -59,17 +66,20 @@ def make_estimator(tmp_path):
         logits = tf.squeeze(tf.matmul(inputs, kernel) + bias, -1)  # tf.compat.v1 variables: any Keras
         if mode == tf.estimator.ModeKeys.PREDICT:
             return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
-                mode, predictions={"probability": tf.sigmoid(logits), "lengths": lengths, "features": net})
+                mode, predictions={"probability": tf.sigmoid(logits), "lengths": lengths, "features": net}
+            )
         loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
         train_op = tf.compat.v1.train.AdagradOptimizer(0.5).minimize(loss, tf.compat.v1.train.get_global_step())
         return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
 
     spec = tf.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec(
         feature_columns=pooled + [sequence],
-        optimization_parameters=tf.compat.v1.tpu.experimental.AdagradParameters(0.5))
+        optimization_parameters=tf.compat.v1.tpu.experimental.AdagradParameters(0.5),
+    )
     config = tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(tmp_path / "model"))
     return tf.compat.v1.estimator.tpu.TPUEstimator(
-        model_fn=model_fn, config=config, train_batch_size=B, predict_batch_size=B, embedding_config_spec=spec)
+        model_fn=model_fn, config=config, train_batch_size=B, predict_batch_size=B, embedding_config_spec=spec
+    )
 
 
 def sparse(rows):
@@ -78,8 +88,9 @@ def sparse(rows):
     values = [v for row in rows for v in row]
     width = max([len(r) for r in rows] + [1])
     dtype = object if values and isinstance(values[0], str) else np.int64
-    return real_tf.compat.v1.SparseTensorValue(np.array(indices, np.int64).reshape(-1, 2),
-                                               np.array(values, dtype), np.array([len(rows), width], np.int64))
+    return real_tf.compat.v1.SparseTensorValue(
+        np.array(indices, np.int64).reshape(-1, 2), np.array(values, dtype), np.array([len(rows), width], np.int64)
+    )
 
 
 def batch(seed):
@@ -93,13 +104,22 @@ def batch(seed):
     item = [[int(rng.integers(0, V))] for _ in range(B)]
     history = [list(rng.integers(0, V, rng.integers(0, L + 2))) for _ in range(B)]
     age = rng.normal(size=(B, 1)).astype(np.float32)
-    return {"user": sparse(user), "word": sparse(word), "word_weight": sparse(word_weight), "color": sparse(color),
-            "item": sparse(item), "history": sparse(history), "age": age}
+    return {
+        "user": sparse(user),
+        "word": sparse(word),
+        "word_weight": sparse(word_weight),
+        "color": sparse(color),
+        "item": sparse(item),
+        "history": sparse(history),
+        "age": age,
+    }
 
 
 def to_tf(features):
-    return {k: real_tf.SparseTensor(*v) if isinstance(v, real_tf.compat.v1.SparseTensorValue)
-            else real_tf.constant(v) for k, v in features.items()}
+    return {
+        k: real_tf.SparseTensor(*v) if isinstance(v, real_tf.compat.v1.SparseTensorValue) else real_tf.constant(v)
+        for k, v in features.items()
+    }
 
 
 def input_fn_of(seeds, labels=True):
@@ -107,6 +127,7 @@ def input_fn_of(seeds, labels=True):
         for seed in seeds:
             features = to_tf(batch(seed))
             yield (features, real_tf.constant((np.arange(B) % 2).astype(np.float32))) if labels else features
+
     return input_fn
 
 
@@ -114,9 +135,15 @@ STRING_FEATURES = ("word", "color")
 
 
 def raw_receiver_fn():
-    placeholders = {name: real_tf.compat.v1.sparse_placeholder(
-        real_tf.string if name in STRING_FEATURES else (real_tf.float32 if name == "word_weight" else real_tf.int64),
-        name=name) for name in ("user", "word", "word_weight", "color", "item", "history")}
+    placeholders = {
+        name: real_tf.compat.v1.sparse_placeholder(
+            real_tf.string
+            if name in STRING_FEATURES
+            else (real_tf.float32 if name == "word_weight" else real_tf.int64),
+            name=name,
+        )
+        for name in ("user", "word", "word_weight", "color", "item", "history")
+    }
     placeholders["age"] = real_tf.compat.v1.placeholder(real_tf.float32, [None, 1], name="age")
     return tf.estimator.export.ServingInputReceiver(dict(placeholders), dict(placeholders))
 
@@ -133,8 +160,9 @@ def trained(tmp_path_factory):
 
 def test_the_export_is_a_saved_model_written_whole(trained):
     _, _, export_dir, tmp_path = trained
-    assert sorted(os.listdir(export_dir)) == ["assets", "saved_model.pb", "variables"] or \
-        sorted(os.listdir(export_dir)) == ["saved_model.pb", "variables"]
+    assert sorted(os.listdir(export_dir)) == ["assets", "saved_model.pb", "variables"] or sorted(
+        os.listdir(export_dir)
+    ) == ["saved_model.pb", "variables"]
     assert os.path.basename(os.path.dirname(export_dir)) == "exports"
     assert not [n for n in os.listdir(tmp_path / "exports") if n.startswith("temp-")]
 
@@ -152,8 +180,13 @@ def serve_with_tf1_loader(export_dir, features):
             info = signature.inputs[name]
             if info.WhichOneof("encoding") == "coo_sparse":
                 coo = info.coo_sparse
-                feed.update({coo.indices_tensor_name: value.indices, coo.values_tensor_name: value.values,
-                             coo.dense_shape_tensor_name: value.dense_shape})
+                feed.update(
+                    {
+                        coo.indices_tensor_name: value.indices,
+                        coo.values_tensor_name: value.values,
+                        coo.dense_shape_tensor_name: value.dense_shape,
+                    }
+                )
             else:
                 feed[info.name] = value
         out = session.run({k: v.name for k, v in signature.outputs.items()}, feed)
@@ -192,8 +225,9 @@ def test_a_parsing_receiver_serves_tf_examples(trained):
                 continue
             row = [v for (r, _), v in zip(value.indices, value.values) if r == b]
             if name in STRING_FEATURES:
-                feature[name] = real_tf.train.Feature(bytes_list=real_tf.train.BytesList(
-                    value=[v.encode() for v in row]))
+                feature[name] = real_tf.train.Feature(
+                    bytes_list=real_tf.train.BytesList(value=[v.encode() for v in row])
+                )
             elif name == "word_weight":
                 feature[name] = real_tf.train.Feature(float_list=real_tf.train.FloatList(value=row))
             else:
@@ -209,8 +243,12 @@ def test_saved_model_cli_shows_the_signature(trained):
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
     if not os.path.exists(cli):
         pytest.skip("saved_model_cli is not installed beside this Python (TensorFlow installs it)")
-    out = subprocess.run([cli, "show", "--dir", export_dir, "--tag_set", "serve", "--signature_def",
-                          "serving_default"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [cli, "show", "--dir", export_dir, "--tag_set", "serve", "--signature_def", "serving_default"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "outputs['probability']" in out and "inputs['user']" in out
 
 
@@ -244,8 +282,9 @@ def test_assets_extra_and_text_format(trained):
     estimator, _, _, tmp_path = trained
     note = tmp_path / "note.txt"
     note.write_text("served by TF")
-    export_dir = estimator.export_saved_model(str(tmp_path / "text"), raw_receiver_fn, as_text=True,
-                                              assets_extra={"notes/note.txt": str(note)}).decode()
+    export_dir = estimator.export_saved_model(
+        str(tmp_path / "text"), raw_receiver_fn, as_text=True, assets_extra={"notes/note.txt": str(note)}
+    ).decode()
     assert os.path.exists(os.path.join(export_dir, "saved_model.pbtxt"))
     with open(os.path.join(export_dir, "assets.extra", "notes", "note.txt")) as handle:
         assert handle.read() == "served by TF"
@@ -260,8 +299,15 @@ def dense_batch(seed):
     color = rng.choice(["red", "blue", "pink", ""], (B, 2))
     item = rng.integers(0, V, B)
     history = rng.integers(-1, V, (B, L + 1))
-    return {"user": user, "word": word.astype(object), "word_weight": word_weight, "color": color.astype(object),
-            "item": item, "history": history, "age": rng.normal(size=(B, 1)).astype(np.float32)}
+    return {
+        "user": user,
+        "word": word.astype(object),
+        "word_weight": word_weight,
+        "color": color.astype(object),
+        "item": item,
+        "history": history,
+        "age": rng.normal(size=(B, 1)).astype(np.float32),
+    }
 
 
 def test_dense_inputs_are_served_as_predict_reads_them(trained):
@@ -274,14 +320,20 @@ def test_dense_inputs_are_served_as_predict_reads_them(trained):
     predictions = next(estimator.predict(input_fn, yield_single_examples=False))
 
     def receiver_fn():
-        placeholders = {name: real_tf.compat.v1.placeholder(real_tf.as_dtype(value.dtype) if value.dtype != object
-                                                            else real_tf.string, [None] * value.ndim, name=name)
-                        for name, value in features.items()}
+        placeholders = {
+            name: real_tf.compat.v1.placeholder(
+                real_tf.as_dtype(value.dtype) if value.dtype != object else real_tf.string,
+                [None] * value.ndim,
+                name=name,
+            )
+            for name, value in features.items()
+        }
         return tf.estimator.export.ServingInputReceiver(placeholders, placeholders)
 
     export_dir = estimator.export_saved_model(str(tmp_path / "dense"), receiver_fn).decode()
     served = real_tf.saved_model.load(export_dir).signatures["serving_default"](
-        **{k: real_tf.constant(v) for k, v in features.items()})
+        **{k: real_tf.constant(v) for k, v in features.items()}
+    )
     for key in predictions:
         np.testing.assert_array_equal(served[key].numpy(), predictions[key], err_msg=key)
 
@@ -289,13 +341,19 @@ def test_dense_inputs_are_served_as_predict_reads_them(trained):
 def test_ragged_features_are_served_as_predict_reads_them(trained):
     estimator, _, _, tmp_path = trained
     features = batch(300)
-    ragged = {"user": ([5, 7, 29, 0, 3], [0, 2, 2, 3, 3, 3, 4, 5, 5]),
-              "history": ([1, 2, 3, 4, 5, 6, 7], [0, 4, 4, 5, 5, 6, 6, 7, 7])}
+    ragged = {
+        "user": ([5, 7, 29, 0, 3], [0, 2, 2, 3, 3, 3, 4, 5, 5]),
+        "history": ([1, 2, 3, 4, 5, 6, 7], [0, 4, 4, 5, 5, 6, 6, 7, 7]),
+    }
 
     def input_fn(params):
         eager = to_tf(features)
-        eager.update({k: real_tf.RaggedTensor.from_row_splits(np.array(v, np.int64), np.array(s, np.int64))
-                      for k, (v, s) in ragged.items()})
+        eager.update(
+            {
+                k: real_tf.RaggedTensor.from_row_splits(np.array(v, np.int64), np.array(s, np.int64))
+                for k, (v, s) in ragged.items()
+            }
+        )
         yield eager
 
     predictions = next(estimator.predict(input_fn, yield_single_examples=False))

@@ -30,8 +30,11 @@ import warnings
 import numpy as np
 import pytest
 
-real_tf = pytest.importorskip("tensorflow", reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
-                                                   "extra: tensorflow-cpu==2.15.1, in a separate venv)")
+real_tf = pytest.importorskip(
+    "tensorflow",
+    reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
+    "extra: tensorflow-cpu==2.15.1, in a separate venv)",
+)
 
 import tpu_embedding_shim.tensorflow as tf  # noqa: E402  (the one changed line: was `import tensorflow as tf`)
 
@@ -57,9 +60,11 @@ def examples(keys, n=8 * B, seed=1):
 
 def make_input_fn(features, labels=None, repeat=False):
     """The input_fn: a `tf.data.Dataset` of `params['batch_size']` batches (of features only without labels)."""
+
     def input_fn(params):
         dataset = real_tf.data.Dataset.from_tensor_slices(features if labels is None else (features, labels))
         return (dataset.repeat() if repeat else dataset).batch(params["batch_size"], drop_remainder=True)
+
     return input_fn
 
 
@@ -86,12 +91,15 @@ def page_model_fn_as_printed(layer):
         dense_features = layer()
         embedded_feature = dense_features(features)
         called.append(embedded_feature)
+
     return model_fn, called
 
 
 LABELS_MESSAGE = "model_fn does not take labels, but input_fn returns labels."
-PARAMS_MESSAGE = (r"model_fn \(<function .*model_fn.*\) does not include params argument, required by TPUEstimator "
-                  r"to pass batch size as params\['batch_size'\]")
+PARAMS_MESSAGE = (
+    r"model_fn \(<function .*model_fn.*\) does not include params argument, required by TPUEstimator "
+    r"to pass batch size as params\['batch_size'\]"
+)
 FIX = r".*def model_fn\(features, labels, mode, params\):"
 
 
@@ -134,10 +142,8 @@ def page_000(model_fn_for, model_dir):
     column_a = tf.feature_column.categorical_column_with_identity("a", V)
     column_b = tf.feature_column.categorical_column_with_identity("b", V)
     column_c = tf.feature_column.categorical_column_with_identity("c", V)
-    tpu_shared_columns = tf.tpu.experimental.shared_embedding_columns(
-        [column_a, column_b], 10)
-    tpu_non_shared_column = tf.tpu.experimental.embedding_column(
-        column_c, 10)
+    tpu_shared_columns = tf.tpu.experimental.shared_embedding_columns([column_a, column_b], 10)
+    tpu_non_shared_column = tf.tpu.experimental.embedding_column(column_c, 10)
     tpu_columns = [tpu_non_shared_column] + tpu_shared_columns
 
     def layer():
@@ -148,11 +154,13 @@ def page_000(model_fn_for, model_dir):
     with pytest.warns(UserWarning, match="`column=` is not an argument"):  # the page's typo, read as feature_columns
         estimator = tf.estimator.tpu.TPUEstimator(
             model_fn=model_fn,
-            config=run_config(model_dir), train_batch_size=B, eval_batch_size=B,
+            config=run_config(model_dir),
+            train_batch_size=B,
+            eval_batch_size=B,
             embedding_config_spec=tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-                column=tpu_columns,
-                optimization_parameters=(
-                    tf.estimator.tpu.experimental.AdagradParameters(0.1))))
+                column=tpu_columns, optimization_parameters=(tf.estimator.tpu.experimental.AdagradParameters(0.1))
+            ),
+        )
     return estimator, record
 
 
@@ -164,6 +172,7 @@ def fixed_model_fn(layer):
         dense_features = layer()
         embedded_feature = dense_features(features)
         return dense_part(tf, embedded_feature, labels, mode, shapes)
+
     return model_fn, shapes
 
 
@@ -180,8 +189,16 @@ def test_page_000_fixed_trains_its_tables_with_the_specs_adagrad(tmp_path):
     estimator, shapes = page_000(fixed_model_fn, tmp_path)
     train_and_check(estimator, ("a", "b", "c"), shapes, 30, [SHARED_TABLE, C_TABLE])
     assert sorted(estimator.get_variable_names()) == sorted(  # a and b share one table; Adagrad's slots
-        [SHARED_TABLE, f"{SHARED_TABLE}/Adagrad", C_TABLE, f"{C_TABLE}/Adagrad", "dense/kernel", "dense/bias",
-         "global_step"])
+        [
+            SHARED_TABLE,
+            f"{SHARED_TABLE}/Adagrad",
+            C_TABLE,
+            f"{C_TABLE}/Adagrad",
+            "dense/kernel",
+            "dense/bias",
+            "global_step",
+        ]
+    )
     for table in (SHARED_TABLE, C_TABLE):  # Adagrad's initial 0.1, then grown: the spec's optimizer ran
         accumulators = estimator.get_variable_value(f"{table}/Adagrad")
         assert accumulators.min() >= 0.1 and accumulators.max() > 0.1
@@ -203,10 +220,14 @@ def page_001(model_fn_for, model_dir):
     with pytest.warns(UserWarning, match="`column=` is not an argument"):
         estimator = tf.estimator.tpu.TPUEstimator(
             model_fn=model_fn,
-            config=run_config(model_dir), train_batch_size=B, eval_batch_size=B,
+            config=run_config(model_dir),
+            train_batch_size=B,
+            eval_batch_size=B,
             embedding_config_spec=tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-              column=[tpu_column],
-              optimization_parameters=tf.tpu.experimental.StochasticGradientDescentParameters(0.5)))
+                column=[tpu_column],
+                optimization_parameters=tf.tpu.experimental.StochasticGradientDescentParameters(0.5),
+            ),
+        )
     return estimator, record
 
 
@@ -223,7 +244,8 @@ def test_page_001_fixed_trains_its_table_with_the_specs_sgd(tmp_path):
     estimator, shapes = page_001(fixed_model_fn, tmp_path)
     train_and_check(estimator, ("movie",), shapes, 10, [MOVIE_TABLE])
     assert sorted(estimator.get_variable_names()) == sorted(  # SGD has no slots
-        [MOVIE_TABLE, "dense/kernel", "dense/bias", "global_step"])
+        [MOVIE_TABLE, "dense/kernel", "dense/bias", "global_step"]
+    )
 
 
 # 002: EmbeddingConfigSpec, the later rendering (its example stops at `TPUEstimator(`) ------------
@@ -235,10 +257,8 @@ def page_002(model_fn_for, model_dir):
     column_a = tf.feature_column.categorical_column_with_identity("a", V)
     column_b = tf.feature_column.categorical_column_with_identity("b", V)
     column_c = tf.feature_column.categorical_column_with_identity("c", V)
-    tpu_shared_columns = tf.tpu.experimental.shared_embedding_columns(
-        [column_a, column_b], 10)
-    tpu_non_shared_column = tf.tpu.experimental.embedding_column(
-        column_c, 10)
+    tpu_shared_columns = tf.tpu.experimental.shared_embedding_columns([column_a, column_b], 10)
+    tpu_non_shared_column = tf.tpu.experimental.embedding_column(column_c, 10)
     tpu_columns = [tpu_non_shared_column] + tpu_shared_columns
 
     def layer():
@@ -250,10 +270,12 @@ def page_002(model_fn_for, model_dir):
     estimator = tf.compat.v1.estimator.tpu.TPUEstimator(
         model_fn=model_fn,
         config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(model_dir), tf_random_seed=0),
-        train_batch_size=B, eval_batch_size=B,
+        train_batch_size=B,
+        eval_batch_size=B,
         embedding_config_spec=tf.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec(
-            feature_columns=tpu_columns,
-            optimization_parameters=tf.compat.v1.tpu.experimental.AdamParameters(0.05)))
+            feature_columns=tpu_columns, optimization_parameters=tf.compat.v1.tpu.experimental.AdamParameters(0.05)
+        ),
+    )
     return estimator, record
 
 
@@ -294,17 +316,24 @@ def tensorflows_spelling(tf, page, model_dir, model_fn=None, use_tpu=True):
         tpu_shared_columns = v1.tpu.experimental.shared_embedding_columns([column_a, column_b], 10, initializer=init)
         tpu_non_shared_column = v1.tpu.experimental.embedding_column(column_c, 10, initializer=init)
         tpu_columns = layer_columns = [tpu_non_shared_column] + tpu_shared_columns
-        parameters = (v1.tpu.experimental.AdagradParameters(0.1) if page == "000"
-                      else v1.tpu.experimental.AdamParameters(0.05))
+        parameters = (
+            v1.tpu.experimental.AdagradParameters(0.1) if page == "000" else v1.tpu.experimental.AdamParameters(0.05)
+        )
     shapes = []
     if model_fn is None:  # the fixed model_fn, over this `tf`
+
         def model_fn(features, labels, mode, params):
             return dense_part(tf, tf.keras.layers.DenseFeatures(layer_columns)(features), labels, mode, shapes)
+
     estimator = v1.estimator.tpu.TPUEstimator(
-        model_fn=model_fn, config=v1.estimator.tpu.RunConfig(model_dir=str(model_dir)), train_batch_size=B,
+        model_fn=model_fn,
+        config=v1.estimator.tpu.RunConfig(model_dir=str(model_dir)),
+        train_batch_size=B,
         use_tpu=use_tpu,
         embedding_config_spec=v1.estimator.tpu.experimental.EmbeddingConfigSpec(
-            feature_columns=tpu_columns, optimization_parameters=parameters))
+            feature_columns=tpu_columns, optimization_parameters=parameters
+        ),
+    )
     return estimator, shapes
 
 
@@ -313,8 +342,12 @@ PAGE_KEYS = {"000": ("a", "b", "c"), "001": ("movie",), "002": ("a", "b", "c")}
 
 @needs_estimator
 def test_tensorflow_2_15_refuses_the_pages_spellings_which_the_bridge_takes():
-    for path in ("tpu.experimental.embedding_column", "tpu.experimental.shared_embedding_columns",
-                 "estimator.tpu", "keras.layers.DenseFeature"):
+    for path in (
+        "tpu.experimental.embedding_column",
+        "tpu.experimental.shared_embedding_columns",
+        "estimator.tpu",
+        "keras.layers.DenseFeature",
+    ):
         module = real_tf
         with pytest.raises(AttributeError):
             for part in path.split("."):
@@ -323,12 +356,14 @@ def test_tensorflow_2_15_refuses_the_pages_spellings_which_the_bridge_takes():
     column = v1.tpu.experimental.embedding_column(v1.feature_column.categorical_column_with_identity("c", V), 10)
     with pytest.raises(TypeError, match="column"):
         v1.estimator.tpu.experimental.EmbeddingConfigSpec(
-            column=[column], optimization_parameters=v1.tpu.experimental.AdagradParameters(0.1))
+            column=[column], optimization_parameters=v1.tpu.experimental.AdagradParameters(0.1)
+        )
     # the bridge: the names (TF1's, under tf.), and the two typos with a warning (docs/faq.md)
     assert tf.tpu.experimental.embedding_column is tf.compat.v1.tpu.experimental.embedding_column
     with pytest.warns(UserWarning, match="DenseFeature is not a TensorFlow name"):
-        tf.keras.layers.DenseFeature([tf.tpu.experimental.embedding_column(
-            tf.feature_column.categorical_column_with_identity("c", V), 10)])
+        tf.keras.layers.DenseFeature(
+            [tf.tpu.experimental.embedding_column(tf.feature_column.categorical_column_with_identity("c", V), 10)]
+        )
 
 
 @needs_estimator
@@ -355,7 +390,7 @@ def expected_table(page, table, grad):
         return table - 0.1 * grad / np.sqrt(0.1 + grad * grad)
     # Adam(0.05) as a TPU runs it: no bias correction, epsilon inside the square root (rows without ids: g = 0)
     m, v = 0.1 * grad, 0.001 * grad * grad
-    return table - 0.05 * m / np.sqrt(v + 1e-8 ** 2)
+    return table - 0.05 * m / np.sqrt(v + 1e-8**2)
 
 
 @needs_estimator
@@ -375,15 +410,15 @@ def test_one_step_dense_update_is_tensorflows_and_tables_take_its_gradient_throu
     assert set(theirs.get_variable_names()) == set(tables + ["dense/kernel", "dense/bias", "global_step"])
     assert set(theirs.get_variable_names()) <= set(ours.get_variable_names())
     for name in ("dense/kernel", "dense/bias"):  # the dense update is TensorFlow's
-        np.testing.assert_allclose(ours.get_variable_value(name), theirs.get_variable_value(name), rtol=1e-5,
-                                   atol=1e-6)
+        np.testing.assert_allclose(ours.get_variable_value(name), theirs.get_variable_value(name), rtol=1e-5, atol=1e-6)
     # TensorFlow's CPU path trains a table with the model's SGD(0.05): its step gives d loss / d table. Ours
     # applies that gradient with the EmbeddingConfigSpec's optimizer (a and b's gradients summed in one table).
     for name in tables:
         grad = (TABLE - theirs.get_variable_value(name)) / 0.05
         assert np.abs(grad).max() > 1e-3
-        np.testing.assert_allclose(ours.get_variable_value(name), expected_table(page, TABLE, grad), rtol=1e-4,
-                                   atol=1e-6)
+        np.testing.assert_allclose(
+            ours.get_variable_value(name), expected_table(page, TABLE, grad), rtol=1e-4, atol=1e-6
+        )
 
 
 # 003: TPUEmbeddingV2 (SparseCore) --------------------------------------------------------------
@@ -395,8 +430,15 @@ E = tf.tpu.experimental.embedding
 def sparse_core_feature_config():
     table = E.TableConfig(vocabulary_size=40, dim=4, name="items")
     user_table = E.TableConfig(vocabulary_size=16, dim=4, name="users")
-    return {"clicked": E.FeatureConfig(table=table), "history": E.FeatureConfig(table=table, max_sequence_length=3),
-            "user": E.FeatureConfig(table=user_table)}, table, user_table
+    return (
+        {
+            "clicked": E.FeatureConfig(table=table),
+            "history": E.FeatureConfig(table=table, max_sequence_length=3),
+            "user": E.FeatureConfig(table=user_table),
+        },
+        table,
+        user_table,
+    )
 
 
 def sparse_core_examples(n, seed=0):
@@ -405,8 +447,11 @@ def sparse_core_examples(n, seed=0):
     taste = rng.normal(size=40).astype(np.float32)
     clicked = rng.integers(0, 40, (n, 2))
     history = [list(rng.integers(0, 40, rng.integers(1, 5))) for _ in range(n)]
-    features = {"clicked": tf.ragged.constant(clicked.tolist()), "history": tf.ragged.constant(history),
-                "user": tf.constant(rng.integers(0, 16, n))}
+    features = {
+        "clicked": tf.ragged.constant(clicked.tolist()),
+        "history": tf.ragged.constant(history),
+        "user": tf.constant(rng.integers(0, 16, n)),
+    }
     return features, taste[clicked].mean(axis=1)
 
 
@@ -428,9 +473,11 @@ def test_page_003_raises_runtime_error_unless_created_under_tpu_strategy_and_val
     assert table.optimizer is None  # the failed calls changed nothing
 
 
-@pytest.mark.skipif(not hasattr(real_tf.tpu.experimental.embedding, "TPUEmbeddingV2"),
-                    reason=f"TensorFlow {real_tf.__version__} has no TPUEmbeddingV2, the oracle here (CI runs this "
-                           "test in the newest TensorFlow's venv)")
+@pytest.mark.skipif(
+    not hasattr(real_tf.tpu.experimental.embedding, "TPUEmbeddingV2"),
+    reason=f"TensorFlow {real_tf.__version__} has no TPUEmbeddingV2, the oracle here (CI runs this "
+    "test in the newest TensorFlow's venv)",
+)
 def test_page_003_tensorflows_own_class_raises_the_same_without_a_tpu():
     theirs = real_tf.tpu.experimental.embedding
     config = {"clicked": theirs.FeatureConfig(table=theirs.TableConfig(vocabulary_size=40, dim=4, name="items"))}
@@ -438,9 +485,12 @@ def test_page_003_tensorflows_own_class_raises_the_same_without_a_tpu():
     for module, feature_config in ((theirs, config), (E, ours)):
         with pytest.raises(RuntimeError, match=r"^TPUEmbeddingV2 should be created under TPUStrategy but found"):
             module.TPUEmbeddingV2(feature_config=feature_config, optimizer=module.Adagrad(0.5))
-        with pytest.raises(ValueError, match=r"^<class 'str'> is an unsupported optimizer class\. Please pass an "
-                                             r"instance of one of the optimizer classes under "
-                                             r"tf\.tpu\.experimental\.embedding\."):
+        with pytest.raises(
+            ValueError,
+            match=r"^<class 'str'> is an unsupported optimizer class\. Please pass an "
+            r"instance of one of the optimizer classes under "
+            r"tf\.tpu\.experimental\.embedding\.",
+        ):
             module.TPUEmbeddingV2(feature_config=feature_config, optimizer="sgd")  # checked first, in both
 
 
@@ -469,8 +519,9 @@ def test_page_003_a_tf_function_training_loop_over_its_lookups_and_apply_gradien
             with tf.GradientTape(persistent=True) as tape:
                 activations, preserved_outputs = embedding(features)  # __call__: the embedding lookup
                 tape.watch(activations)
-                x = tf.concat([activations["clicked"], tf.reduce_mean(activations["history"], 1),
-                               activations["user"]], 1)
+                x = tf.concat(
+                    [activations["clicked"], tf.reduce_mean(activations["history"], 1), activations["user"]], 1
+                )
                 loss = tf.reduce_mean((model(x)[:, 0] - tf.cast(labels, tf.float32)) ** 2)
             seen.append((activations, preserved_outputs))
             embedding.apply_gradients(tape.gradient(loss, activations), preserved_outputs)
@@ -487,7 +538,10 @@ def test_page_003_a_tf_function_training_loop_over_its_lookups_and_apply_gradien
     assert seen  # what the step saw while traced: graph tensors of TensorFlow's static shapes
     for activations, preserved_outputs in seen:
         assert {name: a.shape.as_list() for name, a in activations.items()} == {
-            "clicked": [B, 4], "history": [B, 3, 4], "user": [B, 4]}  # history: [B, max_sequence_length, dim]
+            "clicked": [B, 4],
+            "history": [B, 3, 4],
+            "user": [B, 4],
+        }  # history: [B, max_sequence_length, dim]
         assert all(isinstance(a, real_tf.Tensor) and a.dtype == real_tf.float32 for a in activations.values())
         assert preserved_outputs.dtype == real_tf.int64 and preserved_outputs.shape.rank == 0
     losses = losses.numpy()
@@ -521,12 +575,17 @@ def test_page_003_enqueue_dequeue_and_preprocess_features_give_the_lookup_eagerl
 def bad_gradient_cases(activations):
     ones = {name: tf.ones_like(a) for name, a in activations.items()}
     return [
-        (ValueError, "found non-tensor type: <class 'list'> at path clicked",
-         {**ones, "clicked": [[1.0] * 4] * B}),
-        (ValueError, r"Found gradient of shape \[16, 5\] at path clicked\. Expected shape \[16, 4\]",
-         {**ones, "clicked": tf.ones((B, 5))}),
-        (ValueError, r"Found gradient of shape \[16, 4\] at path history\. Expected shape \[16, 3, 4\]",
-         {**ones, "history": tf.ones((B, 4))}),
+        (ValueError, "found non-tensor type: <class 'list'> at path clicked", {**ones, "clicked": [[1.0] * 4] * B}),
+        (
+            ValueError,
+            r"Found gradient of shape \[16, 5\] at path clicked\. Expected shape \[16, 4\]",
+            {**ones, "clicked": tf.ones((B, 5))},
+        ),
+        (
+            ValueError,
+            r"Found gradient of shape \[16, 4\] at path history\. Expected shape \[16, 3, 4\]",
+            {**ones, "history": tf.ones((B, 4))},
+        ),
         (TypeError, "nested structure of `feature_config`", tuple(ones[name] for name in sorted(ones))),
     ]
 
@@ -551,6 +610,7 @@ def test_page_003_the_errors_its_page_lists_change_nothing(in_function):
     before = {t: v.copy() for t, v in embedding.embedding_tables.items()}
 
     for error, message, gradients in bad_gradient_cases(embedding(features)[0]):
+
         def step(features, gradients=gradients):
             _, preserved_outputs = embedding(features)
             embedding.apply_gradients(gradients, preserved_outputs)
@@ -565,8 +625,14 @@ def test_page_003_the_errors_its_page_lists_change_nothing(in_function):
     # For optimizers like SGD or Adagrad, this is the same as applying no update at all."
     def step_without_clicked(features):
         activations, preserved_outputs = embedding(features)
-        embedding.apply_gradients({"clicked": None, "history": tf.zeros_like(activations["history"]),
-                                   "user": tf.ones_like(activations["user"])}, preserved_outputs)
+        embedding.apply_gradients(
+            {
+                "clicked": None,
+                "history": tf.zeros_like(activations["history"]),
+                "user": tf.ones_like(activations["user"]),
+            },
+            preserved_outputs,
+        )
 
     with pytest.warns(UserWarning, match="No gradient passed for feature clicked, sending zero gradient"):
         wrap(step_without_clicked)(features)

@@ -8,8 +8,11 @@ Runs where TensorFlow is installed (a separate venv):
 import numpy as np
 import pytest
 
-tensorflow = pytest.importorskip("tensorflow", reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
-                                                      "extra: tensorflow-cpu==2.15.1, in a separate venv)")
+tensorflow = pytest.importorskip(
+    "tensorflow",
+    reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
+    "extra: tensorflow-cpu==2.15.1, in a separate venv)",
+)
 
 import tpu_embedding_shim as shim  # noqa: E402
 import tpu_embedding_shim.tensorflow as tf  # noqa: E402
@@ -17,7 +20,7 @@ import tpu_embedding_shim.tensorflow as tf  # noqa: E402
 
 @pytest.fixture
 def strategy():
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu='')
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
     assert tf.config.experimental_connect_to_cluster(resolver) is None  # the stand-in's no-op
     assert tf.tpu.experimental.initialize_tpu_system(resolver).num_replicas == 1
     return tf.distribute.TPUStrategy(resolver)
@@ -34,7 +37,8 @@ def test_a_tf_data_dataset_is_distributed_as_it_is_and_iterates_inside_tf_functi
         return dataset.map(lambda x: x * input_context.get_per_replica_batch_size(2))
 
     from_function = strategy.distribute_datasets_from_function(
-        dataset_fn, options=tf.distribute.InputOptions(experimental_prefetch_to_device=False))
+        dataset_fn, options=tf.distribute.InputOptions(experimental_prefetch_to_device=False)
+    )
     assert isinstance(contexts[0], tensorflow.distribute.InputContext) and contexts[0].num_replicas_in_sync == 1
 
     @tf.function
@@ -122,8 +126,15 @@ def one_step(make_optimizer):
 def test_cross_shard_optimizer_over_one_replica_is_the_wrapped_optimizer():
     gradient_descent = lambda: tf.compat.v1.train.GradientDescentOptimizer(0.25)  # noqa: E731
     for reduction in (tf.compat.v1.losses.Reduction.MEAN, tf.compat.v1.losses.Reduction.SUM):
-        assert one_step(lambda: tf.compat.v1.tpu.CrossShardOptimizer(gradient_descent(), reduction=reduction)) == \
-            one_step(gradient_descent) == ([0.5, 1.0], 1)
+        assert (
+            one_step(
+                lambda reduction=reduction: tf.compat.v1.tpu.CrossShardOptimizer(
+                    gradient_descent(), reduction=reduction
+                )
+            )
+            == one_step(gradient_descent)
+            == ([0.5, 1.0], 1)
+        )
     # TensorFlow's own class puts a CrossReplicaSum op in the graph, which has no CPU kernel.
     with pytest.raises(tensorflow.errors.InvalidArgumentError, match="CrossReplicaSum"):
         one_step(lambda: tensorflow.compat.v1.tpu.CrossShardOptimizer(gradient_descent()))
@@ -138,5 +149,8 @@ def test_cross_shard_optimizer_keeps_tensorflows_checks():
     with pytest.raises(TypeError, match="CrossShardOptimizer only works with tf.training.Optimizer"):
         tf.compat.v1.tpu.CrossShardOptimizer(tf.keras.optimizers.SGD(0.1))
     with pytest.raises(ValueError, match=r"must be a permutation of range\(1\)"):
-        one_step(lambda: tf.compat.v1.tpu.CrossShardOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1),
-                                                               group_assignment=[[0, 1]]))
+        one_step(
+            lambda: tf.compat.v1.tpu.CrossShardOptimizer(
+                tf.compat.v1.train.GradientDescentOptimizer(0.1), group_assignment=[[0, 1]]
+            )
+        )

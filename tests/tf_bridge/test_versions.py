@@ -18,8 +18,9 @@ Runs in each TensorFlow venv (docs/tensorflow_bridge.md, "Which TensorFlow").
 import numpy as np
 import pytest
 
-tensorflow = pytest.importorskip("tensorflow", reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
-                                                      "extra, in a separate venv)")
+tensorflow = pytest.importorskip(
+    "tensorflow", reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` extra, in a separate venv)"
+)
 
 import tpu_embedding_shim as shim  # noqa: E402
 import tpu_embedding_shim.tensorflow as tf  # noqa: E402
@@ -33,12 +34,33 @@ if HAS_ESTIMATOR:  # the oracle of the receivers
 else:
     tf_export = None
 
-EXPORT_NAMES = sorted("ClassificationOutput EvalOutput ExportOutput PredictOutput RegressionOutput "
-                      "ServingInputReceiver TensorServingInputReceiver build_parsing_serving_input_receiver_fn "
-                      "build_raw_serving_input_receiver_fn".split())
-PROGRAM_NAMES = ("ModeKeys EstimatorSpec RunConfig WarmStartSettings NanLossDuringTrainingError tpu.TPUEstimator "
-                 "tpu.TPUEstimatorSpec tpu.RunConfig tpu.TPUConfig tpu.InputPipelineConfig "
-                 "tpu.experimental.EmbeddingConfigSpec tpu.experimental.AdagradParameters").split()
+EXPORT_NAMES = sorted(
+    [
+        "ClassificationOutput",
+        "EvalOutput",
+        "ExportOutput",
+        "PredictOutput",
+        "RegressionOutput",
+        "ServingInputReceiver",
+        "TensorServingInputReceiver",
+        "build_parsing_serving_input_receiver_fn",
+        "build_raw_serving_input_receiver_fn",
+    ]
+)
+PROGRAM_NAMES = [
+    "ModeKeys",
+    "EstimatorSpec",
+    "RunConfig",
+    "WarmStartSettings",
+    "NanLossDuringTrainingError",
+    "tpu.TPUEstimator",
+    "tpu.TPUEstimatorSpec",
+    "tpu.RunConfig",
+    "tpu.TPUConfig",
+    "tpu.InputPipelineConfig",
+    "tpu.experimental.EmbeddingConfigSpec",
+    "tpu.experimental.AdagradParameters",
+]
 
 
 def resolve(root, path):
@@ -62,6 +84,7 @@ def test_a_tpu_estimator_program_finds_its_estimator_names_either_way(prefix):
     export = resolve(tf, f"{prefix}.export")
     assert sorted(n for n in dir(export) if not n.startswith("_")) == EXPORT_NAMES
     from tensorflow.python.saved_model.model_utils import export_output  # TensorFlow core's, in every version
+
     for name in ("ClassificationOutput", "EvalOutput", "ExportOutput", "PredictOutput", "RegressionOutput"):
         assert getattr(export, name) is getattr(export_output, name)
     if HAS_ESTIMATOR:  # TensorFlow's own, not in the table
@@ -70,8 +93,12 @@ def test_a_tpu_estimator_program_finds_its_estimator_names_either_way(prefix):
         assert not any(path.startswith(f"{prefix}.export") for path in OVERRIDES)
         assert resolve(tf, prefix).LatestExporter is resolve(tensorflow, prefix).LatestExporter
     else:
-        for name in ("ServingInputReceiver", "TensorServingInputReceiver", "build_parsing_serving_input_receiver_fn",
-                     "build_raw_serving_input_receiver_fn"):
+        for name in (
+            "ServingInputReceiver",
+            "TensorServingInputReceiver",
+            "build_parsing_serving_input_receiver_fn",
+            "build_raw_serving_input_receiver_fn",
+        ):
             assert getattr(export, name) is getattr(_serving_input, name)
 
 
@@ -81,10 +108,16 @@ def test_other_estimator_names_are_tensorflows_or_attribute_errors_saying_why(pr
     if HAS_ESTIMATOR:
         assert namespace.Estimator is resolve(tensorflow, prefix).Estimator
         return
-    why = ("TensorFlow 2.16 removed it" if VERSION >= (2, 16) else
-           "has no tf.estimator without tensorflow-estimator, which is not installed")
-    with pytest.raises(AttributeError, match=rf"module 'tensorflow.{prefix}' has no attribute 'Estimator': "
-                                             rf"TensorFlow .*{why}"):
+    why = (
+        "TensorFlow 2.16 removed it"
+        if VERSION >= (2, 16)
+        else "has no tf.estimator without tensorflow-estimator, which is not installed"
+    )
+    with pytest.raises(
+        AttributeError,
+        match=rf"module 'tensorflow.{prefix}' has no attribute 'Estimator': "
+        rf"TensorFlow .*{why}",
+    ):
         namespace.Estimator
 
 
@@ -139,9 +172,8 @@ def implementations():
 @pytest.mark.parametrize("cls, features, receivers, alternatives, message, received", ERRORS)
 def test_bad_receivers_are_tensorflows_value_errors(cls, features, receivers, alternatives, message, received):
     for module in implementations():
-        with tensorflow.Graph().as_default():
-            with pytest.raises(ValueError) as error:
-                getattr(module, cls)(make(features), make(receivers), make(alternatives))
+        with tensorflow.Graph().as_default(), pytest.raises(ValueError) as error:
+            getattr(module, cls)(make(features), make(receivers), make(alternatives))
         ours = module is _serving_input and received is not None
         assert str(error.value) == (f"{message} Received: {received}." if ours else message), module.__name__
 
@@ -151,24 +183,63 @@ def keys_and_types(receiver):
         if isinstance(value, dict):
             return {key: type(item).__name__ for key, item in value.items()}
         return type(value).__name__
-    return (type(receiver).__name__, describe(receiver.features), describe(receiver.receiver_tensors),
-            None if receiver.receiver_tensors_alternatives is None else
-            {k: describe(v) for k, v in receiver.receiver_tensors_alternatives.items()})
+
+    return (
+        type(receiver).__name__,
+        describe(receiver.features),
+        describe(receiver.receiver_tensors),
+        None
+        if receiver.receiver_tensors_alternatives is None
+        else {k: describe(v) for k, v in receiver.receiver_tensors_alternatives.items()},
+    )
 
 
 GOOD = [  # (receiver class, features, receiver_tensors, alternatives) -> fields' keys and types
-    ("ServingInputReceiver", {"f0": T, "f1": S, "f2": R, 42: T}, {"example0": T}, None,
-     ("ServingInputReceiver", {"f0": "EagerTensor", "f1": "SparseTensor", "f2": "RaggedTensor", 42: "EagerTensor"},
-      {"example0": "EagerTensor"}, None)),
-    ("ServingInputReceiver", T, T, {"raw": {"a": T, "b": S}, "one": T},
-     ("ServingInputReceiver", {"feature": "EagerTensor"}, {"input": "EagerTensor"},
-      {"raw": {"a": "EagerTensor", "b": "SparseTensor"}, "one": {"input": "EagerTensor"}})),
-    ("ServingInputReceiver", {"labeled": LabeledTensor(tensorflow.constant([1]))}, T, None,
-     ("ServingInputReceiver", {"labeled": "LabeledTensor"}, {"input": "EagerTensor"}, None)),
-    ("TensorServingInputReceiver", S, {"a": T}, None,
-     ("TensorServingInputReceiver", "SparseTensor", {"a": "EagerTensor"}, None)),
-    ("TensorServingInputReceiver", T, T, None, ("TensorServingInputReceiver", "EagerTensor", {"input": "EagerTensor"},
-                                                None)),
+    (
+        "ServingInputReceiver",
+        {"f0": T, "f1": S, "f2": R, 42: T},
+        {"example0": T},
+        None,
+        (
+            "ServingInputReceiver",
+            {"f0": "EagerTensor", "f1": "SparseTensor", "f2": "RaggedTensor", 42: "EagerTensor"},
+            {"example0": "EagerTensor"},
+            None,
+        ),
+    ),
+    (
+        "ServingInputReceiver",
+        T,
+        T,
+        {"raw": {"a": T, "b": S}, "one": T},
+        (
+            "ServingInputReceiver",
+            {"feature": "EagerTensor"},
+            {"input": "EagerTensor"},
+            {"raw": {"a": "EagerTensor", "b": "SparseTensor"}, "one": {"input": "EagerTensor"}},
+        ),
+    ),
+    (
+        "ServingInputReceiver",
+        {"labeled": LabeledTensor(tensorflow.constant([1]))},
+        T,
+        None,
+        ("ServingInputReceiver", {"labeled": "LabeledTensor"}, {"input": "EagerTensor"}, None),
+    ),
+    (
+        "TensorServingInputReceiver",
+        S,
+        {"a": T},
+        None,
+        ("TensorServingInputReceiver", "SparseTensor", {"a": "EagerTensor"}, None),
+    ),
+    (
+        "TensorServingInputReceiver",
+        T,
+        T,
+        None,
+        ("TensorServingInputReceiver", "EagerTensor", {"input": "EagerTensor"}, None),
+    ),
 ]
 
 
@@ -178,8 +249,11 @@ def test_receivers_wrap_lone_tensors_under_tensorflows_keys(cls, features, recei
         given = make(alternatives)
         receiver = getattr(module, cls)(make(features), make(receivers), given)
         assert keys_and_types(receiver) == expected, module.__name__
-        assert isinstance(receiver, tuple) and receiver._fields == ("features", "receiver_tensors",
-                                                                     "receiver_tensors_alternatives")
+        assert isinstance(receiver, tuple) and receiver._fields == (
+            "features",
+            "receiver_tensors",
+            "receiver_tensors_alternatives",
+        )
     if alternatives is not None:  # ours leaves the caller's dict as it was (TensorFlow's rewrites it in place)
         given = make(alternatives)
         before = dict(given)
@@ -189,30 +263,46 @@ def test_receivers_wrap_lone_tensors_under_tensorflows_keys(cls, features, recei
 
 def graph_signature(receiver):
     """The receiver tensors' (name, dtype, shape) and the features' types: what a SavedModel signature reads."""
-    return ({key: (t.name, t.dtype.name, str(t.shape)) for key, t in receiver.receiver_tensors.items()},
-            {key: type(value).__name__ for key, value in receiver.features.items()})
+    return (
+        {key: (t.name, t.dtype.name, str(t.shape)) for key, t in receiver.receiver_tensors.items()},
+        {key: type(value).__name__ for key, value in receiver.features.items()},
+    )
 
 
 @pytest.mark.parametrize("batch", [None, 3])
 def test_the_parsing_builder_parses_serialized_examples(batch):
-    spec = {"ids": tensorflow.io.VarLenFeature(tensorflow.int64),
-            "price": tensorflow.io.FixedLenFeature([1], tensorflow.float32, default_value=[0.0])}
-    example = tensorflow.train.Example(features=tensorflow.train.Features(feature={
-        "ids": tensorflow.train.Feature(int64_list=tensorflow.train.Int64List(value=[21, 2, 5])),
-        "price": tensorflow.train.Feature(float_list=tensorflow.train.FloatList(value=[525.25]))}))
+    spec = {
+        "ids": tensorflow.io.VarLenFeature(tensorflow.int64),
+        "price": tensorflow.io.FixedLenFeature([1], tensorflow.float32, default_value=[0.0]),
+    }
+    example = tensorflow.train.Example(
+        features=tensorflow.train.Features(
+            feature={
+                "ids": tensorflow.train.Feature(int64_list=tensorflow.train.Int64List(value=[21, 2, 5])),
+                "price": tensorflow.train.Feature(float_list=tensorflow.train.FloatList(value=[525.25])),
+            }
+        )
+    )
     signatures = []
     for module in implementations():
         with tensorflow.Graph().as_default():
             receiver = module.build_parsing_serving_input_receiver_fn(spec, default_batch_size=batch)()
             signatures.append(graph_signature(receiver))
             with tensorflow.compat.v1.Session() as session:
-                out = session.run(receiver.features,
-                                  {receiver.receiver_tensors["examples"]: [example.SerializeToString()] * (batch or 1)})
-        assert out["ids"].indices[:3].tolist() == [[0, 0], [0, 1], [0, 2]] and out["ids"].values[:3].tolist() == \
-            [21, 2, 5]
+                out = session.run(
+                    receiver.features,
+                    {receiver.receiver_tensors["examples"]: [example.SerializeToString()] * (batch or 1)},
+                )
+        assert out["ids"].indices[:3].tolist() == [[0, 0], [0, 1], [0, 2]] and out["ids"].values[:3].tolist() == [
+            21,
+            2,
+            5,
+        ]
         np.testing.assert_array_equal(out["price"], [[525.25]] * (batch or 1))
-    assert signatures[0] == ({"examples": ("input_example_tensor:0", "string", f"({batch},)")},
-                             {"ids": "SparseTensor", "price": "SymbolicTensor"})
+    assert signatures[0] == (
+        {"examples": ("input_example_tensor:0", "string", f"({batch},)")},
+        {"ids": "SparseTensor", "price": "SymbolicTensor"},
+    )
     assert all(s == signatures[0] for s in signatures)
 
 
@@ -221,27 +311,38 @@ def test_the_raw_builder_makes_one_placeholder_per_feature_named_and_shaped_as_i
     signatures = []
     for module in implementations():
         with tensorflow.Graph().as_default():
-            features = {"x": tensorflow.constant([[1.0, 2.0]], name="x"), "words": tensorflow.constant([["a"]]),
-                        "unknown": tensorflow.compat.v1.placeholder(tensorflow.int32)}
+            features = {
+                "x": tensorflow.constant([[1.0, 2.0]], name="x"),
+                "words": tensorflow.constant([["a"]]),
+                "unknown": tensorflow.compat.v1.placeholder(tensorflow.int32),
+            }
             receiver = module.build_raw_serving_input_receiver_fn(features, default_batch_size=batch)()
             assert receiver.features == receiver.receiver_tensors
             signatures.append(graph_signature(receiver)[0])
     batch_dim = "None" if batch is None else str(batch)
-    assert signatures[0] == {"x": ("x_1:0", "float32", f"({batch_dim}, 2)"),
-                             "words": ("Const_1:0", "string", f"({batch_dim}, 1)"),
-                             "unknown": ("Placeholder_1:0", "int32", "<unknown>")}
+    assert signatures[0] == {
+        "x": ("x_1:0", "float32", f"({batch_dim}, 2)"),
+        "words": ("Const_1:0", "string", f"({batch_dim}, 1)"),
+        "unknown": ("Placeholder_1:0", "int32", "<unknown>"),
+    }
     assert all(s == signatures[0] for s in signatures)
 
 
-@pytest.mark.parametrize("features, message", [
-    ([1], "features must be a dict of string to Tensor. Received: list."),
-    ({"a": 3}, "feature a must be a Tensor, SparseTensor, or RaggedTensor. Received: int."),
-    ({1: "t"}, "receiver_tensor keys must be strings: 1."),
-])
+@pytest.mark.parametrize(
+    "features, message",
+    [
+        ([1], "features must be a dict of string to Tensor. Received: list."),
+        ({"a": 3}, "feature a must be a Tensor, SparseTensor, or RaggedTensor. Received: int."),
+        ({1: "t"}, "receiver_tensor keys must be strings: 1."),
+    ],
+)
 def test_the_raw_builder_refuses_what_is_not_a_dict_of_tensors(features, message):
     with tensorflow.Graph().as_default():
-        features = {k: tensorflow.constant([1]) if v == "t" else v for k, v in features.items()} \
-            if isinstance(features, dict) else features
+        features = (
+            {k: tensorflow.constant([1]) if v == "t" else v for k, v in features.items()}
+            if isinstance(features, dict)
+            else features
+        )
         receiver_fn = _serving_input.build_raw_serving_input_receiver_fn(features)  # checked when called, as TF's
         with pytest.raises(ValueError) as error:
             receiver_fn()
@@ -258,8 +359,9 @@ def test_the_feature_layers_are_the_projects_whichever_keras_tf_keras_is():
     expected = "keras.src." if (KERAS_3 or VERSION < (2, 16)) else "tf_keras.src."
     assert tensorflow.keras.layers.Dense.__module__.startswith(expected)
     if KERAS_3:  # Keras 3 has no tf.keras.experimental: the proxy's holds the project's name only
-        with pytest.raises(AttributeError, match="tf.keras is Keras 3, which has no tf.keras.experimental .*"
-                                                 "TF_USE_LEGACY_KERAS=1"):
+        with pytest.raises(
+            AttributeError, match="tf.keras is Keras 3, which has no tf.keras.experimental .*TF_USE_LEGACY_KERAS=1"
+        ):
             tf.keras.experimental.LinearModel
     else:
         assert tf.keras.experimental.LinearModel is tensorflow.keras.experimental.LinearModel
@@ -277,16 +379,23 @@ def test_a_tensorflow_model_fn_with_keras_layers_trains_with_keras_2_and_is_refu
 
     tpu = tf.compat.v1.estimator.tpu
     estimator = tpu.TPUEstimator(
-        model_fn=model_fn, config=tpu.RunConfig(model_dir=str(tmp_path)), train_batch_size=4,
+        model_fn=model_fn,
+        config=tpu.RunConfig(model_dir=str(tmp_path)),
+        train_batch_size=4,
         embedding_config_spec=tpu.experimental.EmbeddingConfigSpec(
-            feature_columns=[column], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)))
+            feature_columns=[column], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
+        ),
+    )
 
     def input_fn(params):
         return tf.data.Dataset.from_tensor_slices(({"user": [[1], [2], [3], [4]]}, [1.0, 0.0, 1.0, 0.0])).batch(4)
 
     if KERAS_3:
-        with pytest.raises(ValueError, match=r"Keras 3\.\d+\.\d+ layer \(variable 'kernel'\).*pip install tf_keras "
-                                             r"and set TF_USE_LEGACY_KERAS=1"):
+        with pytest.raises(
+            ValueError,
+            match=r"Keras 3\.\d+\.\d+ layer \(variable 'kernel'\).*pip install tf_keras "
+            r"and set TF_USE_LEGACY_KERAS=1",
+        ):
             estimator.train(input_fn, steps=1)
         assert estimator.latest_checkpoint() is None  # nothing trained, nothing saved
     else:

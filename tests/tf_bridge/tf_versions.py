@@ -10,16 +10,21 @@ import importlib.util
 
 import pytest
 
-tensorflow = pytest.importorskip("tensorflow", reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
-                                                      "extra, in a separate venv)")
+tensorflow = pytest.importorskip(
+    "tensorflow", reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` extra, in a separate venv)"
+)
 
 VERSION = tuple(int(part) for part in tensorflow.__version__.split(".")[:2])
 HAS_ESTIMATOR = VERSION < (2, 16) and importlib.util.find_spec("tensorflow_estimator") is not None
 KERAS_3 = str(getattr(tensorflow.keras, "__version__", "") or "").startswith("3.")
 
 needs_estimator = pytest.mark.skipif(
-    not HAS_ESTIMATOR, reason="this venv does not have tensorflow-estimator, whose TPUEstimator is the oracle here "
-                              "(CI runs this test in the TensorFlow 2.15 venv that has it)")
+    not HAS_ESTIMATOR,
+    reason="this venv does not have tensorflow-estimator, whose TPUEstimator is the oracle here "
+    "(CI runs this test in the TensorFlow 2.15 venv that has it)",
+)
 needs_keras_2 = pytest.mark.skipif(
-    KERAS_3, reason="this venv's tf.keras is Keras 3 (TensorFlow >= 2.16 without TF_USE_LEGACY_KERAS=1), which "
-                    "builds no tf.compat.v1 graph; CI runs this test again with TF_USE_LEGACY_KERAS=1 and tf_keras")
+    KERAS_3,
+    reason="this venv's tf.keras is Keras 3 (TensorFlow >= 2.16 without TF_USE_LEGACY_KERAS=1), which "
+    "builds no tf.compat.v1 graph; CI runs this test again with TF_USE_LEGACY_KERAS=1 and tf_keras",
+)

@@ -8,8 +8,9 @@ Runs only where TensorFlow is installed (see __init__.py).
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow", reason="the TensorFlow interop tests need TensorFlow (tensorflow-cpu==2.15.1 "
-                                              "in a separate venv)")
+tf = pytest.importorskip(
+    "tensorflow", reason="the TensorFlow interop tests need TensorFlow (tensorflow-cpu==2.15.1 in a separate venv)"
+)
 
 from tpu_embedding_shim.cli import main  # noqa: E402
 from tpu_embedding_shim.engine.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
@@ -26,8 +27,12 @@ def test_tensorflow_reads_and_restores_a_converted_engine_checkpoint(tmp_path, t
     state = engine.state()
     reader = tf.train.load_checkpoint(str(tmp_path / "tf"))
     assert reader.get_variable_to_dtype_map() == {
-        "global_step": tf.int64, "users": tf.float32, "users/accumulators": tf.float32,
-        "towers/items": tf.float32, "towers/items/accumulators": tf.float32}
+        "global_step": tf.int64,
+        "users": tf.float32,
+        "users/accumulators": tf.float32,
+        "towers/items": tf.float32,
+        "towers/items/accumulators": tf.float32,
+    }
     assert reader.get_tensor("global_step") == 1
     for table, arrays in state.items():
         np.testing.assert_array_equal(reader.get_tensor(table), arrays["embedding"])
@@ -45,8 +50,9 @@ def test_tensorflow_reads_and_restores_a_converted_engine_checkpoint(tmp_path, t
         saver = v1.train.Saver()
         with v1.Session() as session:
             saver.restore(session, tf.train.latest_checkpoint(str(tmp_path / "tf")))
-            got = session.run({"users": users.as_tensor(), "acc": accumulators, "items": items, "items_acc": items_acc,
-                               "step": step})
+            got = session.run(
+                {"users": users.as_tensor(), "acc": accumulators, "items": items, "items_acc": items_acc, "step": step}
+            )
     np.testing.assert_array_equal(got["users"], state["users"]["embedding"])
     np.testing.assert_array_equal(got["acc"], state["users"]["accumulators"])
     np.testing.assert_array_equal(got["items"], state["towers/items"]["embedding"])
@@ -71,7 +77,7 @@ def test_a_checkpoint_tensorflow_saved_with_the_engines_names_converts_to_an_eng
             session.run(step.assign(40))
             for part in items:
                 start = part._get_save_slice_info().var_offset[0]
-                session.run(part.assign(table[start:start + part.shape[0]]))
+                session.run(part.assign(table[start : start + part.shape[0]]))
             prefix = saver.save(session, str(tmp_path / "tf" / "model.ckpt"), global_step=40)
     assert main(["checkpoint", "convert", prefix, str(tmp_path / "engine")]) == 0
     state, got_step, _ = load_checkpoint(latest_checkpoint(str(tmp_path / "engine")))

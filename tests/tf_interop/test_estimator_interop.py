@@ -16,14 +16,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow", reason="the TensorFlow interop tests need TensorFlow (tensorflow-cpu==2.15.1 "
-                                              "in a separate venv)")
+tf = pytest.importorskip(
+    "tensorflow", reason="the TensorFlow interop tests need TensorFlow (tensorflow-cpu==2.15.1 in a separate venv)"
+)
 pytest.importorskip("tensorflow_estimator", reason="the TPUEstimator interop tests need tensorflow-estimator==2.15")
 
 import tpu_embedding_shim as shim  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(
-    "tf_program", Path(__file__).resolve().parents[1] / "estimator" / "tf_program.py")
+    "tf_program", Path(__file__).resolve().parents[1] / "estimator" / "tf_program.py"
+)
 program = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(program)
 
@@ -68,7 +70,8 @@ def test_tables_are_named_after_the_layer_that_read_them_as_tensorflow_does(tmp_
         user = columns_api.embedding_column(fc.categorical_column_with_identity("user", 6), 2)
         item = columns_api.embedding_column(fc.categorical_column_with_identity("item", 5), 2)
         shared = columns_api.shared_embedding_columns(
-            [fc.categorical_column_with_identity("q2", 4), fc.categorical_column_with_identity("q1", 4)], 2)
+            [fc.categorical_column_with_identity("q2", 4), fc.categorical_column_with_identity("q1", 4)], 2
+        )
 
         def outputs(features):
             if layout == "two DenseFeatures":
@@ -76,9 +79,11 @@ def test_tables_are_named_after_the_layer_that_read_them_as_tensorflow_does(tmp_
                 b = layers.DenseFeatures([item] + shared)
                 return [b(features), a(features)]
             if layout == "input_layer twice":
-                return [api.compat.v1.feature_column.input_layer(features, [user]),
-                        api.compat.v1.feature_column.input_layer(features, [item]),
-                        layers.DenseFeatures(shared)(features)]
+                return [
+                    api.compat.v1.feature_column.input_layer(features, [user]),
+                    api.compat.v1.feature_column.input_layer(features, [item]),
+                    layers.DenseFeatures(shared)(features),
+                ]
             return [layers.DenseFeatures([user, item] + shared, name="towers")(features)]
 
         return user, item, shared, outputs
@@ -94,25 +99,40 @@ def test_tables_are_named_after_the_layer_that_read_them_as_tensorflow_does(tmp_
 
     spec = tf.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec(
         feature_columns=[user, item] + shared,
-        optimization_parameters=tf.compat.v1.tpu.experimental.AdagradParameters(0.1))
+        optimization_parameters=tf.compat.v1.tpu.experimental.AdagradParameters(0.1),
+    )
     tf_est = tf.compat.v1.estimator.tpu.TPUEstimator(
-        model_fn=tf_model_fn, config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(tmp_path / "tf")),
-        use_tpu=False, train_batch_size=4, embedding_config_spec=spec)
-    tf_est.train(lambda params: tf.data.Dataset.from_tensors(({k: tf.constant(v) for k, v in batch.items()},
-                                                              tf.zeros([4]))).repeat(), steps=1)
+        model_fn=tf_model_fn,
+        config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(tmp_path / "tf")),
+        use_tpu=False,
+        train_batch_size=4,
+        embedding_config_spec=spec,
+    )
+    tf_est.train(
+        lambda params: tf.data.Dataset.from_tensors(
+            ({k: tf.constant(v) for k, v in batch.items()}, tf.zeros([4]))
+        ).repeat(),
+        steps=1,
+    )
     tf_tables = sorted(n for n in tf_est.get_variable_names() if n != "global_step")
     # This runner.
     user, item, shared, outputs = build(shim, None, shim.tpu.experimental, shim.keras.layers)
 
     def model_fn(features, labels, mode, params):
         out = outputs(features)
-        return shim.estimator.tpu.TPUEstimatorSpec(mode, loss=0.0, train_op=lambda: None,
-                                                   embedding_gradients={o: np.ones_like(o) for o in out})
+        return shim.estimator.tpu.TPUEstimatorSpec(
+            mode, loss=0.0, train_op=lambda: None, embedding_gradients={o: np.ones_like(o) for o in out}
+        )
 
     spec = shim.estimator.tpu.experimental.EmbeddingConfigSpec(
-        feature_columns=[user, item] + shared, optimization_parameters=shim.tpu.experimental.AdagradParameters(0.1))
-    est = shim.estimator.tpu.TPUEstimator(model_fn=model_fn, train_batch_size=4, embedding_config_spec=spec,
-                                          config=shim.estimator.tpu.RunConfig(model_dir=str(tmp_path / "ours")))
+        feature_columns=[user, item] + shared, optimization_parameters=shim.tpu.experimental.AdagradParameters(0.1)
+    )
+    est = shim.estimator.tpu.TPUEstimator(
+        model_fn=model_fn,
+        train_batch_size=4,
+        embedding_config_spec=spec,
+        config=shim.estimator.tpu.RunConfig(model_dir=str(tmp_path / "ours")),
+    )
     est.train(lambda params: batch, steps=1)
     tables = sorted(n for n in est.get_variable_names() if n != "global_step" and not n.endswith("/Adagrad"))
     assert tables == tf_tables
@@ -122,8 +142,11 @@ def test_tables_are_named_after_the_layer_that_read_them_as_tensorflow_does(tmp_
 def test_tensorflows_tpu_estimator_warm_starts_from_our_model_dir(tmp_path, warm_start):
     est = ours(tmp_path / "ours", steps=3)
     source = str(tmp_path / "ours")
-    settings = source if warm_start == "model_dir" else tf.estimator.WarmStartSettings(
-        source, vars_to_warm_start=".*embedding.*")
+    settings = (
+        source
+        if warm_start == "model_dir"
+        else tf.estimator.WarmStartSettings(source, vars_to_warm_start=".*embedding.*")
+    )
     tf_est, _ = theirs(tmp_path / "theirs", steps=1, lr=0.0, warm_start_from=settings)  # lr 0: values stay
     for name in program.TABLES:
         np.testing.assert_array_equal(tf_est.get_variable_value(name), est.get_variable_value(name), err_msg=name)
@@ -152,15 +175,20 @@ def test_we_resume_from_a_model_dir_tensorflow_wrote(tmp_path, optimizer):
     metrics = est.evaluate(program.shim_input_fn, steps=1)
     assert metrics["global_step"] == 3
     assert metrics["loss"] == pytest.approx(tf_loss, rel=1e-5)  # float32, two implementations (1.2e-6 seen)
-    cpu = {"adagrad": {"accumulators": "Adagrad"}, "adam": {"momenta": "Adam", "velocities": "Adam_1"},
-           "rmsprop": {"ms": "RMSProp", "mom": "RMSProp_1"}, "momentum": {"momenta": "Momentum"},
-           "ftrl": {"accumulators": "Ftrl", "linears": "Ftrl_1"}}[optimizer]
+    cpu = {
+        "adagrad": {"accumulators": "Adagrad"},
+        "adam": {"momenta": "Adam", "velocities": "Adam_1"},
+        "rmsprop": {"ms": "RMSProp", "mom": "RMSProp_1"},
+        "momentum": {"momenta": "Momentum"},
+        "ftrl": {"accumulators": "Ftrl", "linears": "Ftrl_1"},
+    }[optimizer]
     for name in program.TABLES:
         np.testing.assert_array_equal(est.get_variable_value(name), tf_est.get_variable_value(name))
     table = "dense_features/user_embedding/embedding_weights"
     for slot, suffix in cpu.items():
-        np.testing.assert_array_equal(est.engine.slots("tbl_user")[slot],
-                                      tf_est.get_variable_value(f"{table}/{suffix}"))
+        np.testing.assert_array_equal(
+            est.engine.slots("tbl_user")[slot], tf_est.get_variable_value(f"{table}/{suffix}")
+        )
     est.train(program.shim_input_fn, steps=1)
     assert est.latest_checkpoint() == str(tmp_path / "m" / "model.ckpt-4")
     assert tf.train.load_variable(str(tmp_path / "m"), "global_step") == 4  # TensorFlow reads on
@@ -168,8 +196,11 @@ def test_we_resume_from_a_model_dir_tensorflow_wrote(tmp_path, optimizer):
 
 def test_we_warm_start_from_tensorflow_and_tensorflow_reads_the_result(tmp_path):
     tf_est, _ = theirs(tmp_path / "tf", steps=3, optimizer="adam")
-    est = program.shim_estimator(tmp_path / "ours", optimizer="adam", warm_start_from=shim.estimator.WarmStartSettings(
-        str(tmp_path / "tf"), vars_to_warm_start=[".*embedding.*"]))  # a list: the tables' slots too
+    est = program.shim_estimator(
+        tmp_path / "ours",
+        optimizer="adam",
+        warm_start_from=shim.estimator.WarmStartSettings(str(tmp_path / "tf"), vars_to_warm_start=[".*embedding.*"]),
+    )  # a list: the tables' slots too
     assert est.engine.global_step == 0
     for name, table in program.ENGINE_TABLES.items():
         np.testing.assert_array_equal(est.engine.table(table), tf_est.get_variable_value(name))
@@ -196,9 +227,17 @@ def test_a_tpu_job_with_mod_hosts_restores_write_for_tpus_layout(tmp_path):
         parts = {}
         for name, table in program.ENGINE_TABLES.items():  # as TPUEstimator's _create_partitioned_variables makes them
             for tensor in (name, name + "/Adam/m"):
-                parts[tensor] = (table, list(v1.get_variable(
-                    tensor, shape=program.TABLES[name], initializer=v1.zeros_initializer(),
-                    partitioner=v1.fixed_size_partitioner(3))))
+                parts[tensor] = (
+                    table,
+                    list(
+                        v1.get_variable(
+                            tensor,
+                            shape=program.TABLES[name],
+                            initializer=v1.zeros_initializer(),
+                            partitioner=v1.fixed_size_partitioner(3),
+                        )
+                    ),
+                )
         saver = v1.train.Saver([v for _, vs in parts.values() for v in vs])
         with v1.Session() as session:
             saver.restore(session, prefix)

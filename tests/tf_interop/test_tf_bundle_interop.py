@@ -13,12 +13,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-tf = pytest.importorskip("tensorflow", reason="the TensorFlow interop tests need TensorFlow (tensorflow-cpu==2.15.1 "
-                                              "in a separate venv)")
+tf = pytest.importorskip(
+    "tensorflow", reason="the TensorFlow interop tests need TensorFlow (tensorflow-cpu==2.15.1 in a separate venv)"
+)
 
 import tpu_embedding_shim as shim  # noqa: E402
 from tpu_embedding_shim.engine.tf_bundle import (  # noqa: E402
-    FULL, BundleReader, DataLossError, NotFoundError, SlicedTensor, write_bundle,
+    FULL,
+    BundleReader,
+    DataLossError,
+    NotFoundError,
+    SlicedTensor,
+    write_bundle,
 )
 from tpu_embedding_shim.engine.tf_bundle.dtypes import to_bfloat16  # noqa: E402
 
@@ -95,7 +101,7 @@ def test_tensorflow_writes_we_read(tmp_path, case):
             tensors.append(tf_value(dtype, value))
             continue
         bounds = [0] + cuts + [value.shape[0]]
-        for start, stop in zip(bounds, bounds[1:]):
+        for start, stop in itertools.pairwise(bounds):
             full = " ".join(str(n) for n in value.shape)
             extents = ":".join([f"{start},{stop - start}"] + ["-"] * (value.ndim - 1))
             tensor_names.append(name)
@@ -104,7 +110,7 @@ def test_tensorflow_writes_we_read(tmp_path, case):
     tf.raw_ops.SaveV2(prefix=prefix, tensor_names=tensor_names, shape_and_slices=specs, tensors=tensors)
     ours, theirs = BundleReader(prefix), tf.train.load_checkpoint(prefix)
     assert sorted(ours.names()) == sorted(theirs.get_variable_to_shape_map()) == sorted(case)
-    for name, (dtype, value, cuts) in case.items():
+    for name, (dtype, value, _cuts) in case.items():
         assert ours.dtype_name(name) == theirs.get_variable_to_dtype_map()[name].name == dtype
         assert_equal_values(ours.read(name), as_numpy(theirs.get_tensor(name)))
         assert_equal_values(ours.read(name), value)
@@ -123,8 +129,10 @@ def test_we_write_tensorflow_reads(tmp_path, case, num_shards):
             tensors[name] = value
         else:
             bounds = [0] + cuts + [value.shape[0]]
-            tensors[name] = SlicedTensor(value.shape, [(((a, b - a),) + ((0, FULL),) * (value.ndim - 1), value[a:b])
-                                                       for a, b in zip(bounds, bounds[1:])])
+            tensors[name] = SlicedTensor(
+                value.shape,
+                [(((a, b - a),) + ((0, FULL),) * (value.ndim - 1), value[a:b]) for a, b in itertools.pairwise(bounds)],
+            )
     write_bundle(prefix, tensors, dtypes=dtypes, num_shards=num_shards)
     reader = tf.train.load_checkpoint(prefix)
     assert sorted(reader.get_variable_to_shape_map()) == sorted(case)
@@ -137,8 +145,12 @@ def test_we_write_tensorflow_reads(tmp_path, case, num_shards):
 def test_bfloat16_rounding_equals_tensorflows_cast():
     rng = np.random.default_rng(0)
     bits = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32)
-    values = np.concatenate([bits.view(np.float32), np.array(
-        [0.0, -0.0, np.inf, -np.inf, 1 + 2**-8, 1 + 3 * 2**-8, 3.4e38, 1e-45, -1e-40], np.float32)])
+    values = np.concatenate(
+        [
+            bits.view(np.float32),
+            np.array([0.0, -0.0, np.inf, -np.inf, 1 + 2**-8, 1 + 3 * 2**-8, 3.4e38, 1e-45, -1e-40], np.float32),
+        ]
+    )
     nan = np.isnan(values)
     assert nan.sum() > 100  # NaN payloads and signs too
     theirs = tf.bitcast(tf.cast(tf.constant(values), tf.bfloat16), tf.uint16).numpy()
@@ -156,13 +168,21 @@ def test_a_saver_restores_our_checkpoint_into_tensorflow_variables(tmp_path):
     slot = table + 100
     other = -table
     prefix = str(tmp_path / "model.ckpt-3")
-    write_bundle(prefix, {
-        "input_layer/user_embedding/embedding_weights": table,
-        "input_layer/user_embedding/embedding_weights/Adagrad": slot,
-        "items_shared_embedding": SlicedTensor((10, 7), [(((0, 6), (0, FULL)), other[:6]),
-                                                         (((6, 4), (0, FULL)), other[6:])]),
-        "global_step": np.int64(3), "low": np.array([0.5, -2.0], np.float32), "words": np.array([b"a", b"b"], object),
-    }, dtypes={"low": "bfloat16"}, update_state=True)
+    write_bundle(
+        prefix,
+        {
+            "input_layer/user_embedding/embedding_weights": table,
+            "input_layer/user_embedding/embedding_weights/Adagrad": slot,
+            "items_shared_embedding": SlicedTensor(
+                (10, 7), [(((0, 6), (0, FULL)), other[:6]), (((6, 4), (0, FULL)), other[6:])]
+            ),
+            "global_step": np.int64(3),
+            "low": np.array([0.5, -2.0], np.float32),
+            "words": np.array([b"a", b"b"], object),
+        },
+        dtypes={"low": "bfloat16"},
+        update_state=True,
+    )
     graph = tf.Graph()
     with graph.as_default():
         v1 = tf.compat.v1
@@ -177,8 +197,16 @@ def test_a_saver_restores_our_checkpoint_into_tensorflow_variables(tmp_path):
         with v1.Session() as session:
             session.run(v1.global_variables_initializer())
             saver.restore(session, tf.train.latest_checkpoint(str(tmp_path)))
-            got = session.run({"emb": emb.as_tensor(), "acc": acc.as_tensor(), "shared": shared.as_tensor(),
-                               "step": step, "low": tf.cast(low, tf.float32), "words": words})
+            got = session.run(
+                {
+                    "emb": emb.as_tensor(),
+                    "acc": acc.as_tensor(),
+                    "shared": shared.as_tensor(),
+                    "step": step,
+                    "low": tf.cast(low, tf.float32),
+                    "words": words,
+                }
+            )
             parts = [session.run(part) for part in emb]
     np.testing.assert_array_equal(got["emb"], table)
     np.testing.assert_array_equal(got["acc"], slot)
@@ -188,7 +216,7 @@ def test_a_saver_restores_our_checkpoint_into_tensorflow_variables(tmp_path):
 
 
 def test_tensorflow_reads_our_state_file(tmp_path):
-    directory = tmp_path / "caf\u00e9 \"runs\""
+    directory = tmp_path / 'caf\u00e9 "runs"'
     first = write_bundle(str(directory / "model.ckpt-1"), {"w": np.ones(1)}, update_state=True)
     second = write_bundle(str(directory / "model.ckpt-2"), {"w": np.zeros(1)}, update_state=True)
     assert tf.train.latest_checkpoint(str(directory)) == second

@@ -36,7 +36,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-from typing import Any, Callable, Dict, List, Mapping, MutableMapping, Optional, Tuple
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,7 @@ __all__ = ["adapter_for", "Plan", "TF_VARIABLE_NAME", "EMBEDDING_SAVER"]
 
 log = logging.getLogger("tpu_embedding_shim")
 
-Path = Tuple[str, ...]
+Path = tuple[str, ...]
 
 TF_VARIABLE_NAME = "Variable"
 """The full name of a saved array, as TensorFlow names a `tf.Variable` created without a name."""
@@ -71,10 +72,10 @@ class Plan:
     (`set_weights`), each with its undo.
     """
 
-    bound: List[str] = dataclasses.field(default_factory=list)
-    missing: List[str] = dataclasses.field(default_factory=list)
-    assign: List[Callable[[], None]] = dataclasses.field(default_factory=list)
-    calls: List[Tuple[Callable[[], None], Callable[[], None]]] = dataclasses.field(default_factory=list)
+    bound: list[str] = dataclasses.field(default_factory=list)
+    missing: list[str] = dataclasses.field(default_factory=list)
+    assign: list[Callable[[], None]] = dataclasses.field(default_factory=list)
+    calls: list[tuple[Callable[[], None], Callable[[], None]]] = dataclasses.field(default_factory=list)
 
     def commit(self) -> None:
         """Applies everything: the user calls first (undone in reverse if one raises), then the assignments."""
@@ -102,28 +103,31 @@ def _numeric(value: Any, where: str) -> np.ndarray:
     return array
 
 
-def _check(saved: Any, shape: Tuple[int, ...], dtype: np.dtype, where: str) -> None:
+def _check(saved: Any, shape: tuple[int, ...], dtype: np.dtype, where: str) -> None:
     """Raises CheckpointError when the saved tensor does not fit the object (TensorFlow raises too)."""
     if tuple(saved.shape) != tuple(shape):
         raise CheckpointError(
             f"Received incompatible tensor with shape {tuple(saved.shape)} when attempting to restore `{where}` "
-            f"with shape {tuple(shape)}: checkpoint key {saved.key!r}.")
+            f"with shape {tuple(shape)}: checkpoint key {saved.key!r}."
+        )
     expected = name_of(code_of(dtype))
     if saved.dtype != expected:
-        raise CheckpointError(f"Can't restore `{where}` ({expected}) from checkpoint key {saved.key!r}: the checkpoint "
-                              f"holds {saved.dtype} (TensorFlow: expected dtype does not equal original dtype).")
+        raise CheckpointError(
+            f"Can't restore `{where}` ({expected}) from checkpoint key {saved.key!r}: the checkpoint "
+            f"holds {saved.dtype} (TensorFlow: expected dtype does not equal original dtype)."
+        )
 
 
 class _Value:
     """An array (or, inside a dict or list, a number): one variable."""
 
-    def __init__(self, get: Callable[[], Any], put: Optional[Callable[[np.ndarray], None]]):
+    def __init__(self, get: Callable[[], Any], put: Callable[[np.ndarray], None] | None):
         self._get, self._put = get, put
 
     def node(self, path: Path) -> Node:
         return Node.variable(TF_VARIABLE_NAME, _numeric(self._get(), _where(path)))
 
-    def extras(self, path: Path) -> Dict[str, Any]:
+    def extras(self, path: Path) -> dict[str, Any]:
         return {}
 
     def plan(self, source: Any, path: Path, plan: Plan) -> None:
@@ -136,14 +140,18 @@ class _Value:
         _check(saved, array.shape, array.dtype, _where(path))
         value = np.array(saved.read(), dtype=array.dtype)  # an own copy: a memory map is not kept
         if isinstance(current, np.ndarray) and current.flags.writeable:
+
             def assign(current=current, value=value):
                 current[...] = value
         elif self._put is not None:
+
             def assign(value=value):
                 self._put(value)
         else:
-            raise CheckpointError(f"Can't restore `{_where(path)}`: it is a read-only array or a number inside a "
-                                  "tuple, which can't be changed in place. Pass a writable array, or a dict or list.")
+            raise CheckpointError(
+                f"Can't restore `{_where(path)}`: it is a read-only array or a number inside a "
+                "tuple, which can't be changed in place. Pass a writable array, or a dict or list."
+            )
         plan.bound.append(saved.key)
         plan.assign.append(assign)
 
@@ -156,18 +164,20 @@ class _Container:
         self._where = where
         self.children()  # checks every item now
 
-    def children(self) -> List[Tuple[str, Any]]:
+    def children(self) -> list[tuple[str, Any]]:
         value = self._value
         if isinstance(value, Mapping):
             items = list(value.items())
             bad = [k for k, _ in items if not isinstance(k, str)]
             if bad:
-                raise TypeError(f"Checkpoint can't save `{self._where}`: dict keys must be str (they become names in "
-                                f"the checkpoint). Received: {bad[0]!r}.")
-            put = (lambda key: (lambda v: value.__setitem__(key, v))) if isinstance(value, MutableMapping) else None
+                raise TypeError(
+                    f"Checkpoint can't save `{self._where}`: dict keys must be str (they become names in "
+                    f"the checkpoint). Received: {bad[0]!r}."
+                )
+            put = (lambda key: lambda v: value.__setitem__(key, v)) if isinstance(value, MutableMapping) else None
         else:
             items = [(str(i), item) for i, item in enumerate(value)]
-            put = (lambda key: (lambda v: value.__setitem__(int(key), v))) if isinstance(value, list) else None
+            put = (lambda key: lambda v: value.__setitem__(int(key), v)) if isinstance(value, list) else None
         out = []
         for key, item in items:
             where = f"{self._where}/{key}"
@@ -186,7 +196,7 @@ class _Container:
             node.add(key, child.node(path + (key,)))
         return node
 
-    def extras(self, path: Path) -> Dict[str, Any]:
+    def extras(self, path: Path) -> dict[str, Any]:
         return {k: v for key, child in self.children() for k, v in child.extras(path + (key,)).items()}
 
     def plan(self, source: Any, path: Path, plan: Plan) -> None:
@@ -206,7 +216,7 @@ class _Weights:
             node.add(str(i), Node.variable(TF_VARIABLE_NAME, _numeric(weight, _where(path + (str(i),)))))
         return node
 
-    def extras(self, path: Path) -> Dict[str, Any]:
+    def extras(self, path: Path) -> dict[str, Any]:
         return {}
 
     def plan(self, source: Any, path: Path, plan: Plan) -> None:
@@ -226,7 +236,7 @@ class _Weights:
             plan.calls.append((lambda: self._value.set_weights(new), lambda: self._value.set_weights(current)))
 
 
-def _structure_node(value: Any) -> Optional[Node]:
+def _structure_node(value: Any) -> Node | None:
     """The node TensorFlow makes of a plain Python structure it wraps (dict, list, a tuple holding one), or None."""
     if type(value) in (dict, collections.OrderedDict):
         items = [(k, v) for k, v in value.items() if isinstance(k, str)]
@@ -243,8 +253,9 @@ def _structure_node(value: Any) -> Optional[Node]:
 
 
 def _wrapped_tuple(value: tuple) -> bool:
-    return any(type(e) in (dict, collections.OrderedDict, list) or (isinstance(e, tuple) and _wrapped_tuple(e))
-               for e in value)
+    return any(
+        type(e) in (dict, collections.OrderedDict, list) or (isinstance(e, tuple) and _wrapped_tuple(e)) for e in value
+    )
 
 
 class _Embedding:
@@ -253,7 +264,7 @@ class _Embedding:
     def __init__(self, value: MidLevelBase):
         self._value = value
 
-    def _slots(self, table: Any, structure: Mapping[str, Any]) -> List[str]:
+    def _slots(self, table: Any, structure: Mapping[str, Any]) -> list[str]:
         """The table's slot names in TensorFlow's order (the order its optimizer creates them)."""
         names = list(table.optimizer._slot_names()) if table.optimizer is not None else []
         have = list(structure[table.name]["slots"])
@@ -286,13 +297,13 @@ class _Embedding:
                 table_node.add(slot, child)
         return root
 
-    def extras(self, path: Path) -> Dict[str, Any]:
+    def extras(self, path: Path) -> dict[str, Any]:
         return {shim_key(path, "global_step"): np.int64(self._value.engine.global_step)}
 
     def plan(self, source: Any, path: Path, plan: Plan) -> None:
         embedding = self._value
         structure = embedding.engine.spec.structure()
-        updates: Dict[str, Dict[str, np.ndarray]] = {}
+        updates: dict[str, dict[str, np.ndarray]] = {}
         missing = []
         for table in embedding._table_config:
             info = structure[table.name]
@@ -302,8 +313,9 @@ class _Embedding:
                 where = _where(path + (local,))
                 saved = source.lookup(path + (local,), local)
                 if saved is None:  # reached through the `_variables` dict only
-                    saved = source.lookup(path + ("_variables", table.name, "parameters" if slot == "embedding"
-                                                  else slot))
+                    saved = source.lookup(
+                        path + ("_variables", table.name, "parameters" if slot == "embedding" else slot)
+                    )
                 if saved is None:
                     missing.append(checkpoint_key(path + (local,)))
                     continue
@@ -315,13 +327,19 @@ class _Embedding:
         if saved_step is not None:
             value = np.asarray(saved_step.read())
             if value.shape != () or value.dtype.kind not in "iu" or int(value) < 0:
-                raise CheckpointError(f"Checkpoint key {saved_step.key!r} must hold the engine's global step, an "
-                                      f"int >= 0; it holds {value.dtype} {value.tolist()!r}.")
+                raise CheckpointError(
+                    f"Checkpoint key {saved_step.key!r} must hold the engine's global step, an "
+                    f"int >= 0; it holds {value.dtype} {value.tolist()!r}."
+                )
             step = int(value)
         plan.missing.extend(missing)
         if missing:
-            log.warning("Restoring %s: the checkpoint has no value for %s; they keep their current values "
-                        "(as in TensorFlow; the restore status reports them).", _where(path), missing)
+            log.warning(
+                "Restoring %s: the checkpoint has no value for %s; they keep their current values "
+                "(as in TensorFlow; the restore status reports them).",
+                _where(path),
+                missing,
+            )
         if not updates and step is None:
             return
 
@@ -351,4 +369,5 @@ def adapter_for(value: Any, where: str) -> Any:
     raise TypeError(
         f"Checkpoint can't save `{where}` ({type(value).__name__}): pass a TPUEmbedding, TPUEmbeddingV2, "
         "TPUEmbeddingForServing, a numpy array, a dict / list / tuple of those (or of numbers), or an object with "
-        "get_weights() / set_weights().")
+        "get_weights() / set_weights()."
+    )

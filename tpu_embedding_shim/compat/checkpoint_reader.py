@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Union
 
 from ..engine import checkpoint as _engine_checkpoint
 from ..engine.checkpoint import CheckpointError
@@ -71,7 +71,7 @@ def _is_shim_checkpoint(path: str) -> bool:
     return any(os.path.isfile(os.path.join(path, name)) for name in _SHIM_MANIFESTS)
 
 
-def latest_checkpoint(checkpoint_dir: PathLike, latest_filename: Optional[str] = None) -> Optional[str]:
+def latest_checkpoint(checkpoint_dir: PathLike, latest_filename: str | None = None) -> str | None:
     """`tf.train.latest_checkpoint`: the checkpoint the directory's state file names as the latest, or None.
 
     None also when there is no state file, when it can't be parsed, or when
@@ -106,18 +106,25 @@ def _checkpoint_prefix(ckpt_dir_or_file: PathLike) -> str:
     if is_engine_checkpoint(path):
         return path
     if os.path.isfile(os.path.join(path, _TRAIN_MANIFEST)):
-        inside = sorted(os.path.join(root, name) for root, dirs, _ in os.walk(path) for name in dirs
-                        if is_engine_checkpoint(os.path.join(root, name)))
+        inside = sorted(
+            os.path.join(root, name)
+            for root, dirs, _ in os.walk(path)
+            for name in dirs
+            if is_engine_checkpoint(os.path.join(root, name))
+        )
         hint = f" The engine checkpoints inside it can be read: {', '.join(map(repr, inside))}." if inside else ""
         raise CheckpointError(
             f"{path!r} is a tpu_embedding_shim checkpoint directory, not a TensorFlow checkpoint: restore it with "
-            f"tf.train.Checkpoint(...).restore(path) (or engine.checkpoint.load_checkpoint).{hint}")
+            f"tf.train.Checkpoint(...).restore(path) (or engine.checkpoint.load_checkpoint).{hint}"
+        )
     if not is_bundle(path):
         hint = ""
-        if path.endswith(".index") and is_bundle(path[:-len(".index")]):
-            hint = f" Pass the prefix without '.index': {path[:-len('.index')]!r}."
-        raise NotFoundError(f"Unsuccessful TensorSliceReader constructor: Failed to find any matching files for "
-                            f"{path}: {index_file(path)} does not exist.{hint}")
+        if path.endswith(".index") and is_bundle(path[: -len(".index")]):
+            hint = f" Pass the prefix without '.index': {path[: -len('.index')]!r}."
+        raise NotFoundError(
+            f"Unsuccessful TensorSliceReader constructor: Failed to find any matching files for "
+            f"{path}: {index_file(path)} does not exist.{hint}"
+        )
     return path
 
 
@@ -163,11 +170,11 @@ class CheckpointReader:
         value = self._bundle.read(self._name(tensor_str))
         return value[()] if value.ndim == 0 else value
 
-    def get_variable_to_shape_map(self) -> Dict[str, List[int]]:
+    def get_variable_to_shape_map(self) -> dict[str, list[int]]:
         """name -> shape (a list of ints) of every tensor."""
         return {name: list(self._bundle.shape(name)) for name in self._bundle.names()}
 
-    def get_variable_to_dtype_map(self) -> Dict[str, Any]:
+    def get_variable_to_dtype_map(self) -> dict[str, Any]:
         """name -> dtype (`tf.float32`, `tf.string`, ...; bfloat16 tensors read as `tf.float32`)."""
         out = {}
         for name in self._bundle.names():
@@ -202,7 +209,7 @@ def load_checkpoint(ckpt_dir_or_file: PathLike) -> CheckpointReader:
     return CheckpointReader(_checkpoint_prefix(ckpt_dir_or_file))
 
 
-def list_variables(ckpt_dir_or_file: PathLike) -> List[Tuple[str, List[int]]]:
+def list_variables(ckpt_dir_or_file: PathLike) -> list[tuple[str, list[int]]]:
     """`tf.train.list_variables`: (name, shape) of every tensor, sorted by name."""
     shapes = load_checkpoint(ckpt_dir_or_file).get_variable_to_shape_map()
     return [(name, shapes[name]) for name in sorted(shapes)]
@@ -213,4 +220,3 @@ def load_variable(ckpt_dir_or_file: PathLike, name: str) -> Any:
     if isinstance(name, str) and name.endswith(":0"):
         name = name[:-2]
     return load_checkpoint(ckpt_dir_or_file).get_tensor(name)
-

@@ -25,7 +25,8 @@ from __future__ import annotations
 import json
 import os
 import zipfile
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from .checkpoint_reader import latest_checkpoint
 
 __all__ = ["Saved", "BundleSource", "LegacySource", "open_source", "shim_key", "LEGACY_MANIFEST", "SHIM_KEY"]
 
-Path = Tuple[str, ...]
+Path = tuple[str, ...]
 
 LEGACY_MANIFEST = "checkpoint.json"
 LEGACY_FORMAT = "tpu_embedding_shim.train.Checkpoint"
@@ -58,7 +59,7 @@ def shim_key(path: Path, name: str) -> str:
 class Saved:
     """One saved tensor: its key, stored shape and TensorFlow dtype name, and how to read (and check) it."""
 
-    def __init__(self, key: str, shape: Tuple[int, ...], dtype: str, read: Callable[[], np.ndarray]):
+    def __init__(self, key: str, shape: tuple[int, ...], dtype: str, read: Callable[[], np.ndarray]):
         self.key, self.shape, self.dtype, self._read = key, tuple(shape), dtype, read
 
     def read(self) -> np.ndarray:
@@ -71,20 +72,21 @@ class BundleSource:
     def __init__(self, prefix: str):
         self.where = prefix
         self.reader = BundleReader(prefix)
-        self.graph: Optional[TrackableObjectGraph] = None
+        self.graph: TrackableObjectGraph | None = None
         if OBJECT_GRAPH_KEY in self.reader:
             try:
                 self.graph = TrackableObjectGraph.decode(bytes(self.reader.read(OBJECT_GRAPH_KEY).reshape(-1)[0]))
             except (WireError, IndexError) as error:
-                raise CheckpointError(f"Checkpoint {prefix!r}: {OBJECT_GRAPH_KEY} is not a TrackableObjectGraph "
-                                      f"({error}).") from None
+                raise CheckpointError(
+                    f"Checkpoint {prefix!r}: {OBJECT_GRAPH_KEY} is not a TrackableObjectGraph ({error})."
+                ) from None
 
-    def _saved(self, key: str) -> Optional[Saved]:
+    def _saved(self, key: str) -> Saved | None:
         if key not in self.reader:
             return None
         return Saved(key, self.reader.shape(key), self.reader.dtype_name(key), lambda: self.reader.read(key))
 
-    def lookup(self, path: Path, full_name: Optional[str] = None) -> Optional[Saved]:
+    def lookup(self, path: Path, full_name: str | None = None) -> Saved | None:
         """The variable at `path` (by `full_name` in a checkpoint without an object graph), or None."""
         if self.graph is None:
             return self._saved(full_name) if full_name else None
@@ -96,15 +98,17 @@ class BundleSource:
             return None
         saved = self._saved(attribute.checkpoint_key)
         if saved is None:
-            raise CheckpointError(f"Checkpoint {self.where!r}: the object graph names the key "
-                                  f"{attribute.checkpoint_key!r}, which the checkpoint does not hold.")
+            raise CheckpointError(
+                f"Checkpoint {self.where!r}: the object graph names the key "
+                f"{attribute.checkpoint_key!r}, which the checkpoint does not hold."
+            )
         return saved
 
-    def extra(self, path: Path, name: str) -> Optional[Saved]:
+    def extra(self, path: Path, name: str) -> Saved | None:
         """This project's value `name` of the object at `path`, kept outside the object graph (None if absent)."""
         return self._saved(shim_key(path, name))
 
-    def keys(self) -> List[str]:
+    def keys(self) -> list[str]:
         """Every key that holds an object's value (the object graph's attributes, or every tensor without one)."""
         if self.graph is None:
             return sorted(self.reader.names())
@@ -127,11 +131,14 @@ class LegacySource:
                 manifest = json.load(file)
         except (OSError, ValueError) as error:
             raise CheckpointError(f"Checkpoint {directory!r}: {LEGACY_MANIFEST} can't be read ({error}).") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != LEGACY_FORMAT or not isinstance(
-                manifest.get("objects"), dict):
+        if (
+            not isinstance(manifest, dict)
+            or manifest.get("format") != LEGACY_FORMAT
+            or not isinstance(manifest.get("objects"), dict)
+        ):
             raise CheckpointError(f"{manifest_path} is not a {LEGACY_FORMAT} manifest.")
-        self.values: Dict[Path, Tuple[str, np.ndarray]] = {}
-        self.steps: Dict[Path, int] = {}
+        self.values: dict[Path, tuple[str, np.ndarray]] = {}
+        self.steps: dict[Path, int] = {}
         self.save_counter = manifest.get("save_counter")
         for name, entry in manifest["objects"].items():
             self._load(directory, name, entry)
@@ -144,21 +151,23 @@ class LegacySource:
             label = os.path.join(directory, str(entry.get("path")))
             for table, arrays in state.items():
                 for slot, array in arrays.items():
-                    local = table if slot == "embedding" else f"{table}/{slot}"
-                    self.values[prefix + (local,)] = (f"{label}: table {table!r} {slot}", array)
+                    name_here = table if slot == "embedding" else f"{table}/{slot}"
+                    self.values[prefix + (name_here,)] = (f"{label}: table {table!r} {slot}", array)
             self.steps[prefix] = step
             return
         if kind not in ("array", "arrays", "weights") or not isinstance(entry.get("keys"), list):
-            raise CheckpointError(f"Checkpoint {directory!r}: object {name!r} has an entry this version can't "
-                                  f"read: {entry!r}.")
+            raise CheckpointError(
+                f"Checkpoint {directory!r}: object {name!r} has an entry this version can't read: {entry!r}."
+            )
         file_name = os.path.basename(str(entry.get("file")))
         path = os.path.join(directory, file_name)
         try:
             with np.load(path, allow_pickle=False) as data:
                 arrays = {key: np.array(data[key]) for key in entry["keys"]}
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
-            raise CheckpointError(f"Checkpoint {directory!r}: {file_name} of object {name!r} can't be read: "
-                                  f"{error}.") from None
+            raise CheckpointError(
+                f"Checkpoint {directory!r}: {file_name} of object {name!r} can't be read: {error}."
+            ) from None
         for key, array in arrays.items():
             if kind == "array":
                 local: Path = ()
@@ -168,21 +177,21 @@ class LegacySource:
                 local = (key[1:],)  # 'w0' -> '0'
             self.values[prefix + local] = (f"{path}[{key!r}]", array)
 
-    def lookup(self, path: Path, full_name: Optional[str] = None) -> Optional[Saved]:
+    def lookup(self, path: Path, full_name: str | None = None) -> Saved | None:
         found = self.values.get(tuple(path))
         if found is None:
             return None
         array = found[1]
         return Saved("/".join(path), array.shape, name_of(code_of(array.dtype)), lambda: array)
 
-    def extra(self, path: Path, name: str) -> Optional[Saved]:
+    def extra(self, path: Path, name: str) -> Saved | None:
         """The engine's global step of the embedding saved at `path` (the only such value of this format)."""
         if name != "global_step" or tuple(path) not in self.steps:
             return None
         step = np.int64(self.steps[tuple(path)])
         return Saved(f"{self.where}: {'/'.join(path)} step", (), "int64", lambda: np.asarray(step))
 
-    def keys(self) -> List[str]:
+    def keys(self) -> list[str]:
         return sorted("/".join(path) for path in self.values)
 
 
@@ -201,9 +210,13 @@ def open_source(path: str) -> Any:
     hint = ""
     if os.path.isdir(path):
         latest = latest_checkpoint(path)
-        hint = (f" It is a directory: did you mean tf.train.latest_checkpoint({path!r}) = {latest!r}?" if latest
-                else " It is a directory, with no checkpoint recorded in it.")
-    elif path.endswith(".index") and is_bundle(path[:-len(".index")]):
-        hint = f" Pass the prefix without '.index': {path[:-len('.index')]!r}."
-    raise NotFoundError(f"No checkpoint at {path!r}: neither {path}.index nor {os.path.join(path, LEGACY_MANIFEST)} "
-                        f"exists.{hint}")
+        hint = (
+            f" It is a directory: did you mean tf.train.latest_checkpoint({path!r}) = {latest!r}?"
+            if latest
+            else " It is a directory, with no checkpoint recorded in it."
+        )
+    elif path.endswith(".index") and is_bundle(path[: -len(".index")]):
+        hint = f" Pass the prefix without '.index': {path[: -len('.index')]!r}."
+    raise NotFoundError(
+        f"No checkpoint at {path!r}: neither {path}.index nor {os.path.join(path, LEGACY_MANIFEST)} exists.{hint}"
+    )

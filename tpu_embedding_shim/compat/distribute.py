@@ -46,17 +46,34 @@ import dataclasses
 import enum
 import logging
 import threading
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
 log = logging.getLogger("tpu_embedding_shim")
 
 __all__ = [
-    "TPUClusterResolver", "TPUStrategy", "Strategy", "InputOptions", "InputContext", "InputReplicationMode",
-    "ReduceOp", "RunOptions", "DistributedDataset", "get_strategy", "has_strategy", "get_replica_context",
-    "in_cross_replica_context", "experimental_connect_to_cluster", "initialize_tpu_system", "shutdown_tpu_system",
-    "list_logical_devices", "list_physical_devices", "function", "range",
+    "TPUClusterResolver",
+    "TPUStrategy",
+    "Strategy",
+    "InputOptions",
+    "InputContext",
+    "InputReplicationMode",
+    "ReduceOp",
+    "RunOptions",
+    "DistributedDataset",
+    "get_strategy",
+    "has_strategy",
+    "get_replica_context",
+    "in_cross_replica_context",
+    "experimental_connect_to_cluster",
+    "initialize_tpu_system",
+    "shutdown_tpu_system",
+    "list_logical_devices",
+    "list_physical_devices",
+    "function",
+    "range",
 ]
 
 _EMULATION = "in-process CPU emulation"
@@ -75,10 +92,18 @@ class TPUClusterResolver:
     is empty and `num_accelerators()` reports no TPU.
     """
 
-    def __init__(self, tpu: Any = None, zone: Optional[str] = None, project: Optional[str] = None,
-                 job_name: str = "worker", coordinator_name: Optional[str] = None,
-                 coordinator_address: Optional[str] = None, credentials: Any = "default", service: Any = None,
-                 discovery_url: Optional[str] = None):
+    def __init__(
+        self,
+        tpu: Any = None,
+        zone: str | None = None,
+        project: str | None = None,
+        job_name: str = "worker",
+        coordinator_name: str | None = None,
+        coordinator_address: str | None = None,
+        credentials: Any = "default",
+        service: Any = None,
+        discovery_url: str | None = None,
+    ):
         self.tpu = tpu
         self.zone = zone
         self.project = project
@@ -91,7 +116,7 @@ class TPUClusterResolver:
         self.environment = ""
 
     @classmethod
-    def connect(cls, tpu: Any = None, zone: Optional[str] = None, project: Optional[str] = None) -> "TPUClusterResolver":
+    def connect(cls, tpu: Any = None, zone: str | None = None, project: str | None = None) -> TPUClusterResolver:
         """Builds a resolver, "connects" and "initializes the TPU system": all emulated no-ops."""
         resolver = cls(tpu=tpu, zone=zone, project=project)
         experimental_connect_to_cluster(resolver)
@@ -125,9 +150,14 @@ class EmulatedTopology:
         return f"<EmulatedTopology: {_EMULATION}, 1 task, 1 replica, no TPU>"
 
 
-def experimental_connect_to_cluster(cluster_spec_or_resolver: Any = None, job_name: str = "localhost",
-                                    task_index: int = 0, protocol: Any = None, make_master_device_default: bool = True,
-                                    cluster_device_filters: Any = None) -> None:
+def experimental_connect_to_cluster(
+    cluster_spec_or_resolver: Any = None,
+    job_name: str = "localhost",
+    task_index: int = 0,
+    protocol: Any = None,
+    make_master_device_default: bool = True,
+    cluster_device_filters: Any = None,
+) -> None:
     """`tf.config.experimental_connect_to_cluster`: a no-op; everything runs in this process on the CPU."""
     log.info("experimental_connect_to_cluster(%r): %s, nothing to connect to.", cluster_spec_or_resolver, _EMULATION)
 
@@ -155,13 +185,13 @@ class LogicalDevice:
     device_type: str
 
 
-def list_logical_devices(device_type: Optional[str] = None) -> List[LogicalDevice]:
+def list_logical_devices(device_type: str | None = None) -> list[LogicalDevice]:
     """`tf.config.list_logical_devices`: the one CPU; no TPU or GPU is ever listed."""
     devices = [LogicalDevice("/job:localhost/replica:0/task:0/device:CPU:0", "CPU")]
     return [d for d in devices if device_type is None or d.device_type == str(device_type).upper()]
 
 
-def list_physical_devices(device_type: Optional[str] = None) -> List[LogicalDevice]:
+def list_physical_devices(device_type: str | None = None) -> list[LogicalDevice]:
     """`tf.config.list_physical_devices`: the one CPU."""
     devices = [LogicalDevice("/physical_device:CPU:0", "CPU")]
     return [d for d in devices if device_type is None or d.device_type == str(device_type).upper()]
@@ -201,24 +231,35 @@ class InputOptions:
     always do.
     """
 
-    def __init__(self, experimental_fetch_to_device: Optional[bool] = None,
-                 experimental_replication_mode: InputReplicationMode = InputReplicationMode.PER_WORKER,
-                 experimental_place_dataset_on_device: bool = False, experimental_per_replica_buffer_size: int = 1,
-                 experimental_prefetch_to_device: Optional[bool] = None):
+    def __init__(
+        self,
+        experimental_fetch_to_device: bool | None = None,
+        experimental_replication_mode: InputReplicationMode = InputReplicationMode.PER_WORKER,
+        experimental_place_dataset_on_device: bool = False,
+        experimental_per_replica_buffer_size: int = 1,
+        experimental_prefetch_to_device: bool | None = None,
+    ):
         owner = "InputOptions"
-        self.experimental_fetch_to_device = _check_bool("experimental_fetch_to_device", experimental_fetch_to_device,
-                                                        owner)
-        self.experimental_prefetch_to_device = _check_bool("experimental_prefetch_to_device",
-                                                           experimental_prefetch_to_device, owner)
+        self.experimental_fetch_to_device = _check_bool(
+            "experimental_fetch_to_device", experimental_fetch_to_device, owner
+        )
+        self.experimental_prefetch_to_device = _check_bool(
+            "experimental_prefetch_to_device", experimental_prefetch_to_device, owner
+        )
         if not isinstance(experimental_replication_mode, InputReplicationMode):
-            raise ValueError("Argument `experimental_replication_mode` of InputOptions must be a "
-                             f"tf.distribute.InputReplicationMode. Received: {experimental_replication_mode!r}.")
+            raise ValueError(
+                "Argument `experimental_replication_mode` of InputOptions must be a "
+                f"tf.distribute.InputReplicationMode. Received: {experimental_replication_mode!r}."
+            )
         self.experimental_replication_mode = experimental_replication_mode
         self.experimental_place_dataset_on_device = _check_bool(
-            "experimental_place_dataset_on_device", experimental_place_dataset_on_device, owner)
+            "experimental_place_dataset_on_device", experimental_place_dataset_on_device, owner
+        )
         if not isinstance(experimental_per_replica_buffer_size, int) or experimental_per_replica_buffer_size < 0:
-            raise ValueError("Argument `experimental_per_replica_buffer_size` of InputOptions must be an int >= 0. "
-                             f"Received: {experimental_per_replica_buffer_size!r}.")
+            raise ValueError(
+                "Argument `experimental_per_replica_buffer_size` of InputOptions must be an int >= 0. "
+                f"Received: {experimental_per_replica_buffer_size!r}."
+            )
         self.experimental_per_replica_buffer_size = experimental_per_replica_buffer_size
 
     def __repr__(self) -> str:
@@ -236,8 +277,10 @@ class InputContext:
 
     def get_per_replica_batch_size(self, global_batch_size: int) -> int:
         if global_batch_size % self.num_replicas_in_sync:
-            raise ValueError(f"The `global_batch_size` {global_batch_size} is not divisible by "
-                             f"`num_replicas_in_sync` {self.num_replicas_in_sync}")
+            raise ValueError(
+                f"The `global_batch_size` {global_batch_size} is not divisible by "
+                f"`num_replicas_in_sync` {self.num_replicas_in_sync}"
+            )
         return global_batch_size // self.num_replicas_in_sync
 
 
@@ -256,16 +299,18 @@ class DistributedDataset:
     element is the batch itself (one replica, so no per-replica split).
     """
 
-    def __init__(self, dataset: Iterable[Any], options: Optional[InputOptions] = None):
+    def __init__(self, dataset: Iterable[Any], options: InputOptions | None = None):
         if not hasattr(dataset, "__iter__"):
-            raise ValueError(f"A dataset must be an iterable of batches (a list, a generator, a tf.data-like "
-                             f"object). Received: {type(dataset).__name__}.")
+            raise ValueError(
+                f"A dataset must be an iterable of batches (a list, a generator, a tf.data-like "
+                f"object). Received: {type(dataset).__name__}."
+            )
         if options is not None and not isinstance(options, InputOptions):
             raise ValueError(f"Argument `options` must be a tf.distribute.InputOptions or None. Received: {options!r}.")
         self._dataset = dataset
         self.options = options
 
-    def __iter__(self) -> "DistributedIterator":
+    def __iter__(self) -> DistributedIterator:
         return DistributedIterator(iter(self._dataset))
 
     def __repr__(self) -> str:
@@ -278,7 +323,7 @@ class DistributedIterator:
     def __init__(self, iterator: Iterator[Any]):
         self._iterator = iterator
 
-    def __iter__(self) -> "DistributedIterator":
+    def __iter__(self) -> DistributedIterator:
         return self
 
     def __next__(self) -> Any:
@@ -295,7 +340,7 @@ class DistributedIterator:
 _local = threading.local()
 
 
-def _stack() -> List["Strategy"]:
+def _stack() -> list[Strategy]:
     if not hasattr(_local, "stack"):
         _local.stack = []
     return _local.stack
@@ -358,8 +403,13 @@ class Strategy:
         finally:
             _stack().pop()
 
-    def run(self, fn: Callable[..., Any], args: Tuple[Any, ...] = (), kwargs: Optional[dict] = None,
-            options: Optional[RunOptions] = None) -> Any:
+    def run(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...] = (),
+        kwargs: dict | None = None,
+        options: RunOptions | None = None,
+    ) -> Any:
         """Calls `fn(*args, **kwargs)` once, here, in this strategy's scope; returns its result."""
         if not callable(fn):
             raise ValueError(f"Argument `fn` of run must be callable. Received: {fn!r}.")
@@ -371,13 +421,15 @@ class Strategy:
             finally:
                 _local.replica_depth -= 1
 
-    def experimental_distribute_dataset(self, dataset: Iterable[Any], options: Optional[InputOptions] = None
-                                        ) -> DistributedDataset:
+    def experimental_distribute_dataset(
+        self, dataset: Iterable[Any], options: InputOptions | None = None
+    ) -> DistributedDataset:
         """Wraps an iterable of global batches (one replica: each batch is also the per-replica batch)."""
         return DistributedDataset(dataset, options)
 
-    def distribute_datasets_from_function(self, dataset_fn: Callable[[InputContext], Iterable[Any]],
-                                          options: Optional[InputOptions] = None) -> DistributedDataset:
+    def distribute_datasets_from_function(
+        self, dataset_fn: Callable[[InputContext], Iterable[Any]], options: InputOptions | None = None
+    ) -> DistributedDataset:
         """Calls `dataset_fn(InputContext())` (one pipeline, one replica) and wraps what it returns."""
         if not callable(dataset_fn):
             raise ValueError(f"Argument `dataset_fn` must be callable. Received: {dataset_fn!r}.")
@@ -388,11 +440,11 @@ class Strategy:
     def experimental_distribute_values_from_function(self, value_fn: Callable[[ValueContext], Any]) -> Any:
         return value_fn(ValueContext())
 
-    def experimental_local_results(self, value: Any) -> Tuple[Any, ...]:
+    def experimental_local_results(self, value: Any) -> tuple[Any, ...]:
         """The one replica's value, as a 1-tuple."""
         return (value,)
 
-    def reduce(self, reduce_op: Any, value: Any, axis: Optional[int] = None) -> Any:
+    def reduce(self, reduce_op: Any, value: Any, axis: int | None = None) -> Any:
         """Across one replica a reduction is the value itself; `axis` reduces within it."""
         op = reduce_op if isinstance(reduce_op, ReduceOp) else ReduceOp[str(reduce_op).upper()]
         if axis is None:
@@ -429,8 +481,13 @@ class TPUStrategy(Strategy):
 
     _name = "TPUStrategy"
 
-    def __init__(self, tpu_cluster_resolver: Any = None, experimental_device_assignment: Any = None,
-                 experimental_spmd_xla_partitioning: bool = False, **kwargs: Any):
+    def __init__(
+        self,
+        tpu_cluster_resolver: Any = None,
+        experimental_device_assignment: Any = None,
+        experimental_spmd_xla_partitioning: bool = False,
+        **kwargs: Any,
+    ):
         super().__init__()
         self.extended = _TPUExtended()
         self.cluster_resolver = tpu_cluster_resolver
@@ -469,7 +526,7 @@ class ReplicaContext:
     num_replicas_in_sync: int = 1
 
 
-def get_replica_context() -> Optional[ReplicaContext]:
+def get_replica_context() -> ReplicaContext | None:
     """The replica context inside `strategy.run` (or outside any scope); None in a cross-replica scope."""
     if _replica_depth() > 0 or not has_strategy():
         return ReplicaContext(get_strategy())
@@ -481,7 +538,7 @@ def get_replica_context() -> Optional[ReplicaContext]:
 # ---------------------------------------------------------------------------------------------
 
 
-def function(func: Optional[Callable[..., Any]] = None, **kwargs: Any) -> Any:
+def function(func: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
     """`tf.function`: returns the Python function unchanged (nothing is traced or compiled).
 
     Works bare (`@tf.function`) and with arguments (`@tf.function(jit_compile=True)`).
@@ -491,9 +548,8 @@ def function(func: Optional[Callable[..., Any]] = None, **kwargs: Any) -> Any:
     return func
 
 
-def range(start: Any, limit: Any = None, delta: Any = 1, dtype: Any = None, name: Any = None) -> np.ndarray:  # noqa: A001
+def range(start: Any, limit: Any = None, delta: Any = 1, dtype: Any = None, name: Any = None) -> np.ndarray:
     """`tf.range`: `np.arange`, so `for _ in tf.range(n)` loops in Python."""
     if limit is None:
         start, limit = 0, start
     return np.arange(start, limit, delta)
-

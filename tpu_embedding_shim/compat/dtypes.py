@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ int16 = np.dtype("int16")
 int32 = np.dtype("int32")
 int64 = np.dtype("int64")
 uint8 = np.dtype("uint8")
-bool = np.dtype("bool")  # noqa: A001  (TensorFlow's name)
+bool = np.dtype("bool")
 string = np.dtype(np.str_)
 
 
@@ -25,13 +26,13 @@ def as_dtype(value: Any) -> np.dtype:
     return np.dtype(value)
 
 
-def is_integer(dtype: Any) -> bool:
+def is_integer(dtype: Any) -> builtins.bool:  # `bool` here is tf.bool
     return as_dtype(dtype).kind in "iu"
 
 
-def is_floating(dtype: Any) -> bool:
+def is_floating(dtype: Any) -> builtins.bool:
     return as_dtype(dtype).kind == "f"
 
 
-def is_string(dtype: Any) -> bool:
+def is_string(dtype: Any) -> builtins.bool:
     return as_dtype(dtype).kind in "USO"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import collections
 import warnings
-from typing import Any, Dict, Tuple
+from typing import Any
 
 from ..spec.checks import check_bool, check_callable, check_real, fail, parse_partition_strategy
 from . import lowering
@@ -30,15 +30,26 @@ from .feature_columns import EmbeddingColumn, NumericColumn
 from .tpu_embedding_v1 import OPTIMIZATION_PARAMETER_CLASSES, FeatureConfig, TableConfig
 from .tpu_feature_columns import TENSOR_CORE, TPU_EMBEDDING_COLUMN_CLASSES
 
-_FIELDS = (
-    "feature_columns", "tensor_core_feature_columns", "optimization_parameters", "clipping_limit",
-    "pipeline_execution_with_tensor_core", "experimental_gradient_multiplier_fn", "feature_to_config_dict",
-    "table_to_config_dict", "partition_strategy", "profile_data_directory",
-)
 _OWNER = "EmbeddingConfigSpec"
 
 
-class EmbeddingConfigSpec(collections.namedtuple("EmbeddingConfigSpec", _FIELDS)):
+class EmbeddingConfigSpec(
+    collections.namedtuple(
+        "EmbeddingConfigSpec",
+        (
+            "feature_columns",
+            "tensor_core_feature_columns",
+            "optimization_parameters",
+            "clipping_limit",
+            "pipeline_execution_with_tensor_core",
+            "experimental_gradient_multiplier_fn",
+            "feature_to_config_dict",
+            "table_to_config_dict",
+            "partition_strategy",
+            "profile_data_directory",
+        ),
+    )
+):
     """The TPU embedding configuration handed to `TPUEstimator(embedding_config_spec=...)`.
 
     Args:
@@ -62,14 +73,24 @@ class EmbeddingConfigSpec(collections.namedtuple("EmbeddingConfigSpec", _FIELDS)
       profile_data_directory: where lookup statistics are written.
     """
 
-    def __new__(cls, feature_columns=None, optimization_parameters=None, clipping_limit=None,
-                pipeline_execution_with_tensor_core=False, experimental_gradient_multiplier_fn=None,
-                feature_to_config_dict=None, table_to_config_dict=None, partition_strategy="div",
-                profile_data_directory=None, **unknown):
+    def __new__(
+        cls,
+        feature_columns=None,
+        optimization_parameters=None,
+        clipping_limit=None,
+        pipeline_execution_with_tensor_core=False,
+        experimental_gradient_multiplier_fn=None,
+        feature_to_config_dict=None,
+        table_to_config_dict=None,
+        partition_strategy="div",
+        profile_data_directory=None,
+        **unknown,
+    ):
         feature_columns = _accept_docs_alias(feature_columns, unknown)
         # not bool(): an array of columns has no truth value (it is refused below, naming `feature_columns`)
-        by_columns = feature_columns is not None and not (isinstance(feature_columns, (list, tuple))
-                                                          and not feature_columns)
+        by_columns = feature_columns is not None and not (
+            isinstance(feature_columns, (list, tuple)) and not feature_columns
+        )
         by_dicts = feature_to_config_dict is not None and table_to_config_dict is not None
         if by_columns == by_dicts or (by_columns and (feature_to_config_dict or table_to_config_dict)):
             raise ValueError(
@@ -92,12 +113,19 @@ class EmbeddingConfigSpec(collections.namedtuple("EmbeddingConfigSpec", _FIELDS)
         check_bool("pipeline_execution_with_tensor_core", pipeline_execution_with_tensor_core, owner=_OWNER)
         check_callable("experimental_gradient_multiplier_fn", experimental_gradient_multiplier_fn, owner=_OWNER)
         if profile_data_directory is not None and not isinstance(profile_data_directory, str):
-            raise fail("profile_data_directory", "a str or None", profile_data_directory, error=TypeError,
-                       owner=_OWNER)
+            raise fail("profile_data_directory", "a str or None", profile_data_directory, error=TypeError, owner=_OWNER)
         self = super().__new__(
-            cls, feature_columns, tensor_core_columns, optimization_parameters, clipping_limit,
-            pipeline_execution_with_tensor_core, experimental_gradient_multiplier_fn, feature_to_config_dict,
-            table_to_config_dict, partition_strategy, profile_data_directory,
+            cls,
+            feature_columns,
+            tensor_core_columns,
+            optimization_parameters,
+            clipping_limit,
+            pipeline_execution_with_tensor_core,
+            experimental_gradient_multiplier_fn,
+            feature_to_config_dict,
+            table_to_config_dict,
+            partition_strategy,
+            profile_data_directory,
         )
         self.to_spec()  # everything TensorFlow checks later is checked now
         return self
@@ -107,12 +135,15 @@ class EmbeddingConfigSpec(collections.namedtuple("EmbeddingConfigSpec", _FIELDS)
         return lowering.spec_from_embedding_config_spec(self, num_shards=num_shards)
 
 
-def _accept_docs_alias(feature_columns: Any, unknown: Dict[str, Any]) -> Any:
+def _accept_docs_alias(feature_columns: Any, unknown: dict[str, Any]) -> Any:
     """TensorFlow's own example writes `EmbeddingConfigSpec(column=...)`; accept it, with a warning."""
     if "column" in unknown and feature_columns is None:
-        warnings.warn("EmbeddingConfigSpec: `column=` is not an argument of TensorFlow's EmbeddingConfigSpec "
-                      "(its documentation's example has this typo); it is read as `feature_columns=`.",
-                      UserWarning, stacklevel=3)
+        warnings.warn(
+            "EmbeddingConfigSpec: `column=` is not an argument of TensorFlow's EmbeddingConfigSpec "
+            "(its documentation's example has this typo); it is read as `feature_columns=`.",
+            UserWarning,
+            stacklevel=3,
+        )
         feature_columns = unknown.pop("column")
     if unknown:
         raise TypeError(f"EmbeddingConfigSpec() got an unexpected keyword argument {sorted(unknown)[0]!r}.")
@@ -128,10 +159,16 @@ def _describe(value: Any) -> str:
         return repr(value)
 
 
-def _split_columns(feature_columns: Any) -> Tuple[list, list]:
+def _split_columns(feature_columns: Any) -> tuple[list, list]:
     if not isinstance(feature_columns, (list, tuple)):
-        raise fail("feature_columns", "a list of TPU embedding columns", feature_columns, error=TypeError,
-                   owner=_OWNER, hint="Wrap a single column in a list.")
+        raise fail(
+            "feature_columns",
+            "a list of TPU embedding columns",
+            feature_columns,
+            error=TypeError,
+            owner=_OWNER,
+            hint="Wrap a single column in a list.",
+        )
     embedding_columns, tensor_core_columns = [], []
     for column in feature_columns:
         if isinstance(column, EmbeddingColumn):
@@ -141,9 +178,14 @@ def _split_columns(feature_columns: Any) -> Tuple[list, list]:
                 "shared_embedding_columns) over the same categorical column."
             )
         if not isinstance(column, TPU_EMBEDDING_COLUMN_CLASSES + (NumericColumn,)):
-            raise fail("feature_columns", "a list of columns from tf.tpu.experimental.embedding_column / "
-                       "shared_embedding_columns (numeric columns are allowed and ignored)", column,
-                       error=TypeError, owner=_OWNER)
+            raise fail(
+                "feature_columns",
+                "a list of columns from tf.tpu.experimental.embedding_column / "
+                "shared_embedding_columns (numeric columns are allowed and ignored)",
+                column,
+                error=TypeError,
+                owner=_OWNER,
+            )
         if getattr(column, "embedding_lookup_device", None) == TENSOR_CORE:
             _check_tensor_core_column(column)
             tensor_core_columns.append(column)
@@ -184,14 +226,21 @@ def _check_optimizer(optimization_parameters: Any, *, required: bool) -> None:
         hint = None
         if isinstance(optimization_parameters, type):
             hint = f"Pass an instance, e.g. {optimization_parameters.__name__}(learning_rate=0.1), not the class."
-        raise fail("optimization_parameters", f"an instance of one of {names}", optimization_parameters,
-                   owner=_OWNER, hint=hint or "TPU embeddings train with these optimizers only; the model's "
-                   "optimizer never trains embedding tables.")
+        raise fail(
+            "optimization_parameters",
+            f"an instance of one of {names}",
+            optimization_parameters,
+            owner=_OWNER,
+            hint=hint
+            or "TPU embeddings train with these optimizers only; the model's optimizer never trains embedding tables.",
+        )
 
 
-def _check_config_dicts(feature_to_config_dict: Dict, table_to_config_dict: Dict) -> None:
-    for name, value in (("feature_to_config_dict", feature_to_config_dict),
-                        ("table_to_config_dict", table_to_config_dict)):
+def _check_config_dicts(feature_to_config_dict: dict, table_to_config_dict: dict) -> None:
+    for name, value in (
+        ("feature_to_config_dict", feature_to_config_dict),
+        ("table_to_config_dict", table_to_config_dict),
+    ):
         if not isinstance(value, dict) or not value:
             raise fail(name, "a non-empty dict", value, error=TypeError, owner=_OWNER)
     for feature, config in feature_to_config_dict.items():
@@ -225,8 +274,13 @@ def get_configs_from_feature_columns(feature_columns):
         if isinstance(column, TPU_EMBEDDING_COLUMN_CLASSES):
             columns_by_table.setdefault("tbl_" + column.get_embedding_var_name(), column)
     table_to_config_dict = {
-        t.name: TableConfig(vocabulary_size=t.vocabulary_size, dimension=t.dim, initializer=t.initializer,
-                            combiner=t.combiner, learning_rate_fn=columns_by_table[t.name].learning_rate_fn)
+        t.name: TableConfig(
+            vocabulary_size=t.vocabulary_size,
+            dimension=t.dim,
+            initializer=t.initializer,
+            combiner=t.combiner,
+            learning_rate_fn=columns_by_table[t.name].learning_rate_fn,
+        )
         for t in tables
     }
     feature_to_config_dict = {

@@ -42,7 +42,7 @@ stricter than TensorFlow are listed in docs/stricter_than_tensorflow.md.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, List, NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -68,7 +68,7 @@ __all__ = [
 # --------------------------------------------------------------------------
 
 
-def _max_norm(max_norm: Any) -> Optional[float]:
+def _max_norm(max_norm: Any) -> float | None:
     """None, or a finite number > 0 (TensorFlow also takes 0 and negatives, and flips or zeroes rows)."""
     if max_norm is None:
         return None
@@ -78,9 +78,9 @@ def _max_norm(max_norm: Any) -> Optional[float]:
 class _Table(NamedTuple):
     """One table as TensorFlow's `params`: its `[rows, D]` shards (D = the embedding size, flattened)."""
 
-    shards: List[np.ndarray]
+    shards: list[np.ndarray]
     strategy: str
-    embedding_shape: Tuple[int, ...]
+    embedding_shape: tuple[int, ...]
 
     @property
     def vocabulary_size(self) -> int:
@@ -110,12 +110,15 @@ def _table(params: Any, strategy: str, name: str) -> _Table:
         raise ValueError(f"Argument `{name}` must be {allowed}. Received: {params!r}.")
     shards = [np.asarray(p) for p in (params if isinstance(params, list) else [params])]
     if any(s.ndim == 0 for s in shards):
-        raise ValueError(f"Argument `{name}` must be {allowed}, each of rank >= 1. Received shapes "
-                         f"{[s.shape for s in shards]}.")
+        raise ValueError(
+            f"Argument `{name}` must be {allowed}, each of rank >= 1. Received shapes {[s.shape for s in shards]}."
+        )
     embedding_shape = shards[0].shape[1:]
     if any(s.shape[1:] != embedding_shape for s in shards):
-        raise ValueError(f"Argument `{name}`: every shard must have the same shape after the first "
-                         f"dimension. Received shapes {[s.shape for s in shards]}.")
+        raise ValueError(
+            f"Argument `{name}`: every shard must have the same shape after the first "
+            f"dimension. Received shapes {[s.shape for s in shards]}."
+        )
     dim = int(np.prod(embedding_shape, dtype=np.int64))
     flat = [s.reshape(s.shape[0], dim) for s in shards]
     if len(flat) == 1:
@@ -154,8 +157,7 @@ def _int_ids(name: str, values: np.ndarray) -> np.ndarray:
     if values.size == 0:
         return values.astype(np.int64)
     if values.dtype.kind not in "iu":
-        raise TypeError(f"Argument `{name}` must hold integer ids (int32 or int64). "
-                        f"Received dtype {values.dtype}.")
+        raise TypeError(f"Argument `{name}` must hold integer ids (int32 or int64). Received dtype {values.dtype}.")
     return values.astype(np.int64)
 
 
@@ -179,7 +181,7 @@ def _linear(indices: np.ndarray, shape: np.ndarray) -> np.ndarray:
     return np.ravel_multi_index(tuple(indices.T), tuple(int(d) for d in shape)).astype(np.int64)
 
 
-def _as_coo(x: Any, name: str, *, safe: bool) -> Tuple[_Coo, Tuple[int, ...]]:
+def _as_coo(x: Any, name: str, *, safe: bool) -> tuple[_Coo, tuple[int, ...]]:
     """A SparseTensor or RaggedTensor as a rank-2 COO, and the leading shape of the output.
 
     Safe lookup (TensorFlow reshapes `[d0, ..., dn]` to `[d0 * ... * dn-1, dn]`):
@@ -206,8 +208,8 @@ def _as_coo(x: Any, name: str, *, safe: bool) -> Tuple[_Coo, Tuple[int, ...]]:
 
 
 def _batch(
-    sp_ids: Any, sp_weights: Any, vocabulary_size: int, combiner: str, *, safe: bool, names: Tuple[str, str]
-) -> Tuple[Ragged, Tuple[int, ...]]:
+    sp_ids: Any, sp_weights: Any, vocabulary_size: int, combiner: str, *, safe: bool, names: tuple[str, str]
+) -> tuple[Ragged, tuple[int, ...]]:
     """The engine's batch for a pooled lookup, every id checked, and the output's leading shape."""
     ids_name, weights_name = names
     if is_sparse(sp_ids):
@@ -215,22 +217,26 @@ def _batch(
     elif is_ragged_tensor(sp_ids):
         kind, same_kind = "RaggedTensor", is_ragged_tensor
     else:
-        raise TypeError(f"Argument `{ids_name}` must be a SparseTensor or a RaggedTensor. "
-                        f"Received: {type(sp_ids).__name__}.")
+        raise TypeError(
+            f"Argument `{ids_name}` must be a SparseTensor or a RaggedTensor. Received: {type(sp_ids).__name__}."
+        )
     ids, lead = _as_coo(sp_ids, ids_name, safe=safe)
     ids = ids._replace(values=_int_ids(ids_name, ids.values))
 
     weights = None
     if sp_weights is not None:
         if not same_kind(sp_weights):
-            raise TypeError(f"Argument `{weights_name}` must be None or a {kind}, like `{ids_name}`. "
-                            f"Received: {type(sp_weights).__name__}.")
+            raise TypeError(
+                f"Argument `{weights_name}` must be None or a {kind}, like `{ids_name}`. "
+                f"Received: {type(sp_weights).__name__}."
+            )
         weights, _ = _as_coo(sp_weights, weights_name, safe=safe)
         if weights.values.size and weights.values.dtype.kind not in "iuf":
             raise TypeError(f"Argument `{weights_name}` must hold numbers. Received dtype {weights.values.dtype}.")
         if not (np.array_equal(weights.indices, ids.indices) and np.array_equal(weights.dense_shape, ids.dense_shape)):
-            raise ValueError(f"Argument `{weights_name}` must have the same indices and shape as "
-                             f"`{ids_name}` (one weight per id).")
+            raise ValueError(
+                f"Argument `{weights_name}` must have the same indices and shape as `{ids_name}` (one weight per id)."
+            )
 
     rows = ids.indices[:, 0]
     if not safe:
@@ -256,8 +262,17 @@ def _batch(
 
 
 def _pooled(
-    params: Any, sp_ids: Any, sp_weights: Any, *, combiner: Any, max_norm: Any, allow_fast_lookup: Any,
-    partition_strategy: Any, safe: bool, default_id: Any = None, names=("params", "sp_ids", "sp_weights"),
+    params: Any,
+    sp_ids: Any,
+    sp_weights: Any,
+    *,
+    combiner: Any,
+    max_norm: Any,
+    allow_fast_lookup: Any,
+    partition_strategy: Any,
+    safe: bool,
+    default_id: Any = None,
+    names=("params", "sp_ids", "sp_weights"),
 ) -> np.ndarray:
     """The plain (`safe=False`) or safe pooled lookup: float32 `lead + params.shape[1:]`."""
     combiner = parse_combiner("mean" if combiner is None else combiner)
@@ -279,7 +294,7 @@ def _pooled(
         batch = dataclasses.replace(batch, values=renumbered)
         default_id = None if default_id is None else int(np.searchsorted(used, default_id))
     out = lookup.pooled_lookup(rows, batch, combiner, safe=safe, default_id=default_id, max_norm=max_norm)
-    return out[:int(np.prod(lead))].reshape(lead + table.embedding_shape)
+    return out[: int(np.prod(lead))].reshape(lead + table.embedding_shape)
 
 
 # --------------------------------------------------------------------------
@@ -291,9 +306,9 @@ def embedding_lookup(
     params: Any,
     ids: Any,
     partition_strategy: str = "mod",
-    name: Optional[str] = None,
+    name: str | None = None,
     validate_indices: bool = True,
-    max_norm: Optional[float] = None,
+    max_norm: float | None = None,
 ) -> np.ndarray:
     """`tf.compat.v1.nn.embedding_lookup`: the rows of `ids`, from one table or its shards.
 
@@ -325,11 +340,15 @@ def embedding_lookup(
     max_norm = _max_norm(max_norm)
     table = _table(params, strategy, "params")
     if is_sparse(ids):
-        raise ValueError("Argument `ids` must be a dense array of ids. Received: a SparseTensor; "
-                         "use embedding_lookup_sparse or safe_embedding_lookup_sparse.")
+        raise ValueError(
+            "Argument `ids` must be a dense array of ids. Received: a SparseTensor; "
+            "use embedding_lookup_sparse or safe_embedding_lookup_sparse."
+        )
     if is_ragged_tensor(ids):
-        raise TypeError("Argument `ids` must be a dense array of ids. Received: a RaggedTensor; look up "
-                        "`ids.values` and keep `ids.row_splits`, or use embedding_lookup_sparse to combine rows.")
+        raise TypeError(
+            "Argument `ids` must be a dense array of ids. Received: a RaggedTensor; look up "
+            "`ids.values` and keep `ids.row_splits`, or use embedding_lookup_sparse to combine rows."
+        )
     ids = _int_ids("ids", np.asarray(ids))
     _check_range("ids", ids, table.vocabulary_size)
     rows = table.rows(ids.reshape(-1))
@@ -340,9 +359,7 @@ def embedding_lookup(
     return rows.reshape(ids.shape + table.embedding_shape)
 
 
-def embedding_lookup_v2(
-    params: Any, ids: Any, max_norm: Optional[float] = None, name: Optional[str] = None
-) -> np.ndarray:
+def embedding_lookup_v2(params: Any, ids: Any, max_norm: float | None = None, name: str | None = None) -> np.ndarray:
     """`tf.nn.embedding_lookup`: `embedding_lookup` with 'div' shards.
 
     >>> import numpy as np
@@ -358,9 +375,9 @@ def embedding_lookup_sparse(
     sp_ids: Any,
     sp_weights: Any,
     partition_strategy: str = "mod",
-    name: Optional[str] = None,
-    combiner: Optional[str] = None,
-    max_norm: Optional[float] = None,
+    name: str | None = None,
+    combiner: str | None = None,
+    max_norm: float | None = None,
     allow_fast_lookup: bool = False,
 ) -> np.ndarray:
     """`tf.compat.v1.nn.embedding_lookup_sparse`: one combined row per row of `sp_ids`, nothing pruned.
@@ -389,17 +406,25 @@ def embedding_lookup_sparse(
       ValueError: a bad combiner, an id out of range (negative ids too),
         rows out of order, weights that do not line up with the ids.
     """
-    return _pooled(params, sp_ids, sp_weights, combiner=combiner, max_norm=max_norm,
-                   allow_fast_lookup=allow_fast_lookup, partition_strategy=partition_strategy, safe=False)
+    return _pooled(
+        params,
+        sp_ids,
+        sp_weights,
+        combiner=combiner,
+        max_norm=max_norm,
+        allow_fast_lookup=allow_fast_lookup,
+        partition_strategy=partition_strategy,
+        safe=False,
+    )
 
 
 def embedding_lookup_sparse_v2(
     params: Any,
     sp_ids: Any,
     sp_weights: Any,
-    combiner: Optional[str] = None,
-    max_norm: Optional[float] = None,
-    name: Optional[str] = None,
+    combiner: str | None = None,
+    max_norm: float | None = None,
+    name: str | None = None,
     allow_fast_lookup: bool = False,
 ) -> np.ndarray:
     """`tf.nn.embedding_lookup_sparse`: `embedding_lookup_sparse` with 'div' shards.
@@ -422,10 +447,10 @@ def safe_embedding_lookup_sparse(
     sparse_ids: Any,
     sparse_weights: Any = None,
     combiner: str = "mean",
-    default_id: Optional[int] = None,
-    name: Optional[str] = None,
+    default_id: int | None = None,
+    name: str | None = None,
     partition_strategy: str = "div",
-    max_norm: Optional[float] = None,
+    max_norm: float | None = None,
     allow_fast_lookup: bool = False,
 ) -> np.ndarray:
     """`tf.compat.v1.nn.safe_embedding_lookup_sparse`: the pooled lookup with TensorFlow's safe rule.
@@ -452,9 +477,18 @@ def safe_embedding_lookup_sparse(
       TypeError, ValueError: as `embedding_lookup_sparse`; a kept id >= V
         and a `default_id` outside [0, V) are ValueErrors.
     """
-    return _pooled(embedding_weights, sparse_ids, sparse_weights, combiner=combiner, max_norm=max_norm,
-                   allow_fast_lookup=allow_fast_lookup, partition_strategy=partition_strategy, safe=True,
-                   default_id=default_id, names=("embedding_weights", "sparse_ids", "sparse_weights"))
+    return _pooled(
+        embedding_weights,
+        sparse_ids,
+        sparse_weights,
+        combiner=combiner,
+        max_norm=max_norm,
+        allow_fast_lookup=allow_fast_lookup,
+        partition_strategy=partition_strategy,
+        safe=True,
+        default_id=default_id,
+        names=("embedding_weights", "sparse_ids", "sparse_weights"),
+    )
 
 
 def safe_embedding_lookup_sparse_v2(
@@ -462,9 +496,9 @@ def safe_embedding_lookup_sparse_v2(
     sparse_ids: Any,
     sparse_weights: Any = None,
     combiner: str = "mean",
-    default_id: Optional[int] = None,
-    max_norm: Optional[float] = None,
-    name: Optional[str] = None,
+    default_id: int | None = None,
+    max_norm: float | None = None,
+    name: str | None = None,
     allow_fast_lookup: bool = False,
 ) -> np.ndarray:
     """`tf.nn.safe_embedding_lookup_sparse`: `safe_embedding_lookup_sparse` with 'div' shards.
@@ -476,5 +510,6 @@ def safe_embedding_lookup_sparse_v2(
     >>> safe_embedding_lookup_sparse_v2(params, ids).tolist()  # mean; row 1 has only an invalid id
     [[4.0, 5.0], [0.0, 0.0], [0.0, 0.0]]
     """
-    return safe_embedding_lookup_sparse(embedding_weights, sparse_ids, sparse_weights, combiner, default_id,
-                                        name, "div", max_norm, allow_fast_lookup)
+    return safe_embedding_lookup_sparse(
+        embedding_weights, sparse_ids, sparse_weights, combiner, default_id, name, "div", max_norm, allow_fast_lookup
+    )

@@ -30,7 +30,7 @@ Each array is checked against its sha256 when it is read.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -65,17 +65,18 @@ class EngineCheckpoint:
         an embedding, or two arrays that would get the same name.
     """
 
-    def __init__(self, path: "str | os.PathLike[str]"):
+    def __init__(self, path: str | os.PathLike[str]):
         self.path = os.fspath(path)
         self.prefix = self.path
         self.manifest = read_manifest(self.path)
         self.step = int(self.manifest["step"])
-        self._entries: Dict[str, Dict[str, Any]] = {}
+        self._entries: dict[str, dict[str, Any]] = {}
         tables = {entry["table"] for entry in self.manifest["arrays"]}
         embedded = {entry["table"] for entry in self.manifest["arrays"] if entry["slot"] == EMBEDDING}
         if tables - embedded:
-            raise CheckpointError(f"Checkpoint {self.path!r}: table {sorted(tables - embedded)[0]!r} has no "
-                                  "'embedding' array.")
+            raise CheckpointError(
+                f"Checkpoint {self.path!r}: table {sorted(tables - embedded)[0]!r} has no 'embedding' array."
+            )
         for entry in self.manifest["arrays"]:
             name = engine_name(entry["table"], entry["slot"])
             other = self._entries.get(name)
@@ -84,28 +85,29 @@ class EngineCheckpoint:
                 raise CheckpointError(
                     f"Checkpoint {self.path!r}: table {entry['table']!r} slot {entry['slot']!r} and {what} would "
                     f"both be read as tensor {name!r}; rename one of the tables to read it as a TensorFlow "
-                    "checkpoint (engine.checkpoint.load_checkpoint reads it as it is).")
+                    "checkpoint (engine.checkpoint.load_checkpoint reads it as it is)."
+                )
             self._entries[name] = entry
         self._names = sorted([GLOBAL_STEP, *self._entries], key=lambda n: n.encode("utf-8", "surrogateescape"))
 
-    def names(self) -> List[str]:
+    def names(self) -> list[str]:
         """The tensor names, sorted as a TensorFlow checkpoint's keys (bytewise)."""
         return list(self._names)
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and (name == GLOBAL_STEP or name in self._entries)
 
-    def table_and_slot(self, name: str) -> Tuple[str, str]:
+    def table_and_slot(self, name: str) -> tuple[str, str]:
         """The (table, slot) a tensor name stands for ('embedding' for the table itself)."""
         entry = self._entry(name)
         return entry["table"], entry["slot"]
 
-    def _entry(self, name: str) -> Dict[str, Any]:
+    def _entry(self, name: str) -> dict[str, Any]:
         if name not in self._entries:
             raise NotFoundError(f"Key {name!r} not found in checkpoint {self.path!r}.")
         return self._entries[name]
 
-    def shape(self, name: str) -> Tuple[int, ...]:
+    def shape(self, name: str) -> tuple[int, ...]:
         if name == GLOBAL_STEP:
             return ()
         return tuple(self._entry(name)["shape"])
@@ -117,8 +119,10 @@ class EngineCheckpoint:
         try:
             return np.dtype(self._entry(name)["dtype"])
         except TypeError:
-            raise CheckpointError(f"Checkpoint {self.path!r}: {MANIFEST}: tensor {name!r} has dtype "
-                                  f"{self._entry(name)['dtype']!r}, which numpy does not know.") from None
+            raise CheckpointError(
+                f"Checkpoint {self.path!r}: {MANIFEST}: tensor {name!r} has dtype "
+                f"{self._entry(name)['dtype']!r}, which numpy does not know."
+            ) from None
 
     def dtype_name(self, name: str) -> str:
         """TensorFlow's name of the dtype ('float32', 'int64', ...; numpy's where TensorFlow has none)."""
@@ -129,7 +133,7 @@ class EngineCheckpoint:
             return dtype.name
         return next(tf_name for tf_name, c in CODES.items() if c == code)
 
-    def read(self, name: str, *, mmap: Optional[bool] = None) -> np.ndarray:
+    def read(self, name: str, *, mmap: bool | None = None) -> np.ndarray:
         """The value of tensor `name`, checked against the manifest's sha256, shape and dtype.
 
         Args:
@@ -145,5 +149,5 @@ class EngineCheckpoint:
             return np.array(self.step, dtype=np.int64)
         return read_array(self.path, self._entry(name), mmap=bool(mmap))
 
-    def read_all(self) -> Dict[str, np.ndarray]:
+    def read_all(self) -> dict[str, np.ndarray]:
         return {name: self.read(name) for name in self._names}

@@ -31,7 +31,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -74,16 +74,16 @@ class FeatureColumn:
         raise NotImplementedError
 
     @property
-    def parse_example_spec(self) -> Dict[str, Any]:
+    def parse_example_spec(self) -> dict[str, Any]:
         """Feature key -> `VarLenFeature` / `FixedLenFeature`: what `tf.io.parse_example` needs to read it."""
         raise NotImplementedError
 
     @property
-    def parents(self) -> List[Any]:
+    def parents(self) -> list[Any]:
         """The keys (str) and columns this column is computed from."""
         raise NotImplementedError
 
-    def __lt__(self, other: "FeatureColumn") -> bool:
+    def __lt__(self, other: FeatureColumn) -> bool:
         return self.name < other.name
 
 
@@ -94,7 +94,7 @@ class CategoricalColumn(FeatureColumn):
     def num_buckets(self) -> int:
         raise NotImplementedError
 
-    def get_config(self) -> Dict[str, Any]:
+    def get_config(self) -> dict[str, Any]:
         """TensorFlow's config: the fields, dtypes by name, inner columns as {'class_name', 'config'}."""
         config = {}
         for field in dataclasses.fields(self):
@@ -109,28 +109,37 @@ class CategoricalColumn(FeatureColumn):
         return config
 
     @classmethod
-    def from_config(cls, config: Dict[str, Any], custom_objects: Any = None, columns_by_name: Any = None):
+    def from_config(cls, config: dict[str, Any], custom_objects: Any = None, columns_by_name: Any = None):
         """The column `config` describes, built (and checked) by its constructor function."""
         if not isinstance(config, dict):
-            raise fail("config", f"a dict from {cls.__name__}.get_config()", config, error=TypeError,
-                       owner=f"{cls.__name__}.from_config")
+            raise fail(
+                "config",
+                f"a dict from {cls.__name__}.get_config()",
+                config,
+                error=TypeError,
+                owner=f"{cls.__name__}.from_config",
+            )
         kwargs = {k: deserialize_column(v) if k == "categorical_column" else v for k, v in config.items()}
         return _BUILDERS[cls.__name__](**kwargs)
 
 
-def serialize_column(column: "CategoricalColumn") -> Dict[str, Any]:
+def serialize_column(column: CategoricalColumn) -> dict[str, Any]:
     """`{'class_name': ..., 'config': column.get_config()}`, as TensorFlow nests columns in a config."""
     return {"class_name": type(column).__name__, "config": column.get_config()}
 
 
-def deserialize_column(config: Any) -> "CategoricalColumn":
+def deserialize_column(config: Any) -> CategoricalColumn:
     """The inverse of `serialize_column` (a column object is passed through)."""
     if isinstance(config, CategoricalColumn):
         return config
     name = config.get("class_name") if isinstance(config, dict) else None
     if name not in _BUILDERS:
-        raise fail("categorical_column", f"a serialized categorical column, class_name in {sorted(_BUILDERS)}",
-                   config, owner="from_config")
+        raise fail(
+            "categorical_column",
+            f"a serialized categorical column, class_name in {sorted(_BUILDERS)}",
+            config,
+            owner="from_config",
+        )
     return _CLASSES[name].from_config(config.get("config"))
 
 
@@ -153,11 +162,11 @@ class OverCategoricalColumn:
     (TensorFlow's `parse_example_spec` and `parents`)."""
 
     @property
-    def parse_example_spec(self) -> Dict[str, Any]:
+    def parse_example_spec(self) -> dict[str, Any]:
         return self.categorical_column.parse_example_spec
 
     @property
-    def parents(self) -> List[Any]:
+    def parents(self) -> list[Any]:
         return [self.categorical_column]
 
 
@@ -170,11 +179,11 @@ class _KeyedColumn(CategoricalColumn):
         return self.key
 
     @property
-    def parse_example_spec(self) -> Dict[str, Any]:
+    def parse_example_spec(self) -> dict[str, Any]:
         return {self.key: VarLenFeature(self.dtype)}
 
     @property
-    def parents(self) -> List[Any]:
+    def parents(self) -> list[Any]:
         return [self.key]
 
 
@@ -184,7 +193,7 @@ class IdentityCategoricalColumn(_KeyedColumn):
 
     key: str
     number_buckets: int
-    default_value: Optional[int] = None
+    default_value: int | None = None
     dtype = dtypes.int64  # not a field: TensorFlow's identity column has no dtype argument
 
     @property
@@ -197,7 +206,7 @@ class VocabularyListCategoricalColumn(_KeyedColumn):
     """Tokens mapped to their index in an in-memory vocabulary."""
 
     key: str
-    vocabulary_list: Tuple[Any, ...]
+    vocabulary_list: tuple[Any, ...]
     dtype: Any
     default_value: int = -1
     num_oov_buckets: int = 0
@@ -217,8 +226,8 @@ class VocabularyFileCategoricalColumn(_KeyedColumn):
     num_oov_buckets: int
     dtype: Any
     default_value: int = -1
-    file_format: Optional[str] = None
-    vocabulary: Tuple[Any, ...] = dataclasses.field(default=(), repr=False, compare=False)
+    file_format: str | None = None
+    vocabulary: tuple[Any, ...] = dataclasses.field(default=(), repr=False, compare=False)
 
     @property
     def num_buckets(self) -> int:
@@ -242,16 +251,17 @@ class WeightedCategoricalColumn(CategoricalColumn):
         return self.categorical_column.num_buckets
 
     @property
-    def parse_example_spec(self) -> Dict[str, Any]:
+    def parse_example_spec(self) -> dict[str, Any]:
         config = self.categorical_column.parse_example_spec
         if self.weight_feature_key in config:
-            raise ValueError(f"Parse config {config[self.weight_feature_key]} already exists for "
-                             f"{self.weight_feature_key}.")
+            raise ValueError(
+                f"Parse config {config[self.weight_feature_key]} already exists for {self.weight_feature_key}."
+            )
         config[self.weight_feature_key] = VarLenFeature(self.dtype)
         return config
 
     @property
-    def parents(self) -> List[Any]:
+    def parents(self) -> list[Any]:
         return [self.categorical_column, self.weight_feature_key]
 
 
@@ -288,7 +298,7 @@ class NumericColumn(DenseColumn):
     """A dense numeric input. `EmbeddingConfigSpec` accepts (and ignores) these."""
 
     key: str
-    shape: Tuple[int, ...] = (1,)
+    shape: tuple[int, ...] = (1,)
     default_value: Any = None
     dtype: Any = dtypes.float32
     normalizer_fn: Any = None
@@ -298,21 +308,21 @@ class NumericColumn(DenseColumn):
         return self.key
 
     @property
-    def variable_shape(self) -> Tuple[int, ...]:
+    def variable_shape(self) -> tuple[int, ...]:
         """The shape of one example's values (TensorFlow's `TensorShape(shape)`)."""
         return tuple(self.shape)
 
     @property
-    def parse_example_spec(self) -> Dict[str, Any]:
+    def parse_example_spec(self) -> dict[str, Any]:
         default = _default_tuple(self.shape, self.default_value)
         return {self.key: FixedLenFeature(tuple(self.shape), self.dtype, default)}
 
     @property
-    def parents(self) -> List[Any]:
+    def parents(self) -> list[Any]:
         return [self.key]
 
 
-def _default_tuple(shape: Tuple[int, ...], value: Any) -> Any:
+def _default_tuple(shape: tuple[int, ...], value: Any) -> Any:
     """TensorFlow's form of a numeric default: a scalar repeated to `shape`, as nested tuples (None stays)."""
     if value is None:
         return None
@@ -332,7 +342,7 @@ class BucketizedColumn(DenseColumn, CategoricalColumn):
     """Buckets of a numeric column. Exists to be refused by TPU embedding columns."""
 
     source_column: NumericColumn
-    boundaries: Tuple[float, ...]
+    boundaries: tuple[float, ...]
 
     @property
     def name(self) -> str:
@@ -343,15 +353,15 @@ class BucketizedColumn(DenseColumn, CategoricalColumn):
         return len(self.boundaries) + 1
 
     @property
-    def variable_shape(self) -> Tuple[int, ...]:
+    def variable_shape(self) -> tuple[int, ...]:
         return tuple(self.source_column.shape) + (self.num_buckets,)
 
     @property
-    def parse_example_spec(self) -> Dict[str, Any]:
+    def parse_example_spec(self) -> dict[str, Any]:
         return self.source_column.parse_example_spec
 
     @property
-    def parents(self) -> List[Any]:
+    def parents(self) -> list[Any]:
         return [self.source_column]
 
 
@@ -359,9 +369,9 @@ class BucketizedColumn(DenseColumn, CategoricalColumn):
 class CrossedColumn(CategoricalColumn):
     """A hashed cross of columns. Exists to be refused by TPU embedding columns."""
 
-    keys: Tuple[Any, ...]
+    keys: tuple[Any, ...]
     hash_bucket_size: int
-    hash_key: Optional[int] = None
+    hash_key: int | None = None
 
     @property
     def name(self) -> str:
@@ -372,15 +382,16 @@ class CrossedColumn(CategoricalColumn):
         return self.hash_bucket_size
 
     @property
-    def parse_example_spec(self) -> Dict[str, Any]:
-        config: Dict[str, Any] = {}
+    def parse_example_spec(self) -> dict[str, Any]:
+        config: dict[str, Any] = {}
         for key in self.keys:
-            config.update(key.parse_example_spec if isinstance(key, FeatureColumn)
-                          else {key: VarLenFeature(dtypes.string)})
+            config.update(
+                key.parse_example_spec if isinstance(key, FeatureColumn) else {key: VarLenFeature(dtypes.string)}
+            )
         return config
 
     @property
-    def parents(self) -> List[Any]:
+    def parents(self) -> list[Any]:
         return list(self.keys)
 
 
@@ -396,7 +407,7 @@ class BaseEmbeddingColumn(OverCategoricalColumn, DenseColumn, SequenceDenseColum
         return f"{self.categorical_column.name}{self._name_suffix}"
 
     @property
-    def variable_shape(self) -> Tuple[int, ...]:
+    def variable_shape(self) -> tuple[int, ...]:
         return (self.dimension,)
 
 
@@ -421,7 +432,7 @@ class EmbeddingColumn(BaseEmbeddingColumn):
 # Constructors ------------------------------------------------------------------
 
 
-def categorical_column_with_identity(key: str, num_buckets: int, default_value: Optional[int] = None):
+def categorical_column_with_identity(key: str, num_buckets: int, default_value: int | None = None):
     """Integer ids in `[0, num_buckets)`; out-of-range values become `default_value` if set."""
     owner = "categorical_column_with_identity"
     _check_key(key, owner)
@@ -433,10 +444,9 @@ def categorical_column_with_identity(key: str, num_buckets: int, default_value: 
     return IdentityCategoricalColumn(key=key, number_buckets=int(num_buckets), default_value=default_value)
 
 
-def _vocabulary_dtype(tokens: Tuple[Any, ...], dtype: Any, owner: str):
+def _vocabulary_dtype(tokens: tuple[Any, ...], dtype: Any, owner: str):
     if any(isinstance(t, (list, tuple, dict, set, np.ndarray)) for t in tokens):  # TF: "unhashable type"
-        raise fail("vocabulary_list", "a flat list of strings or integers", list(tokens), error=TypeError,
-                   owner=owner)
+        raise fail("vocabulary_list", "a flat list of strings or integers", list(tokens), error=TypeError, owner=owner)
     kinds = {np.asarray(t).dtype.kind for t in tokens}
     if kinds <= {"U", "S"}:
         vocab_dtype = dtypes.string
@@ -474,27 +484,33 @@ def categorical_column_with_vocabulary_list(
     """
     owner = "categorical_column_with_vocabulary_list"
     _check_key(key, owner)
-    if vocabulary_list is not None and (not hasattr(vocabulary_list, "__len__") or (
-            isinstance(vocabulary_list, np.ndarray) and vocabulary_list.ndim != 1)):  # TF: Python's own TypeError
+    if vocabulary_list is not None and (
+        not hasattr(vocabulary_list, "__len__")
+        or (isinstance(vocabulary_list, np.ndarray) and vocabulary_list.ndim != 1)
+    ):  # TF: Python's own TypeError
         raise fail("vocabulary_list", "a non-empty list of tokens", vocabulary_list, error=TypeError, owner=owner)
     if vocabulary_list is None or isinstance(vocabulary_list, (str, bytes)) or len(vocabulary_list) == 0:
         raise fail("vocabulary_list", "a non-empty list of tokens", vocabulary_list, owner=owner)
     tokens = tuple(t.item() if isinstance(t, np.generic) else t for t in vocabulary_list)
     duplicates = sorted({t for t in tokens if tokens.count(t) > 1}, key=str)
     if duplicates:
-        raise fail("vocabulary_list", "a list of distinct tokens", list(tokens), owner=owner,
-                   hint=f"Duplicates: {duplicates}.")
+        raise fail(
+            "vocabulary_list", "a list of distinct tokens", list(tokens), owner=owner, hint=f"Duplicates: {duplicates}."
+        )
     vocab_dtype = _vocabulary_dtype(tokens, dtype, owner)
     _check_oov(default_value, num_oov_buckets, -1, owner)
     if not is_int(default_value) or not (default_value == -1 or 0 <= default_value < len(tokens)):
         raise fail("default_value", f"-1 or an int in [0, {len(tokens)})", default_value, owner=owner)
     return VocabularyListCategoricalColumn(
-        key=key, vocabulary_list=tokens, dtype=vocab_dtype,
-        default_value=int(default_value), num_oov_buckets=int(num_oov_buckets),
+        key=key,
+        vocabulary_list=tokens,
+        dtype=vocab_dtype,
+        default_value=int(default_value),
+        num_oov_buckets=int(num_oov_buckets),
     )
 
 
-def read_vocabulary_file(path: str, vocabulary_size: Optional[int], owner: str) -> Tuple[str, ...]:
+def read_vocabulary_file(path: str, vocabulary_size: int | None, owner: str) -> tuple[str, ...]:
     """The file's tokens, one per line, first `vocabulary_size` lines (all if None)."""
     if not isinstance(path, (str, os.PathLike)) or not str(path):
         raise fail("vocabulary_file", "a non-empty file path", path, owner=owner)
@@ -504,8 +520,10 @@ def read_vocabulary_file(path: str, vocabulary_size: Optional[int], owner: str) 
         with open(path, encoding="utf-8") as handle:
             tokens = tuple(line.rstrip("\r\n") for line in handle)
     except UnicodeDecodeError as error:
-        raise ValueError(f"{owner}: vocabulary_file {str(path)!r} is not UTF-8 text (one token per line): byte "
-                         f"{error.start} is {error.object[error.start:error.start + 1]!r}.") from None
+        raise ValueError(
+            f"{owner}: vocabulary_file {str(path)!r} is not UTF-8 text (one token per line): byte "
+            f"{error.start} is {error.object[error.start : error.start + 1]!r}."
+        ) from None
     if vocabulary_size is not None and vocabulary_size > len(tokens):
         raise ValueError(
             f"{owner}: Argument `vocabulary_size` must be <= the number of lines in "
@@ -517,8 +535,9 @@ def read_vocabulary_file(path: str, vocabulary_size: Optional[int], owner: str) 
     return tokens
 
 
-def _vocabulary_file_column(owner, key, vocabulary_file, vocabulary_size, num_oov_buckets,
-                            default_value, dtype, file_format):
+def _vocabulary_file_column(
+    owner, key, vocabulary_file, vocabulary_size, num_oov_buckets, default_value, dtype, file_format
+):
     _check_key(key, owner)
     if vocabulary_size is not None:
         check_int("vocabulary_size", vocabulary_size, minimum=1, owner=owner)
@@ -526,42 +545,81 @@ def _vocabulary_file_column(owner, key, vocabulary_file, vocabulary_size, num_oo
     if dtype is None or not (dtypes.is_string(dtype) or dtypes.is_integer(dtype)):
         raise fail("dtype", "a string or integer dtype", dtype, owner=owner)
     if file_format not in (None, "text"):
-        raise fail("file_format", "None or 'text'", file_format, owner=owner,
-                   hint="Only one-token-per-line text files are read.")
+        raise fail(
+            "file_format",
+            "None or 'text'",
+            file_format,
+            owner=owner,
+            hint="Only one-token-per-line text files are read.",
+        )
     tokens = read_vocabulary_file(vocabulary_file, vocabulary_size, owner)
     if dtypes.is_integer(dtype):
         try:
             tokens = tuple(int(t) for t in tokens)
         except ValueError as error:
-            raise ValueError(f"{owner}: dtype is integer but {str(vocabulary_file)!r} holds a non-integer line ({error}).") from None
+            raise ValueError(
+                f"{owner}: dtype is integer but {str(vocabulary_file)!r} holds a non-integer line ({error})."
+            ) from None
     if len(set(tokens)) != len(tokens):
         raise ValueError(f"{owner}: {str(vocabulary_file)!r} holds duplicate tokens; each line must be unique.")
     size = len(tokens)
-    if default_value is not None and (not is_int(default_value) or not (default_value == -1 or 0 <= default_value < size)):
+    if default_value is not None and (
+        not is_int(default_value) or not (default_value == -1 or 0 <= default_value < size)
+    ):
         raise fail("default_value", f"None, -1 or an int in [0, {size})", default_value, owner=owner)
     return VocabularyFileCategoricalColumn(
-        key=key, vocabulary_file=str(vocabulary_file), vocabulary_size=size,
-        num_oov_buckets=int(num_oov_buckets), dtype=dtypes.as_dtype(dtype),
-        default_value=-1 if default_value is None else int(default_value), file_format=file_format,
+        key=key,
+        vocabulary_file=str(vocabulary_file),
+        vocabulary_size=size,
+        num_oov_buckets=int(num_oov_buckets),
+        dtype=dtypes.as_dtype(dtype),
+        default_value=-1 if default_value is None else int(default_value),
+        file_format=file_format,
         vocabulary=tokens,
     )
 
 
 def categorical_column_with_vocabulary_file(
-    key, vocabulary_file, vocabulary_size=None, dtype=dtypes.string, default_value=None,
-    num_oov_buckets=0, file_format=None,
+    key,
+    vocabulary_file,
+    vocabulary_size=None,
+    dtype=dtypes.string,
+    default_value=None,
+    num_oov_buckets=0,
+    file_format=None,
 ):
     """TF2 argument order. Tokens mapped to their 0-based line number in the file."""
-    return _vocabulary_file_column("categorical_column_with_vocabulary_file", key, vocabulary_file,
-                                   vocabulary_size, num_oov_buckets, default_value, dtype, file_format)
+    return _vocabulary_file_column(
+        "categorical_column_with_vocabulary_file",
+        key,
+        vocabulary_file,
+        vocabulary_size,
+        num_oov_buckets,
+        default_value,
+        dtype,
+        file_format,
+    )
 
 
 def categorical_column_with_vocabulary_file_v1(
-    key, vocabulary_file, vocabulary_size=None, num_oov_buckets=0, default_value=None, dtype=dtypes.string,
+    key,
+    vocabulary_file,
+    vocabulary_size=None,
+    num_oov_buckets=0,
+    default_value=None,
+    dtype=dtypes.string,
 ):
     """TF1 argument order (`tf.compat.v1.feature_column`)."""
-    return _vocabulary_file_column("categorical_column_with_vocabulary_file", key, vocabulary_file,
-                                   vocabulary_size, num_oov_buckets, default_value, dtype, None)
+    return _vocabulary_file_column(
+        "categorical_column_with_vocabulary_file",
+        key,
+        vocabulary_file,
+        vocabulary_size,
+        num_oov_buckets,
+        default_value,
+        dtype,
+        None,
+    )
 
 
 def weighted_categorical_column(categorical_column, weight_feature_key, dtype=dtypes.float32):
@@ -570,8 +628,13 @@ def weighted_categorical_column(categorical_column, weight_feature_key, dtype=dt
     if not isinstance(categorical_column, CategoricalColumn) or isinstance(
         categorical_column, (WeightedCategoricalColumn, SequenceCategoricalColumn)
     ):
-        raise fail("categorical_column", "a categorical column (not weighted, not sequence)",
-                   categorical_column, error=TypeError, owner=owner)
+        raise fail(
+            "categorical_column",
+            "a categorical column (not weighted, not sequence)",
+            categorical_column,
+            error=TypeError,
+            owner=owner,
+        )
     check_name("weight_feature_key", weight_feature_key, owner=owner)
     if dtype is None or not (dtypes.is_floating(dtype) or dtypes.is_integer(dtype)):
         raise fail("dtype", "a float or integer dtype", dtype, owner=owner)
@@ -583,20 +646,23 @@ def sequence_categorical_column_with_identity(key, num_buckets, default_value=No
     return SequenceCategoricalColumn(categorical_column_with_identity(key, num_buckets, default_value))
 
 
-def sequence_categorical_column_with_vocabulary_list(key, vocabulary_list, dtype=None, default_value=-1,
-                                                     num_oov_buckets=0):
+def sequence_categorical_column_with_vocabulary_list(
+    key, vocabulary_list, dtype=None, default_value=-1, num_oov_buckets=0
+):
     """A sequence of tokens from an in-memory vocabulary."""
     return SequenceCategoricalColumn(
         categorical_column_with_vocabulary_list(key, vocabulary_list, dtype, default_value, num_oov_buckets)
     )
 
 
-def sequence_categorical_column_with_vocabulary_file(key, vocabulary_file, vocabulary_size=None,
-                                                     num_oov_buckets=0, default_value=None, dtype=dtypes.string):
+def sequence_categorical_column_with_vocabulary_file(
+    key, vocabulary_file, vocabulary_size=None, num_oov_buckets=0, default_value=None, dtype=dtypes.string
+):
     """A sequence of tokens from a vocabulary file."""
     return SequenceCategoricalColumn(
-        categorical_column_with_vocabulary_file_v1(key, vocabulary_file, vocabulary_size, num_oov_buckets,
-                                                   default_value, dtype)
+        categorical_column_with_vocabulary_file_v1(
+            key, vocabulary_file, vocabulary_size, num_oov_buckets, default_value, dtype
+        )
     )
 
 
@@ -633,36 +699,69 @@ def crossed_column(keys, hash_bucket_size, hash_key=None):
     return CrossedColumn(tuple(keys), int(hash_bucket_size), hash_key)
 
 
-def embedding_column(categorical_column, dimension, combiner="mean", initializer=None, ckpt_to_load_from=None,
-                     tensor_name_in_ckpt=None, max_norm=None, trainable=True, use_safe_embedding_lookup=True):
+def embedding_column(
+    categorical_column,
+    dimension,
+    combiner="mean",
+    initializer=None,
+    ckpt_to_load_from=None,
+    tensor_name_in_ckpt=None,
+    max_norm=None,
+    trainable=True,
+    use_safe_embedding_lookup=True,
+):
     """The NON-TPU embedding column (for code that names it; EmbeddingConfigSpec refuses it)."""
     if not isinstance(categorical_column, CategoricalColumn):
-        raise fail("categorical_column", "a categorical column", categorical_column, error=TypeError,
-                   owner="embedding_column")
+        raise fail(
+            "categorical_column", "a categorical column", categorical_column, error=TypeError, owner="embedding_column"
+        )
     check_int("dimension", dimension, minimum=1, owner="embedding_column")
-    return EmbeddingColumn(categorical_column, int(dimension), combiner, initializer, ckpt_to_load_from,
-                           tensor_name_in_ckpt, max_norm, trainable)
+    return EmbeddingColumn(
+        categorical_column,
+        int(dimension),
+        combiner,
+        initializer,
+        ckpt_to_load_from,
+        tensor_name_in_ckpt,
+        max_norm,
+        trainable,
+    )
 
 
-def _vocabulary_file_from_config(key, vocabulary_file, vocabulary_size=None, num_oov_buckets=0, dtype="string",
-                                 default_value=None, file_format=None):
+def _vocabulary_file_from_config(
+    key, vocabulary_file, vocabulary_size=None, num_oov_buckets=0, dtype="string", default_value=None, file_format=None
+):
     # A stored -1 is the "no default" TensorFlow writes for None; None is what the constructor takes with OOV buckets.
-    return categorical_column_with_vocabulary_file(key, vocabulary_file, vocabulary_size, dtype,
-                                                   None if default_value == -1 else default_value,
-                                                   num_oov_buckets, file_format)
+    return categorical_column_with_vocabulary_file(
+        key,
+        vocabulary_file,
+        vocabulary_size,
+        dtype,
+        None if default_value == -1 else default_value,
+        num_oov_buckets,
+        file_format,
+    )
 
 
 # class name -> the constructor function `from_config` builds with (config keys are its argument names).
 _BUILDERS = {
-    "IdentityCategoricalColumn": lambda key, number_buckets, default_value=None:
-        categorical_column_with_identity(key, number_buckets, default_value),
+    "IdentityCategoricalColumn": lambda key, number_buckets, default_value=None: categorical_column_with_identity(
+        key, number_buckets, default_value
+    ),
     "VocabularyListCategoricalColumn": categorical_column_with_vocabulary_list,
     "VocabularyFileCategoricalColumn": _vocabulary_file_from_config,
     "WeightedCategoricalColumn": weighted_categorical_column,
     "SequenceCategoricalColumn": SequenceCategoricalColumn,
     "HashedCategoricalColumn": categorical_column_with_hash_bucket,
 }
-_CLASSES = {cls.__name__: cls for cls in (
-    IdentityCategoricalColumn, VocabularyListCategoricalColumn, VocabularyFileCategoricalColumn,
-    WeightedCategoricalColumn, SequenceCategoricalColumn, HashedCategoricalColumn,
-)}
+_CLASSES = {
+    cls.__name__: cls
+    for cls in (
+        IdentityCategoricalColumn,
+        VocabularyListCategoricalColumn,
+        VocabularyFileCategoricalColumn,
+        WeightedCategoricalColumn,
+        SequenceCategoricalColumn,
+        HashedCategoricalColumn,
+    )
+}

@@ -46,19 +46,30 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from .feature_columns import (
-    DenseColumn, EmbeddingColumn, FeatureColumn, NumericColumn, SequenceCategoricalColumn, SequenceDenseColumn,
+    DenseColumn,
+    EmbeddingColumn,
+    FeatureColumn,
+    NumericColumn,
+    SequenceCategoricalColumn,
+    SequenceDenseColumn,
     numeric_column,
 )
 from .tpu_feature_columns import TPU_EMBEDDING_COLUMN_CLASSES, _TPUSharedEmbeddingColumnV2
 
 __all__ = [
-    "EmbeddingActivations", "LookupScope", "current_scope", "DenseFeatures", "DenseFeature",
-    "SequenceFeatures", "input_layer",
+    "EmbeddingActivations",
+    "LookupScope",
+    "current_scope",
+    "DenseFeatures",
+    "DenseFeature",
+    "SequenceFeatures",
+    "input_layer",
 ]
 
 
@@ -76,6 +87,16 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _on_plain_view(name: str) -> Any:
+    """The method `name` of ndarray, run on a plain view: its result is a plain array."""
+
+    def method(self: np.ndarray, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.view(np.ndarray), name)(*args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
 class EmbeddingActivations(np.ndarray):
     """What a feature layer returns: float32 activations, read-only, hashable by identity.
 
@@ -84,7 +105,8 @@ class EmbeddingActivations(np.ndarray):
     object itself as the key of `embedding_gradients`.
     """
 
-    __hash__ = object.__hash__  # identity: `{net: d_net}` works
+    # identity: `{net: d_net}` works (numpy's stubs declare ndarray unhashable, `__hash__: None`)
+    __hash__ = object.__hash__  # type: ignore[assignment]
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         if "out" in kwargs:
@@ -97,23 +119,16 @@ class EmbeddingActivations(np.ndarray):
     def __getitem__(self, key):
         return self.view(np.ndarray)[key]
 
-    def _derived(name):  # noqa: N805 - a factory for the methods below
-        def method(self, *args, **kwargs):
-            return getattr(self.view(np.ndarray), name)(*args, **kwargs)
-        method.__name__ = name
-        return method
-
-    reshape = _derived("reshape")
-    astype = _derived("astype")
-    copy = _derived("copy")
-    transpose = _derived("transpose")
-    ravel = _derived("ravel")
-    flatten = _derived("flatten")
-    squeeze = _derived("squeeze")
-    del _derived
+    reshape = _on_plain_view("reshape")
+    astype = _on_plain_view("astype")
+    copy = _on_plain_view("copy")
+    transpose = _on_plain_view("transpose")
+    ravel = _on_plain_view("ravel")
+    flatten = _on_plain_view("flatten")
+    squeeze = _on_plain_view("squeeze")
 
     @property
-    def T(self):  # noqa: N802 - numpy's name
+    def T(self):
         return self.view(np.ndarray).T
 
     def __reduce__(self):  # pickles / deep-copies as a plain array
@@ -135,7 +150,7 @@ def _as_output(array: np.ndarray) -> EmbeddingActivations:
 _local = threading.local()
 
 
-def current_scope() -> Optional["LookupScope"]:
+def current_scope() -> LookupScope | None:
     """The innermost entered `LookupScope` of this thread, or None."""
     stack = getattr(_local, "stack", None)
     return stack[-1] if stack else None
@@ -158,28 +173,35 @@ class LookupScope:
 
     builds_graph = False  # True in the TensorFlow bridge's scope, whose layers return graph tensors
 
-    def __init__(self, activations: Mapping[str, np.ndarray], sequence_lengths: Optional[Mapping[str, np.ndarray]] = None,
-                 *, training: bool = False, features: Optional[Mapping[str, Any]] = None):
+    def __init__(
+        self,
+        activations: Mapping[str, np.ndarray],
+        sequence_lengths: Mapping[str, np.ndarray] | None = None,
+        *,
+        training: bool = False,
+        features: Mapping[str, Any] | None = None,
+    ):
         self.activations = dict(activations)
         self.sequence_lengths = dict(sequence_lengths or {})
         self.training = training
         self.features = features
-        self._outputs: Dict[int, Tuple[EmbeddingActivations, List[Tuple[Optional[str], int, int]]]] = {}
-        self.leaves: List[Tuple[EmbeddingActivations, Any]] = []  # (output, framework tensor) from a bridge
+        self._outputs: dict[int, tuple[EmbeddingActivations, list[tuple[str | None, int, int]]]] = {}
+        self.leaves: list[tuple[EmbeddingActivations, Any]] = []  # (output, framework tensor) from a bridge
         # feature key -> the name of the first layer that read it: the variable scope TensorFlow puts that
         # column's table in (`dense_features/<column>/embedding_weights`); the runner names checkpoints by it.
-        self.layer_names: Dict[str, str] = {}
-        self._name_counts: Dict[str, int] = {}
+        self.layer_names: dict[str, str] = {}
+        self._name_counts: dict[str, int] = {}
+        self.lookup_result: Any = None  # the engine's LookupResult, in a scope made by `from_engine`
 
     @classmethod
-    def from_engine(cls, engine: Any, features: Mapping[str, Any], *, training: bool = False) -> "LookupScope":
+    def from_engine(cls, engine: Any, features: Mapping[str, Any], *, training: bool = False) -> LookupScope:
         """A scope over `engine.forward(features, training=training)` (an inference lookup by default)."""
         result = engine.forward(features, training=training)
         scope = cls(result.activations, result.sequence_lengths, training=training, features=features)
         scope.lookup_result = result
         return scope
 
-    def __enter__(self) -> "LookupScope":
+    def __enter__(self) -> LookupScope:
         if not hasattr(_local, "stack"):
             _local.stack = []
         _local.stack.append(self)
@@ -196,6 +218,14 @@ class LookupScope:
         self._name_counts[base] = count + 1
         return base if count == 0 else f"{base}_{count}"
 
+    # A scope that `builds_graph` (the TensorFlow bridge's) makes the layers' outputs itself:
+
+    def dense_output(self, columns: Sequence[Any], features: Mapping[str, Any], owner: str, layer: str) -> Any:
+        raise NotImplementedError
+
+    def sequence_output(self, columns: Sequence[Any], owner: str, layer: str) -> tuple[Any, Any]:
+        raise NotImplementedError
+
     def activation(self, column: Any, owner: str) -> np.ndarray:
         key = column.get_feature_key_name()
         if key not in self.activations:
@@ -208,12 +238,13 @@ class LookupScope:
         value = self.activations[key]
         width = column.dimension
         if value.shape[-1] != width:
-            raise ValueError(f"{owner}: column {column.name!r} has dimension {width} but the embedding of feature "
-                             f"{key!r} has width {value.shape[-1]}: is it the same column as in the EmbeddingConfigSpec?")
+            raise ValueError(
+                f"{owner}: column {column.name!r} has dimension {width} but the embedding of feature "
+                f"{key!r} has width {value.shape[-1]}: is it the same column as in the EmbeddingConfigSpec?"
+            )
         return value
 
-    def record(self, pieces: List[Tuple[Optional[str], np.ndarray]],
-               layer: Optional[str] = None) -> EmbeddingActivations:
+    def record(self, pieces: list[tuple[str | None, np.ndarray]], layer: str | None = None) -> EmbeddingActivations:
         """Concatenates (feature key or None, array) pieces on the last axis and remembers the slices.
 
         `layer` is the name of the layer reading them (noted per feature, first reader wins).
@@ -227,8 +258,11 @@ class LookupScope:
             start = stop
         sizes = {a.shape[0] for _, a in pieces}
         if len(sizes) > 1:
-            raise ValueError("Batch size (first dimension) of each feature must be same. Received: "
-                             + ", ".join(f"{k or 'numeric'}: {a.shape[0]}" for k, a in pieces) + ".")
+            raise ValueError(
+                "Batch size (first dimension) of each feature must be same. Received: "
+                + ", ".join(f"{k or 'numeric'}: {a.shape[0]}" for k, a in pieces)
+                + "."
+            )
         output = _as_output(np.concatenate([a for _, a in pieces], axis=-1))
         self._outputs[id(output)] = (output, slices)
         return output
@@ -240,27 +274,31 @@ class LookupScope:
         entry = self._outputs.get(id(array))
         return entry is not None and entry[0] is array
 
-    def split_gradients(self, gradients: Optional[Mapping[Any, Any]]) -> Dict[str, np.ndarray]:
+    def split_gradients(self, gradients: Mapping[Any, Any] | None) -> dict[str, np.ndarray]:
         """d(loss)/d(outputs) -> one summed gradient per feature key.
 
         Keys of `gradients` are layer outputs returned in this scope, or
         feature keys (str) for a per-feature gradient. A value of None means
         no gradient. Slices of numeric columns are dropped.
         """
-        per_feature: Dict[str, np.ndarray] = {}
+        per_feature: dict[str, np.ndarray] = {}
         if not gradients:
             return per_feature
         if not isinstance(gradients, Mapping):
-            raise TypeError("`embedding_gradients` must be a dict {layer output or feature key: d(loss)/d(it)}. "
-                            f"Received: {type(gradients).__name__}.")
+            raise TypeError(
+                "`embedding_gradients` must be a dict {layer output or feature key: d(loss)/d(it)}. "
+                f"Received: {type(gradients).__name__}."
+            )
         for key, grad in gradients.items():
             if grad is None:
                 continue
             grad = _to_float_array(grad, key)
             if isinstance(key, str):
                 if key not in self.activations:
-                    raise ValueError(f"`embedding_gradients` names feature {key!r}, which this step did not look up; "
-                                     f"features are {sorted(self.activations)}.")
+                    raise ValueError(
+                        f"`embedding_gradients` names feature {key!r}, which this step did not look up; "
+                        f"features are {sorted(self.activations)}."
+                    )
                 _check_shape(grad, self.activations[key].shape, f"feature {key!r}")
                 _accumulate(per_feature, key, grad)
                 continue
@@ -285,21 +323,24 @@ def _to_float_array(grad: Any, key: Any) -> np.ndarray:
     try:
         return np.asarray(grad, dtype=np.float32)
     except (TypeError, ValueError):
-        raise TypeError(f"The gradient for {key if isinstance(key, str) else 'a layer output'} must be a float "
-                        f"array. Received: {type(grad).__name__}.") from None
+        raise TypeError(
+            f"The gradient for {key if isinstance(key, str) else 'a layer output'} must be a float "
+            f"array. Received: {type(grad).__name__}."
+        ) from None
 
 
-def _check_shape(grad: np.ndarray, shape: Tuple[int, ...], what: str) -> None:
+def _check_shape(grad: np.ndarray, shape: tuple[int, ...], what: str) -> None:
     if grad.shape != tuple(shape):
-        raise ValueError(f"The gradient for {what} must have its shape {list(shape)}. "
-                         f"Received shape {list(grad.shape)}.")
+        raise ValueError(
+            f"The gradient for {what} must have its shape {list(shape)}. Received shape {list(grad.shape)}."
+        )
 
 
-def _accumulate(out: Dict[str, np.ndarray], key: str, grad: np.ndarray) -> None:
+def _accumulate(out: dict[str, np.ndarray], key: str, grad: np.ndarray) -> None:
     out[key] = out[key] + grad if key in out else np.array(grad, dtype=np.float32)
 
 
-def _layer_name(name: Optional[str], base: str) -> str:
+def _layer_name(name: str | None, base: str) -> str:
     """`name`, or TensorFlow's default: `base` made unique within the running step (one graph per step)."""
     if name:
         return name
@@ -321,7 +362,7 @@ def _scope(owner: str) -> LookupScope:
 # Column checks (TensorFlow's order and wording) ------------------------------------------------
 
 
-def normalize_feature_columns(feature_columns: Any) -> List[FeatureColumn]:
+def normalize_feature_columns(feature_columns: Any) -> list[FeatureColumn]:
     """TensorFlow's `_normalize_feature_columns`: a list, checked, sorted by name."""
     if isinstance(feature_columns, FeatureColumn):
         feature_columns = [feature_columns]
@@ -332,16 +373,19 @@ def normalize_feature_columns(feature_columns: Any) -> List[FeatureColumn]:
     feature_columns = [_from_tensorflow(column) for column in feature_columns]
     for column in feature_columns:
         if not isinstance(column, FeatureColumn):
-            raise ValueError("Items of feature_columns must be a FeatureColumn. "
-                             f"Given (type {type(column)}): {column}.")
+            raise ValueError(
+                f"Items of feature_columns must be a FeatureColumn. Given (type {type(column)}): {column}."
+            )
     if not feature_columns:
         raise ValueError("feature_columns must not be empty.")
-    by_name: Dict[str, FeatureColumn] = {}
+    by_name: dict[str, FeatureColumn] = {}
     for column in feature_columns:
         if column.name in by_name:
-            raise ValueError(f"Duplicate feature column name found for columns: {column} and {by_name[column.name]}. "
-                             "This usually means that these columns refer to same base feature. Either one must be "
-                             "discarded or a duplicated but renamed item must be inserted in features dict.")
+            raise ValueError(
+                f"Duplicate feature column name found for columns: {column} and {by_name[column.name]}. "
+                "This usually means that these columns refer to same base feature. Either one must be "
+                "discarded or a duplicated but renamed item must be inserted in features dict."
+            )
         by_name[column.name] = column
     return sorted(feature_columns, key=lambda c: c.name)
 
@@ -357,8 +401,10 @@ def _from_tensorflow(column: Any) -> Any:
 def _check_type(columns: Sequence[FeatureColumn], expected: type) -> None:
     for column in columns:
         if not isinstance(column, expected):
-            raise ValueError(f"Items of feature_columns must be a {expected}. You can wrap a categorical column "
-                             f"with an embedding_column or indicator_column. Given: {column}")
+            raise ValueError(
+                f"Items of feature_columns must be a {expected}. You can wrap a categorical column "
+                f"with an embedding_column or indicator_column. Given: {column}"
+            )
 
 
 def _check_embeddable(column: FeatureColumn, owner: str) -> None:
@@ -384,8 +430,9 @@ def _dense_sequence_error(column: Any, kind: str) -> ValueError:
 
 def _numeric_input(column: NumericColumn, features: Mapping[str, Any], owner: str) -> np.ndarray:
     if column.key not in features:
-        raise ValueError(f"{owner}: numeric column {column.key!r} is missing from the features. "
-                         f"Received keys: {sorted(features)}.")
+        raise ValueError(
+            f"{owner}: numeric column {column.key!r} is missing from the features. Received keys: {sorted(features)}."
+        )
     value = features[column.key]
     if hasattr(value, "detach"):
         value = value.detach().cpu().numpy()
@@ -396,19 +443,21 @@ def _numeric_input(column: NumericColumn, features: Mapping[str, Any], owner: st
     try:
         return value.astype(np.float32).reshape(value.shape[0], width)
     except ValueError:
-        raise ValueError(f"{owner}: numeric column {column.key!r} has shape {list(column.shape)}, so each example "
-                         f"needs {width} values. Received an array of shape {list(value.shape)}.") from None
+        raise ValueError(
+            f"{owner}: numeric column {column.key!r} has shape {list(column.shape)}, so each example "
+            f"needs {width} values. Received an array of shape {list(value.shape)}."
+        ) from None
 
 
-def _dense_output(columns: Sequence[FeatureColumn], features: Any, owner: str,
-                  layer: Optional[str] = None) -> EmbeddingActivations:
+def _dense_output(columns: Sequence[FeatureColumn], features: Any, owner: str, layer: str) -> EmbeddingActivations:
     if not isinstance(features, Mapping):
-        raise TypeError(f"{owner}: `features` must be a dict of feature name -> values. "
-                        f"Received: {type(features).__name__}.")
+        raise TypeError(
+            f"{owner}: `features` must be a dict of feature name -> values. Received: {type(features).__name__}."
+        )
     scope = _scope(owner)
     if scope.builds_graph:  # a TensorFlow model_fn: the output is a graph tensor (estimator/tf_bridge.py)
         return scope.dense_output(columns, features, owner, layer)
-    pieces: List[Tuple[Optional[str], np.ndarray]] = []
+    pieces: list[tuple[str | None, np.ndarray]] = []
     for column in columns:
         if isinstance(column, NumericColumn):
             pieces.append((None, _numeric_input(column, features, owner)))
@@ -432,7 +481,7 @@ class _FeatureLayer:
     _column_type: type = FeatureColumn
     _default_name = "layer"
 
-    def __init__(self, feature_columns: Any, trainable: bool, name: Optional[str]):
+    def __init__(self, feature_columns: Any, trainable: bool, name: str | None):
         columns = normalize_feature_columns(feature_columns)
         _check_type(columns, self._column_type)
         for column in columns:
@@ -442,11 +491,11 @@ class _FeatureLayer:
         self.trainable = trainable
         self.name = _layer_name(name, self._default_name)
 
-    def _check_columns(self, columns: List[FeatureColumn]) -> None:
+    def _check_columns(self, columns: list[FeatureColumn]) -> None:
         """Raises what this layer refuses in `columns` (checked and sorted already)."""
 
     @property
-    def feature_columns(self) -> List[FeatureColumn]:
+    def feature_columns(self) -> list[FeatureColumn]:
         return list(self._feature_columns)
 
 
@@ -469,24 +518,32 @@ class DenseFeatures(_FeatureLayer):
     _column_type = DenseColumn
     _default_name = "dense_features"
 
-    def __init__(self, feature_columns: Any, trainable: bool = True, name: Optional[str] = None,
-                 partitioner: Any = None, **kwargs: Any):
+    def __init__(
+        self,
+        feature_columns: Any,
+        trainable: bool = True,
+        name: str | None = None,
+        partitioner: Any = None,
+        **kwargs: Any,
+    ):
         super().__init__(feature_columns, trainable, name)
 
-    def _check_columns(self, columns: List[FeatureColumn]) -> None:
+    def _check_columns(self, columns: list[FeatureColumn]) -> None:
         for column in columns:
             if isinstance(column, TPU_EMBEDDING_COLUMN_CLASSES) and isinstance(
-                    column.categorical_column, SequenceCategoricalColumn):
+                column.categorical_column, SequenceCategoricalColumn
+            ):
                 raise _dense_sequence_error(column, "DenseFeatures")
 
-    def __call__(self, features: Mapping[str, Any], cols_to_output_tensors: Optional[dict] = None,
-                 training: Any = None) -> EmbeddingActivations:
+    def __call__(
+        self, features: Mapping[str, Any], cols_to_output_tensors: dict | None = None, training: Any = None
+    ) -> EmbeddingActivations:
         output = _dense_output(self._feature_columns, features, self._owner, self.name)
         if cols_to_output_tensors is not None:
             start = 0
             for column in self._feature_columns:
                 width = int(np.prod(column.shape)) if isinstance(column, NumericColumn) else column.dimension
-                cols_to_output_tensors[column] = output[:, start:start + width]
+                cols_to_output_tensors[column] = output[:, start : start + width]
                 start += width
         return output
 
@@ -495,14 +552,23 @@ class DenseFeature(DenseFeatures):
     """TensorFlow's own TPU-embedding docs write `tf.keras.layers.DenseFeature`; it means DenseFeatures."""
 
     def __init__(self, feature_columns: Any, *args: Any, **kwargs: Any):
-        warnings.warn("tf.keras.layers.DenseFeature is not a TensorFlow name (the TPU embedding documentation's "
-                      "example has this typo); it is read as DenseFeatures.", UserWarning, stacklevel=2)
+        warnings.warn(
+            "tf.keras.layers.DenseFeature is not a TensorFlow name (the TPU embedding documentation's "
+            "example has this typo); it is read as DenseFeatures.",
+            UserWarning,
+            stacklevel=2,
+        )
         super().__init__(feature_columns, *args, **kwargs)
 
 
-def input_layer(features: Mapping[str, Any], feature_columns: Any, weight_collections: Any = None,
-                trainable: bool = True, cols_to_vars: Optional[dict] = None,
-                cols_to_output_tensors: Optional[dict] = None) -> EmbeddingActivations:
+def input_layer(
+    features: Mapping[str, Any],
+    feature_columns: Any,
+    weight_collections: Any = None,
+    trainable: bool = True,
+    cols_to_vars: dict | None = None,
+    cols_to_output_tensors: dict | None = None,
+) -> EmbeddingActivations:
     """`tf.compat.v1.feature_column.input_layer`: like DenseFeatures, with TF1's rules.
 
     Shared embedding columns are refused with TensorFlow's error (use
@@ -512,21 +578,26 @@ def input_layer(features: Mapping[str, Any], feature_columns: Any, weight_collec
     columns = normalize_feature_columns(feature_columns)
     for column in columns:
         if not isinstance(column, DenseColumn):
-            raise ValueError("Items of feature_columns must be a _DenseColumn. You can wrap a categorical column "
-                             f"with an embedding_column or indicator_column. Given: {column}")
+            raise ValueError(
+                "Items of feature_columns must be a _DenseColumn. You can wrap a categorical column "
+                f"with an embedding_column or indicator_column. Given: {column}"
+            )
         _check_embeddable(column, owner)
         if isinstance(column, _TPUSharedEmbeddingColumnV2):
-            raise ValueError("SharedEmbeddingColumns are not supported in `linear_model` or `input_layer`. "
-                             "Please use `DenseFeatures` or `LinearModel` instead.")
+            raise ValueError(
+                "SharedEmbeddingColumns are not supported in `linear_model` or `input_layer`. "
+                "Please use `DenseFeatures` or `LinearModel` instead."
+            )
         if isinstance(column, TPU_EMBEDDING_COLUMN_CLASSES) and isinstance(
-                column.categorical_column, SequenceCategoricalColumn):
+            column.categorical_column, SequenceCategoricalColumn
+        ):
             raise _dense_sequence_error(column, "input_layer")
     output = _dense_output(columns, features, owner, _layer_name(None, "input_layer"))
     if cols_to_output_tensors is not None:
         start = 0
         for column in columns:
             width = int(np.prod(column.shape)) if isinstance(column, NumericColumn) else column.dimension
-            cols_to_output_tensors[column] = output[:, start:start + width]
+            cols_to_output_tensors[column] = output[:, start : start + width]
             start += width
     return output
 
@@ -546,10 +617,10 @@ class SequenceFeatures(_FeatureLayer):
     _column_type = SequenceDenseColumn
     _default_name = "sequence_features"
 
-    def __init__(self, feature_columns: Any, trainable: bool = True, name: Optional[str] = None, **kwargs: Any):
+    def __init__(self, feature_columns: Any, trainable: bool = True, name: str | None = None, **kwargs: Any):
         super().__init__(feature_columns, trainable, name)
 
-    def _check_columns(self, columns: List[FeatureColumn]) -> None:
+    def _check_columns(self, columns: list[FeatureColumn]) -> None:
         for column in columns:
             if not isinstance(column.categorical_column, SequenceCategoricalColumn):
                 raise ValueError(
@@ -560,13 +631,17 @@ class SequenceFeatures(_FeatureLayer):
                 )
         lengths = {c.name: c.get_max_sequence_length() for c in columns}
         if len(set(lengths.values())) > 1:
-            raise ValueError(f"{self._owner}: all columns must have the same max_sequence_length to be concatenated "
-                             f"along the last axis. Received: {lengths}.")
+            raise ValueError(
+                f"{self._owner}: all columns must have the same max_sequence_length to be concatenated "
+                f"along the last axis. Received: {lengths}."
+            )
 
-    def __call__(self, features: Mapping[str, Any], training: Any = None) -> Tuple[EmbeddingActivations, np.ndarray]:
+    def __call__(self, features: Mapping[str, Any], training: Any = None) -> tuple[EmbeddingActivations, np.ndarray]:
         if not isinstance(features, Mapping):
-            raise TypeError(f"{self._owner}: `features` must be a dict of feature name -> values. "
-                            f"Received: {type(features).__name__}.")
+            raise TypeError(
+                f"{self._owner}: `features` must be a dict of feature name -> values. "
+                f"Received: {type(features).__name__}."
+            )
         scope = _scope(self._owner)
         if scope.builds_graph:  # a TensorFlow model_fn: graph tensors (estimator/tf_bridge.py)
             return scope.sequence_output(self._feature_columns, self._owner, self.name)
@@ -578,7 +653,10 @@ class SequenceFeatures(_FeatureLayer):
             if lengths is None:
                 lengths, first = these, column
             elif not np.array_equal(lengths, these):
-                raise ValueError(f"{self._owner}: the columns' sequence lengths differ ({first.name}: "
-                                 f"{lengths.tolist()}, {column.name}: {these.tolist()}); TensorFlow requires them "
-                                 "equal (it raises InvalidArgumentError at run time).")
+                raise ValueError(
+                    f"{self._owner}: the columns' sequence lengths differ ({first.name}: "
+                    f"{lengths.tolist()}, {column.name}: {these.tolist()}); TensorFlow requires them "
+                    "equal (it raises InvalidArgumentError at run time)."
+                )
+        assert lengths is not None  # a layer has at least one column (checked when it is made)
         return scope.record(pieces, self.name), lengths.copy()

@@ -18,20 +18,27 @@ warning), as on a TPU.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 from ..spec import EmbeddingSpec, FeatureSpec, OptimizerSpec, TableSpec
 from ..spec.initializers import Constant
 from . import tpu_embedding_v2_utils as v2
 from .feature_columns import (
-    CategoricalColumn, IdentityCategoricalColumn, NumericColumn, SequenceCategoricalColumn,
-    VocabularyFileCategoricalColumn, VocabularyListCategoricalColumn, WeightedCategoricalColumn,
+    CategoricalColumn,
+    IdentityCategoricalColumn,
+    NumericColumn,
+    SequenceCategoricalColumn,
+    VocabularyFileCategoricalColumn,
+    VocabularyListCategoricalColumn,
+    WeightedCategoricalColumn,
 )
 from .nest import flatten_with_paths, path_string
 from .optimizer_lowering import LearningRateMemo, ZeroArgumentLearningRate, build, optimizer_spec  # noqa: F401
 from .tpu_feature_columns import TPU_EMBEDDING_COLUMN_CLASSES
 
-def with_learning_rate(optimizer: Optional[OptimizerSpec], learning_rate: Any) -> Optional[OptimizerSpec]:
+
+def with_learning_rate(optimizer: OptimizerSpec | None, learning_rate: Any) -> OptimizerSpec | None:
     """`optimizer` with its learning rate replaced (None stays None)."""
     if optimizer is None or learning_rate is None:
         return optimizer
@@ -47,33 +54,40 @@ def _inner_column(column: CategoricalColumn) -> CategoricalColumn:
     return column
 
 
-def _id_mapping(column: CategoricalColumn) -> Dict[str, Any]:
+def _id_mapping(column: CategoricalColumn) -> dict[str, Any]:
     """FeatureSpec fields describing how a categorical column's values become ids."""
     inner = _inner_column(column)
     if isinstance(inner, IdentityCategoricalColumn):
         return {"id_source": "identity", "default_value": inner.default_value}
     if isinstance(inner, VocabularyListCategoricalColumn):
-        return {"id_source": "vocabulary_list", "vocabulary": tuple(inner.vocabulary_list),
-                "default_value": inner.default_value, "num_oov_buckets": inner.num_oov_buckets}
+        return {
+            "id_source": "vocabulary_list",
+            "vocabulary": tuple(inner.vocabulary_list),
+            "default_value": inner.default_value,
+            "num_oov_buckets": inner.num_oov_buckets,
+        }
     if isinstance(inner, VocabularyFileCategoricalColumn):
-        return {"id_source": "vocabulary_file", "vocabulary": tuple(inner.vocabulary),
-                "vocabulary_file": inner.vocabulary_file,
-                "default_value": -1 if inner.default_value is None else inner.default_value,
-                "num_oov_buckets": inner.num_oov_buckets}
+        return {
+            "id_source": "vocabulary_file",
+            "vocabulary": tuple(inner.vocabulary),
+            "vocabulary_file": inner.vocabulary_file,
+            "default_value": -1 if inner.default_value is None else inner.default_value,
+            "num_oov_buckets": inner.num_oov_buckets,
+        }
     raise TypeError(f"Can't embed {type(inner).__name__} {inner.name!r} on a TPU embedding engine.")
 
 
 def specs_from_feature_columns(
-    feature_columns: List[Any], optimizer: Optional[OptimizerSpec], *, dense_zero_is_padding: bool = False
-) -> Tuple[Tuple[TableSpec, ...], Tuple[FeatureSpec, ...]]:
+    feature_columns: list[Any], optimizer: OptimizerSpec | None, *, dense_zero_is_padding: bool = False
+) -> tuple[tuple[TableSpec, ...], tuple[FeatureSpec, ...]]:
     """Tables and features of a list of TPU embedding columns (numeric columns are skipped).
 
     `dense_zero_is_padding`: the TPU embedding engine's input rule under
     TPUEstimator (see the module docstring); tensor-core columns keep TF's
     feature-column rule (only negative entries are padding).
     """
-    tables: Dict[str, TableSpec] = {}
-    features: Dict[str, FeatureSpec] = {}
+    tables: dict[str, TableSpec] = {}
+    features: dict[str, FeatureSpec] = {}
     for column in feature_columns:
         if isinstance(column, NumericColumn):
             continue
@@ -93,42 +107,66 @@ def specs_from_feature_columns(
         vocabulary_size, dim = column.get_embedding_table_size()
         if table_name not in tables:
             tables[table_name] = build(
-                TableSpec, f"embedding column {column.name!r}", name=table_name, vocabulary_size=vocabulary_size,
-                dim=dim, initializer=column.initializer, combiner=column.combiner,
+                TableSpec,
+                f"embedding column {column.name!r}",
+                name=table_name,
+                vocabulary_size=vocabulary_size,
+                dim=dim,
+                initializer=column.initializer,
+                combiner=column.combiner,
                 optimizer=with_learning_rate(optimizer, column.learning_rate_fn) if column.learning_rate_fn else None,
             )
         features[key] = build(
-            FeatureSpec, f"embedding column {column.name!r}", name=key, table=table_name,
-            num_buckets=vocabulary_size, weight_key=column.get_weight_key_name(),
-            max_sequence_length=column.get_max_sequence_length(), safe_lookup=column.use_safe_embedding_lookup,
-            dense_zero_is_padding=dense_zero_is_padding, **_id_mapping(column.categorical_column),
+            FeatureSpec,
+            f"embedding column {column.name!r}",
+            name=key,
+            table=table_name,
+            num_buckets=vocabulary_size,
+            weight_key=column.get_weight_key_name(),
+            max_sequence_length=column.get_max_sequence_length(),
+            safe_lookup=column.use_safe_embedding_lookup,
+            dense_zero_is_padding=dense_zero_is_padding,
+            **_id_mapping(column.categorical_column),
         )
     return tuple(tables.values()), tuple(features.values())
 
 
 def specs_from_config_dicts(
-    table_to_config_dict: Dict[str, Any], feature_to_config_dict: Dict[str, Any], optimizer: Optional[OptimizerSpec]
-) -> Tuple[Tuple[TableSpec, ...], Tuple[FeatureSpec, ...]]:
+    table_to_config_dict: dict[str, Any], feature_to_config_dict: dict[str, Any], optimizer: OptimizerSpec | None
+) -> tuple[tuple[TableSpec, ...], tuple[FeatureSpec, ...]]:
     """Tables and features of v1 `TableConfig` / `FeatureConfig` dicts (features are identity ids)."""
     tables = []
     for name, config in sorted(table_to_config_dict.items()):
         own = optimizer_spec(config.optimization_parameters) if config.optimization_parameters else optimizer
         learning_rate = config.learning_rate if config.learning_rate is not None else config.learning_rate_fn
         table_optimizer = with_learning_rate(own, learning_rate)
-        tables.append(build(
-            TableSpec, f"TableConfig {name!r}", name=name, vocabulary_size=config.vocabulary_size,
-            dim=config.dimension, initializer=config.initializer,
-            combiner="sum" if config.combiner is None else config.combiner,
-            optimizer=None if table_optimizer is optimizer else table_optimizer,
-        ))
+        tables.append(
+            build(
+                TableSpec,
+                f"TableConfig {name!r}",
+                name=name,
+                vocabulary_size=config.vocabulary_size,
+                dim=config.dimension,
+                initializer=config.initializer,
+                combiner="sum" if config.combiner is None else config.combiner,
+                optimizer=None if table_optimizer is optimizer else table_optimizer,
+            )
+        )
     features = []
     for name, config in sorted(feature_to_config_dict.items()):
         table = table_to_config_dict[config.table_id]
-        features.append(build(
-            FeatureSpec, f"FeatureConfig {name!r}", name=name, table=config.table_id,
-            num_buckets=table.vocabulary_size, weight_key=config.weight_key,
-            max_sequence_length=config.max_sequence_length, dense_zero_is_padding=True,
-        ))
+        features.append(
+            build(
+                FeatureSpec,
+                f"FeatureConfig {name!r}",
+                name=name,
+                table=config.table_id,
+                num_buckets=table.vocabulary_size,
+                weight_key=config.weight_key,
+                max_sequence_length=config.max_sequence_length,
+                dense_zero_is_padding=True,
+            )
+        )
     return tuple(tables), tuple(features)
 
 
@@ -136,16 +174,24 @@ def spec_from_embedding_config_spec(config: Any, num_shards: int = 1) -> Embeddi
     """The `EmbeddingSpec` of an `EmbeddingConfigSpec`."""
     optimizer = optimizer_spec(config.optimization_parameters) if config.optimization_parameters else None
     if config.table_to_config_dict is None:
-        tables, features = specs_from_feature_columns(list(config.feature_columns), optimizer,
-                                                      dense_zero_is_padding=True)
+        tables, features = specs_from_feature_columns(
+            list(config.feature_columns), optimizer, dense_zero_is_padding=True
+        )
     else:
-        tables, features = specs_from_config_dicts(config.table_to_config_dict, config.feature_to_config_dict,
-                                                   optimizer)
+        tables, features = specs_from_config_dicts(
+            config.table_to_config_dict, config.feature_to_config_dict, optimizer
+        )
     return build(
-        EmbeddingSpec, "EmbeddingConfigSpec", tables=tables, features=features, optimizer=optimizer,
-        partition_strategy=config.partition_strategy, num_shards=num_shards,
+        EmbeddingSpec,
+        "EmbeddingConfigSpec",
+        tables=tables,
+        features=features,
+        optimizer=optimizer,
+        partition_strategy=config.partition_strategy,
+        num_shards=num_shards,
         pipeline_execution_with_tensor_core=config.pipeline_execution_with_tensor_core,
-        gradient_multiplier_fn=config.experimental_gradient_multiplier_fn, clipping_limit=config.clipping_limit,
+        gradient_multiplier_fn=config.experimental_gradient_multiplier_fn,
+        clipping_limit=config.clipping_limit,
         profile_data_directory=config.profile_data_directory,
     )
 
@@ -153,14 +199,19 @@ def spec_from_embedding_config_spec(config: Any, num_shards: int = 1) -> Embeddi
 # v2 FeatureConfig nests -------------------------------------------------------------
 
 
-def feature_name(path: Tuple[Any, ...], config: Any) -> str:
+def feature_name(path: tuple[Any, ...], config: Any) -> str:
     """A v2 feature's name: its `name`, else its path in the nest ('a/0')."""
     return config.name or path_string(path) or "feature"
 
 
 def spec_from_feature_config(
-    feature_config: Any, optimizer: Any = None, *, pipeline_execution_with_tensor_core: bool = False,
-    num_shards: int = 1, partition_strategy: str = "div", learning_rate_memo: Optional[LearningRateMemo] = None,
+    feature_config: Any,
+    optimizer: Any = None,
+    *,
+    pipeline_execution_with_tensor_core: bool = False,
+    num_shards: int = 1,
+    partition_strategy: str = "div",
+    learning_rate_memo: LearningRateMemo | None = None,
 ) -> EmbeddingSpec:
     """The `EmbeddingSpec` of a v2 `FeatureConfig` nest and optional global optimizer.
 
@@ -169,11 +220,12 @@ def spec_from_feature_config(
     `optimizer` overrides the global one. Callable learning rates read
     their values through `learning_rate_memo` when one is given.
     """
-    global_optimizer = (optimizer_spec(optimizer, learning_rate_memo=learning_rate_memo)
-                        if optimizer is not None else None)
-    table_names: Dict[int, str] = {}
-    tables: List[TableSpec] = []
-    features: List[FeatureSpec] = []
+    global_optimizer = (
+        optimizer_spec(optimizer, learning_rate_memo=learning_rate_memo) if optimizer is not None else None
+    )
+    table_names: dict[int, str] = {}
+    tables: list[TableSpec] = []
+    features: list[FeatureSpec] = []
     for path, config in flatten_with_paths(feature_config):
         if not isinstance(config, v2.FeatureConfig):
             raise TypeError(
@@ -189,25 +241,46 @@ def spec_from_feature_config(
         if id(table) not in table_names:
             name = table.name or f"table_{len(tables)}"
             table_names[id(table)] = name
-            tables.append(build(
-                TableSpec, f"TableConfig {name!r}", name=name, vocabulary_size=table.vocabulary_size,
-                dim=table.dim, initializer=table.initializer, combiner=table.combiner,
-                optimizer=(optimizer_spec(table.optimizer, learning_rate_memo=learning_rate_memo)
-                           if table.optimizer is not None else None),
-            ))
-        features.append(build(
-            FeatureSpec, f"FeatureConfig at {'/'.join(map(str, path))!r}", name=feature_name(path, config),
-            table=table_names[id(table)], num_buckets=table.vocabulary_size,
-            max_sequence_length=config.max_sequence_length, safe_lookup=config.validate_weights_and_indices,
-        ))
+            tables.append(
+                build(
+                    TableSpec,
+                    f"TableConfig {name!r}",
+                    name=name,
+                    vocabulary_size=table.vocabulary_size,
+                    dim=table.dim,
+                    initializer=table.initializer,
+                    combiner=table.combiner,
+                    optimizer=(
+                        optimizer_spec(table.optimizer, learning_rate_memo=learning_rate_memo)
+                        if table.optimizer is not None
+                        else None
+                    ),
+                )
+            )
+        features.append(
+            build(
+                FeatureSpec,
+                f"FeatureConfig at {'/'.join(map(str, path))!r}",
+                name=feature_name(path, config),
+                table=table_names[id(table)],
+                num_buckets=table.vocabulary_size,
+                max_sequence_length=config.max_sequence_length,
+                safe_lookup=config.validate_weights_and_indices,
+            )
+        )
     return build(
-        EmbeddingSpec, "TPUEmbedding", tables=tuple(tables), features=tuple(features), optimizer=global_optimizer,
-        num_shards=num_shards, partition_strategy=partition_strategy,
+        EmbeddingSpec,
+        "TPUEmbedding",
+        tables=tuple(tables),
+        features=tuple(features),
+        optimizer=global_optimizer,
+        num_shards=num_shards,
+        partition_strategy=partition_strategy,
         pipeline_execution_with_tensor_core=pipeline_execution_with_tensor_core,
     )
 
 
-def slot_names_and_initializers(optimizer: Any) -> Tuple[List[str], List[Callable[..., Any]]]:
+def slot_names_and_initializers(optimizer: Any) -> tuple[list[str], list[Callable[..., Any]]]:
     """A v2 optimizer's slot names in TensorFlow's order and their initializers.
 
     What TensorFlow passes to a `slot_variable_creation_fn` as

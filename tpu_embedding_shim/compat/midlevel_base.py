@@ -13,7 +13,8 @@ and `_apply`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +53,7 @@ class MidLevelFeature:
     path: Path
     config: v2_utils.FeatureConfig
     spec: FeatureSpec
-    output_shape: Optional[Tuple[int, ...]]
+    output_shape: tuple[int, ...] | None
 
 
 class MidLevelBase:
@@ -67,8 +68,15 @@ class MidLevelBase:
 
     _class_name = "TPUEmbedding"
 
-    def __init__(self, feature_config: Any, optimizer: Any, pipeline_execution_with_tensor_core: bool = False, *,
-                 num_shards: int = 1, partition_strategy: str = "div"):
+    def __init__(
+        self,
+        feature_config: Any,
+        optimizer: Any,
+        pipeline_execution_with_tensor_core: bool = False,
+        *,
+        num_shards: int = 1,
+        partition_strategy: str = "div",
+    ):
         self._strategy = distribute.get_strategy()
         self._using_tpu = under_tpu_strategy()
         self._feature_config = feature_config
@@ -77,11 +85,14 @@ class MidLevelBase:
             if not isinstance(config, v2_utils.FeatureConfig):
                 raise ValueError(
                     f"Argument `feature_config` must be a nest of tf.tpu.experimental.embedding.FeatureConfig. "
-                    f"Received {config!r} at path '{path_string(path)}'.")
+                    f"Received {config!r} at path '{path_string(path)}'."
+                )
         if optimizer is not None and not isinstance(optimizer, v2_utils._Optimizer):
-            raise ValueError(f"{type(optimizer)} is an unsupported optimizer class. Please pass an instance of one "
-                             "of the optimizer classes under tf.tpu.experimental.embedding.")
-        self._table_config: List[v2_utils.TableConfig] = []
+            raise ValueError(
+                f"{type(optimizer)} is an unsupported optimizer class. Please pass an instance of one "
+                "of the optimizer classes under tf.tpu.experimental.embedding."
+            )
+        self._table_config: list[v2_utils.TableConfig] = []
         for _, config in leaves:
             if not any(config.table is t for t in self._table_config):
                 self._table_config.append(config.table)
@@ -89,14 +100,17 @@ class MidLevelBase:
         # a call that raises changes nothing here, so they are put back if anything below fails.
         originals = [(table, table.name, table.optimizer) for table in self._table_config]
         try:
-            names: List[str] = []
+            names: list[str] = []
             for i, table in enumerate(self._table_config):
                 if table.optimizer is None:
                     table.optimizer = optimizer
-                if (table.optimizer is not None or self._using_tpu) and not isinstance(table.optimizer,
-                                                                                        v2_utils._Optimizer):
-                    raise ValueError(f"{type(table.optimizer)} is an unsupported optimizer class. Please pass an "
-                                     "instance of one of the optimizer classes under tf.tpu.experimental.embedding.")
+                if (table.optimizer is not None or self._using_tpu) and not isinstance(
+                    table.optimizer, v2_utils._Optimizer
+                ):
+                    raise ValueError(
+                        f"{type(table.optimizer)} is an unsupported optimizer class. Please pass an "
+                        "instance of one of the optimizer classes under tf.tpu.experimental.embedding."
+                    )
                 if table.name is None:
                     table.name = f"table_{i}"
                 if table.name in names:
@@ -106,29 +120,39 @@ class MidLevelBase:
             self._pipeline_execution_with_tensor_core = bool(pipeline_execution_with_tensor_core)
             self._learning_rates = lowering.LearningRateMemo()
             self._spec = lowering.spec_from_feature_config(
-                feature_config, None, pipeline_execution_with_tensor_core=self._pipeline_execution_with_tensor_core,
-                num_shards=num_shards, partition_strategy=partition_strategy, learning_rate_memo=self._learning_rates)
+                feature_config,
+                None,
+                pipeline_execution_with_tensor_core=self._pipeline_execution_with_tensor_core,
+                num_shards=num_shards,
+                partition_strategy=partition_strategy,
+                learning_rate_memo=self._learning_rates,
+            )
         except BaseException:
             for table, name, table_optimizer in originals:
                 table.name, table.optimizer = name, table_optimizer
             raise
         self._features = [
-            MidLevelFeature(path, config, dataclasses.replace(spec, max_sequence_length=0),
-                            tuple(config.output_shape) if config.output_shape is not None else None)
-            for (path, config), spec in zip(leaves, self._spec.features)]
+            MidLevelFeature(
+                path,
+                config,
+                dataclasses.replace(spec, max_sequence_length=0),
+                tuple(config.output_shape) if config.output_shape is not None else None,
+            )
+            for (path, config), spec in zip(leaves, self._spec.features)
+        ]
         self._engine_spec = dataclasses.replace(self._spec, features=tuple(f.spec for f in self._features))
-        self._engine: Optional[Engine] = None
+        self._engine: Engine | None = None
         self._built = False
 
     # Views the TF bridge (tensorflow/_midlevel.py) and TensorFlow-ported tests read ----------------
 
     @property
-    def _flat(self) -> List[Tuple[Path, v2_utils.FeatureConfig]]:
+    def _flat(self) -> list[tuple[Path, v2_utils.FeatureConfig]]:
         """`(path, FeatureConfig)` of every feature, in `tf.nest` order."""
         return [(f.path, f.config) for f in self._features]
 
     @property
-    def _output_shapes(self) -> List[Optional[Tuple[int, ...]]]:
+    def _output_shapes(self) -> list[tuple[int, ...] | None]:
         """Every feature's output shape (None while unknown), in `tf.nest` order."""
         return [f.output_shape for f in self._features]
 
@@ -138,8 +162,11 @@ class MidLevelBase:
         """Creates the tables and slots (once), honouring `slot_variable_creation_fn`."""
         if self._engine is None:
             engine = Engine(self._engine_spec)
-            custom = [t for t in self._table_config
-                      if t.optimizer is not None and getattr(t.optimizer, "slot_variable_creation_fn", None)]
+            custom = [
+                t
+                for t in self._table_config
+                if t.optimizer is not None and getattr(t.optimizer, "slot_variable_creation_fn", None)
+            ]
             if custom:
                 state = engine.state()
                 for table in custom:
@@ -149,19 +176,23 @@ class MidLevelBase:
         return self._engine
 
     @staticmethod
-    def _created_slots(table: v2_utils.TableConfig, parameters: np.ndarray) -> Dict[str, np.ndarray]:
+    def _created_slots(table: v2_utils.TableConfig, parameters: np.ndarray) -> dict[str, np.ndarray]:
         names, initializers = lowering.slot_names_and_initializers(table.optimizer)
         created = table.optimizer.slot_variable_creation_fn(parameters.copy(), list(names), list(initializers))
         if not isinstance(created, Mapping) or sorted(created) != sorted(names):
             received = sorted(created) if isinstance(created, Mapping) else type(created).__name__
-            raise ValueError(f"slot_variable_creation_fn of table {table.name!r} must return a dict with exactly the "
-                             f"slot names {names}. Received: {received}.")
+            raise ValueError(
+                f"slot_variable_creation_fn of table {table.name!r} must return a dict with exactly the "
+                f"slot names {names}. Received: {received}."
+            )
         slots = {}
         for name in names:
             value = np.asarray(created[name], dtype=np.float32)
             if value.shape != parameters.shape:
-                raise ValueError(f"slot_variable_creation_fn of table {table.name!r} returned slot {name!r} of shape "
-                                 f"{list(value.shape)}; it must have the table's shape {list(parameters.shape)}.")
+                raise ValueError(
+                    f"slot_variable_creation_fn of table {table.name!r} returned slot {name!r} of shape "
+                    f"{list(value.shape)}; it must have the table's shape {list(parameters.shape)}."
+                )
             slots[name] = value
         return slots
 
@@ -173,7 +204,7 @@ class MidLevelBase:
     # Tables ----------------------------------------------------------------------------------
 
     @property
-    def embedding_tables(self) -> Dict[v2_utils.TableConfig, np.ndarray]:
+    def embedding_tables(self) -> dict[v2_utils.TableConfig, np.ndarray]:
         """A dict of the full embedding tables `[vocabulary_size, dim]`, keyed by `TableConfig`.
 
         Copies, in id order, with any pending (pipelined) update applied. In
@@ -184,15 +215,16 @@ class MidLevelBase:
         return {table: engine.table(table.name) for table in self._table_config}
 
     @property
-    def variables(self) -> Dict[v2_utils.TableConfig, Dict[str, np.ndarray]]:
+    def variables(self) -> dict[v2_utils.TableConfig, dict[str, np.ndarray]]:
         """`{TableConfig: {'parameters': table, <slot name>: slot}}`, TensorFlow's names (copies)."""
         engine = self._build_engine()
-        return {table: {"parameters": engine.table(table.name), **engine.slots(table.name)}
-                for table in self._table_config}
+        return {
+            table: {"parameters": engine.table(table.name), **engine.slots(table.name)} for table in self._table_config
+        }
 
     # Inputs and gradients ---------------------------------------------------------------------------
 
-    def _convert(self, features: Any, weights: Any, *, serving: bool = False) -> List[ConvertedInput]:
+    def _convert(self, features: Any, weights: Any, *, serving: bool = False) -> list[ConvertedInput]:
         """Each feature's input checked and mapped to the engine's samples (`convert_input`).
 
         Features may have different batch sizes (TensorFlow checks each
@@ -202,25 +234,36 @@ class MidLevelBase:
         flat_weights = [None] * len(flat_inputs)
         if weights is not None:
             flat_weights = flatten_up_to(self._feature_config, weights, "weights")
-        return [convert_input(ids, weight, f.config, f.path, feature=f.spec, serving=serving,
-                              known=None if f.config.output_shape is not None else f.output_shape)
-                for ids, weight, f in zip(flat_inputs, flat_weights, self._features)]
+        return [
+            convert_input(
+                ids,
+                weight,
+                f.config,
+                f.path,
+                feature=f.spec,
+                serving=serving,
+                known=None if f.config.output_shape is not None else f.output_shape,
+            )
+            for ids, weight, f in zip(flat_inputs, flat_weights, self._features)
+        ]
 
-    def _check_output_shapes(self, converted: List[ConvertedInput]) -> None:
+    def _check_output_shapes(self, converted: list[ConvertedInput]) -> None:
         """The first batch fixes each feature's output shape (unless configured or built); later ones keep it."""
         for f, c in zip(self._features, converted):
             if f.output_shape is None:
                 f.output_shape = c.output_shape
 
-    def _lookup(self, converted: List[ConvertedInput], training: bool) -> Tuple[LookupResult, List[np.ndarray]]:
+    def _lookup(self, converted: list[ConvertedInput], training: bool) -> tuple[LookupResult, list[np.ndarray]]:
         features = {f.spec.name: c.ids for f, c in zip(self._features, converted)}
         weights = {f.spec.name: c.weights for f, c in zip(self._features, converted) if c.weights is not None}
         result = self._build_engine().forward(features, weights or None, training=training, same_batch_size=False)
-        activations = [result.activations[f.spec.name].reshape(c.output_shape + (f.config.table.dim,))
-                       for f, c in zip(self._features, converted)]
+        activations = [
+            result.activations[f.spec.name].reshape(c.output_shape + (f.config.table.dim,))
+            for f, c in zip(self._features, converted)
+        ]
         return result, activations
 
-    def _engine_gradients(self, gradients: Any, converted: List[ConvertedInput]) -> Dict[str, np.ndarray]:
+    def _engine_gradients(self, gradients: Any, converted: list[ConvertedInput]) -> dict[str, np.ndarray]:
         """The gradients as the engine's `[samples, dim]`, after TensorFlow's checks (`output_shape + [dim]`)."""
         flat = flatten_up_to(self._feature_config, gradients, "gradients")
         expected = [tuple(c.output_shape) + (f.config.table.dim,) for f, c in zip(self._features, converted)]
@@ -233,10 +276,13 @@ class MidLevelBase:
             out[f.spec.name] = array.reshape(c.num_samples, f.config.table.dim)
         return out
 
-    def _apply(self, result: LookupResult, gradients: Dict[str, np.ndarray]) -> None:
+    def _apply(self, result: LookupResult, gradients: dict[str, np.ndarray]) -> None:
         """The engine update, each callable learning rate evaluated once (TensorFlow's rule)."""
-        functions = [t.optimizer.learning_rate for t in self._table_config
-                     if t.optimizer is not None and callable(t.optimizer.learning_rate)]
+        functions = [
+            t.optimizer.learning_rate
+            for t in self._table_config
+            if t.optimizer is not None and callable(t.optimizer.learning_rate)
+        ]
         self._learning_rates.evaluate(functions)
         try:
             self._build_engine().apply_gradients(result, gradients)
@@ -255,8 +301,10 @@ class MidLevelBase:
             keys = ["embedding"] + list(info["slots"])
             missing = [k for k in keys if k not in state[name]]
             if missing:
-                raise CheckpointError(f"Table {name!r}: the checkpoint lacks {missing} (it holds "
-                                      f"{sorted(state[name])}). Was it saved with another optimizer?")
+                raise CheckpointError(
+                    f"Table {name!r}: the checkpoint lacks {missing} (it holds "
+                    f"{sorted(state[name])}). Was it saved with another optimizer?"
+                )
             wanted[name] = {k: state[name][k] for k in keys}
         engine.load_state(wanted, step=step)
         self._built = True
@@ -267,6 +315,8 @@ class MidLevelBase:
 
     def __repr__(self) -> str:
         where = "under an emulated TPUStrategy" if self._using_tpu else "outside a TPUStrategy"
-        return (f"<{self._class_name} on the CPU engine ({where}): {len(self._table_config)} table(s) "
-                f"{[t.name for t in self._table_config]}, {len(self._features)} feature(s), pipelining "
-                f"{'on' if self._pipeline_execution_with_tensor_core else 'off'}>")
+        return (
+            f"<{self._class_name} on the CPU engine ({where}): {len(self._table_config)} table(s) "
+            f"{[t.name for t in self._table_config]}, {len(self._features)} feature(s), pipelining "
+            f"{'on' if self._pipeline_execution_with_tensor_core else 'off'}>"
+        )

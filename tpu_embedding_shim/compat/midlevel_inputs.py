@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, List, Mapping, Optional, Tuple
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -41,8 +42,16 @@ from . import tpu_embedding_v2_utils as v2_utils
 from .nest import Path, is_nest, path_name, path_string
 from .tensors import RaggedTensor, SparseTensor
 
-__all__ = ["ConvertedInput", "convert_input", "check_gradient", "zero_gradient_warning", "flatten_shapes",
-           "output_shape_of_input_shape", "shapes_match", "tf_shape_check_skipped"]
+__all__ = [
+    "ConvertedInput",
+    "convert_input",
+    "check_gradient",
+    "zero_gradient_warning",
+    "flatten_shapes",
+    "output_shape_of_input_shape",
+    "shapes_match",
+    "tf_shape_check_skipped",
+]
 
 
 def _is_ragged_lists(x: Any) -> bool:
@@ -84,7 +93,7 @@ class ConvertedInput:
     ids: Any
     weights: Any
     kind: str
-    output_shape: Tuple[int, ...]
+    output_shape: tuple[int, ...]
     positions: int = 0
 
     @property
@@ -92,7 +101,7 @@ class ConvertedInput:
         return int(np.prod(self.output_shape, dtype=np.int64))
 
 
-def _sparse_to_samples(ids: Any, weight: Any, shape: List[int], where: str) -> Tuple[Any, Any]:
+def _sparse_to_samples(ids: Any, weight: Any, shape: list[int], where: str) -> tuple[Any, Any]:
     """A rank-n SparseTensor `[d0, ..., d(n-2), N]` as a rank-2 one `[d0 * ... * d(n-2), N]`.
 
     Sample `s` is the row-major index of an entry's first n-1 coordinates;
@@ -101,8 +110,9 @@ def _sparse_to_samples(ids: Any, weight: Any, shape: List[int], where: str) -> T
     values = np.asarray(ids.values).reshape(-1)
     indices = checked_sparse_indices(ids.indices, values.shape[0], np.asarray(shape, dtype=np.int64), where)
     samples = int(np.prod(shape[:-1], dtype=np.int64))
-    sample = np.ravel_multi_index(tuple(indices[:, :-1].T), tuple(shape[:-1])) if indices.shape[0] else \
-        np.zeros(0, np.int64)
+    sample = (
+        np.ravel_multi_index(tuple(indices[:, :-1].T), tuple(shape[:-1])) if indices.shape[0] else np.zeros(0, np.int64)
+    )
     flat = np.stack([sample, indices[:, -1]], axis=1) if indices.shape[0] else np.zeros((0, 2), np.int64)
     new_ids = SparseTensor(flat, values, [samples, shape[-1]])
     new_weight = None
@@ -110,8 +120,10 @@ def _sparse_to_samples(ids: Any, weight: Any, shape: List[int], where: str) -> T
         w_shape = [int(s) for s in np.asarray(weight.dense_shape).reshape(-1)]
         w_indices = np.asarray(weight.indices, dtype=np.int64).reshape(-1, len(w_shape))
         if w_shape != shape or w_indices.shape != indices.shape or not np.array_equal(w_indices, indices):
-            raise ValueError(f"{where}: the sparse weights have other indices or another dense_shape than the ids "
-                             f"(ids dense_shape {shape}, weights dense_shape {w_shape}).")
+            raise ValueError(
+                f"{where}: the sparse weights have other indices or another dense_shape than the ids "
+                f"(ids dense_shape {shape}, weights dense_shape {w_shape})."
+            )
         new_weight = SparseTensor(flat, np.asarray(weight.values), [samples, shape[-1]])
     return new_ids, new_weight
 
@@ -124,7 +136,7 @@ def _is_shape(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and all(s is None or is_int(s) for s in value)
 
 
-def flatten_shapes(shapes: Any) -> List[Any]:
+def flatten_shapes(shapes: Any) -> list[Any]:
     """`tf.nest.flatten(shapes)` with each shape a leaf (dict keys sorted)."""
     if _is_shape(shapes) or not is_nest(shapes):
         return [shapes]
@@ -132,37 +144,47 @@ def flatten_shapes(shapes: Any) -> List[Any]:
     return [leaf for item in items for leaf in flatten_shapes(item)]
 
 
-def _shape_sizes(shape: Any, path: Path) -> List[Optional[int]]:
+def _shape_sizes(shape: Any, path: Path) -> list[int | None]:
     """A shape's sizes, None where unknown."""
     where = path_name(path)
     if hasattr(shape, "as_list"):
         try:
             shape = shape.as_list()
         except ValueError:  # a TensorShape of unknown rank
-            raise ValueError(f"Received input shape of unknown rank at path {where}. Rank must be 1 and "
-                             "above") from None
+            raise ValueError(
+                f"Received input shape of unknown rank at path {where}. Rank must be 1 and above"
+            ) from None
     elif isinstance(shape, np.ndarray) and shape.ndim == 1:
         shape = shape.tolist()
     if not isinstance(shape, (list, tuple)) or not all(s is None or (is_int(s) and s >= 0) for s in shape):
-        raise ValueError(f"Received input shape {shape!r} at path {where}: give a list of sizes (ints >= 0, or None "
-                         "where unknown) or a TensorShape.")
+        raise ValueError(
+            f"Received input shape {shape!r} at path {where}: give a list of sizes (ints >= 0, or None "
+            "where unknown) or a TensorShape."
+        )
     return [None if s is None else int(s) for s in shape]
 
 
-def shapes_match(known: Tuple[int, ...], incoming: Tuple[Optional[int], ...]) -> bool:
+def shapes_match(known: tuple[int, ...], incoming: tuple[int | None, ...]) -> bool:
     """TensorFlow's `_is_tensor_shape_match` for equal ranks: an unknown size matches any."""
     return len(known) == len(incoming) and all(b is None or a == b for a, b in zip(known, incoming))
 
 
-def tf_shape_check_skipped(known: Tuple[int, ...], incoming: Tuple[int, ...]) -> bool:
+def tf_shape_check_skipped(known: tuple[int, ...], incoming: tuple[int, ...]) -> bool:
     """TensorFlow's `_check_output_shapes` skips an incoming rank-1 or rank-2 shape when the stored one has a
     larger rank ("we push the check down to the enqueue op"): the stored shape then decides the layout."""
     return len(incoming) in (1, 2) and len(known) > len(incoming)
 
 
-def _resolve_output_shape(natural: Tuple[int, ...], natural_positions: int, configured: Optional[Tuple[int, ...]],
-                          known: Optional[Tuple[int, ...]], path: Path, *, batch: Optional[int],
-                          description: str) -> Tuple[Tuple[int, ...], int]:
+def _resolve_output_shape(
+    natural: tuple[int, ...],
+    natural_positions: int,
+    configured: tuple[int, ...] | None,
+    known: tuple[int, ...] | None,
+    path: Path,
+    *,
+    batch: int | None,
+    description: str,
+) -> tuple[tuple[int, ...], int]:
     """The output shape of one input and how its ids fill it: (output_shape, positions).
 
     `natural` is TensorFlow's auto-detected output shape. A configured
@@ -183,9 +205,13 @@ def _resolve_output_shape(natural: Tuple[int, ...], natural_positions: int, conf
         raise ValueError(
             f"Inconsistent shape for feature {path_name(path)}: this batch gives output shape {list(natural)}, an "
             f"earlier batch or the configuration {list(target)}. The batch size is fixed; drop the remainder of the "
-            "last batch.")
-    source = "FeatureConfig.output_shape" if configured is not None else "the output shape fixed by build() or an " \
-                                                                            "earlier batch"
+            "last batch."
+        )
+    source = (
+        "FeatureConfig.output_shape"
+        if configured is not None
+        else "the output shape fixed by build() or an earlier batch"
+    )
     count = int(np.prod(target, dtype=np.int64))
     if batch is None:
         samples = int(np.prod(natural, dtype=np.int64))
@@ -193,7 +219,8 @@ def _resolve_output_shape(natural: Tuple[int, ...], natural_positions: int, conf
             return target, 0
         raise ValueError(
             f"Inconsistent shape for feature {path_name(path)}: {source} is {list(target)} ({count} outputs), but "
-            f"{description} gives {samples} outputs (shape {list(natural)}); the element counts must be equal.")
+            f"{description} gives {samples} outputs (shape {list(natural)}); the element counts must be equal."
+        )
     if count == batch:
         return target, 0
     if batch > 0 and count % batch == 0:
@@ -202,7 +229,8 @@ def _resolve_output_shape(natural: Tuple[int, ...], natural_positions: int, conf
         f"Inconsistent shape for feature {path_name(path)}: {source} is {list(target)} ({count} outputs), which is "
         f"neither the input data batch size {batch} nor a multiple of it. {description[0].upper()}{description[1:]} "
         "gives one combined output per example (element count = batch size) or one output per position, k per "
-        "example (element count = k * batch size).")
+        "example (element count = k * batch size)."
+    )
 
 
 def _spread_positions(ids: Any, weight: Any, positions: int, feature: FeatureSpec) -> Ragged:
@@ -224,8 +252,16 @@ def _spread_positions(ids: Any, weight: Any, positions: int, feature: FeatureSpe
     return Ragged(values.astype(np.int64), row_splits, None, np.zeros(values.shape[0], np.int64))
 
 
-def convert_input(ids: Any, weight: Any, config: v2_utils.FeatureConfig, path: Path, *, feature: FeatureSpec,
-                  serving: bool = False, known: Optional[Tuple[int, ...]] = None) -> ConvertedInput:
+def convert_input(
+    ids: Any,
+    weight: Any,
+    config: v2_utils.FeatureConfig,
+    path: Path,
+    *,
+    feature: FeatureSpec,
+    serving: bool = False,
+    known: tuple[int, ...] | None = None,
+) -> ConvertedInput:
     """Applies TensorFlow's rules for one enqueued feature (module docstring) and checks its ids.
 
     `feature` is the engine's (pooled) spec of the feature; `known` the
@@ -241,104 +277,154 @@ def convert_input(ids: Any, weight: Any, config: v2_utils.FeatureConfig, path: P
         if weight is not None and not is_ragged_tensor(weight) and isinstance(weight, (list, tuple)):
             weight = RaggedTensor.from_list([list(r) for r in weight])
     if serving and sequence and weight is not None:
-        raise ValueError(f"Weight specified for {where}, a sequence feature (max_sequence_length="
-                         f"{config.max_sequence_length}); sequence features take no weights.")
+        raise ValueError(
+            f"Weight specified for {where}, a sequence feature (max_sequence_length="
+            f"{config.max_sequence_length}); sequence features take no weights."
+        )
     if is_sparse(ids):
         shape = [int(s) for s in np.asarray(ids.dense_shape).reshape(-1)]
         if len(shape) < 2:
-            raise ValueError(f"Only rank 2 and above sparse tensor is supported, find rank {len(shape)} sparse "
-                             f"tensor for {where}.")
+            raise ValueError(
+                f"Only rank 2 and above sparse tensor is supported, find rank {len(shape)} sparse tensor for {where}."
+            )
         if weight is not None and not is_sparse(weight):
-            raise ValueError(f"Weight for {path_string(path)} is type {type(weight)} which does not match type "
-                             "input which is SparseTensor.")
+            raise ValueError(
+                f"Weight for {path_string(path)} is type {type(weight)} which does not match type "
+                "input which is SparseTensor."
+            )
         if len(shape) > 2:
             if sequence and configured is None:
-                warnings.warn(f"max_sequence_length={config.max_sequence_length} of {where} is ignored because the "
-                              f"rank of the input sparse tensor is {len(shape)}, not 2 (TensorFlow's rule): the output "
-                              f"shape is {shape[:-1]}.", UserWarning, stacklevel=3)
+                warnings.warn(
+                    f"max_sequence_length={config.max_sequence_length} of {where} is ignored because the "
+                    f"rank of the input sparse tensor is {len(shape)}, not 2 (TensorFlow's rule): the output "
+                    f"shape is {shape[:-1]}.",
+                    UserWarning,
+                    stacklevel=3,
+                )
             natural = tuple(shape[:-1])
-            output_shape, _ = _resolve_output_shape(natural, 0, configured, known, path, batch=None,
-                                                    description=f"the rank-{len(shape)} sparse input {shape}")
+            output_shape, _ = _resolve_output_shape(
+                natural,
+                0,
+                configured,
+                known,
+                path,
+                batch=None,
+                description=f"the rank-{len(shape)} sparse input {shape}",
+            )
             ids, weight = _sparse_to_samples(ids, weight, shape, where)
             to_ragged(ids, weight, feature=feature)
             return ConvertedInput(ids, weight, "sparse", output_shape)
         return _flexible(ids, weight, "sparse", shape[0], config, configured, known, path, feature)
     if is_ragged_tensor(ids):
         if np.ndim(ids.values) != 1 or is_ragged_tensor(ids.values):
-            raise ValueError(f"Only rank 2 ragged tensor is supported, but got a ragged tensor of higher rank "
-                             f"for {where}.")
+            raise ValueError(
+                f"Only rank 2 ragged tensor is supported, but got a ragged tensor of higher rank for {where}."
+            )
         if weight is not None and not is_ragged_tensor(weight):
-            raise ValueError(f"Weight for {path_string(path)} is type {type(weight)} which does not match type "
-                             "input which is RaggedTensor.")
+            raise ValueError(
+                f"Weight for {path_string(path)} is type {type(weight)} which does not match type "
+                "input which is RaggedTensor."
+            )
         batch = int(np.asarray(ids.row_splits).reshape(-1).shape[0]) - 1
         return _flexible(ids, weight, "ragged", batch, config, configured, known, path, feature)
     if isinstance(ids, (str, bytes, Mapping)) or ids is None or not _is_dense(ids):
-        raise ValueError(f"Input {path_string(path)} is of unknown type {type(ids)}. Please only pass Tensor, "
-                         "SparseTensor or RaggedTensor as input to enqueue.")
+        raise ValueError(
+            f"Input {path_string(path)} is of unknown type {type(ids)}. Please only pass Tensor, "
+            "SparseTensor or RaggedTensor as input to enqueue."
+        )
     array = np.asarray(ids)
     if array.ndim < 1:
-        raise ValueError(f"Only rank 1 and above dense tensor is supported, find rank {array.ndim} sparse tensor "
-                         f"for {where}.")
+        raise ValueError(
+            f"Only rank 1 and above dense tensor is supported, find rank {array.ndim} sparse tensor for {where}."
+        )
     if array.ndim > 1 and array.shape[-1] != 1:
         raise ValueError(
             "Rank 2 or above dense tensor should have last dimension as 1 as the last dimension will always be "
             f"reduced. Instead got dense tensor as shape {list(array.shape)} for {where}. For several ids per "
-            "example pass a SparseTensor or a RaggedTensor.")
+            "example pass a SparseTensor or a RaggedTensor."
+        )
     if weight is not None:
-        raise ValueError(f"Weight specified for dense input {path_string(path)}, which is not allowed. Weight "
-                         "will always be 1 in this case.")
+        raise ValueError(
+            f"Weight specified for dense input {path_string(path)}, which is not allowed. Weight "
+            "will always be 1 in this case."
+        )
     if serving and sequence:
-        raise ValueError(f"{where} is a dense tensor for a sequence feature (max_sequence_length="
-                         f"{config.max_sequence_length}); pass a SparseTensor or a RaggedTensor.")
+        raise ValueError(
+            f"{where} is a dense tensor for a sequence feature (max_sequence_length="
+            f"{config.max_sequence_length}); pass a SparseTensor or a RaggedTensor."
+        )
     natural = tuple(int(s) for s in (array.shape if array.ndim == 1 else array.shape[:-1]))
-    output_shape, _ = _resolve_output_shape(natural, 0, configured, known, path, batch=None,
-                                            description=f"the dense input of shape {list(array.shape)}")
+    output_shape, _ = _resolve_output_shape(
+        natural, 0, configured, known, path, batch=None, description=f"the dense input of shape {list(array.shape)}"
+    )
     samples = array.reshape(-1, 1)
     to_ragged(samples, None, feature=feature)
     return ConvertedInput(samples, None, "dense", output_shape)
 
 
-def _flexible(ids: Any, weight: Any, kind: str, batch: int, config: v2_utils.FeatureConfig,
-              configured: Optional[Tuple[int, ...]], known: Optional[Tuple[int, ...]], path: Path,
-              feature: FeatureSpec) -> ConvertedInput:
+def _flexible(
+    ids: Any,
+    weight: Any,
+    kind: str,
+    batch: int,
+    config: v2_utils.FeatureConfig,
+    configured: tuple[int, ...] | None,
+    known: tuple[int, ...] | None,
+    path: Path,
+    feature: FeatureSpec,
+) -> ConvertedInput:
     """A ragged or rank-2 sparse input: `[B]`, `[B, max_sequence_length]`, or a configured output shape."""
     length = config.max_sequence_length if configured is None else 0
     natural = (batch, length) if length else (batch,)
     what = "RaggedTensor" if kind == "ragged" else "SparseTensor"
     output_shape, positions = _resolve_output_shape(
-        natural, length, configured, known, path, batch=batch,
-        description=f"the rank-2 {what} input with {batch} examples")
+        natural,
+        length,
+        configured,
+        known,
+        path,
+        batch=batch,
+        description=f"the rank-2 {what} input with {batch} examples",
+    )
     if positions:
         if weight is not None and not length:
-            warnings.warn(f"Weights of input {path_name(path)} are ignored: its output shape {list(output_shape)} "
-                          f"holds {positions} outputs per example, one per position, so nothing is combined "
-                          "(TensorFlow's rule).", UserWarning, stacklevel=4)
+            warnings.warn(
+                f"Weights of input {path_name(path)} are ignored: its output shape {list(output_shape)} "
+                f"holds {positions} outputs per example, one per position, so nothing is combined "
+                "(TensorFlow's rule).",
+                UserWarning,
+                stacklevel=4,
+            )
         return ConvertedInput(_spread_positions(ids, weight, positions, feature), None, kind, output_shape, positions)
     to_ragged(ids, weight, feature=feature)
     return ConvertedInput(ids, weight, kind, output_shape)
 
 
-def check_gradient(gradient: Any, expected: Tuple[int, ...], path: Path) -> Optional[np.ndarray]:
+def check_gradient(gradient: Any, expected: tuple[int, ...], path: Path) -> np.ndarray | None:
     """A gradient as float32 of shape `expected`; None stays None (the caller warns and uses zeros)."""
     if gradient is None:
         return None
     if isinstance(gradient, (list, tuple, Mapping, str, bytes)) or not hasattr(gradient, "shape"):
         raise ValueError(f"found non-tensor type: {type(gradient)} at path {path_string(path)}.")
     if tuple(int(s) for s in gradient.shape) != tuple(expected):
-        raise ValueError(f"Found gradient of shape {list(gradient.shape)} at path {path_string(path)}. Expected "
-                         f"shape {list(expected)}.")
+        raise ValueError(
+            f"Found gradient of shape {list(gradient.shape)} at path {path_string(path)}. Expected "
+            f"shape {list(expected)}."
+        )
     return np.asarray(gradient, dtype=np.float32)
 
 
-def zero_gradient_warning(path: Path, shape: Tuple[int, ...]) -> None:
+def zero_gradient_warning(path: Path, shape: tuple[int, ...]) -> None:
     warnings.warn(
         f"No gradient passed for feature {path_name(path)}, sending zero gradient of "
         f"shape {list(shape)}. This may not be correct behavior for certain optimizers like Adam: a zero "
         "gradient is still an update (lazy Adam moves every looked-up row, non-lazy Adam every row).",
-        UserWarning, stacklevel=4)  # warn -> _engine_gradients -> apply_gradients -> the caller
+        UserWarning,
+        stacklevel=4,
+    )  # warn -> _engine_gradients -> apply_gradients -> the caller
 
 
-def output_shape_of_input_shape(shape: Any, config: v2_utils.FeatureConfig, path: Path) -> Tuple[Optional[int], ...]:
+def output_shape_of_input_shape(shape: Any, config: v2_utils.FeatureConfig, path: Path) -> tuple[int | None, ...]:
     """TensorFlow's output shape of a `build()` input shape; unknown sizes stay None.
 
     The input shape without its last dimension (rank 1: itself); a sequence
@@ -346,8 +432,7 @@ def output_shape_of_input_shape(shape: Any, config: v2_utils.FeatureConfig, path
     """
     dims = _shape_sizes(shape, path)
     if len(dims) < 1:
-        raise ValueError(f"Received input tensor of shape {dims} at path {path_string(path)}. Rank must be 1 "
-                         "and above")
+        raise ValueError(f"Received input tensor of shape {dims} at path {path_string(path)}. Rank must be 1 and above")
     if len(dims) == 2 and dims[-1] != 1 and config.max_sequence_length > 0 and config.output_shape is None:
         dims = [dims[0], config.max_sequence_length, dims[1]]
     return tuple(dims) if len(dims) == 1 else tuple(dims[:-1])

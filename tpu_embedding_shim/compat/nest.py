@@ -21,12 +21,21 @@ list).
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Sequence, Tuple
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-__all__ = ["Path", "path_string", "path_name", "is_nest", "flatten_with_paths", "flatten_up_to", "pack_as",
-           "short_repr"]
+__all__ = [
+    "Path",
+    "path_string",
+    "path_name",
+    "is_nest",
+    "flatten_with_paths",
+    "flatten_up_to",
+    "pack_as",
+    "short_repr",
+]
 
-Path = Tuple[Any, ...]
+Path = tuple[Any, ...]
 
 
 def path_string(path: Path) -> str:
@@ -56,7 +65,7 @@ def short_repr(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def flatten_with_paths(structure: Any, path: Path = ()) -> List[Tuple[Path, Any]]:
+def flatten_with_paths(structure: Any, path: Path = ()) -> list[tuple[Path, Any]]:
     """`(path, leaf)` of every leaf of `structure` in `tf.nest` order: dict keys sorted, lists and tuples in order."""
     if isinstance(structure, dict):
         return [item for key in sorted(structure) for item in flatten_with_paths(structure[key], path + (key,))]
@@ -65,7 +74,7 @@ def flatten_with_paths(structure: Any, path: Path = ()) -> List[Tuple[Path, Any]
     return [(path, structure)]
 
 
-def flatten_up_to(config: Any, value: Any, argument: str, path: Path = ()) -> List[Any]:
+def flatten_up_to(config: Any, value: Any, argument: str, path: Path = ()) -> list[Any]:
     """`value`'s items at the leaves of `config`, in `tf.nest` order (dict keys sorted).
 
     What `tf.nest.assert_same_structure(config, value)` followed by
@@ -81,20 +90,29 @@ def flatten_up_to(config: Any, value: Any, argument: str, path: Path = ()) -> Li
         return error(f"Argument `{argument}` must have the nested structure of `feature_config`. {detail}")
 
     if not is_nest(value):
-        raise mismatch(ValueError, f"feature_config has a {_kind(config)}{where}; `{argument}` has "
-                                   f"{type(value).__name__}: {short_repr(value)}.")
+        raise mismatch(
+            ValueError,
+            f"feature_config has a {_kind(config)}{where}; `{argument}` has "
+            f"{type(value).__name__}: {short_repr(value)}.",
+        )
     config_is_dict = isinstance(config, Mapping)
     if config_is_dict != isinstance(value, Mapping) or (not config_is_dict and type(config) is not type(value)):
         raise mismatch(TypeError, f"feature_config has a {_kind(config)}{where}; `{argument}` has a {_kind(value)}.")
     if config_is_dict:
         if set(config) != set(value):
-            raise mismatch(ValueError, f"The dict{where} has keys {sorted(map(str, config))} in feature_config and "
-                                       f"{sorted(map(str, value))} in `{argument}`.")
-        return [item for key in sorted(config) for item in flatten_up_to(config[key], value[key], argument,
-                                                                          path + (key,))]
+            raise mismatch(
+                ValueError,
+                f"The dict{where} has keys {sorted(map(str, config))} in feature_config and "
+                f"{sorted(map(str, value))} in `{argument}`.",
+            )
+        return [
+            item for key in sorted(config) for item in flatten_up_to(config[key], value[key], argument, path + (key,))
+        ]
     if len(config) != len(value):
-        raise mismatch(ValueError, f"The {_kind(config)}{where} has {len(config)} items in feature_config and "
-                                   f"{len(value)} in `{argument}`.")
+        raise mismatch(
+            ValueError,
+            f"The {_kind(config)}{where} has {len(config)} items in feature_config and {len(value)} in `{argument}`.",
+        )
     return [item for i, (c, v) in enumerate(zip(config, value)) for item in flatten_up_to(c, v, argument, path + (i,))]
 
 

@@ -15,25 +15,33 @@ an import cycle with `lowering.py`, which imports the classes.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..spec import OptimizerSpec
 
-COMMON = ("learning_rate", "use_gradient_accumulation", "clip_weight_min", "clip_weight_max",
-          "weight_decay_factor", "clip_gradient_min", "clip_gradient_max")
+COMMON = (
+    "learning_rate",
+    "use_gradient_accumulation",
+    "clip_weight_min",
+    "clip_weight_max",
+    "weight_decay_factor",
+    "clip_gradient_min",
+    "clip_gradient_max",
+)
 
 # TensorFlow's optimizer class -> (its spec class, {spec field: TF attribute} beyond COMMON): one row each.
-LOWERINGS: Dict[type, Tuple[type, Dict[str, str]]] = {}
+LOWERINGS: dict[type, tuple[type, dict[str, str]]] = {}
 
 _Class = TypeVar("_Class", bound=type)
 
 
-def same(*fields: str) -> Dict[str, str]:
+def same(*fields: str) -> dict[str, str]:
     """Spec field -> TensorFlow attribute, for fields TensorFlow names the same."""
     return {field: field for field in fields}
 
 
-def lowers_to(spec_class: type, fields: Optional[Dict[str, str]] = None) -> Callable[[_Class], _Class]:
+def lowers_to(spec_class: type, fields: dict[str, str] | None = None) -> Callable[[_Class], _Class]:
     """Class decorator: this TensorFlow optimizer class lowers to `spec_class`, filling `fields` from it."""
 
     def register(cls: _Class) -> _Class:
@@ -55,10 +63,10 @@ class LearningRateMemo:
     """
 
     def __init__(self) -> None:
-        self._values: Optional[Dict[int, float]] = None
+        self._values: dict[int, float] | None = None
 
-    def evaluate(self, functions: List[Callable[[], Any]]) -> None:
-        values: Dict[int, float] = {}
+    def evaluate(self, functions: list[Callable[[], Any]]) -> None:
+        values: dict[int, float] = {}
         for function in functions:
             if id(function) not in values:
                 values[id(function)] = function()
@@ -78,7 +86,7 @@ class ZeroArgumentLearningRate:
     """A v2 learning rate (a zero-argument callable) seen as a function of the step."""
 
     function: Callable[[], float]
-    memo: Optional[LearningRateMemo] = dataclasses.field(default=None, compare=False, repr=False)
+    memo: LearningRateMemo | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __call__(self, step: int) -> float:
         if self.memo is not None:
@@ -86,7 +94,7 @@ class ZeroArgumentLearningRate:
         return self.function()
 
 
-def optimizer_spec(params: Any, *, learning_rate_memo: Optional[LearningRateMemo] = None) -> OptimizerSpec:
+def optimizer_spec(params: Any, *, learning_rate_memo: LearningRateMemo | None = None) -> OptimizerSpec:
     """The spec of a v1 `*Parameters` or v2 optimizer object.
 
     A v2 callable learning rate (its class says
@@ -109,7 +117,7 @@ def optimizer_spec(params: Any, *, learning_rate_memo: Optional[LearningRateMemo
     return spec
 
 
-def build(spec_class: type, owner: str, renames: Optional[Dict[str, str]] = None, **kwargs: Any) -> Any:
+def build(spec_class: type, owner: str, renames: dict[str, str] | None = None, **kwargs: Any) -> Any:
     """`spec_class(**kwargs)`, with errors renamed to the TensorFlow object the user wrote."""
     try:
         return spec_class(**kwargs)

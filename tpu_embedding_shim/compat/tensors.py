@@ -14,7 +14,7 @@ makes when they are built. The engine reads them by their attributes
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any
 
 import numpy as np
 
@@ -73,12 +73,12 @@ class SparseTensor:
         dense[tuple(self.indices.T)] = self.values
         return dense
 
-    def with_values(self, values: Any) -> "SparseTensor":
+    def with_values(self, values: Any) -> SparseTensor:
         """The same indices with new values (as `tf.SparseTensor.with_values`)."""
         return SparseTensor(self.indices, values, self.dense_shape)
 
     @classmethod
-    def from_dense(cls, dense: Any, ignore_value: Any = None) -> "SparseTensor":
+    def from_dense(cls, dense: Any, ignore_value: Any = None) -> SparseTensor:
         """Entries not equal to `ignore_value` (default: 0, or '' for strings)."""
         dense = np.asarray(dense)
         if ignore_value is None:
@@ -87,8 +87,10 @@ class SparseTensor:
         return cls(np.argwhere(keep), dense[keep], dense.shape)
 
     def __repr__(self):
-        return (f"SparseTensor(indices={self.indices.tolist()}, values={self.values.tolist()}, "
-                f"dense_shape={self.dense_shape.tolist()})")
+        return (
+            f"SparseTensor(indices={self.indices.tolist()}, values={self.values.tolist()}, "
+            f"dense_shape={self.dense_shape.tolist()})"
+        )
 
 
 class RaggedTensor:
@@ -114,21 +116,25 @@ class RaggedTensor:
         self.row_splits.setflags(write=False)
 
     @classmethod
-    def from_row_splits(cls, values: Any, row_splits: Any) -> "RaggedTensor":
+    def from_row_splits(cls, values: Any, row_splits: Any) -> RaggedTensor:
         return cls(values, row_splits)
 
     @classmethod
-    def from_row_lengths(cls, values: Any, row_lengths: Any) -> "RaggedTensor":
+    def from_row_lengths(cls, values: Any, row_lengths: Any) -> RaggedTensor:
         lengths = _int_array("row_lengths", row_lengths, 1, "RaggedTensor")
         if np.any(lengths < 0):
             raise fail("row_lengths", "non-negative lengths", row_lengths, owner="RaggedTensor")
         if np.ndim(values) == 1 and int(lengths.sum()) != np.shape(values)[0]:
-            raise fail("row_lengths", f"lengths adding up to the number of values ({np.shape(values)[0]})",
-                       row_lengths, owner="RaggedTensor")
+            raise fail(
+                "row_lengths",
+                f"lengths adding up to the number of values ({np.shape(values)[0]})",
+                row_lengths,
+                owner="RaggedTensor",
+            )
         return cls(values, np.concatenate([[0], np.cumsum(lengths)]))
 
     @classmethod
-    def from_value_rowids(cls, values: Any, value_rowids: Any, nrows: Any = None) -> "RaggedTensor":
+    def from_value_rowids(cls, values: Any, value_rowids: Any, nrows: Any = None) -> RaggedTensor:
         rowids = _int_array("value_rowids", value_rowids, 1, "RaggedTensor")
         if np.any(np.diff(rowids) < 0) or np.any(rowids < 0):
             raise fail("value_rowids", "a sorted array of non-negative row ids", value_rowids, owner="RaggedTensor")
@@ -138,17 +144,19 @@ class RaggedTensor:
         if rowids.size and nrows <= rowids[-1]:
             raise fail("nrows", f"an int > the largest row id ({int(rowids[-1])})", nrows, owner="RaggedTensor")
         if np.ndim(values) == 1 and rowids.size != np.shape(values)[0]:
-            raise fail("value_rowids", f"one row id per value ({np.shape(values)[0]})", value_rowids,
-                       owner="RaggedTensor")
+            raise fail(
+                "value_rowids", f"one row id per value ({np.shape(values)[0]})", value_rowids, owner="RaggedTensor"
+            )
         try:
             lengths = np.bincount(rowids, minlength=int(nrows))
         except MemoryError:  # numpy's own error would not say which argument asked for it
-            raise fail("nrows", "a number of rows whose row lengths fit in memory", nrows,
-                       owner="RaggedTensor") from None
+            raise fail(
+                "nrows", "a number of rows whose row lengths fit in memory", nrows, owner="RaggedTensor"
+            ) from None
         return cls.from_row_lengths(values, lengths)
 
     @classmethod
-    def from_list(cls, rows: List[List[Any]]) -> "RaggedTensor":
+    def from_list(cls, rows: list[list[Any]]) -> RaggedTensor:
         """From a list of lists (`tf.ragged.constant` for rank 2)."""
         flat = [v for row in rows for v in row]
         return cls.from_row_lengths(np.asarray(flat) if flat else np.zeros(0, np.int64), [len(r) for r in rows])
@@ -163,16 +171,16 @@ class RaggedTensor:
     def value_rowids(self) -> np.ndarray:
         return np.repeat(np.arange(self.nrows), self.row_lengths())
 
-    def with_values(self, values: Any) -> "RaggedTensor":
+    def with_values(self, values: Any) -> RaggedTensor:
         return RaggedTensor(values, self.row_splits)
 
-    def to_list(self) -> List[List[Any]]:
+    def to_list(self) -> list[list[Any]]:
         return [self.values[a:b].tolist() for a, b in zip(self.row_splits[:-1], self.row_splits[1:])]
 
     def __repr__(self):
         return f"RaggedTensor({self.to_list()})"
 
 
-def ragged_constant(rows: List[List[Any]]) -> RaggedTensor:
+def ragged_constant(rows: list[list[Any]]) -> RaggedTensor:
     """`tf.ragged.constant` for rank-2 lists."""
     return RaggedTensor.from_list(rows)

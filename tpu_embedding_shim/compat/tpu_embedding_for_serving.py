@@ -35,7 +35,8 @@ and a dense input for a sequence feature are `ValueError`s.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -97,8 +98,7 @@ class TPUEmbeddingForServing(MidLevelBase):
         return self.embedding_lookup(features, weights)
 
 
-def serving_embedding_lookup(inputs: Any, weights: Optional[Any], tables: Mapping[Any, Any],
-                             feature_config: Any) -> Any:
+def serving_embedding_lookup(inputs: Any, weights: Any | None, tables: Mapping[Any, Any], feature_config: Any) -> Any:
     """`tf.tpu.experimental.embedding.serving_embedding_lookup`: a lookup on given tables.
 
     Args:
@@ -146,10 +146,14 @@ def _table(tables: Mapping[Any, Any], config: v2_utils.TableConfig) -> np.ndarra
     elif config.name is not None and config.name in tables:
         value = tables[config.name]
     else:
-        raise ValueError(f"Argument `tables` has no table for {config.name or 'an unnamed TableConfig'!r}; it must be "
-                         "keyed by the TableConfig objects of `feature_config` (e.g. embedding.embedding_tables).")
+        raise ValueError(
+            f"Argument `tables` has no table for {config.name or 'an unnamed TableConfig'!r}; it must be "
+            "keyed by the TableConfig objects of `feature_config` (e.g. embedding.embedding_tables)."
+        )
     array = np.asarray(value, dtype=np.float32)
     if array.shape != (config.vocabulary_size, config.dim):
-        raise ValueError(f"Table {config.name!r} has shape {list(array.shape)}; its TableConfig says "
-                         f"[{config.vocabulary_size}, {config.dim}].")
+        raise ValueError(
+            f"Table {config.name!r} has shape {list(array.shape)}; its TableConfig says "
+            f"[{config.vocabulary_size}, {config.dim}]."
+        )
     return array

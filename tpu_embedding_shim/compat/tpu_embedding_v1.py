@@ -21,7 +21,7 @@ from __future__ import annotations
 import collections
 
 from ..spec import AdagradSpec, AdamSpec, FtrlSpec, MomentumSpec, ProximalAdagradSpec, RMSPropSpec, SGDSpec
-from ..spec.checks import check_bool, check_callable, check_name, check_int, check_real, fail, parse_combiner
+from ..spec.checks import check_bool, check_callable, check_int, check_name, check_real, fail, parse_combiner
 from ..spec.initializers import default_table_initializer
 from .optimizer_lowering import lowers_to, optimizer_spec, same
 
@@ -29,9 +29,17 @@ from .optimizer_lowering import lowers_to, optimizer_spec, same
 class _OptimizationParameters:
     """Options shared by every v1 TPU embedding optimizer."""
 
-    def __init__(self, learning_rate, use_gradient_accumulation, clip_weight_min, clip_weight_max,
-                 weight_decay_factor, multiply_weight_decay_factor_by_learning_rate,
-                 clip_gradient_min=None, clip_gradient_max=None):
+    def __init__(
+        self,
+        learning_rate,
+        use_gradient_accumulation,
+        clip_weight_min,
+        clip_weight_max,
+        weight_decay_factor,
+        multiply_weight_decay_factor_by_learning_rate,
+        clip_gradient_min=None,
+        clip_gradient_max=None,
+    ):
         self.learning_rate = learning_rate
         self.use_gradient_accumulation = use_gradient_accumulation
         self.clip_weight_min = clip_weight_min
@@ -58,28 +66,60 @@ class _OptimizationParameters:
 class AdagradParameters(_OptimizationParameters):
     """Adagrad: `a += g**2; w -= lr * g / sqrt(a)`, accumulator starting at `initial_accumulator`."""
 
-    def __init__(self, learning_rate: float, initial_accumulator: float = 0.1, use_gradient_accumulation: bool = True,
-                 clip_weight_min=None, clip_weight_max=None, weight_decay_factor=None,
-                 multiply_weight_decay_factor_by_learning_rate=None, clip_gradient_min=None, clip_gradient_max=None):
-        super().__init__(learning_rate, use_gradient_accumulation, clip_weight_min, clip_weight_max,
-                         weight_decay_factor, multiply_weight_decay_factor_by_learning_rate,
-                         clip_gradient_min, clip_gradient_max)
+    def __init__(
+        self,
+        learning_rate: float,
+        initial_accumulator: float = 0.1,
+        use_gradient_accumulation: bool = True,
+        clip_weight_min=None,
+        clip_weight_max=None,
+        weight_decay_factor=None,
+        multiply_weight_decay_factor_by_learning_rate=None,
+        clip_gradient_min=None,
+        clip_gradient_max=None,
+    ):
+        super().__init__(
+            learning_rate,
+            use_gradient_accumulation,
+            clip_weight_min,
+            clip_weight_max,
+            weight_decay_factor,
+            multiply_weight_decay_factor_by_learning_rate,
+            clip_gradient_min,
+            clip_gradient_max,
+        )
         self.initial_accumulator = initial_accumulator
         self._validate()
 
 
-@lowers_to(ProximalAdagradSpec, same("initial_accumulator", "l1_regularization_strength",
-                                         "l2_regularization_strength"))
+@lowers_to(ProximalAdagradSpec, same("initial_accumulator", "l1_regularization_strength", "l2_regularization_strength"))
 class ProximalAdagradParameters(_OptimizationParameters):
     """Adagrad followed by l1 / l2 proximal shrinkage."""
 
-    def __init__(self, learning_rate: float, initial_accumulator: float = 0.1, l1_regularization_strength: float = 0.0,
-                 l2_regularization_strength: float = 0.0, use_gradient_accumulation: bool = True,
-                 clip_weight_min=None, clip_weight_max=None, weight_decay_factor=None,
-                 multiply_weight_decay_factor_by_learning_rate=None, clip_gradient_min=None, clip_gradient_max=None):
-        super().__init__(learning_rate, use_gradient_accumulation, clip_weight_min, clip_weight_max,
-                         weight_decay_factor, multiply_weight_decay_factor_by_learning_rate,
-                         clip_gradient_min, clip_gradient_max)
+    def __init__(
+        self,
+        learning_rate: float,
+        initial_accumulator: float = 0.1,
+        l1_regularization_strength: float = 0.0,
+        l2_regularization_strength: float = 0.0,
+        use_gradient_accumulation: bool = True,
+        clip_weight_min=None,
+        clip_weight_max=None,
+        weight_decay_factor=None,
+        multiply_weight_decay_factor_by_learning_rate=None,
+        clip_gradient_min=None,
+        clip_gradient_max=None,
+    ):
+        super().__init__(
+            learning_rate,
+            use_gradient_accumulation,
+            clip_weight_min,
+            clip_weight_max,
+            weight_decay_factor,
+            multiply_weight_decay_factor_by_learning_rate,
+            clip_gradient_min,
+            clip_gradient_max,
+        )
         self.initial_accumulator = initial_accumulator
         self.l1_regularization_strength = l1_regularization_strength
         self.l2_regularization_strength = l2_regularization_strength
@@ -90,13 +130,32 @@ class ProximalAdagradParameters(_OptimizationParameters):
 class AdamParameters(_OptimizationParameters):
     """Adam without bias correction; lazy (only touched rows) by default."""
 
-    def __init__(self, learning_rate: float, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-08,
-                 lazy_adam: bool = True, sum_inside_sqrt: bool = True, use_gradient_accumulation: bool = True,
-                 clip_weight_min=None, clip_weight_max=None, weight_decay_factor=None,
-                 multiply_weight_decay_factor_by_learning_rate=None, clip_gradient_min=None, clip_gradient_max=None):
-        super().__init__(learning_rate, use_gradient_accumulation, clip_weight_min, clip_weight_max,
-                         weight_decay_factor, multiply_weight_decay_factor_by_learning_rate,
-                         clip_gradient_min, clip_gradient_max)
+    def __init__(
+        self,
+        learning_rate: float,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1e-08,
+        lazy_adam: bool = True,
+        sum_inside_sqrt: bool = True,
+        use_gradient_accumulation: bool = True,
+        clip_weight_min=None,
+        clip_weight_max=None,
+        weight_decay_factor=None,
+        multiply_weight_decay_factor_by_learning_rate=None,
+        clip_gradient_min=None,
+        clip_gradient_max=None,
+    ):
+        super().__init__(
+            learning_rate,
+            use_gradient_accumulation,
+            clip_weight_min,
+            clip_weight_max,
+            weight_decay_factor,
+            multiply_weight_decay_factor_by_learning_rate,
+            clip_gradient_min,
+            clip_gradient_max,
+        )
         self.beta1 = beta1
         self.beta2 = beta2
         self.epsilon = epsilon
@@ -105,21 +164,49 @@ class AdamParameters(_OptimizationParameters):
         self._validate()
 
 
-@lowers_to(FtrlSpec, same("learning_rate_power", "initial_accumulator_value", "l1_regularization_strength",
-                          "l2_regularization_strength", "beta", "multiply_linear_by_learning_rate",
-                          "allow_zero_accumulator"))
+@lowers_to(
+    FtrlSpec,
+    same(
+        "learning_rate_power",
+        "initial_accumulator_value",
+        "l1_regularization_strength",
+        "l2_regularization_strength",
+        "beta",
+        "multiply_linear_by_learning_rate",
+        "allow_zero_accumulator",
+    ),
+)
 class FtrlParameters(_OptimizationParameters):
     """FTRL-proximal, TensorFlow's TPU formulation."""
 
-    def __init__(self, learning_rate: float, learning_rate_power: float = -0.5, initial_accumulator_value: float = 0.1,
-                 l1_regularization_strength: float = 0.0, l2_regularization_strength: float = 0.0,
-                 use_gradient_accumulation: bool = True, clip_weight_min=None, clip_weight_max=None,
-                 weight_decay_factor=None, multiply_weight_decay_factor_by_learning_rate=None,
-                 multiply_linear_by_learning_rate: bool = False, beta: float = 0, allow_zero_accumulator: bool = False,
-                 clip_gradient_min=None, clip_gradient_max=None):
-        super().__init__(learning_rate, use_gradient_accumulation, clip_weight_min, clip_weight_max,
-                         weight_decay_factor, multiply_weight_decay_factor_by_learning_rate,
-                         clip_gradient_min, clip_gradient_max)
+    def __init__(
+        self,
+        learning_rate: float,
+        learning_rate_power: float = -0.5,
+        initial_accumulator_value: float = 0.1,
+        l1_regularization_strength: float = 0.0,
+        l2_regularization_strength: float = 0.0,
+        use_gradient_accumulation: bool = True,
+        clip_weight_min=None,
+        clip_weight_max=None,
+        weight_decay_factor=None,
+        multiply_weight_decay_factor_by_learning_rate=None,
+        multiply_linear_by_learning_rate: bool = False,
+        beta: float = 0,
+        allow_zero_accumulator: bool = False,
+        clip_gradient_min=None,
+        clip_gradient_max=None,
+    ):
+        super().__init__(
+            learning_rate,
+            use_gradient_accumulation,
+            clip_weight_min,
+            clip_weight_max,
+            weight_decay_factor,
+            multiply_weight_decay_factor_by_learning_rate,
+            clip_gradient_min,
+            clip_gradient_max,
+        )
         self.learning_rate_power = learning_rate_power
         self.initial_accumulator_value = initial_accumulator_value
         self.initial_linear_value = 0.0
@@ -135,12 +222,27 @@ class FtrlParameters(_OptimizationParameters):
 class StochasticGradientDescentParameters(_OptimizationParameters):
     """Plain SGD: `w -= lr * g`."""
 
-    def __init__(self, learning_rate: float, use_gradient_accumulation: bool = True, clip_weight_min=None,
-                 clip_weight_max=None, weight_decay_factor=None, multiply_weight_decay_factor_by_learning_rate=None,
-                 clip_gradient_min=None, clip_gradient_max=None):
-        super().__init__(learning_rate, use_gradient_accumulation, clip_weight_min, clip_weight_max,
-                         weight_decay_factor, multiply_weight_decay_factor_by_learning_rate,
-                         clip_gradient_min, clip_gradient_max)
+    def __init__(
+        self,
+        learning_rate: float,
+        use_gradient_accumulation: bool = True,
+        clip_weight_min=None,
+        clip_weight_max=None,
+        weight_decay_factor=None,
+        multiply_weight_decay_factor_by_learning_rate=None,
+        clip_gradient_min=None,
+        clip_gradient_max=None,
+    ):
+        super().__init__(
+            learning_rate,
+            use_gradient_accumulation,
+            clip_weight_min,
+            clip_weight_max,
+            weight_decay_factor,
+            multiply_weight_decay_factor_by_learning_rate,
+            clip_gradient_min,
+            clip_gradient_max,
+        )
         self._validate()
 
 
@@ -148,13 +250,29 @@ class StochasticGradientDescentParameters(_OptimizationParameters):
 class MomentumParameters(_OptimizationParameters):
     """Momentum (optionally Nesterov): `m = momentum * m + g; w -= lr * m`."""
 
-    def __init__(self, learning_rate: float, momentum: float, use_nesterov: bool = False,
-                 use_gradient_accumulation: bool = True, clip_weight_min=None, clip_weight_max=None,
-                 weight_decay_factor=None, multiply_weight_decay_factor_by_learning_rate=None,
-                 clip_gradient_min=None, clip_gradient_max=None):
-        super().__init__(learning_rate, use_gradient_accumulation, clip_weight_min, clip_weight_max,
-                         weight_decay_factor, multiply_weight_decay_factor_by_learning_rate,
-                         clip_gradient_min, clip_gradient_max)
+    def __init__(
+        self,
+        learning_rate: float,
+        momentum: float,
+        use_nesterov: bool = False,
+        use_gradient_accumulation: bool = True,
+        clip_weight_min=None,
+        clip_weight_max=None,
+        weight_decay_factor=None,
+        multiply_weight_decay_factor_by_learning_rate=None,
+        clip_gradient_min=None,
+        clip_gradient_max=None,
+    ):
+        super().__init__(
+            learning_rate,
+            use_gradient_accumulation,
+            clip_weight_min,
+            clip_weight_max,
+            weight_decay_factor,
+            multiply_weight_decay_factor_by_learning_rate,
+            clip_gradient_min,
+            clip_gradient_max,
+        )
         self.momentum = momentum
         self.use_nesterov = use_nesterov
         self._validate()
@@ -164,13 +282,30 @@ class MomentumParameters(_OptimizationParameters):
 class RMSPropParameters(_OptimizationParameters):
     """RMSProp with momentum."""
 
-    def __init__(self, learning_rate: float, rho: float, momentum: float, epsilon: float,
-                 use_gradient_accumulation: bool = True, clip_weight_min=None, clip_weight_max=None,
-                 weight_decay_factor=None, multiply_weight_decay_factor_by_learning_rate=None,
-                 clip_gradient_min=None, clip_gradient_max=None):
-        super().__init__(learning_rate, use_gradient_accumulation, clip_weight_min, clip_weight_max,
-                         weight_decay_factor, multiply_weight_decay_factor_by_learning_rate,
-                         clip_gradient_min, clip_gradient_max)
+    def __init__(
+        self,
+        learning_rate: float,
+        rho: float,
+        momentum: float,
+        epsilon: float,
+        use_gradient_accumulation: bool = True,
+        clip_weight_min=None,
+        clip_weight_max=None,
+        weight_decay_factor=None,
+        multiply_weight_decay_factor_by_learning_rate=None,
+        clip_gradient_min=None,
+        clip_gradient_max=None,
+    ):
+        super().__init__(
+            learning_rate,
+            use_gradient_accumulation,
+            clip_weight_min,
+            clip_weight_max,
+            weight_decay_factor,
+            multiply_weight_decay_factor_by_learning_rate,
+            clip_gradient_min,
+            clip_gradient_max,
+        )
         self.rho = rho
         self.momentum = momentum
         self.epsilon = epsilon
@@ -180,9 +315,21 @@ class RMSPropParameters(_OptimizationParameters):
 OPTIMIZATION_PARAMETER_CLASSES = tuple(_OptimizationParameters.__subclasses__())  # every class above
 
 
-class TableConfig(collections.namedtuple("TableConfig", (
-        "vocabulary_size", "dimension", "initializer", "combiner", "hot_id_replication", "learning_rate",
-        "learning_rate_fn", "optimization_parameters"))):
+class TableConfig(
+    collections.namedtuple(
+        "TableConfig",
+        (
+            "vocabulary_size",
+            "dimension",
+            "initializer",
+            "combiner",
+            "hot_id_replication",
+            "learning_rate",
+            "learning_rate_fn",
+            "optimization_parameters",
+        ),
+    )
+):
     """v1 table configuration, for `EmbeddingConfigSpec(table_to_config_dict=...)`.
 
     `learning_rate` or `learning_rate_fn` (a function of the global step)
@@ -190,8 +337,17 @@ class TableConfig(collections.namedtuple("TableConfig", (
     be given. `optimization_parameters` overrides the spec's optimizer.
     """
 
-    def __new__(cls, vocabulary_size, dimension, initializer=None, combiner="mean", hot_id_replication=False,
-                learning_rate=None, learning_rate_fn=None, optimization_parameters=None):
+    def __new__(
+        cls,
+        vocabulary_size,
+        dimension,
+        initializer=None,
+        combiner="mean",
+        hot_id_replication=False,
+        learning_rate=None,
+        learning_rate_fn=None,
+        optimization_parameters=None,
+    ):
         owner = "TableConfig"
         check_int("vocabulary_size", vocabulary_size, minimum=1, owner=owner)
         check_int("dimension", dimension, minimum=1, owner=owner)
@@ -208,13 +364,25 @@ class TableConfig(collections.namedtuple("TableConfig", (
             check_real("learning_rate", learning_rate, minimum=0.0, owner=owner)
         check_callable("learning_rate_fn", learning_rate_fn, owner=owner)
         if optimization_parameters is not None and not isinstance(optimization_parameters, _OptimizationParameters):
-            raise fail("optimization_parameters", "an instance of one of "
-                       + ", ".join(c.__name__ for c in OPTIMIZATION_PARAMETER_CLASSES) + " or None",
-                       optimization_parameters, owner=owner)
+            raise fail(
+                "optimization_parameters",
+                "an instance of one of " + ", ".join(c.__name__ for c in OPTIMIZATION_PARAMETER_CLASSES) + " or None",
+                optimization_parameters,
+                owner=owner,
+            )
         if initializer is None:
             initializer = default_table_initializer(dimension)
-        return super().__new__(cls, int(vocabulary_size), int(dimension), initializer, combiner,
-                               hot_id_replication, learning_rate, learning_rate_fn, optimization_parameters)
+        return super().__new__(
+            cls,
+            int(vocabulary_size),
+            int(dimension),
+            initializer,
+            combiner,
+            hot_id_replication,
+            learning_rate,
+            learning_rate_fn,
+            optimization_parameters,
+        )
 
 
 class FeatureConfig(collections.namedtuple("FeatureConfig", ("table_id", "max_sequence_length", "weight_key"))):

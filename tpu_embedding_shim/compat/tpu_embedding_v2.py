@@ -32,16 +32,22 @@ from __future__ import annotations
 import collections
 import dataclasses
 import warnings
-from typing import Any, Deque, List, Optional, Tuple
+from typing import Any
 
 from ..engine.engine import LookupResult
 from ..spec.checks import is_int
 from . import tpu_embedding_v2_utils as v2_utils
 from .midlevel_base import MidLevelBase
+
 # check_gradient, zero_gradient_warning and flatten_up_to are here for the TF bridge (tensorflow/_midlevel.py),
 # which reads them through this module.
 from .midlevel_inputs import (  # noqa: F401
-    ConvertedInput, check_gradient, flatten_shapes, output_shape_of_input_shape, shapes_match, tf_shape_check_skipped,
+    ConvertedInput,
+    check_gradient,
+    flatten_shapes,
+    output_shape_of_input_shape,
+    shapes_match,
+    tf_shape_check_skipped,
     zero_gradient_warning,
 )
 from .nest import flatten_up_to, pack_as, path_name, path_string, short_repr  # noqa: F401
@@ -49,7 +55,7 @@ from .nest import flatten_up_to, pack_as, path_name, path_string, short_repr  # 
 __all__ = ["TPUEmbedding"]
 
 
-def device_type(device: Any) -> Optional[str]:
+def device_type(device: Any) -> str | None:
     """The device type of a TensorFlow device string, read as `tf.DeviceSpec.from_string` reads it.
 
     '/job:worker/replica:0/task:0/device:TPU:2' and the short 'tpu:1' give
@@ -74,7 +80,7 @@ _UNSET = object()
 
 @dataclasses.dataclass
 class _QueuedBatch:
-    converted: List[ConvertedInput]
+    converted: list[ConvertedInput]
     training: bool
 
 
@@ -112,8 +118,14 @@ class TPUEmbedding(MidLevelBase):
         is not an int >= 1.
     """
 
-    def __init__(self, feature_config: Any, batch_size: Any = None, optimizer: Any = _UNSET,
-                 pipeline_execution_with_tensor_core: bool = False, initialize_tpu_embedding: bool = True):
+    def __init__(
+        self,
+        feature_config: Any,
+        batch_size: Any = None,
+        optimizer: Any = _UNSET,
+        pipeline_execution_with_tensor_core: bool = False,
+        initialize_tpu_embedding: bool = True,
+    ):
         if optimizer is _UNSET:  # TensorFlow >= 2.4: TPUEmbedding(feature_config, optimizer, ...)
             if is_int(batch_size):
                 raise TypeError("TPUEmbedding() missing required argument: 'optimizer'.")
@@ -126,10 +138,10 @@ class TPUEmbedding(MidLevelBase):
         super().__init__(feature_config, optimizer, pipeline_execution_with_tensor_core)
         self._batch_size = None if batch_size is None else int(batch_size)
         self._initialize_tpu_embedding = initialize_tpu_embedding
-        self._queue: Deque[_QueuedBatch] = collections.deque()
-        self._dequeued: Optional[Tuple[LookupResult, List[ConvertedInput]]] = None
+        self._queue: collections.deque[_QueuedBatch] = collections.deque()
+        self._dequeued: tuple[LookupResult, list[ConvertedInput]] | None = None
 
-    def build(self, per_replica_input_shapes: Any = None, per_replica_batch_size: Optional[int] = None) -> None:
+    def build(self, per_replica_input_shapes: Any = None, per_replica_batch_size: int | None = None) -> None:
         """Creates the tables and slots; optionally fixes the per-replica shapes.
 
         `enqueue` calls it. `per_replica_input_shapes` holds one input shape
@@ -166,28 +178,38 @@ class TPUEmbedding(MidLevelBase):
                         "Argument `per_replica_input_shapes` must hold one input shape per feature of "
                         f"`feature_config` ({len(features)} features, in tf.nest order: "
                         f"{[path_string(f.path) for f in features]}); any nesting works, only the count must match. "
-                        f"Received {len(flat)} shapes: {short_repr(per_replica_input_shapes)}.")
+                        f"Received {len(flat)} shapes: {short_repr(per_replica_input_shapes)}."
+                    )
                 shapes = [output_shape_of_input_shape(s, f.config, f.path) for s, f in zip(flat, features)]
         if shapes is None and per_replica_batch_size is not None:
             if not is_int(per_replica_batch_size) or per_replica_batch_size < 1:
-                raise ValueError("Argument `per_replica_batch_size` must be an int >= 1. Received: "
-                                 f"{per_replica_batch_size!r}.")
+                raise ValueError(
+                    f"Argument `per_replica_batch_size` must be an int >= 1. Received: {per_replica_batch_size!r}."
+                )
             b = int(per_replica_batch_size)
-            shapes = [(b, f.config.max_sequence_length)
-                      if f.config.max_sequence_length and f.config.output_shape is None else (b,) for f in features]
+            shapes = [
+                (b, f.config.max_sequence_length)
+                if f.config.max_sequence_length and f.config.output_shape is None
+                else (b,)
+                for f in features
+            ]
         if shapes is not None:
             merged = []
             for shape, f in zip(shapes, features):
                 known = f.output_shape
                 if known is not None and not tf_shape_check_skipped(known, shape) and not shapes_match(known, shape):
-                    raise ValueError(f"Inconsistent shape for feature {path_string(f.path)}: build() gives output "
-                                     f"shape {list(shape)}, the configuration {list(known)}.")
+                    raise ValueError(
+                        f"Inconsistent shape for feature {path_string(f.path)}: build() gives output "
+                        f"shape {list(shape)}, the configuration {list(known)}."
+                    )
                 merged.append(known if known is not None else shape)
             for shape, f in zip(merged, features):
                 if None in shape:
-                    raise ValueError(f"Input Feature {path_string(f.path)} has output shape set as {list(shape)} "
-                                     "which is not fully defined. Please specify the fully defined shape in either "
-                                     "FeatureConfig or for the build method.")
+                    raise ValueError(
+                        f"Input Feature {path_string(f.path)} has output shape set as {list(shape)} "
+                        "which is not fully defined. Please specify the fully defined shape in either "
+                        "FeatureConfig or for the build method."
+                    )
             for shape, f in zip(merged, features):
                 f.output_shape = shape
         self._build_engine()
@@ -196,8 +218,14 @@ class TPUEmbedding(MidLevelBase):
     def _forget_lookup(self) -> None:
         self._dequeued = None  # a lookup made before a restore can't be trained on after it
 
-    def enqueue(self, features: Any, weights: Any = None, training: bool = True, name: Optional[str] = None,
-                device: Optional[str] = None) -> None:
+    def enqueue(
+        self,
+        features: Any,
+        weights: Any = None,
+        training: bool = True,
+        name: str | None = None,
+        device: str | None = None,
+    ) -> None:
         """Queues one batch of ids (and weights) for `dequeue`.
 
         Every check runs here, before anything is queued: the structure of
@@ -226,9 +254,11 @@ class TPUEmbedding(MidLevelBase):
             ids that are not integers.
         """
         if device is not None and device_type(device) != "TPU":
-            raise ValueError(f"Non-TPU device {device} passed to enqueue: give a TPU device such as "
-                             "'/job:worker/replica:0/task:0/device:TPU:0' (strategy.extended.worker_devices under a "
-                             "TPUStrategy), or None.")
+            raise ValueError(
+                f"Non-TPU device {device} passed to enqueue: give a TPU device such as "
+                "'/job:worker/replica:0/task:0/device:TPU:0' (strategy.extended.worker_devices under a "
+                "TPUStrategy), or None."
+            )
         converted = self._convert(features, weights)
         if self._batch_size is not None:
             for c, f in zip(converted, self._features):
@@ -236,13 +266,14 @@ class TPUEmbedding(MidLevelBase):
                     raise ValueError(
                         f"The batch size of feature {path_name(f.path)} is "
                         f"{c.output_shape[0]}; TPUEmbedding was created with batch_size={self._batch_size} and every "
-                        "enqueue must use it (per replica: batch_size / num_replicas_in_sync).")
+                        "enqueue must use it (per replica: batch_size / num_replicas_in_sync)."
+                    )
         self._check_output_shapes(converted)
         self._build_engine()
         self._built = True
         self._queue.append(_QueuedBatch(converted, bool(training)))
 
-    def dequeue(self, name: Optional[str] = None) -> Any:
+    def dequeue(self, name: str | None = None) -> Any:
         """Looks up the oldest queued batch: a nest like `feature_config` of activations.
 
         Each activation is float32 `output_shape + [dim]`: `[B, dim]`, `[B,
@@ -256,21 +287,28 @@ class TPUEmbedding(MidLevelBase):
             enqueue or build).
         """
         if not self._built:
-            raise RuntimeError("dequeue called on unbuilt TPUEmbedding object. Please either call enqueue first or "
-                               "manually call the build method.")
+            raise RuntimeError(
+                "dequeue called on unbuilt TPUEmbedding object. Please either call enqueue first or "
+                "manually call the build method."
+            )
         if not self._queue:
-            raise RuntimeError("dequeue called with nothing enqueued. Call enqueue(features) once before each "
-                               "dequeue().")
+            raise RuntimeError(
+                "dequeue called with nothing enqueued. Call enqueue(features) once before each dequeue()."
+            )
         if self._dequeued is not None and self._dequeued[0].training:
-            warnings.warn("dequeue() after a training batch whose gradients were never applied: that batch is "
-                          "dropped without an update (a TPU would wait for apply_gradients). Enqueue with "
-                          "training=False for batches you do not train on.", UserWarning, stacklevel=2)
+            warnings.warn(
+                "dequeue() after a training batch whose gradients were never applied: that batch is "
+                "dropped without an update (a TPU would wait for apply_gradients). Enqueue with "
+                "training=False for batches you do not train on.",
+                UserWarning,
+                stacklevel=2,
+            )
         batch = self._queue.popleft()
         result, activations = self._lookup(batch.converted, batch.training)
         self._dequeued = (result, batch.converted)
         return pack_as(self._feature_config, activations)
 
-    def apply_gradients(self, gradients: Any, name: Optional[str] = None) -> None:
+    def apply_gradients(self, gradients: Any, name: str | None = None) -> None:
         """Applies d loss / d activations of the last dequeued batch: one update per touched row.
 
         A `None` gradient (anywhere in the nest) is a zero gradient, with a
@@ -288,15 +326,21 @@ class TPUEmbedding(MidLevelBase):
           TypeError: a sequence type that differs from `feature_config`'s.
         """
         if not self._built:
-            raise RuntimeError("apply_gradients called on unbuilt TPUEmbedding object. Please either call enqueue "
-                               "first or manually call the build method.")
+            raise RuntimeError(
+                "apply_gradients called on unbuilt TPUEmbedding object. Please either call enqueue "
+                "first or manually call the build method."
+            )
         if self._dequeued is None:
-            raise RuntimeError("apply_gradients called with no dequeued batch to train on: call enqueue(..., "
-                               "training=True) and dequeue() first, and apply_gradients once per dequeue.")
+            raise RuntimeError(
+                "apply_gradients called with no dequeued batch to train on: call enqueue(..., "
+                "training=True) and dequeue() first, and apply_gradients once per dequeue."
+            )
         result, converted = self._dequeued
         if not result.training:
-            raise RuntimeError("apply_gradients called after the batch was enqueued with training=False (an "
-                               "inference batch, which on a TPU may deadlock). Enqueue with training=True to train.")
+            raise RuntimeError(
+                "apply_gradients called after the batch was enqueued with training=False (an "
+                "inference batch, which on a TPU may deadlock). Enqueue with training=True to train."
+            )
         engine_gradients = self._engine_gradients(gradients, converted)
         self._apply(result, engine_gradients)
         self._dequeued = None

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -60,8 +60,14 @@ SPARSE_CORES_PER_CHIP = 4
 
 PartitionedCsrFormatTensor = collections.namedtuple(
     "PartitionedCsrFormatTensor",
-    ["row_pointers", "sorted_sample_ids", "sorted_token_ids", "sorted_gains", "sample_count",
-     "num_minibatches_per_physical_sparse_core"],
+    [
+        "row_pointers",
+        "sorted_sample_ids",
+        "sorted_token_ids",
+        "sorted_gains",
+        "sample_count",
+        "num_minibatches_per_physical_sparse_core",
+    ],
 )
 PartitionedCsrFormatTensor.__doc__ = """One table's batch in CSR form, as the SparseCore update reads it.
 
@@ -81,8 +87,8 @@ class SparseCoreEmbeddingConfig:
 
     disable_table_stacking: bool = False
     max_ids_per_chip_per_sample: int = 64
-    max_ids_per_table: Optional[Dict[str, int]] = None
-    max_unique_ids_per_table: Optional[Dict[str, int]] = None
+    max_ids_per_table: dict[str, int] | None = None
+    max_unique_ids_per_table: dict[str, int] | None = None
     allow_id_dropping: bool = False
     initialize_tables_on_host: bool = True
     enable_fast_table_initialization: bool = False
@@ -92,7 +98,7 @@ class SparseCoreEmbeddingConfig:
 class PreprocessedFeatures:
     """What `enqueue` / `preprocess_features` return and `dequeue` takes: a checked batch."""
 
-    converted: Tuple[ConvertedInput, ...]
+    converted: tuple[ConvertedInput, ...]
     owner_id: int
 
 
@@ -102,17 +108,22 @@ class PreservedOutputs(dict):
     Pass it, unchanged, to `apply_gradients` of the object that returned it.
     """
 
-    def __init__(self, tables: Dict[str, PartitionedCsrFormatTensor], lookup: LookupResult,
-                 converted: Tuple[ConvertedInput, ...], owner_id: int):
+    def __init__(
+        self,
+        tables: dict[str, PartitionedCsrFormatTensor],
+        lookup: LookupResult,
+        converted: tuple[ConvertedInput, ...],
+        owner_id: int,
+    ):
         super().__init__(tables)
         self.lookup = lookup
         self.converted = converted
         self.owner_id = owner_id
 
 
-def _tables_of(feature_config: Any) -> List[v2_utils.TableConfig]:
+def _tables_of(feature_config: Any) -> list[v2_utils.TableConfig]:
     """The distinct `TableConfig`s of a `FeatureConfig` nest (anything else is left to the base class to refuse)."""
-    tables: List[v2_utils.TableConfig] = []
+    tables: list[v2_utils.TableConfig] = []
     for _, config in flatten_with_paths(feature_config):
         table = getattr(config, "table", None) if isinstance(config, v2_utils.FeatureConfig) else None
         if isinstance(table, v2_utils.TableConfig) and not any(table is t for t in tables):
@@ -147,12 +158,22 @@ class TPUEmbeddingV2(MidLevelBase):
 
     _class_name = "TPUEmbeddingV2"
 
-    def __init__(self, feature_config: Any, optimizer: Any = None, pipeline_execution_with_tensor_core: bool = False,
-                 sparse_core_embedding_config: Optional[SparseCoreEmbeddingConfig] = None):
+    def __init__(
+        self,
+        feature_config: Any,
+        optimizer: Any = None,
+        pipeline_execution_with_tensor_core: bool = False,
+        sparse_core_embedding_config: SparseCoreEmbeddingConfig | None = None,
+    ):
         saved = [(table, table.name, table.optimizer) for table in _tables_of(feature_config)]
         try:
-            super().__init__(feature_config, optimizer, pipeline_execution_with_tensor_core,
-                             num_shards=SPARSE_CORES_PER_CHIP, partition_strategy="mod")
+            super().__init__(
+                feature_config,
+                optimizer,
+                pipeline_execution_with_tensor_core,
+                num_shards=SPARSE_CORES_PER_CHIP,
+                partition_strategy="mod",
+            )
             self._check_strategy_and_weight_decay()
         except Exception:
             for table, name, table_optimizer in saved:  # naming and optimizer defaulting are undone
@@ -166,7 +187,8 @@ class TPUEmbeddingV2(MidLevelBase):
                 f"TPUEmbeddingV2 should be created under TPUStrategy but found {self._strategy}. Create it in the "
                 "scope of the TPUStrategy stand-in (an in-process CPU emulation): strategy = "
                 "tf.distribute.TPUStrategy(); with strategy.scope(): embedding = "
-                "tf.tpu.experimental.embedding.TPUEmbeddingV2(...).")
+                "tf.tpu.experimental.embedding.TPUEmbeddingV2(...)."
+            )
         for table in self._table_config:
             decay = table.optimizer.weight_decay_factor
             by_rate = table.optimizer.multiply_weight_decay_factor_by_learning_rate
@@ -176,7 +198,8 @@ class TPUEmbeddingV2(MidLevelBase):
                     f"But found in table {table.name} setting: {type(table.optimizer).__name__}(weight_decay_factor="
                     f"{decay!r}, multiply_weight_decay_factor_by_learning_rate={by_rate!r}). TensorFlow's "
                     "SparseCore TPUEmbeddingV2 has no weight decay: leave both None, or use TPUEmbedding, "
-                    "which applies it.")
+                    "which applies it."
+                )
 
     def build(self) -> None:
         """Creates the tables and slot variables (`embedding_lookup` calls it). A second call does nothing."""
@@ -184,19 +207,19 @@ class TPUEmbeddingV2(MidLevelBase):
         self._built = True
 
     @property
-    def embedding_table_shards(self) -> Dict[v2_utils.TableConfig, List[np.ndarray]]:
+    def embedding_table_shards(self) -> dict[v2_utils.TableConfig, list[np.ndarray]]:
         """`{TableConfig: [shard arrays]}` as the engine stores them: row r on shard r % 4 (copies)."""
         self.build()
         return {table: self._engine.shards(table.name) for table in self._table_config}
 
     @property
-    def embedding_tables(self) -> Dict[v2_utils.TableConfig, np.ndarray]:
+    def embedding_tables(self) -> dict[v2_utils.TableConfig, np.ndarray]:
         """`{TableConfig: full table [vocabulary_size, dim]}` in id order (copies)."""
         self.build()
         return super().embedding_tables
 
     @property
-    def variables(self) -> Dict[v2_utils.TableConfig, Dict[str, np.ndarray]]:
+    def variables(self) -> dict[v2_utils.TableConfig, dict[str, np.ndarray]]:
         """`{TableConfig: {'parameters': table, <slot name>: slot}}` (copies)."""
         self.build()
         return super().variables
@@ -212,7 +235,7 @@ class TPUEmbeddingV2(MidLevelBase):
         self._check_output_shapes(converted)
         return PreprocessedFeatures(tuple(converted), id(self))
 
-    def enqueue(self, features: Any, weights: Any = None, device: Optional[str] = None) -> PreprocessedFeatures:
+    def enqueue(self, features: Any, weights: Any = None, device: str | None = None) -> PreprocessedFeatures:
         """Preprocesses the features on the host: checks them and returns the batch for `dequeue`.
 
         Raises:
@@ -225,7 +248,7 @@ class TPUEmbeddingV2(MidLevelBase):
             raise ValueError(f"Non-TPU device {device} passed to enqueue.")
         return self.preprocess_features(features, weights)
 
-    def dequeue(self, partitioned_tensors: PreprocessedFeatures) -> Tuple[Any, PreservedOutputs]:
+    def dequeue(self, partitioned_tensors: PreprocessedFeatures) -> tuple[Any, PreservedOutputs]:
         """Looks a preprocessed batch up: `(activations, preserved_outputs)`.
 
         Raises:
@@ -233,15 +256,17 @@ class TPUEmbeddingV2(MidLevelBase):
             `enqueue` or `preprocess_features`.
         """
         if not isinstance(partitioned_tensors, PreprocessedFeatures) or partitioned_tensors.owner_id != id(self):
-            raise ValueError("Expect the output of this object's enqueue() or preprocess_features() but got "
-                             f"{type(partitioned_tensors)}.")
+            raise ValueError(
+                "Expect the output of this object's enqueue() or preprocess_features() but got "
+                f"{type(partitioned_tensors)}."
+            )
         self.build()
         converted = list(partitioned_tensors.converted)
         result, activations = self._lookup(converted, training=True)
         preserved = PreservedOutputs(self._csr(result, converted), result, partitioned_tensors.converted, id(self))
         return pack_as(self._feature_config, activations), preserved
 
-    def embedding_lookup(self, features: Any, weights: Any = None) -> Tuple[Any, PreservedOutputs]:
+    def embedding_lookup(self, features: Any, weights: Any = None) -> tuple[Any, PreservedOutputs]:
         """Looks one batch up: `(activations, preserved_outputs)`.
 
         `activations` has the structure of `feature_config`: float32
@@ -260,7 +285,7 @@ class TPUEmbeddingV2(MidLevelBase):
         self.build()
         return self.dequeue(self.enqueue(features, weights))
 
-    def __call__(self, features: Any, weights: Any = None) -> Tuple[Any, PreservedOutputs]:
+    def __call__(self, features: Any, weights: Any = None) -> tuple[Any, PreservedOutputs]:
         """`embedding_lookup(features, weights)`."""
         return self.embedding_lookup(features, weights)
 
@@ -282,25 +307,31 @@ class TPUEmbeddingV2(MidLevelBase):
           TypeError: a sequence type that differs from `feature_config`'s.
         """
         if not self._built:
-            raise RuntimeError("apply_gradients called on unbuilt TPUEmbeddingV2 object. Please either call the "
-                               "embedding lookup method first or manually call the build method.")
+            raise RuntimeError(
+                "apply_gradients called on unbuilt TPUEmbeddingV2 object. Please either call the "
+                "embedding lookup method first or manually call the build method."
+            )
         flatten_up_to(self._feature_config, gradients, "gradients")
         if not isinstance(preserved_outputs, PreservedOutputs) or preserved_outputs.owner_id != id(self):
-            raise ValueError("Argument `preserved_outputs` must be the second output of this object's "
-                             f"embedding_lookup() or dequeue(). Received: {type(preserved_outputs)}.")
+            raise ValueError(
+                "Argument `preserved_outputs` must be the second output of this object's "
+                f"embedding_lookup() or dequeue(). Received: {type(preserved_outputs)}."
+            )
         lookup = preserved_outputs.lookup
         if lookup.step != self._engine.global_step:
-            raise RuntimeError(f"This lookup was made at step {lookup.step} but the engine is at step "
-                               f"{self._engine.global_step}: apply each lookup's gradients once, in order.")
+            raise RuntimeError(
+                f"This lookup was made at step {lookup.step} but the engine is at step "
+                f"{self._engine.global_step}: apply each lookup's gradients once, in order."
+            )
         engine_gradients = self._engine_gradients(gradients, list(preserved_outputs.converted))
         self._apply(lookup, engine_gradients)
 
     # The CSR form of a lookup --------------------------------------------------------------------
 
-    def _csr(self, result: LookupResult, converted: List[ConvertedInput]) -> Dict[str, PartitionedCsrFormatTensor]:
-        samples: Dict[str, List[np.ndarray]] = {t.name: [] for t in self._table_config}
-        tokens: Dict[str, List[np.ndarray]] = {t.name: [] for t in self._table_config}
-        gains: Dict[str, List[np.ndarray]] = {t.name: [] for t in self._table_config}
+    def _csr(self, result: LookupResult, converted: list[ConvertedInput]) -> dict[str, PartitionedCsrFormatTensor]:
+        samples: dict[str, list[np.ndarray]] = {t.name: [] for t in self._table_config}
+        tokens: dict[str, list[np.ndarray]] = {t.name: [] for t in self._table_config}
+        gains: dict[str, list[np.ndarray]] = {t.name: [] for t in self._table_config}
         counts = {t.name: 0 for t in self._table_config}
         for feature in self._features:
             spec, config = feature.spec, feature.config
@@ -320,7 +351,11 @@ class TPUEmbeddingV2(MidLevelBase):
             gain = np.concatenate(gains[name]).astype(np.float32)
             order = np.lexsort((sample, token))
             out[name] = PartitionedCsrFormatTensor(
-                row_pointers=np.array([0, order.size], np.int32), sorted_sample_ids=sample[order],
-                sorted_token_ids=token[order], sorted_gains=gain[order], sample_count=counts[name],
-                num_minibatches_per_physical_sparse_core=1)
+                row_pointers=np.array([0, order.size], np.int32),
+                sorted_sample_ids=sample[order],
+                sorted_token_ids=token[order],
+                sorted_gains=gain[order],
+                sample_count=counts[name],
+                num_minibatches_per_physical_sparse_core=1,
+            )
         return out

@@ -33,16 +33,23 @@ sequence lengths, an empty or duplicated shared list, and a
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence
-
 import dataclasses
 import operator
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from ..spec.checks import check_name, check_bool, check_callable, check_int, fail, is_int, parse_combiner
+from ..spec.checks import check_bool, check_callable, check_int, check_name, fail, is_int, parse_combiner
 from ..spec.initializers import default_table_initializer
 from .feature_columns import (
-    BaseEmbeddingColumn, BucketizedColumn, CategoricalColumn, CrossedColumn, HashedCategoricalColumn,
-    OverCategoricalColumn, SequenceCategoricalColumn, WeightedCategoricalColumn, serialize_column,
+    BaseEmbeddingColumn,
+    BucketizedColumn,
+    CategoricalColumn,
+    CrossedColumn,
+    HashedCategoricalColumn,
+    OverCategoricalColumn,
+    SequenceCategoricalColumn,
+    WeightedCategoricalColumn,
+    serialize_column,
 )
 
 EMBEDDING_CORE = "tpu_embedding_core"
@@ -60,8 +67,18 @@ def _read_only(attribute: str) -> property:
 class _TPUBaseEmbeddingColumn(BaseEmbeddingColumn):
     """What every TPU embedding column has: the categorical column, sequence length, lookup options."""
 
-    def __init__(self, categorical_column, dimension, combiner, initializer, max_sequence_length,
-                 learning_rate_fn, use_safe_embedding_lookup, embedding_lookup_device=None, tensor_core_shape=None):
+    def __init__(
+        self,
+        categorical_column,
+        dimension,
+        combiner,
+        initializer,
+        max_sequence_length,
+        learning_rate_fn,
+        use_safe_embedding_lookup,
+        embedding_lookup_device=None,
+        tensor_core_shape=None,
+    ):
         self.categorical_column = categorical_column
         self._dimension = dimension
         self.combiner = combiner
@@ -89,7 +106,7 @@ class _TPUBaseEmbeddingColumn(BaseEmbeddingColumn):
             column = column.categorical_column
         return column.name
 
-    def get_weight_key_name(self) -> Optional[str]:
+    def get_weight_key_name(self) -> str | None:
         column = self.categorical_column
         if isinstance(column, WeightedCategoricalColumn):
             return column.weight_feature_key
@@ -131,9 +148,11 @@ class _TPUBaseEmbeddingColumn(BaseEmbeddingColumn):
     tensor_core_shape = _read_only("_tensor_core_shape")
 
     def __repr__(self):
-        return (f"{type(self).__name__}(name={self.name!r}, categorical_column={self.categorical_column!r}, "
-                f"dimension={self.dimension!r}, combiner={self.combiner!r}, "
-                f"max_sequence_length={self._max_sequence_length!r})")
+        return (
+            f"{type(self).__name__}(name={self.name!r}, categorical_column={self.categorical_column!r}, "
+            f"dimension={self.dimension!r}, combiner={self.combiner!r}, "
+            f"max_sequence_length={self._max_sequence_length!r})"
+        )
 
 
 class _TPUEmbeddingColumnV2(_TPUBaseEmbeddingColumn):
@@ -150,7 +169,7 @@ class _TPUEmbeddingColumnV2(_TPUBaseEmbeddingColumn):
     tensor_name_in_ckpt = property(lambda self: None, doc="Always None.")
     trainable = property(lambda self: True, doc="Always True: the embedding optimizer trains the table.")
 
-    def get_config(self) -> Dict[str, Any]:
+    def get_config(self) -> dict[str, Any]:
         """TensorFlow's `EmbeddingColumn.get_config()`: the categorical column nested, the initializer serialized.
 
         An initializer of this package (`tf.compat.v1.*_initializer`, the
@@ -160,9 +179,14 @@ class _TPUEmbeddingColumnV2(_TPUBaseEmbeddingColumn):
         (they are not in TensorFlow's either).
         """
         return {
-            "categorical_column": serialize_column(self.categorical_column), "dimension": self.dimension,
-            "combiner": self.combiner, "initializer": _serialize_initializer(self.initializer),
-            "ckpt_to_load_from": None, "tensor_name_in_ckpt": None, "max_norm": None, "trainable": True,
+            "categorical_column": serialize_column(self.categorical_column),
+            "dimension": self.dimension,
+            "combiner": self.combiner,
+            "initializer": _serialize_initializer(self.initializer),
+            "ckpt_to_load_from": None,
+            "tensor_name_in_ckpt": None,
+            "max_norm": None,
+            "trainable": True,
             "use_safe_embedding_lookup": self.use_safe_embedding_lookup,
         }
 
@@ -178,8 +202,12 @@ class _TPUEmbeddingColumnV2(_TPUBaseEmbeddingColumn):
 
 # The fields TensorFlow's v1 initializers write in get_config (before 'dtype'), by class name.
 _INITIALIZER_CONFIG_FIELDS = {
-    "TruncatedNormal": ("mean", "stddev", "seed"), "RandomNormal": ("mean", "stddev", "seed"),
-    "RandomUniform": ("minval", "maxval", "seed"), "Constant": ("value",), "Zeros": (), "Ones": (),
+    "TruncatedNormal": ("mean", "stddev", "seed"),
+    "RandomNormal": ("mean", "stddev", "seed"),
+    "RandomUniform": ("minval", "maxval", "seed"),
+    "Constant": ("value",),
+    "Zeros": (),
+    "Ones": (),
 }
 
 
@@ -218,12 +246,29 @@ class _TPUSharedEmbeddingColumnV2(_TPUBaseEmbeddingColumn):
 
     _name_suffix = "_shared_embedding"
 
-    def __init__(self, categorical_column, shared_embedding_column_creator, combiner, initializer,
-                 max_sequence_length, learning_rate_fn, use_safe_embedding_lookup, embedding_lookup_device=None,
-                 tensor_core_shape=None):
-        super().__init__(categorical_column, shared_embedding_column_creator.dimension, combiner, initializer,
-                         max_sequence_length, learning_rate_fn, use_safe_embedding_lookup,
-                         embedding_lookup_device, tensor_core_shape)
+    def __init__(
+        self,
+        categorical_column,
+        shared_embedding_column_creator,
+        combiner,
+        initializer,
+        max_sequence_length,
+        learning_rate_fn,
+        use_safe_embedding_lookup,
+        embedding_lookup_device=None,
+        tensor_core_shape=None,
+    ):
+        super().__init__(
+            categorical_column,
+            shared_embedding_column_creator.dimension,
+            combiner,
+            initializer,
+            max_sequence_length,
+            learning_rate_fn,
+            use_safe_embedding_lookup,
+            embedding_lookup_device,
+            tensor_core_shape,
+        )
         self.shared_embedding_column_creator = shared_embedding_column_creator
 
     def get_embedding_var_name(self) -> str:
@@ -247,8 +292,10 @@ class _TPUSharedEmbeddingColumnV2(_TPUBaseEmbeddingColumn):
 
 
 # TensorFlow's error for the TF1 attributes of a shared column (which TF1's input_layer would read).
-_SHARED_TF1_ERROR = ("SharedEmbeddingColumns are not supported in `linear_model` or `input_layer`. Please use "
-                     "`DenseFeatures` or `LinearModel` instead.")
+_SHARED_TF1_ERROR = (
+    "SharedEmbeddingColumns are not supported in `linear_model` or `input_layer`. Please use "
+    "`DenseFeatures` or `LinearModel` instead."
+)
 
 
 class _TPUSharedDeviceSpecificEmbeddingColumnV2(_TPUSharedEmbeddingColumnV2):
@@ -269,22 +316,29 @@ def _check_categorical(column: Any, owner: str) -> None:
             "categorical_column_with_identity, or use a vocabulary list / file column."
         )
     if not isinstance(column, CategoricalColumn):
-        raise fail("categorical_column", "a categorical column (categorical_column_with_identity, "
-                   "weighted_categorical_column, categorical_column_with_vocabulary_list / _file, or a "
-                   "sequence_categorical_column_with_*)", column, error=TypeError, owner=owner)
+        raise fail(
+            "categorical_column",
+            "a categorical column (categorical_column_with_identity, "
+            "weighted_categorical_column, categorical_column_with_vocabulary_list / _file, or a "
+            "sequence_categorical_column_with_*)",
+            column,
+            error=TypeError,
+            owner=owner,
+        )
 
 
 def _check_dimension(dimension: Any, owner: str) -> int:
     return check_int("dimension", dimension, minimum=1, owner=owner)
 
 
-def _check_device(device: Any, shape: Any, owner: str) -> Optional[List[Any]]:
+def _check_device(device: Any, shape: Any, owner: str) -> list[Any] | None:
     if device is not None and (not isinstance(device, str) or device not in LOOKUP_DEVICES):
         raise fail("embedding_lookup_device", f"None or one of {list(LOOKUP_DEVICES)}", device, owner=owner)
     if shape is not None:
         if not isinstance(shape, (list, tuple)):
-            raise fail("tensor_core_shape", "a list of 2 sizes [batch, ids per example]", shape, owner=owner,
-                       error=TypeError)
+            raise fail(
+                "tensor_core_shape", "a list of 2 sizes [batch, ids per example]", shape, owner=owner, error=TypeError
+            )
         shape = list(shape)
         if len(shape) != 2:
             raise fail("tensor_core_shape", "a list of 2 sizes [batch, ids per example]", shape, owner=owner)
@@ -292,9 +346,13 @@ def _check_device(device: Any, shape: Any, owner: str) -> Optional[List[Any]]:
             if size is not None and size != -1 and (not is_int(size) or size < 1):
                 raise fail("tensor_core_shape", "2 sizes, each None, -1 or an int >= 1", shape, owner=owner)
         if device == TENSOR_CORE and (not is_int(shape[1]) or shape[1] < 1):
-            raise fail("tensor_core_shape", "[batch, ids per example] with ids per example an int >= 1 (each "
-                       "example keeps its first tensor_core_shape[1] positions; the batch may be None)", shape,
-                       owner=owner)
+            raise fail(
+                "tensor_core_shape",
+                "[batch, ids per example] with ids per example an int >= 1 (each "
+                "example keeps its first tensor_core_shape[1] positions; the batch may be None)",
+                shape,
+                owner=owner,
+            )
         if device != TENSOR_CORE:
             raise ValueError(
                 f"{owner}: `tensor_core_shape` only applies with embedding_lookup_device='tpu_tensor_core' and "
@@ -312,8 +370,13 @@ def _check_device(device: Any, shape: Any, owner: str) -> Optional[List[Any]]:
 def _check_sequence_length(column: CategoricalColumn, max_sequence_length: Any, owner: str) -> int:
     is_sequence = isinstance(column, SequenceCategoricalColumn)
     if not is_int(max_sequence_length):
-        raise fail("max_sequence_length", "an int", max_sequence_length, owner=owner,
-                   error=TypeError if isinstance(max_sequence_length, str) else ValueError)
+        raise fail(
+            "max_sequence_length",
+            "an int",
+            max_sequence_length,
+            owner=owner,
+            error=TypeError if isinstance(max_sequence_length, str) else ValueError,
+        )
     if is_sequence and max_sequence_length < 1:
         raise ValueError(
             f"{owner}: Argument `max_sequence_length` must be an int >= 1 for sequence column "
@@ -344,7 +407,7 @@ def _check_common(owner, combiner, initializer, learning_rate_fn, use_safe_embed
     check_bool("use_safe_embedding_lookup", use_safe_embedding_lookup, owner=owner)
 
 
-def _check_tensor_core_sequence(device: Optional[str], column: CategoricalColumn, owner: str) -> None:
+def _check_tensor_core_sequence(device: str | None, column: CategoricalColumn, owner: str) -> None:
     if device == TENSOR_CORE and isinstance(column, SequenceCategoricalColumn):
         raise ValueError(
             f"{owner}: embedding_lookup_device='tpu_tensor_core' does not support sequence columns. "
@@ -355,10 +418,18 @@ def _check_tensor_core_sequence(device: Optional[str], column: CategoricalColumn
 # The functions ----------------------------------------------------------------------
 
 
-def embedding_column(categorical_column, dimension: int, combiner: str = "mean", initializer: Optional[Callable] = None,
-                     max_sequence_length: int = 0, learning_rate_fn: Optional[Callable[[int], float]] = None,
-                     embedding_lookup_device: Optional[str] = None, tensor_core_shape: Optional[Sequence] = None,
-                     use_safe_embedding_lookup: bool = True, **unsupported):
+def embedding_column(
+    categorical_column,
+    dimension: int,
+    combiner: str = "mean",
+    initializer: Callable | None = None,
+    max_sequence_length: int = 0,
+    learning_rate_fn: Callable[[int], float] | None = None,
+    embedding_lookup_device: str | None = None,
+    tensor_core_shape: Sequence | None = None,
+    use_safe_embedding_lookup: bool = True,
+    **unsupported,
+):
     """TPU version of `tf.feature_column.embedding_column`.
 
     Args:
@@ -392,18 +463,32 @@ def embedding_column(categorical_column, dimension: int, combiner: str = "mean",
     if initializer is None:
         initializer = default_table_initializer(dimension)
     cls = _TPUDeviceSpecificEmbeddingColumnV2 if embedding_lookup_device else _TPUEmbeddingColumnV2
-    return cls(categorical_column, dimension, combiner, initializer, max_sequence_length, learning_rate_fn,
-               use_safe_embedding_lookup, embedding_lookup_device, tensor_core_shape)
+    return cls(
+        categorical_column,
+        dimension,
+        combiner,
+        initializer,
+        max_sequence_length,
+        learning_rate_fn,
+        use_safe_embedding_lookup,
+        embedding_lookup_device,
+        tensor_core_shape,
+    )
 
 
-def shared_embedding_columns(categorical_columns, dimension: int, combiner: str = "mean",
-                             initializer: Optional[Callable] = None,
-                             shared_embedding_collection_name: Optional[str] = None,
-                             max_sequence_lengths: Optional[Sequence[int]] = None,
-                             learning_rate_fn: Optional[Callable[[int], float]] = None,
-                             embedding_lookup_device: Optional[str] = None,
-                             tensor_core_shape: Optional[Sequence] = None, use_safe_embedding_lookup: bool = True,
-                             **unsupported):
+def shared_embedding_columns(
+    categorical_columns,
+    dimension: int,
+    combiner: str = "mean",
+    initializer: Callable | None = None,
+    shared_embedding_collection_name: str | None = None,
+    max_sequence_lengths: Sequence[int] | None = None,
+    learning_rate_fn: Callable[[int], float] | None = None,
+    embedding_lookup_device: str | None = None,
+    tensor_core_shape: Sequence | None = None,
+    use_safe_embedding_lookup: bool = True,
+    **unsupported,
+):
     """TPU columns that share one table, in the order given.
 
     All columns must have the same number of buckets and distinct feature
@@ -415,17 +500,26 @@ def shared_embedding_columns(categorical_columns, dimension: int, combiner: str 
     owner = "shared_embedding_columns"
     _check_unsupported(unsupported, owner)
     if not isinstance(categorical_columns, (list, tuple)):
-        raise fail("categorical_columns", "a list of categorical columns", categorical_columns,
-                   error=TypeError, owner=owner,
-                   hint="Wrap a single column in a list: shared_embedding_columns([column], ...).")
+        raise fail(
+            "categorical_columns",
+            "a list of categorical columns",
+            categorical_columns,
+            error=TypeError,
+            owner=owner,
+            hint="Wrap a single column in a list: shared_embedding_columns([column], ...).",
+        )
     if not categorical_columns:
-        raise fail("categorical_columns", "a non-empty list of categorical columns", categorical_columns,
-                   owner=owner)
+        raise fail("categorical_columns", "a non-empty list of categorical columns", categorical_columns, owner=owner)
     for column in categorical_columns:
         _check_categorical(column, owner)
     if max_sequence_lengths is not None and not isinstance(max_sequence_lengths, (list, tuple)):
-        raise fail("max_sequence_lengths", "None or a list with one length per column", max_sequence_lengths,
-                   error=TypeError, owner=owner)
+        raise fail(
+            "max_sequence_lengths",
+            "None or a list with one length per column",
+            max_sequence_lengths,
+            error=TypeError,
+            owner=owner,
+        )
     if not max_sequence_lengths:
         max_sequence_lengths = [0] * len(categorical_columns)
     if len(max_sequence_lengths) != len(categorical_columns):
@@ -460,12 +554,20 @@ def shared_embedding_columns(categorical_columns, dimension: int, combiner: str 
     if initializer is None:
         initializer = default_table_initializer(dimension)
     name = shared_embedding_collection_name or "_".join(c.name for c in by_name) + "_shared_embedding"
-    creator = SharedEmbeddingColumnCreator(dimension, initializer, name, first.num_buckets, combiner,
-                                           learning_rate_fn)
+    creator = SharedEmbeddingColumnCreator(dimension, initializer, name, first.num_buckets, combiner, learning_rate_fn)
     cls = _TPUSharedDeviceSpecificEmbeddingColumnV2 if embedding_lookup_device else _TPUSharedEmbeddingColumnV2
     return [
-        cls(column, creator, combiner, initializer, length, learning_rate_fn, use_safe_embedding_lookup,
-            embedding_lookup_device, tensor_core_shape)
+        cls(
+            column,
+            creator,
+            combiner,
+            initializer,
+            length,
+            learning_rate_fn,
+            use_safe_embedding_lookup,
+            embedding_lookup_device,
+            tensor_core_shape,
+        )
         for column, length in zip(categorical_columns, lengths)
     ]
 

@@ -53,14 +53,21 @@ import re
 import shutil
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from ..engine.checkpoint import CheckpointError
 from ..engine.files import discard_directory
 from ..engine.tf_bundle import (
-    DataLossError, delete_bundle, is_bundle, newest_complete, read_state, write_bundle, write_state,
+    DataLossError,
+    delete_bundle,
+    is_bundle,
+    newest_complete,
+    read_state,
+    write_bundle,
+    write_state,
 )
 from ..engine.tf_bundle.debris import acquire_writer, release_writer, remove_debris, sole_writer, writing
 from ..engine.tf_bundle.object_graph import OBJECT_GRAPH_KEY, Node, build_graph
@@ -85,31 +92,31 @@ class CheckpointLoadStatus:
         that the checkpoint lacks (those variables kept their values).
     """
 
-    def __init__(self, restored: List[str], unmatched_in_checkpoint: List[str], missing_from_checkpoint: List[str]):
+    def __init__(self, restored: list[str], unmatched_in_checkpoint: list[str], missing_from_checkpoint: list[str]):
         self.restored = restored
         self.unmatched_in_checkpoint = unmatched_in_checkpoint
         self.missing_from_checkpoint = missing_from_checkpoint
 
-    def assert_consumed(self) -> "CheckpointLoadStatus":
+    def assert_consumed(self) -> CheckpointLoadStatus:
         """Every value of the checkpoint was restored and every variable of this program had a value."""
         self.assert_existing_objects_matched()
         if self.unmatched_in_checkpoint:
             raise AssertionError(f"Unresolved objects in the checkpoint: {self.unmatched_in_checkpoint}.")
         return self
 
-    def assert_existing_objects_matched(self) -> "CheckpointLoadStatus":
+    def assert_existing_objects_matched(self) -> CheckpointLoadStatus:
         """Every variable of this program found its value in the checkpoint."""
         if self.missing_from_checkpoint:
             raise AssertionError(f"Objects not found in the checkpoint: {self.missing_from_checkpoint}.")
         return self
 
-    def assert_nontrivial_match(self) -> "CheckpointLoadStatus":
+    def assert_nontrivial_match(self) -> CheckpointLoadStatus:
         """Something was restored."""
         if not self.restored:
             raise AssertionError("Nothing was restored from the checkpoint.")
         return self
 
-    def expect_partial(self) -> "CheckpointLoadStatus":
+    def expect_partial(self) -> CheckpointLoadStatus:
         return self
 
     def run_restore_ops(self, session: Any = None) -> None:
@@ -119,8 +126,9 @@ class CheckpointLoadStatus:
         """Nothing to run: restoring happened in `restore`."""
 
 
-def _write_locked(prefix: str, tensors: Dict[str, Any], checkpoint_names: str,
-                  then: Optional[Callable[[], None]] = None) -> None:
+def _write_locked(
+    prefix: str, tensors: dict[str, Any], checkpoint_names: str, then: Callable[[], None] | None = None
+) -> None:
     """Writes the bundle as a live writer of its directory (after removing killed saves' debris), then `then()`.
 
     Raises DirectoryInUseError (a RuntimeError) when another process is the
@@ -172,6 +180,11 @@ class Checkpoint:
       ValueError: the name `save_counter` (the checkpoint's own).
     """
 
+    _objects: dict[str, Any]
+    _root: Any
+    _counter: int
+    _counter_created: bool
+
     def __init__(self, root: Any = None, **kwargs: Any):
         object.__setattr__(self, "_objects", {})
         object.__setattr__(self, "_root", None)
@@ -211,9 +224,9 @@ class Checkpoint:
 
     # Saving ----------------------------------------------------------------------------------
 
-    def _tensors(self) -> Dict[str, Any]:
+    def _tensors(self) -> dict[str, Any]:
         """Every tensor to write: the objects' values under TensorFlow's keys, and the object graph."""
-        extras: Dict[str, Any] = {}
+        extras: dict[str, Any] = {}
         if self._root is not None:
             root_adapter = adapter_for(self._root, "root")
             top = root_adapter.node(())
@@ -256,8 +269,12 @@ class Checkpoint:
         directory = os.path.dirname(os.path.abspath(path))
         try:
             # TensorFlow's Checkpoint.save records only the new checkpoint in the state file.
-            _write_locked(path, self._tensors(), re.escape(os.path.basename(prefix)) + r"-\d+",
-                          lambda: write_state(directory, path, [path]))
+            _write_locked(
+                path,
+                self._tensors(),
+                re.escape(os.path.basename(prefix)) + r"-\d+",
+                lambda: write_state(directory, path, [path]),
+            )
         except BaseException:
             self._counter, self._counter_created = before
             raise
@@ -265,7 +282,7 @@ class Checkpoint:
 
     # Restoring -------------------------------------------------------------------------------
 
-    def restore(self, save_path: Optional[Any], options: Any = None) -> CheckpointLoadStatus:
+    def restore(self, save_path: Any | None, options: Any = None) -> CheckpointLoadStatus:
         """Restores every object from the checkpoint at `save_path` (None: nothing to do), all or nothing.
 
         Raises:
@@ -308,7 +325,7 @@ class Checkpoint:
         return f"<Checkpoint of {sorted(self._objects)}{root}, save_counter={self._counter}>"
 
 
-def _saved_counter(source: Any) -> Optional[Tuple[str, int]]:
+def _saved_counter(source: Any) -> tuple[str, int] | None:
     """(key, value) of the checkpoint's save_counter, or None."""
     if hasattr(source, "save_counter"):  # this module's older format
         value = source.save_counter
@@ -318,8 +335,10 @@ def _saved_counter(source: Any) -> Optional[Tuple[str, int]]:
         return None
     value = np.asarray(saved.read())
     if value.shape != () or value.dtype.kind not in "iu":
-        raise CheckpointError(f"Checkpoint key {saved.key!r} must hold save_counter, an int scalar; it holds "
-                              f"{value.dtype} {list(value.shape)}.")
+        raise CheckpointError(
+            f"Checkpoint key {saved.key!r} must hold save_counter, an int scalar; it holds "
+            f"{value.dtype} {list(value.shape)}."
+        )
     return saved.key, int(value)
 
 
@@ -384,22 +403,34 @@ class CheckpointManager:
       ValueError: `max_to_keep` < 1; `checkpoint_interval` without `step_counter`.
     """
 
-    def __init__(self, checkpoint: Checkpoint, directory: Any, max_to_keep: Optional[int],
-                 keep_checkpoint_every_n_hours: Optional[float] = None, checkpoint_name: str = "ckpt",
-                 step_counter: Any = None, checkpoint_interval: Optional[int] = None,
-                 init_fn: Optional[Callable[[], Any]] = None):
+    def __init__(
+        self,
+        checkpoint: Checkpoint,
+        directory: Any,
+        max_to_keep: int | None,
+        keep_checkpoint_every_n_hours: float | None = None,
+        checkpoint_name: str = "ckpt",
+        step_counter: Any = None,
+        checkpoint_interval: int | None = None,
+        init_fn: Callable[[], Any] | None = None,
+    ):
         if not isinstance(checkpoint, Checkpoint):
             raise TypeError(f"Argument `checkpoint` must be a tf.train.Checkpoint. Received: {checkpoint!r}.")
-        if max_to_keep is not None and (isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int)
-                                        or max_to_keep < 1):
+        if max_to_keep is not None and (
+            isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 1
+        ):
             raise ValueError(f"Expected a positive integer or `None` for `max_to_keep`, got {max_to_keep!r}.")
         if keep_checkpoint_every_n_hours is not None and not (
-                isinstance(keep_checkpoint_every_n_hours, (int, float)) and keep_checkpoint_every_n_hours > 0):
-            raise ValueError(f"Argument `keep_checkpoint_every_n_hours` must be a number > 0 or None. Received: "
-                             f"{keep_checkpoint_every_n_hours!r}.")
+            isinstance(keep_checkpoint_every_n_hours, (int, float)) and keep_checkpoint_every_n_hours > 0
+        ):
+            raise ValueError(
+                f"Argument `keep_checkpoint_every_n_hours` must be a number > 0 or None. Received: "
+                f"{keep_checkpoint_every_n_hours!r}."
+            )
         if not isinstance(checkpoint_name, str) or not checkpoint_name or os.sep in checkpoint_name:
-            raise ValueError(f"Argument `checkpoint_name` must be a non-empty file name. Received: "
-                             f"{checkpoint_name!r}.")
+            raise ValueError(
+                f"Argument `checkpoint_name` must be a non-empty file name. Received: {checkpoint_name!r}."
+            )
         if checkpoint_interval is not None and step_counter is None:
             raise ValueError("`step_counter` should be passed if `checkpoint_interval` is not None.")
         self._checkpoint = checkpoint
@@ -410,12 +441,12 @@ class CheckpointManager:
         self._prefix = os.path.join(self._directory, checkpoint_name)
         self._step_counter = step_counter
         self._checkpoint_interval = checkpoint_interval
-        self._last_checkpoint_step: Optional[int] = None
+        self._last_checkpoint_step: int | None = None
         self._init_fn = init_fn
-        self._maybe_delete: "collections.OrderedDict[str, float]" = collections.OrderedDict()
-        self._latest: Optional[str] = None
+        self._maybe_delete: collections.OrderedDict[str, float] = collections.OrderedDict()
+        self._latest: str | None = None
         self._last_preserved = time.time() - 1.0
-        self._writer: Optional[weakref.finalize] = None
+        self._writer: weakref.finalize | None = None
         self._recover()
 
     def _recover(self) -> None:
@@ -430,11 +461,14 @@ class CheckpointManager:
             self._latest = state.model_checkpoint_path
             self._last_preserved = state.last_preserved_timestamp or 0.0
             if now < self._last_preserved:
-                log.warning("The checkpoint state of %s was written in the future; its times are capped at now.",
-                            self._directory)
+                log.warning(
+                    "The checkpoint state of %s was written in the future; its times are capped at now.",
+                    self._directory,
+                )
                 self._last_preserved = now
             times = state.all_model_checkpoint_timestamps or (self._last_preserved,) * len(
-                state.all_model_checkpoint_paths)
+                state.all_model_checkpoint_paths
+            )
             for path, stamp in zip(state.all_model_checkpoint_paths, times):
                 if min(stamp, now) > self._last_preserved:
                     self._maybe_delete[path] = min(stamp, now)
@@ -444,14 +478,18 @@ class CheckpointManager:
         if self._latest is None or not _exists(self._latest):
             newest = self._newest_on_disk()
             if newest is not None:
-                log.warning("The checkpoint state of %s names %s, which is not a complete checkpoint (an "
-                            "interrupted save?); the newest complete one on disk, %s, is the latest.",
-                            self._directory, self._latest or "nothing", newest)
+                log.warning(
+                    "The checkpoint state of %s names %s, which is not a complete checkpoint (an "
+                    "interrupted save?); the newest complete one on disk, %s, is the latest.",
+                    self._directory,
+                    self._latest or "nothing",
+                    newest,
+                )
                 if newest not in self._maybe_delete:
                     self._maybe_delete[newest] = min(now, _mtime(newest))
             self._latest = newest
 
-    def _newest_on_disk(self) -> Optional[str]:
+    def _newest_on_disk(self) -> str | None:
         """The complete `<checkpoint_name>-<n>` of highest n in the directory (either format), or None."""
         return newest_complete(self._directory, self._name, _exists)
 
@@ -460,25 +498,31 @@ class CheckpointManager:
         return self._directory
 
     @property
-    def checkpoint_interval(self) -> Optional[int]:
+    def checkpoint_interval(self) -> int | None:
         return self._checkpoint_interval
 
     @property
-    def checkpoints(self) -> List[str]:
+    def checkpoints(self) -> list[str]:
         """The checkpoints this manager may still delete, oldest first (TensorFlow's `checkpoints`)."""
         return list(self._maybe_delete)
 
     @property
-    def latest_checkpoint(self) -> Optional[str]:
+    def latest_checkpoint(self) -> str | None:
         """The newest checkpoint (None before the first)."""
         return self._latest
 
-    def _record_state(self, latest: str, kept: "collections.OrderedDict[str, float]") -> None:
-        write_state(self._directory, latest, list(kept), all_model_checkpoint_timestamps=list(kept.values()),
-                    last_preserved_timestamp=self._last_preserved)
+    def _record_state(self, latest: str, kept: collections.OrderedDict[str, float]) -> None:
+        write_state(
+            self._directory,
+            latest,
+            list(kept),
+            all_model_checkpoint_timestamps=list(kept.values()),
+            last_preserved_timestamp=self._last_preserved,
+        )
 
-    def save(self, checkpoint_number: Optional[int] = None, check_interval: bool = True,
-             options: Any = None) -> Optional[str]:
+    def save(
+        self, checkpoint_number: int | None = None, check_interval: bool = True, options: Any = None
+    ) -> str | None:
         """Saves `<directory>/<checkpoint_name>-<n>` and returns its path (None when the interval says wait).
 
         In order: the new checkpoint is written; the state file names it
@@ -489,8 +533,11 @@ class CheckpointManager:
         """
         if self._checkpoint_interval is not None:
             step = _evaluate(self._step_counter)
-            if check_interval and self._last_checkpoint_step is not None and (
-                    step < self._last_checkpoint_step + self._checkpoint_interval):
+            if (
+                check_interval
+                and self._last_checkpoint_step is not None
+                and (step < self._last_checkpoint_step + self._checkpoint_interval)
+            ):
                 return None
         if self._writer is None:  # the directory's writer from now on (released when the manager is collected)
             key = acquire_writer(self._directory, f"CheckpointManager({self._directory!r}).save")
@@ -534,7 +581,7 @@ class CheckpointManager:
     def sync(self) -> None:
         """Nothing to wait for: saves are synchronous."""
 
-    def restore_or_initialize(self) -> Optional[str]:
+    def restore_or_initialize(self) -> str | None:
         """Restores the latest checkpoint and returns its path, or calls `init_fn` and returns None."""
         if self._latest is not None:
             self._checkpoint.restore(self._latest)

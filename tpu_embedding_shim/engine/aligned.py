@@ -21,7 +21,6 @@ a 64-byte boundary.
 from __future__ import annotations
 
 import math
-from typing import Tuple
 
 import numpy as np
 
@@ -30,7 +29,7 @@ __all__ = ["ALIGNMENT", "empty", "full", "aligned_copy", "is_aligned"]
 ALIGNMENT = 64  # bytes: one cache line
 
 
-def empty(shape: Tuple[int, ...], dtype=np.float32) -> np.ndarray:
+def empty(shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
     """An uninitialized C-contiguous array whose data starts at a multiple of `ALIGNMENT` bytes."""
     dtype = np.dtype(dtype)
     shape = tuple(int(s) for s in np.atleast_1d(shape)) if not isinstance(shape, tuple) else shape
@@ -39,10 +38,10 @@ def empty(shape: Tuple[int, ...], dtype=np.float32) -> np.ndarray:
     nbytes = math.prod(shape) * dtype.itemsize
     buffer = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
     start = (-buffer.__array_interface__["data"][0]) % ALIGNMENT
-    return buffer[start:start + nbytes].view(dtype).reshape(shape)
+    return buffer[start : start + nbytes].view(dtype).reshape(shape)
 
 
-def full(shape: Tuple[int, ...], value, dtype=np.float32) -> np.ndarray:
+def full(shape: tuple[int, ...], value, dtype=np.float32) -> np.ndarray:
     """`np.full`, aligned."""
     out = empty(shape, dtype)
     out.fill(value)

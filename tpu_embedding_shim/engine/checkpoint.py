@@ -44,14 +44,15 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from collections.abc import Iterable, Mapping
+from typing import Any, Union
 
 import numpy as np
 
 from ..spec.checks import check_int, fail, is_int
 from .files import discard_directory, fsync_directory, safe_stem, write_synced
 
-State = Dict[str, Dict[str, np.ndarray]]
+State = dict[str, dict[str, np.ndarray]]
 PathLike = Union[str, "os.PathLike[str]"]
 
 FORMAT = "tpu_embedding_shim.checkpoint"
@@ -110,7 +111,7 @@ def save_checkpoint(
     step: int,
     spec_structure: Mapping[str, Any],
     fingerprint: str,
-    extra: Optional[Mapping[str, Any]] = None,
+    extra: Mapping[str, Any] | None = None,
     keep: int = 5,
 ) -> str:
     """Writes `state` as checkpoint `<directory>/ckpt-<step>` and returns its path.
@@ -151,8 +152,9 @@ def save_checkpoint(
     try:
         extra = json.loads(json.dumps(dict(extra), allow_nan=False))
     except (TypeError, ValueError) as error:
-        raise fail("extra", "a JSON-serialisable dict", extra, error=TypeError,
-                   owner="save_checkpoint", hint=f"({error})") from None
+        raise fail(
+            "extra", "a JSON-serialisable dict", extra, error=TypeError, owner="save_checkpoint", hint=f"({error})"
+        ) from None
 
     with _SAVE_LOCK:
         os.makedirs(directory, exist_ok=True)
@@ -181,12 +183,17 @@ def save_checkpoint(
     return final
 
 
-def _check_structure(spec_structure: Any) -> Dict[str, Dict[str, Any]]:
+def _check_structure(spec_structure: Any) -> dict[str, dict[str, Any]]:
     """A JSON-clean copy of `spec_structure`, or a ValueError naming the problem."""
     owner = "save_checkpoint"
     if not isinstance(spec_structure, Mapping) or not spec_structure:
-        raise fail("spec_structure", "a non-empty dict from EmbeddingSpec.structure()", spec_structure,
-                   error=TypeError, owner=owner)
+        raise fail(
+            "spec_structure",
+            "a non-empty dict from EmbeddingSpec.structure()",
+            spec_structure,
+            error=TypeError,
+            owner=owner,
+        )
     out = {}
     for table, info in spec_structure.items():
         if (
@@ -197,19 +204,31 @@ def _check_structure(spec_structure: Any) -> Dict[str, Dict[str, Any]]:
             or not isinstance(info.get("slots"), (list, tuple))
             or not all(isinstance(s, str) for s in info["slots"])
         ):
-            raise fail(f"spec_structure[{table!r}]",
-                       "{'vocabulary_size': int, 'dim': int, 'slots': [str, ...]}", info, owner=owner)
-        out[table] = {"vocabulary_size": int(info["vocabulary_size"]), "dim": int(info["dim"]),
-                      "slots": sorted(info["slots"])}
+            raise fail(
+                f"spec_structure[{table!r}]",
+                "{'vocabulary_size': int, 'dim': int, 'slots': [str, ...]}",
+                info,
+                owner=owner,
+            )
+        out[table] = {
+            "vocabulary_size": int(info["vocabulary_size"]),
+            "dim": int(info["dim"]),
+            "slots": sorted(info["slots"]),
+        }
     return out
 
 
-def _check_state(state: Any, structure: Dict[str, Dict[str, Any]]) -> List[Tuple[str, str, np.ndarray]]:
+def _check_state(state: Any, structure: dict[str, dict[str, Any]]) -> list[tuple[str, str, np.ndarray]]:
     """Checks `state` against `structure`; returns (table, slot, array) in a stable order."""
     owner = "save_checkpoint"
     if not isinstance(state, Mapping):
-        raise fail("state", "a dict of table name -> {slot name: numpy array}", type(state).__name__,
-                   error=TypeError, owner=owner)
+        raise fail(
+            "state",
+            "a dict of table name -> {slot name: numpy array}",
+            type(state).__name__,
+            error=TypeError,
+            owner=owner,
+        )
     missing = sorted(set(structure) - set(state))
     unexpected = sorted(set(state) - set(structure), key=repr)
     if missing or unexpected:
@@ -221,8 +240,13 @@ def _check_state(state: Any, structure: Dict[str, Dict[str, Any]]) -> List[Tuple
     for table, info in structure.items():
         slots = state[table]
         if not isinstance(slots, Mapping):
-            raise fail(f"state[{table!r}]", "a dict of slot name -> numpy array", type(slots).__name__,
-                       error=TypeError, owner=owner)
+            raise fail(
+                f"state[{table!r}]",
+                "a dict of slot name -> numpy array",
+                type(slots).__name__,
+                error=TypeError,
+                owner=owner,
+            )
         names = set(slots)
         expected = {EMBEDDING, *info["slots"]}
         if names != expected:
@@ -237,14 +261,22 @@ def _check_state(state: Any, structure: Dict[str, Dict[str, Any]]) -> List[Tuple
             if not isinstance(array, np.ndarray):
                 raise fail(where, "a numpy.ndarray", type(array).__name__, error=TypeError, owner=owner)
             if array.dtype.kind not in _DTYPE_KINDS or array.dtype.fields is not None:
-                raise fail(where, "a numeric or bool array (no objects, strings or records)",
-                           f"dtype {array.dtype}", error=TypeError, owner=owner)
+                raise fail(
+                    where,
+                    "a numeric or bool array (no objects, strings or records)",
+                    f"dtype {array.dtype}",
+                    error=TypeError,
+                    owner=owner,
+                )
             if slot == EMBEDDING and array.shape != shape:
-                raise fail(where, f"of shape {shape} (vocabulary_size, dim)", f"shape {array.shape}",
-                           owner=owner)
+                raise fail(where, f"of shape {shape} (vocabulary_size, dim)", f"shape {array.shape}", owner=owner)
             if slot != EMBEDDING and (array.ndim < 1 or array.shape[0] != shape[0]):
-                raise fail(where, f"an array with {shape[0]} rows (usually of shape {shape})",
-                           f"shape {array.shape}", owner=owner)
+                raise fail(
+                    where,
+                    f"an array with {shape[0]} rows (usually of shape {shape})",
+                    f"shape {array.shape}",
+                    owner=owner,
+                )
             out.append((table, slot, array))
     return out
 
@@ -263,7 +295,7 @@ class _HashingWriter:
         return self._file.write(data)
 
 
-def _write_array(tmp: str, table: str, slot: str, array: np.ndarray) -> Dict[str, Any]:
+def _write_array(tmp: str, table: str, slot: str, array: np.ndarray) -> dict[str, Any]:
     name = array_file_name(table, slot)
     with open(os.path.join(tmp, name), "xb") as file:
         writer = _HashingWriter(file)
@@ -294,8 +326,9 @@ def _install(directory: str, tmp: str, final: str) -> None:
     """
     old = None
     if os.path.lexists(final):
-        old = tempfile.mkdtemp(prefix=f"{_OLD_PREFIX}{os.path.basename(final)[len(_PREFIX):]}-"
-                                      f"{os.getpid()}-", dir=directory)
+        old = tempfile.mkdtemp(
+            prefix=f"{_OLD_PREFIX}{os.path.basename(final)[len(_PREFIX) :]}-{os.getpid()}-", dir=directory
+        )
         os.rmdir(old)  # only the unique name is wanted
         os.rename(final, old)
     try:
@@ -350,7 +383,7 @@ def _prune(directory: str, keep: int, *, protect: str) -> None:
 # Finding ----------------------------------------------------------------------
 
 
-def _manifest_if_valid(path: str) -> Optional[Dict[str, Any]]:
+def _manifest_if_valid(path: str) -> dict[str, Any] | None:
     """The manifest of a complete checkpoint directory, else None.
 
     Cheap: parses the manifest and checks every array file exists with its
@@ -372,17 +405,22 @@ def _manifest_if_valid(path: str) -> Optional[Dict[str, Any]]:
 
 
 def _bad_file_name(name: Any) -> bool:
-    return not isinstance(name, str) or name != os.path.basename(name) or name in ("", ".", "..") \
-        or "/" in name or "\\" in name
+    return (
+        not isinstance(name, str)
+        or name != os.path.basename(name)
+        or name in ("", ".", "..")
+        or "/" in name
+        or "\\" in name
+    )
 
 
-def _candidates(directory: str) -> Iterable[Tuple[int, str]]:
+def _candidates(directory: str) -> Iterable[tuple[int, str]]:
     try:
         names = os.listdir(directory)
     except (FileNotFoundError, NotADirectoryError):
         return []
-    finals = {}
-    olds = {}
+    finals: dict[int, str] = {}
+    olds: dict[int, list[str]] = {}
     for name in names:
         match = _FINAL_RE.match(name)
         if match:
@@ -403,7 +441,7 @@ def _candidates(directory: str) -> Iterable[Tuple[int, str]]:
     return found
 
 
-def list_checkpoints(directory: PathLike) -> List[str]:
+def list_checkpoints(directory: PathLike) -> list[str]:
     """Paths of the complete checkpoints in `directory`, oldest (lowest step) first.
 
     Temporary, half-deleted and otherwise incomplete directories are ignored.
@@ -412,7 +450,7 @@ def list_checkpoints(directory: PathLike) -> List[str]:
     return [path for _, path in _candidates(os.fspath(directory))]
 
 
-def latest_checkpoint(directory: PathLike) -> Optional[str]:
+def latest_checkpoint(directory: PathLike) -> str | None:
     """The path of the complete checkpoint with the highest step, or None."""
     paths = list_checkpoints(directory)
     return paths[-1] if paths else None
@@ -437,8 +475,8 @@ def resolve_checkpoint(path: PathLike) -> str:
 
 
 def load_checkpoint(
-    path: PathLike, *, spec_structure: Optional[Mapping[str, Any]] = None
-) -> Tuple[State, int, Dict[str, Any]]:
+    path: PathLike, *, spec_structure: Mapping[str, Any] | None = None
+) -> tuple[State, int, dict[str, Any]]:
     """Reads and verifies one checkpoint.
 
     Every array is checked against the manifest (sha256 of the file bytes,
@@ -461,14 +499,15 @@ def load_checkpoint(
         state.setdefault(entry["table"], {})[entry["slot"]] = read_array(path, entry)
     for table, slots in state.items():
         if EMBEDDING not in slots:
-            raise CheckpointError(f"Checkpoint {path!r}: table {table!r} has no 'embedding' array "
-                                  f"(found {sorted(slots)}).")
+            raise CheckpointError(
+                f"Checkpoint {path!r}: table {table!r} has no 'embedding' array (found {sorted(slots)})."
+            )
     if spec_structure is not None:
         check_structure(state, spec_structure, where=f"Checkpoint {path!r}")
     return state, int(manifest["step"]), manifest
 
 
-def read_manifest(path: PathLike) -> Dict[str, Any]:
+def read_manifest(path: PathLike) -> dict[str, Any]:
     """The manifest of the checkpoint directory `path`, checked (its arrays are not read).
 
     Raises:
@@ -496,8 +535,10 @@ def _check_manifest(path: str, manifest: Any) -> None:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CheckpointError(f"{where} is not a {FORMAT} manifest.")
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"{where} has format_version {manifest.get('format_version')!r}; "
-                              f"this version reads format_version {FORMAT_VERSION}.")
+        raise CheckpointError(
+            f"{where} has format_version {manifest.get('format_version')!r}; "
+            f"this version reads format_version {FORMAT_VERSION}."
+        )
     if not is_int(manifest.get("step")) or not isinstance(manifest.get("arrays"), list):
         raise CheckpointError(f"{where} lacks an int `step` or an `arrays` list.")
     seen = set()
@@ -506,14 +547,16 @@ def _check_manifest(path: str, manifest: Any) -> None:
         if not isinstance(entry, dict) or any(not isinstance(entry.get(k), t) for k, t in keys.items()):
             raise CheckpointError(f"{where} has a malformed array entry: {entry!r}.")
         if _bad_file_name(entry["file"]):
-            raise CheckpointError(f"{where}: array {entry['table']!r}/{entry['slot']!r} names file "
-                                  f"{entry['file']!r}, which is not a plain file name in the checkpoint.")
+            raise CheckpointError(
+                f"{where}: array {entry['table']!r}/{entry['slot']!r} names file "
+                f"{entry['file']!r}, which is not a plain file name in the checkpoint."
+            )
         if (entry["table"], entry["slot"]) in seen:
             raise CheckpointError(f"{where} lists table {entry['table']!r} slot {entry['slot']!r} twice.")
         seen.add((entry["table"], entry["slot"]))
 
 
-def read_array(path: PathLike, entry: Dict[str, Any], *, mmap: bool = False) -> np.ndarray:
+def read_array(path: PathLike, entry: dict[str, Any], *, mmap: bool = False) -> np.ndarray:
     """One array of the checkpoint `path`, given its manifest entry, checked against its sha256, shape and dtype.
 
     With `mmap=True` the array is a copy-on-write memory map of its file
@@ -528,8 +571,9 @@ def read_array(path: PathLike, entry: Dict[str, Any], *, mmap: bool = False) -> 
             for block in iter(lambda: file.read(1 << 20), b""):
                 digest.update(block)
             if digest.hexdigest() != entry["sha256"]:
-                raise CheckpointError(f"{what} is corrupt: sha256 expected {entry['sha256']}, "
-                                      f"found {digest.hexdigest()}.")
+                raise CheckpointError(
+                    f"{what} is corrupt: sha256 expected {entry['sha256']}, found {digest.hexdigest()}."
+                )
             file.seek(0)
             array = np.load(file_path if mmap else file, mmap_mode="c" if mmap else None, allow_pickle=False)
     except FileNotFoundError:
@@ -541,18 +585,23 @@ def read_array(path: PathLike, entry: Dict[str, Any], *, mmap: bool = False) -> 
     if not isinstance(array, np.ndarray):
         raise CheckpointError(f"{what}: expected one array, found {type(array).__name__}.")
     if list(array.shape) != entry["shape"] or array.dtype.str != entry["dtype"]:
-        raise CheckpointError(f"{what}: expected shape {tuple(entry['shape'])} dtype {entry['dtype']}, "
-                              f"found shape {array.shape} dtype {array.dtype.str}.")
+        raise CheckpointError(
+            f"{what}: expected shape {tuple(entry['shape'])} dtype {entry['dtype']}, "
+            f"found shape {array.shape} dtype {array.dtype.str}."
+        )
     return array
 
 
-def state_structure(state: Mapping[str, Mapping[str, np.ndarray]]) -> Dict[str, Dict[str, Any]]:
+def state_structure(state: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, dict[str, Any]]:
     """The `EmbeddingSpec.structure()`-shaped summary of a state's arrays."""
     out = {}
     for table, slots in state.items():
         shape = np.shape(slots[EMBEDDING]) if EMBEDDING in slots else (None, None)
-        out[table] = {"vocabulary_size": shape[0], "dim": shape[1] if len(shape) > 1 else None,
-                      "slots": sorted(s for s in slots if s != EMBEDDING)}
+        out[table] = {
+            "vocabulary_size": shape[0],
+            "dim": shape[1] if len(shape) > 1 else None,
+            "slots": sorted(s for s in slots if s != EMBEDDING),
+        }
     return out
 
 
@@ -564,9 +613,11 @@ def check_structure(
     problems = []
     for table, info in spec_structure.items():
         if table not in found:
-            problems.append(f"table {table!r} is expected by the spec (vocabulary_size="
-                            f"{info.get('vocabulary_size')}, dim={info.get('dim')}) but not found; "
-                            f"found tables {sorted(found)}")
+            problems.append(
+                f"table {table!r} is expected by the spec (vocabulary_size="
+                f"{info.get('vocabulary_size')}, dim={info.get('dim')}) but not found; "
+                f"found tables {sorted(found)}"
+            )
             continue
         have = found[table]
         for key in ("vocabulary_size", "dim"):
@@ -574,11 +625,14 @@ def check_structure(
                 problems.append(f"table {table!r}: expected {key}={info.get(key)}, found {key}={have[key]}")
         want_slots = sorted(info.get("slots", []))
         if have["slots"] != want_slots:
-            problems.append(f"table {table!r}: expected optimizer slots {want_slots}, found {have['slots']} "
-                            f"(was the checkpoint written with another optimizer?)")
+            problems.append(
+                f"table {table!r}: expected optimizer slots {want_slots}, found {have['slots']} "
+                f"(was the checkpoint written with another optimizer?)"
+            )
     for table in found:
         if table not in spec_structure:
-            problems.append(f"table {table!r} is in the checkpoint but not in the spec "
-                            f"(spec tables {sorted(spec_structure)})")
+            problems.append(
+                f"table {table!r} is in the checkpoint but not in the spec (spec tables {sorted(spec_structure)})"
+            )
     if problems:
         raise CheckpointError(f"{where} does not match the spec:\n  - " + "\n  - ".join(problems))

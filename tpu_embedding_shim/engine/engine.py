@@ -38,7 +38,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import warnings
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -70,20 +71,20 @@ class LookupResult:
         from `batches`. Internal: kept so the backward maps ids only once.
     """
 
-    activations: Dict[str, np.ndarray]
-    sequence_lengths: Dict[str, np.ndarray]
-    batches: Dict[str, Ragged]
+    activations: dict[str, np.ndarray]
+    sequence_lengths: dict[str, np.ndarray]
+    batches: dict[str, Ragged]
     training: bool
     step: int
-    storage_batches: Dict[str, Ragged] = dataclasses.field(default_factory=dict, repr=False)
+    storage_batches: dict[str, Ragged] = dataclasses.field(default_factory=dict, repr=False)
 
 
 @dataclasses.dataclass
 class _PendingUpdate:
     """New rows and slot rows for each table, written at once (pipelining defers the write)."""
 
-    rows: Dict[str, Tuple[np.ndarray, np.ndarray]]  # table -> (ids, new rows)
-    slots: Dict[str, Dict[str, Tuple[np.ndarray, np.ndarray]]]  # table -> slot -> (ids, new rows)
+    rows: dict[str, tuple[np.ndarray, np.ndarray]]  # table -> (ids, new rows)
+    slots: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]  # table -> slot -> (ids, new rows)
 
 
 class Engine:
@@ -104,8 +105,15 @@ class Engine:
         beside it (`<path>.<slot>.npy`). See `memmap.py`.
     """
 
-    def __init__(self, spec: EmbeddingSpec, *, seed: Optional[int] = None, check_numerics: bool = True,
-                 kernels: str = "auto", table_files: Optional[Mapping[str, str]] = None):
+    def __init__(
+        self,
+        spec: EmbeddingSpec,
+        *,
+        seed: int | None = None,
+        check_numerics: bool = True,
+        kernels: str = "auto",
+        table_files: Mapping[str, str] | None = None,
+    ):
         if not isinstance(spec, EmbeddingSpec):
             raise TypeError(f"Engine needs an EmbeddingSpec. Received: {spec!r}.")
         self.spec = spec
@@ -114,9 +122,9 @@ class Engine:
         table_files = _check_table_files(spec, table_files)
         self.check_numerics = check_numerics
         self.global_step = 0
-        self._pending: Optional[_PendingUpdate] = None
-        self._tables: Dict[str, ShardedTable] = {}
-        self._slots: Dict[str, Dict[str, ShardedTable]] = {}
+        self._pending: _PendingUpdate | None = None
+        self._tables: dict[str, ShardedTable] = {}
+        self._slots: dict[str, dict[str, ShardedTable]] = {}
         rng = np.random.default_rng(seed)
         self._table_files = table_files
         for table in spec.tables:
@@ -152,39 +160,56 @@ class Engine:
                 "This process was forked after numba's parallel kernels ran in its parent; they cannot run in a "
                 "forked child (numba's OpenMP layer is not fork-safe), so this engine runs the numpy kernels here: "
                 "the same numbers, slower. To keep the fast kernels, start workers with "
-                "multiprocessing.get_context('spawn') or 'forkserver'.", RuntimeWarning, stacklevel=3)
+                "multiprocessing.get_context('spawn') or 'forkserver'.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         return None
 
     # Introspection ------------------------------------------------------------------
 
-    def describe(self) -> List[str]:
+    def describe(self) -> list[str]:
         """What the engine holds and which TPU behaviours it emulates, one line each."""
         spec = self.spec
-        lines = [f"CPU embedding engine: {len(spec.tables)} table(s), {len(spec.features)} feature(s), "
-                 f"{spec.num_shards} shard(s) per table by '{spec.partition_strategy}'."]
+        lines = [
+            f"CPU embedding engine: {len(spec.tables)} table(s), {len(spec.features)} feature(s), "
+            f"{spec.num_shards} shard(s) per table by '{spec.partition_strategy}'."
+        ]
         for table in spec.tables:
             optimizer = spec.optimizer_for(table.name)
             kind = optimizer.kind if optimizer else "none (inference only)"
             users = ", ".join(f.name for f in spec.features_of(table.name))
-            lines.append(f"  table {table.name}: {table.vocabulary_size} x {table.dim}, combiner {table.combiner}, "
-                         f"optimizer {kind}, shard sizes {[s.shape[0] for s in self._tables[table.name].shards]}, "
-                         f"features {users}.")
+            lines.append(
+                f"  table {table.name}: {table.vocabulary_size} x {table.dim}, combiner {table.combiner}, "
+                f"optimizer {kind}, shard sizes {[s.shape[0] for s in self._tables[table.name].shards]}, "
+                f"features {users}."
+            )
         if spec.pipeline_execution_with_tensor_core:
-            lines.append("  emulating pipeline_execution_with_tensor_core: each lookup sees the tables "
-                         "before the previous step's update (one step stale).")
+            lines.append(
+                "  emulating pipeline_execution_with_tensor_core: each lookup sees the tables "
+                "before the previous step's update (one step stale)."
+            )
         if spec.gradient_multiplier_fn is not None:
-            lines.append("  emulating experimental_gradient_multiplier_fn: activation gradients are scaled "
-                         "by it at every step.")
+            lines.append(
+                "  emulating experimental_gradient_multiplier_fn: activation gradients are scaled by it at every step."
+            )
         if spec.clipping_limit is not None:
             lines.append(f"  clipping_limit={spec.clipping_limit} is ignored, as in TensorFlow.")
         if self._fast is None:
             lines.append(f"  kernels: numpy reference ({fast.unavailable_reason() or 'kernels=numpy'}).")
         else:
-            numpy_updates = sorted({t.name for t in spec.tables if spec.optimizer_for(t.name) is not None
-                                    and not fast_fusable(spec.optimizer_for(t.name))})
+            numpy_updates = sorted(
+                {
+                    t.name
+                    for t in spec.tables
+                    if spec.optimizer_for(t.name) is not None and not fast_fusable(spec.optimizer_for(t.name))
+                }
+            )
             rest = f" (numpy updates for tables {numpy_updates})" if numpy_updates else ""
-            lines.append(f"  kernels: numba, {self._fast.threads()} thread(s): parallel gather-pool, owner-computes "
-                         f"backward, fused optimizer updates{rest}.")
+            lines.append(
+                f"  kernels: numba, {self._fast.threads()} thread(s): parallel gather-pool, owner-computes "
+                f"backward, fused optimizer updates{rest}."
+            )
         for name, path in self._table_files.items():
             lines.append(f"  table {name}: memory-mapped from {path}.")
         return lines
@@ -194,13 +219,13 @@ class Engine:
         self.flush()
         return self._table(name).to_full()
 
-    def slots(self, name: str) -> Dict[str, np.ndarray]:
+    def slots(self, name: str) -> dict[str, np.ndarray]:
         """Slot name -> full slot array of table `name` (copies)."""
         self.flush()
         self._table(name)
         return {slot: values.to_full() for slot, values in self._slots[name].items()}
 
-    def shards(self, name: str) -> List[np.ndarray]:
+    def shards(self, name: str) -> list[np.ndarray]:
         """The shards of table `name` as stored (copies), pending updates applied."""
         self.flush()
         return [s.copy() for s in self._table(name).shards]
@@ -212,8 +237,14 @@ class Engine:
 
     # Forward ----------------------------------------------------------------------
 
-    def forward(self, features: Mapping[str, Any], weights: Optional[Mapping[str, Any]] = None, *,
-                training: bool = True, same_batch_size: bool = True) -> LookupResult:
+    def forward(
+        self,
+        features: Mapping[str, Any],
+        weights: Mapping[str, Any] | None = None,
+        *,
+        training: bool = True,
+        same_batch_size: bool = True,
+    ) -> LookupResult:
         """Looks up every feature of the spec in `features` (other keys are ignored).
 
         A feature's weights come from `weights[name]`, else from
@@ -224,14 +255,18 @@ class Engine:
         of examples; the mid-level API lets each feature have its own.
         """
         if not isinstance(features, Mapping):
-            raise TypeError(f"Argument `features` must be a dict of feature name -> ids. Received: {type(features).__name__}.")
+            raise TypeError(
+                f"Argument `features` must be a dict of feature name -> ids. Received: {type(features).__name__}."
+            )
         batches = {f.name: self._convert(f, features, weights, training) for f in self.spec.features}
         sizes = {name: batch.batch_size for name, batch in batches.items()}
         if same_batch_size and len(set(sizes.values())) > 1:
             raise ValueError(f"All features of one step must have the same batch size. Received: {sizes}.")
         if not (training and self.spec.pipeline_execution_with_tensor_core):
             self.flush()
-        activations, lengths, storage_batches = {}, {}, {}
+        activations: dict[str, np.ndarray] = {}
+        lengths: dict[str, np.ndarray] = {}
+        storage_batches: dict[str, Ragged] = {}
         if self._fast is not None:
             self._fast_lookups(batches, activations, lengths, storage_batches)
         else:
@@ -240,18 +275,23 @@ class Engine:
                 batch = batches[feature.name]
                 if feature.is_sequence:
                     activations[feature.name], lengths[feature.name] = lookup.sequence_lookup(
-                        table, batch, feature.max_sequence_length)
+                        table, batch, feature.max_sequence_length
+                    )
                 else:
                     activations[feature.name] = lookup.pooled_lookup(
-                        table, batch, self.spec.table(feature.table).combiner, safe=feature.safe_lookup)
+                        table, batch, self.spec.table(feature.table).combiner, safe=feature.safe_lookup
+                    )
         if training:
             self._record_statistics(batches)
             self.flush()
         return LookupResult(activations, lengths, batches, training, self.global_step, storage_batches)
 
-    def _fast_lookups(self, batches: Dict[str, Ragged], activations: dict, lengths: dict,
-                      storage_batches: dict) -> None:
+    def _fast_lookups(
+        self, batches: dict[str, Ragged], activations: dict, lengths: dict, storage_batches: dict
+    ) -> None:
         """Every feature's lookup on the fast kernels (side by side when small), by rows of `storage`."""
+        from .fast.path import Lookup  # imports numba: only once the fast kernels are in use
+
         requests = []
         for feature in self.spec.features:
             table = self._tables[feature.table]
@@ -259,26 +299,36 @@ class Engine:
             if not table.in_id_order:
                 batch = storage_batches[feature.name] = _on_storage(batch, table)
             length = feature.max_sequence_length if feature.is_sequence else None
-            requests.append(self._fast.Lookup(table.storage, batch, self.spec.table(feature.table).combiner,
-                                              feature.safe_lookup, length))
+            requests.append(
+                Lookup(table.storage, batch, self.spec.table(feature.table).combiner, feature.safe_lookup, length)
+            )
         for feature, value in zip(self.spec.features, self._fast.lookups(requests)):
             if feature.is_sequence:
                 activations[feature.name], lengths[feature.name] = value
             else:
                 activations[feature.name] = value
 
-    def _convert(self, feature: FeatureSpec, features: Mapping[str, Any], weights: Optional[Mapping[str, Any]],
-                 training: bool = True):
+    def _convert(
+        self,
+        feature: FeatureSpec,
+        features: Mapping[str, Any],
+        weights: Mapping[str, Any] | None,
+        training: bool = True,
+    ):
         if feature.name not in features:
-            raise ValueError(f"Feature {feature.name!r} is missing from the features; the spec looks up "
-                             f"{[f.name for f in self.spec.features]}. Received keys: {sorted(features)}.")
+            raise ValueError(
+                f"Feature {feature.name!r} is missing from the features; the spec looks up "
+                f"{[f.name for f in self.spec.features]}. Received keys: {sorted(features)}."
+            )
         weight = None
         if weights is not None and feature.name in weights:
             weight = weights[feature.name]
         elif feature.weight_key is not None:
             if feature.weight_key not in features:
-                raise ValueError(f"Feature {feature.name!r} is weighted by {feature.weight_key!r}, which is missing "
-                                 f"from the features. Received keys: {sorted(features)}.")
+                raise ValueError(
+                    f"Feature {feature.name!r} is weighted by {feature.weight_key!r}, which is missing "
+                    f"from the features. Received keys: {sorted(features)}."
+                )
             weight = features[feature.weight_key]
         batch = None
         if self._fast is not None:  # the common case in one compiled pass, else None
@@ -289,20 +339,24 @@ class Engine:
             check_nan_weights_dropped(batch, feature, self.spec.table(feature.table).combiner)
         return batch
 
-    def _record_statistics(self, batches: Dict[str, Ragged]) -> None:
+    def _record_statistics(self, batches: dict[str, Ragged]) -> None:
         if self.statistics is None:
             return
         for table in self.spec.tables:
             users = self.spec.features_of(table.name)
             lengths = [batches[f.name].row_lengths() for f in users]
             if len({len(x) for x in lengths}) == 1:  # one batch: ids per example summed over the features
-                ids_per_example = sum(lengths)
+                ids_per_example = np.sum(lengths, axis=0)
             else:  # features with their own example counts: each example counts on its own
                 ids_per_example = np.concatenate(lengths)
             ids = np.concatenate([batches[f.name].values for f in users])
             unique = np.unique(ids)
-            self.statistics.record(table.name, ids_per_example=ids_per_example, unique_ids=unique,
-                                   shard_load=self._tables[table.name].load_per_shard(ids))
+            self.statistics.record(
+                table.name,
+                ids_per_example=ids_per_example,
+                unique_ids=unique,
+                shard_load=self._tables[table.name].load_per_shard(ids),
+            )
 
     # Backward ---------------------------------------------------------------------
 
@@ -317,19 +371,24 @@ class Engine:
         if not isinstance(result, LookupResult):
             raise TypeError("Argument `result` must be the LookupResult returned by forward().")
         if not result.training:
-            raise RuntimeError("apply_gradients() was called after an inference lookup (training=False); "
-                               "look up with training=True to train.")
+            raise RuntimeError(
+                "apply_gradients() was called after an inference lookup (training=False); "
+                "look up with training=True to train."
+            )
         if result.step != self.global_step:
-            raise RuntimeError(f"This lookup was made at step {result.step} but the engine is at step "
-                               f"{self.global_step}: apply each lookup's gradients once, in order.")
+            raise RuntimeError(
+                f"This lookup was made at step {result.step} but the engine is at step "
+                f"{self.global_step}: apply each lookup's gradients once, in order."
+            )
         unknown = sorted(set(gradients) - set(result.activations))
         if unknown:
-            raise ValueError(f"Gradients were given for unknown features {unknown}; features are "
-                             f"{sorted(result.activations)}.")
+            raise ValueError(
+                f"Gradients were given for unknown features {unknown}; features are {sorted(result.activations)}."
+            )
         step = self.global_step
         multiplier = self._gradient_multiplier(step)
         fast = self._fast
-        per_table: Dict[str, Tuple[List[Any], List[np.ndarray]]] = {t.name: ([], []) for t in self.spec.tables}
+        per_table: dict[str, tuple[list[Any], list[np.ndarray]]] = {t.name: ([], []) for t in self.spec.tables}
         for feature in self.spec.features:
             grad = self._check_gradient(feature, result, gradients.get(feature.name))
             if grad is None:
@@ -344,8 +403,7 @@ class Engine:
                 continue
             if fast is not None:
                 combiner = self.spec.table(feature.table).combiner
-                per_table[feature.table][0].append(
-                    fast.pooled_entries(batch, combiner, grad, safe=feature.safe_lookup))
+                per_table[feature.table][0].append(fast.pooled_entries(batch, combiner, grad, safe=feature.safe_lookup))
                 continue
             if feature.is_sequence:  # entries, summed per table in `_plan_update` (the fast path's order)
                 ids, rows = lookup.sequence_entries(batch, feature.max_sequence_length, grad)
@@ -356,27 +414,38 @@ class Engine:
             per_table[feature.table][1].append(rows)
         for table in self.spec.tables:  # checked for every table before any table is planned
             if self.spec.optimizer_for(table.name) is None and per_table[table.name][0]:
-                raise RuntimeError(f"Table {table.name!r} has no optimizer (an inference-only spec); it can't "
-                                   "be trained.")
+                raise RuntimeError(
+                    f"Table {table.name!r} has no optimizer (an inference-only spec); it can't be trained."
+                )
         pending = _PendingUpdate({}, {})
         in_place = []  # fused updates (`Update`), written after every check
         if fast is None:
             for table in self.spec.tables:
                 self._plan_update(table, step, *per_table[table.name], pending)
         else:
-            trained = [table for table in self.spec.tables if self.spec.optimizer_for(table.name) is not None]
-            all_summed = fast.sum_tables([(table.name, table.vocabulary_size, table.dim, per_table[table.name][0])
-                                          for table in trained])
-            for table, summed in zip(trained, all_summed):
+            from .fast.path import Update  # imports numba: only once the fast kernels are in use
+
+            trained = []
+            for table in self.spec.tables:
                 optimizer = self.spec.optimizer_for(table.name)
+                if optimizer is not None:
+                    trained.append((table, optimizer))
+            all_summed = fast.sum_tables(
+                [(table.name, table.vocabulary_size, table.dim, per_table[table.name][0]) for table, _ in trained]
+            )
+            for (table, optimizer), summed in zip(trained, all_summed):
                 if fast_fusable(optimizer) and not self.spec.pipeline_execution_with_tensor_core:
                     slots = {slot: values.storage for slot, values in self._slots[table.name].items()}
-                    in_place.append(fast.Update(optimizer, optimizer.learning_rate_at(step),
-                                                self._tables[table.name].storage, slots, summed))
+                    in_place.append(
+                        Update(
+                            optimizer, optimizer.learning_rate_at(step), self._tables[table.name].storage, slots, summed
+                        )
+                    )
                 else:
                     rows, grads = summed.compact()
-                    self._plan_update(table, step, [], [], pending,
-                                      summed=(self._tables[table.name].logical(rows), grads))
+                    self._plan_update(
+                        table, step, [], [], pending, summed=(self._tables[table.name].logical(rows), grads)
+                    )
         # Every check has passed and every new value is computed: from here on, nothing fails.
         self.flush()  # the previous step's update, if pipelining deferred it
         if in_place:
@@ -399,26 +468,40 @@ class Engine:
             raise ValueError(f"gradient_multiplier_fn({step}) must return a finite number. Received: {value!r}.")
         return np.float32(value)
 
-    def _check_gradient(self, feature: FeatureSpec, result: LookupResult, grad: Any) -> Optional[np.ndarray]:
+    def _check_gradient(self, feature: FeatureSpec, result: LookupResult, grad: Any) -> np.ndarray | None:
         expected = result.activations[feature.name].shape
         if grad is None:
             return None
         try:
             array = np.asarray(grad, dtype=np.float32)
         except (TypeError, ValueError):
-            raise TypeError(f"The gradient of feature {feature.name!r} must be a float array of shape "
-                            f"{list(expected)}. Received: {type(grad).__name__}.") from None
+            raise TypeError(
+                f"The gradient of feature {feature.name!r} must be a float array of shape "
+                f"{list(expected)}. Received: {type(grad).__name__}."
+            ) from None
         if array.shape != expected:
-            raise ValueError(f"The gradient of feature {feature.name!r} must have the shape of its activation, "
-                             f"{list(expected)}. Received shape {list(array.shape)}.")
-        if self.check_numerics and not (np.all(np.isfinite(array)) if self._fast is None
-                                        else self._fast.all_finite(array)):
-            raise ValueError(f"The gradient of feature {feature.name!r} holds NaN or infinite values; no table "
-                             "was changed.")
+            raise ValueError(
+                f"The gradient of feature {feature.name!r} must have the shape of its activation, "
+                f"{list(expected)}. Received shape {list(array.shape)}."
+            )
+        if self.check_numerics and not (
+            np.all(np.isfinite(array)) if self._fast is None else self._fast.all_finite(array)
+        ):
+            raise ValueError(
+                f"The gradient of feature {feature.name!r} holds NaN or infinite values; no table was changed."
+            )
         return array
 
-    def _plan_update(self, table: TableSpec, step: int, ids: List[np.ndarray], rows: List[np.ndarray],
-                     pending: _PendingUpdate, *, summed: Optional[Tuple[np.ndarray, np.ndarray]] = None) -> None:
+    def _plan_update(
+        self,
+        table: TableSpec,
+        step: int,
+        ids: list[np.ndarray],
+        rows: list[np.ndarray],
+        pending: _PendingUpdate,
+        *,
+        summed: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
         """Computes the new rows of `table` into `pending` without writing them.
 
         `summed`: (unique ids, summed gradients) already computed (the fast
@@ -427,24 +510,25 @@ class Engine:
         optimizer = self.spec.optimizer_for(table.name)
         if optimizer is None:
             if ids:
-                raise RuntimeError(f"Table {table.name!r} has no optimizer (an inference-only spec); it can't "
-                                   "be trained.")
+                raise RuntimeError(
+                    f"Table {table.name!r} has no optimizer (an inference-only spec); it can't be trained."
+                )
             return
         if summed is not None:
-            unique, summed = summed
+            unique, row_grads = summed
         elif ids:
-            unique, summed = lookup.sum_duplicates(np.concatenate(ids), np.concatenate(rows))
+            unique, row_grads = lookup.sum_duplicates(np.concatenate(ids), np.concatenate(rows))
         else:
-            unique, summed = np.zeros(0, np.int64), np.zeros((0, table.dim), np.float32)
+            unique, row_grads = np.zeros(0, np.int64), np.zeros((0, table.dim), np.float32)
         if touches_all_rows(optimizer):
-            grads = np.zeros((table.vocabulary_size, table.dim), np.float32)
-            grads[unique] = summed
-            unique, summed = np.arange(table.vocabulary_size), grads
+            every_row = np.zeros((table.vocabulary_size, table.dim), np.float32)
+            every_row[unique] = row_grads
+            unique, row_grads = np.arange(table.vocabulary_size), every_row
         if unique.size == 0:
             return
         sharded = self._tables[table.name]
         slots = {name: values.gather(unique) for name, values in self._slots[table.name].items()}
-        new_rows, new_slots = apply_update(optimizer, sharded.gather(unique), slots, summed, step)
+        new_rows, new_slots = apply_update(optimizer, sharded.gather(unique), slots, row_grads, step)
         pending.rows[table.name] = (unique, new_rows)
         pending.slots[table.name] = {name: (unique, values) for name, values in new_slots.items()}
 
@@ -461,13 +545,15 @@ class Engine:
 
     # State ------------------------------------------------------------------------
 
-    def state(self) -> Dict[str, Dict[str, np.ndarray]]:
+    def state(self) -> dict[str, dict[str, np.ndarray]]:
         """Table -> {'embedding': full table, slot: full slot}, in id order (copies)."""
         self.flush()
-        return {name: {"embedding": sharded.to_full(), **{s: v.to_full() for s, v in self._slots[name].items()}}
-                for name, sharded in self._tables.items()}
+        return {
+            name: {"embedding": sharded.to_full(), **{s: v.to_full() for s, v in self._slots[name].items()}}
+            for name, sharded in self._tables.items()
+        }
 
-    def load_state(self, state: Mapping[str, Mapping[str, np.ndarray]], *, step: Optional[int] = None) -> None:
+    def load_state(self, state: Mapping[str, Mapping[str, np.ndarray]], *, step: int | None = None) -> None:
         """Replaces every table and slot (checked whole before anything changes), re-sharding as this spec says."""
         structure = self.spec.structure()
         if set(state) != set(structure):
@@ -477,14 +563,22 @@ class Engine:
             arrays = state[name]
             names = sorted(set(arrays) - {"embedding"})
             if "embedding" not in arrays or names != expected["slots"]:
-                raise ValueError(f"Table {name!r}: the state holds {sorted(arrays)}, the spec expects "
-                                 f"['embedding'] + {expected['slots']}.")
+                raise ValueError(
+                    f"Table {name!r}: the state holds {sorted(arrays)}, the spec expects "
+                    f"['embedding'] + {expected['slots']}."
+                )
             shape = (expected["vocabulary_size"], expected["dim"])
             for key, value in arrays.items():
                 if np.shape(value) != shape:
                     raise ValueError(f"Table {name!r}, {key!r}: shape {np.shape(value)}, expected {shape}.")
-            make = lambda a: ShardedTable(np.asarray(a, np.float32), self.spec.num_shards,  # noqa: E731
-                                          self.spec.partition_strategy)  # an aligned copy
+
+            def make(a):
+                return ShardedTable(
+                    np.asarray(a, np.float32),
+                    self.spec.num_shards,
+                    self.spec.partition_strategy,
+                )  # an aligned copy
+
             new_tables[name] = make(arrays["embedding"])
             new_slots[name] = {slot: make(arrays[slot]) for slot in names}
         if step is not None and (not isinstance(step, (int, np.integer)) or step < 0):
@@ -499,10 +593,17 @@ class Engine:
         if step is not None:
             self.global_step = int(step)
 
-    def save(self, directory: str, *, keep: int = 5, extra: Optional[dict] = None) -> str:
+    def save(self, directory: str, *, keep: int = 5, extra: dict | None = None) -> str:
         """Writes a checkpoint of every table, slot and the global step; returns its path."""
-        path = save_checkpoint(directory, self.state(), step=self.global_step, spec_structure=self.spec.structure(),
-                               fingerprint=self.spec.fingerprint(), extra=extra, keep=keep)
+        path = save_checkpoint(
+            directory,
+            self.state(),
+            step=self.global_step,
+            spec_structure=self.spec.structure(),
+            fingerprint=self.spec.fingerprint(),
+            extra=extra,
+            keep=keep,
+        )
         if self.statistics is not None:
             self.statistics.flush()
         return path
@@ -520,7 +621,10 @@ class Engine:
             warnings.warn(
                 f"clipping_limit={self.spec.clipping_limit} has no effect: TensorFlow stores it and never applies "
                 "it, on a TPU too. To clip gradients use the optimizer's clip_gradient_min / clip_gradient_max "
-                "(v2: clipvalue).", UserWarning, stacklevel=3)
+                "(v2: clipvalue).",
+                UserWarning,
+                stacklevel=3,
+            )
 
 
 def _on_storage(batch: Ragged, table: ShardedTable) -> Ragged:
@@ -538,8 +642,10 @@ def _fast_path(kernels: str):
         return None
     if not fast.available():
         if kernels == "fast":
-            raise ImportError(f"kernels='fast' needs numba: {fast.unavailable_reason()}. Install it with "
-                              "`pip install 'tpu-embedding-shim[fast]'`, or pass kernels='auto'.")
+            raise ImportError(
+                f"kernels='fast' needs numba: {fast.unavailable_reason()}. Install it with "
+                "`pip install 'tpu-embedding-shim[fast]'`, or pass kernels='auto'."
+            )
         return None
     from .fast.path import FastPath  # imports numba: only once numba is known to be there
 
@@ -553,37 +659,47 @@ def fast_fusable(optimizer) -> bool:
     return fusable(optimizer)
 
 
-def _check_table_files(spec: EmbeddingSpec, table_files: Optional[Mapping[str, str]]) -> Dict[str, str]:
+def _check_table_files(spec: EmbeddingSpec, table_files: Mapping[str, str] | None) -> dict[str, str]:
     if table_files is None:
         return {}
     if not isinstance(table_files, Mapping):
-        raise TypeError(f"Argument `table_files` must be a dict of table name -> .npy path. Received: "
-                        f"{type(table_files).__name__}.")
+        raise TypeError(
+            f"Argument `table_files` must be a dict of table name -> .npy path. Received: {type(table_files).__name__}."
+        )
     names = [t.name for t in spec.tables]
     unknown = sorted(set(table_files) - set(names))
     if unknown:
         raise ValueError(f"Argument `table_files` names unknown tables {unknown}; tables are {names}.")
     if table_files and spec.num_shards != 1 and spec.partition_strategy != "div":
-        raise ValueError(f"Argument `table_files` needs the table stored in id order (num_shards == 1, or "
-                         f"partition_strategy 'div'): one file per table. Received: num_shards="
-                         f"{spec.num_shards} with partition_strategy {spec.partition_strategy!r}.")
+        raise ValueError(
+            f"Argument `table_files` needs the table stored in id order (num_shards == 1, or "
+            f"partition_strategy 'div'): one file per table. Received: num_shards="
+            f"{spec.num_shards} with partition_strategy {spec.partition_strategy!r}."
+        )
     return {name: str(path) for name, path in table_files.items()}
 
 
 def _initial_table(table: TableSpec, rng: np.random.Generator) -> np.ndarray:
     """The table's initial values, checked: [V, D], finite, float32."""
-    initializer = table.initializer
+    initializer: Any = table.initializer  # any callable; the built-in random ones are dataclasses with a `seed`
     seeded = getattr(initializer, "seed", "absent")
     if seeded is None:  # a built-in random initializer without a seed: derive one from the engine's
         initializer = dataclasses.replace(initializer, seed=int(rng.integers(2**31)))
     values = np.asarray(initializer((table.vocabulary_size, table.dim), np.float32), dtype=np.float32)
     if values.shape != (table.vocabulary_size, table.dim):
-        raise ValueError(f"The initializer of table {table.name!r} returned shape {values.shape}; expected "
-                         f"{(table.vocabulary_size, table.dim)}.")
+        raise ValueError(
+            f"The initializer of table {table.name!r} returned shape {values.shape}; expected "
+            f"{(table.vocabulary_size, table.dim)}."
+        )
     if not np.all(np.isfinite(values)):
         raise ValueError(f"The initializer of table {table.name!r} returned NaN or infinite values.")
-    if type(table.initializer).__module__ == _BUILTIN_INITIALIZERS and values.flags.owndata \
-            and values.flags.c_contiguous and values.flags.writeable and aligned.is_aligned(values):
+    if (
+        type(table.initializer).__module__ == _BUILTIN_INITIALIZERS
+        and values.flags.owndata
+        and values.flags.c_contiguous
+        and values.flags.writeable
+        and aligned.is_aligned(values)
+    ):
         return values  # a fresh aligned array made for us: no copy (a 10M-row table is gigabytes)
     # A cache-line aligned copy (aligned.py). For a built-in initializer its peak memory stays
     # below the initializer's own (it draws float64, twice the table, then casts).

@@ -15,7 +15,7 @@ C++ (64-bit arithmetic as Python ints masked to 64 bits).
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Any
 
 __all__ = ["fingerprint64", "hash_bucket"]
 
@@ -35,11 +35,11 @@ def _shift_mix(v: int) -> int:
 
 
 def _fetch64(s: bytes, i: int) -> int:
-    return int.from_bytes(s[i:i + 8], "little")
+    return int.from_bytes(s[i : i + 8], "little")
 
 
 def _fetch32(s: bytes, i: int) -> int:
-    return int.from_bytes(s[i:i + 4], "little")
+    return int.from_bytes(s[i : i + 4], "little")
 
 
 def _hash_len16(u: int, v: int, mul: int) -> int:
@@ -70,16 +70,21 @@ def _hash_len0to16(s: bytes) -> int:
     return _K2
 
 
-def _ends(s: bytes, k: int) -> Tuple[int, int, int, int, int]:
+def _ends(s: bytes, k: int) -> tuple[int, int, int, int, int]:
     """(mul, a, b, c, d): the first two and the last two 8-byte words, as HashLen17to32 and HashLen33to64
     both start (`a` is multiplied by `k`: k1 in the first, k2 in the second)."""
     n = len(s)
     mul = _K2 + n * 2
-    return (mul, (_fetch64(s, 0) * k) & _MASK, _fetch64(s, 8), (_fetch64(s, n - 8) * mul) & _MASK,
-            (_fetch64(s, n - 16) * _K2) & _MASK)
+    return (
+        mul,
+        (_fetch64(s, 0) * k) & _MASK,
+        _fetch64(s, 8),
+        (_fetch64(s, n - 8) * mul) & _MASK,
+        (_fetch64(s, n - 16) * _K2) & _MASK,
+    )
 
 
-def _mix(a: int, b: int, c: int, d: int, b_plus: int) -> Tuple[int, int]:
+def _mix(a: int, b: int, c: int, d: int, b_plus: int) -> tuple[int, int]:
     """The pair both length classes feed to HashLen16: (rot(a+b, 43) + rot(c, 30) + d, a + rot(b+b_plus, 18) + c)."""
     return (_rot((a + b) & _MASK, 43) + _rot(c, 30) + d) & _MASK, (a + _rot((b + b_plus) & _MASK, 18) + c) & _MASK
 
@@ -101,7 +106,7 @@ def _hash_len33to64(s: bytes) -> int:
     return _hash_len16(*_mix(e, f, g, h, a), mul)
 
 
-def _weak_hash32(s: bytes, i: int, a: int, b: int) -> Tuple[int, int]:
+def _weak_hash32(s: bytes, i: int, a: int, b: int) -> tuple[int, int]:
     w, x, y, z = (_fetch64(s, i + 8 * k) for k in range(4))
     a = (a + w) & _MASK
     b = _rot((b + a + z) & _MASK, 21)

@@ -31,7 +31,7 @@ import re
 import secrets
 import shutil
 import tempfile
-from typing import Iterator
+from collections.abc import Iterator
 
 __all__ = ["fsync_directory", "write_synced", "replace_file", "new_directory", "discard_directory", "safe_stem"]
 

@@ -54,7 +54,7 @@ Weights are ignored, as on a TPU.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -111,8 +111,8 @@ def running_sums(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> n
             break
         if open_ < _FEW:
             for s in range(open_):
-                rest = data[starts[s] + j:starts[s] + lengths[s]]
-                acc[s] = np.add.accumulate(np.concatenate([acc[s:s + 1], rest]), axis=0)[-1]
+                rest = data[starts[s] + j : starts[s] + lengths[s]]
+                acc[s] = np.add.accumulate(np.concatenate([acc[s : s + 1], rest]), axis=0)[-1]
             break
         acc[:open_] += data[starts[:open_] + j]
         j += 1
@@ -136,7 +136,7 @@ def _gather(table: Any, ids: np.ndarray) -> np.ndarray:
     return np.asarray(table[ids], dtype=np.float32)
 
 
-def _num_rows(table: Any) -> Optional[int]:
+def _num_rows(table: Any) -> int | None:
     """V, when the table tells (numpy arrays and ShardedTable do)."""
     shape = getattr(table, "shape", None)
     if shape is not None:
@@ -147,7 +147,7 @@ def _num_rows(table: Any) -> Optional[int]:
         return None
 
 
-def clip_rows(rows: np.ndarray, max_norm: Optional[float]) -> np.ndarray:
+def clip_rows(rows: np.ndarray, max_norm: float | None) -> np.ndarray:
     """Each row (last axis) scaled down to L2 norm `max_norm` if it is longer; None: `rows` as given.
 
     TensorFlow's `clip_by_norm`, as `max_norm` of `tf.nn.embedding_lookup*`
@@ -164,7 +164,7 @@ def clip_rows(rows: np.ndarray, max_norm: Optional[float]) -> np.ndarray:
     return rows * limit / np.maximum(norm, limit)
 
 
-def check_default_id(default_id: Optional[int], table_rows: Optional[int], safe: bool) -> None:
+def check_default_id(default_id: int | None, table_rows: int | None, safe: bool) -> None:
     if default_id is None:
         return
     if not safe:
@@ -181,7 +181,7 @@ def check_default_id(default_id: Optional[int], table_rows: Optional[int], safe:
 
 def pooled_coefficients(
     batch: Ragged, combiner: str, *, safe: bool = True
-) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The entries that take part in a pooled lookup and their coefficients.
 
     Returns:
@@ -199,6 +199,7 @@ def pooled_coefficients(
         example, ids, w = example[keep], ids[keep], w[keep]
 
     num_examples = batch.batch_size
+    denominator: np.ndarray  # float64 [B] (numpy's stubs type a weighted bincount as ints)
     if combiner == "sum":
         denominator = np.ones(num_examples)
     elif combiner == "mean":
@@ -222,8 +223,8 @@ def pooled_lookup(
     combiner: str,
     *,
     safe: bool = True,
-    default_id: Optional[int] = None,
-    max_norm: Optional[float] = None,
+    default_id: int | None = None,
+    max_norm: float | None = None,
 ) -> np.ndarray:
     """One combined vector per example: float32 [B, D].
 
@@ -256,8 +257,8 @@ def pooled_entries(
     grad: np.ndarray,
     *,
     safe: bool = True,
-    default_id: Optional[int] = None,
-) -> Tuple[np.ndarray, np.ndarray]:
+    default_id: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """The gradient of each entry of a pooled lookup, duplicates NOT summed.
 
     Returns (ids int64 [n], entry_grads float32 [n, D]) in entry order:
@@ -270,8 +271,7 @@ def pooled_entries(
     grad = np.asarray(grad, dtype=np.float32)
     if grad.ndim != 2 or grad.shape[0] != batch.batch_size:
         raise ValueError(
-            f"Argument `grad` must have shape [batch_size={batch.batch_size}, dim]. "
-            f"Received shape {grad.shape}."
+            f"Argument `grad` must have shape [batch_size={batch.batch_size}, dim]. Received shape {grad.shape}."
         )
     check_default_id(default_id, None, safe)
     example, ids, coef, empty = pooled_coefficients(batch, combiner, safe=safe)
@@ -288,8 +288,8 @@ def pooled_backward(
     grad: np.ndarray,
     *,
     safe: bool = True,
-    default_id: Optional[int] = None,
-) -> Tuple[np.ndarray, np.ndarray]:
+    default_id: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Row gradients of a pooled lookup.
 
     Args:
@@ -318,7 +318,7 @@ def _sequence_entries(batch: Ragged, max_sequence_length: int):
     return example, keep
 
 
-def sequence_lookup(table: Any, batch: Ragged, max_sequence_length: int) -> Tuple[np.ndarray, np.ndarray]:
+def sequence_lookup(table: Any, batch: Ragged, max_sequence_length: int) -> tuple[np.ndarray, np.ndarray]:
     """One vector per position, padded or truncated to `max_sequence_length`.
 
     Returns:
@@ -340,9 +340,7 @@ def sequence_lookup(table: Any, batch: Ragged, max_sequence_length: int) -> Tupl
     return out, np.minimum(lengths, length)
 
 
-def sequence_entries(
-    batch: Ragged, max_sequence_length: int, grad: np.ndarray
-) -> Tuple[np.ndarray, np.ndarray]:
+def sequence_entries(batch: Ragged, max_sequence_length: int, grad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The gradient of each kept entry of a sequence lookup, duplicates NOT summed: (ids, entry_grads).
 
     `grad` is float [B, L, D]. The id at position p < L of example b gets
@@ -359,9 +357,7 @@ def sequence_entries(
     return batch.values[keep], grad[example[keep], batch.row_positions()[keep]]
 
 
-def sequence_backward(
-    batch: Ragged, max_sequence_length: int, grad: np.ndarray
-) -> Tuple[np.ndarray, np.ndarray]:
+def sequence_backward(batch: Ragged, max_sequence_length: int, grad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Row gradients of a sequence lookup: (unique_ids, row_grads), duplicates summed."""
     return sum_duplicates(*sequence_entries(batch, max_sequence_length, grad))
 
@@ -371,7 +367,7 @@ def sequence_backward(
 # --------------------------------------------------------------------------
 
 
-def sum_duplicates(ids: Any, grads: Any) -> Tuple[np.ndarray, np.ndarray]:
+def sum_duplicates(ids: Any, grads: Any) -> tuple[np.ndarray, np.ndarray]:
     """Sums the gradients of repeated ids: one row gradient per unique id.
 
     This is what a TPU does before an optimizer update, and what TensorFlow's

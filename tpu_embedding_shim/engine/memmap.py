@@ -15,12 +15,13 @@ writes them back to the file); `Engine.save` still writes a checkpoint.
   SIGBUS in the middle of a step), filled, flushed and only then renamed to
   `<path>`; the slots first, the table last. So a table file that exists is
   complete, and a creation that was killed leaves only `.partial` files,
-  which the next open removes (saying so) before it builds the table anew. A `RowIdInitializer` gives the same values as in
-  memory; a constant one too (a number, or an array of V * D values, each
-  block taking its rows' values). A random initializer is called
-  once per block with a seed derived from (its seed, block index): the
-  values have the same distribution, not the same numbers as an in-memory
-  table built from the same seed.
+  which the next open removes (saying so) before it builds the table anew.
+  A `RowIdInitializer` gives the same values as in memory; a constant one
+  too (a number, or an array of V * D values, each block taking its rows'
+  values). A random initializer is called once per block with a seed
+  derived from (its seed, block index): the values have the same
+  distribution, not the same numbers as an in-memory table built from the
+  same seed.
 
 Needs the table in id order (one shard, or `div` shards: their storage is
 the id order); one file per table.
@@ -32,7 +33,7 @@ import dataclasses
 import errno
 import logging
 import os
-from typing import Callable, Dict, List, Optional, Tuple
+from collections.abc import Callable
 
 import numpy as np
 
@@ -52,12 +53,14 @@ def slot_path(path: str, slot: str) -> str:
     return f"{path}.{slot}.npy"
 
 
-def _open_existing(path: str, shape: Tuple[int, int]) -> np.ndarray:
+def _open_existing(path: str, shape: tuple[int, int]) -> np.ndarray:
     """The mapping of a complete table or slot file, checked against `shape`."""
     mapped = np.lib.format.open_memmap(path, mode="r+")
     if mapped.shape != shape or mapped.dtype != np.float32:
-        raise ValueError(f"The table file {path!r} holds {mapped.dtype} {mapped.shape}; expected float32 {shape}. "
-                         "Remove it to start a new table.")
+        raise ValueError(
+            f"The table file {path!r} holds {mapped.dtype} {mapped.shape}; expected float32 {shape}. "
+            "Remove it to start a new table."
+        )
     return mapped.view(np.ndarray)
 
 
@@ -65,7 +68,7 @@ def _partial(path: str) -> str:
     return path + ".partial"
 
 
-def _create(path: str, shape: Tuple[int, int], fill: Callable[[np.ndarray], None]) -> np.ndarray:
+def _create(path: str, shape: tuple[int, int], fill: Callable[[np.ndarray], None]) -> np.ndarray:
     """A new file at `path`, complete or absent: made as `<path>.partial` with its space allocated,
     filled by `fill(array)`, flushed, then renamed. Any failure removes the partial file."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -81,8 +84,9 @@ def _create(path: str, shape: Tuple[int, int], fill: Callable[[np.ndarray], None
                     os.posix_fallocate(fd, 0, size)
                 except OSError as error:
                     if error.errno == errno.ENOSPC:
-                        raise OSError(errno.ENOSPC, f"No space left on the device for the table file {path!r} "
-                                      f"({size:,} bytes)") from None
+                        raise OSError(
+                            errno.ENOSPC, f"No space left on the device for the table file {path!r} ({size:,} bytes)"
+                        ) from None
                     if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                         raise
             array = mapped.view(np.ndarray)
@@ -99,16 +103,18 @@ def _create(path: str, shape: Tuple[int, int], fill: Callable[[np.ndarray], None
     return array
 
 
-def _remove_partials(paths: List[str]) -> None:
+def _remove_partials(paths: list[str]) -> None:
     """Remove what a killed creation left (`.partial` files), saying so."""
     for path in paths:
         if os.path.exists(_partial(path)):
-            log.warning("Removing %s: an incomplete table file from a creation that did not finish; the table "
-                        "is built again.", _partial(path))
+            log.warning(
+                "Removing %s: an incomplete table file from a creation that did not finish; the table is built again.",
+                _partial(path),
+            )
             os.remove(_partial(path))
 
 
-def _values_per_entry(initializer) -> Optional[np.ndarray]:
+def _values_per_entry(initializer) -> np.ndarray | None:
     """The flat values of a `Constant` initializer given as an array of many values, else None."""
     if isinstance(initializer, Constant) and isinstance(initializer.value, np.ndarray) and initializer.value.size > 1:
         return initializer.value.reshape(-1)
@@ -121,7 +127,7 @@ def _block_initializer(initializer, start: int, stop: int, block: int, dim: int,
         return dataclasses.replace(initializer, offset=initializer.offset + start)
     flat = _values_per_entry(initializer)
     if flat is not None:
-        return Constant(flat[start * dim:stop * dim])
+        return Constant(flat[start * dim : stop * dim])
     seed = getattr(initializer, "seed", "absent")
     if seed == "absent":
         return initializer
@@ -129,19 +135,24 @@ def _block_initializer(initializer, start: int, stop: int, block: int, dim: int,
     return dataclasses.replace(initializer, seed=int(np.random.SeedSequence([base, block]).generate_state(1)[0]))
 
 
-def open_table(path: str, table: TableSpec, optimizer: Optional[OptimizerSpec],
-               rng: np.random.Generator) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
+def open_table(
+    path: str, table: TableSpec, optimizer: OptimizerSpec | None, rng: np.random.Generator
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """(table, slot name -> slot): arrays backed by files, created and initialized if missing."""
     shape = (table.vocabulary_size, table.dim)
     initial_slots = optimizer.slot_initial_values() if optimizer is not None else {}
     _remove_partials([path] + [slot_path(path, name) for name in initial_slots])
     if os.path.exists(path):  # a complete table; a slot it lacks (the optimizer changed) starts anew
-        slots = {name: _open_existing(slot_path(path, name), shape) if os.path.exists(slot_path(path, name))
-                 else _create(slot_path(path, name), shape, _filler(initial))
-                 for name, initial in initial_slots.items()}
+        slots = {
+            name: _open_existing(slot_path(path, name), shape)
+            if os.path.exists(slot_path(path, name))
+            else _create(slot_path(path, name), shape, _filler(initial))
+            for name, initial in initial_slots.items()
+        }
         return _open_existing(path, shape), slots
-    if _values_per_entry(table.initializer) is not None:
-        table.initializer.check_shape(shape)  # a wrong size raises here, before any file is created
+    constant = table.initializer
+    if isinstance(constant, Constant) and _values_per_entry(constant) is not None:
+        constant.check_shape(shape)  # a wrong size raises here, before any file is created
     # A new table: slot files left from an older one are replaced; the table file comes last.
     slots = {name: _create(slot_path(path, name), shape, _filler(initial)) for name, initial in initial_slots.items()}
     full = _create(path, shape, lambda array: _initialize(array, table, rng))
@@ -151,7 +162,8 @@ def open_table(path: str, table: TableSpec, optimizer: Optional[OptimizerSpec],
 def _filler(value: float) -> Callable[[np.ndarray], None]:
     def fill(array: np.ndarray) -> None:
         for start in range(0, array.shape[0], BLOCK_ROWS):
-            array[start:start + BLOCK_ROWS] = value
+            array[start : start + BLOCK_ROWS] = value
+
     return fill
 
 
@@ -163,6 +175,5 @@ def _initialize(full: np.ndarray, table: TableSpec, rng: np.random.Generator) ->
         init = _block_initializer(table.initializer, start, stop, block, full.shape[1], base_rng)
         values = np.asarray(init((stop - start, full.shape[1]), np.float32), dtype=np.float32)
         if values.shape != (stop - start, full.shape[1]) or not np.all(np.isfinite(values)):
-            raise ValueError(f"The initializer of table {table.name!r} returned bad values for rows "
-                             f"{start}..{stop}.")
+            raise ValueError(f"The initializer of table {table.name!r} returned bad values for rows {start}..{stop}.")
         full[start:stop] = values

@@ -48,7 +48,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import warnings
-from typing import Any, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -84,8 +84,8 @@ class Ragged:
 
     values: np.ndarray
     row_splits: np.ndarray
-    weights: Optional[np.ndarray]
-    positions: Optional[np.ndarray] = None
+    weights: np.ndarray | None
+    positions: np.ndarray | None = None
 
     def __post_init__(self):
         # Cheap structural checks only (O(1)); contents are checked by to_ragged.
@@ -128,10 +128,11 @@ class Ragged:
 
     def row_positions(self) -> np.ndarray:
         """int64 [N]: `positions`, or, when None, each id's index inside its row (computed once)."""
-        if self.positions is None:
-            index = np.arange(self.num_values, dtype=np.int64) - np.repeat(self.row_splits[:-1], self.row_lengths())
-            object.__setattr__(self, "positions", index)  # a cache: the same values the None stood for
-        return self.positions
+        positions = self.positions
+        if positions is None:
+            positions = np.arange(self.num_values, dtype=np.int64) - np.repeat(self.row_splits[:-1], self.row_lengths())
+            object.__setattr__(self, "positions", positions)  # a cache: the same values the None stood for
+        return positions
 
     def weights_or_ones(self) -> np.ndarray:
         """float32 [N]: the weights, with None read as all ones."""
@@ -145,7 +146,7 @@ class Ragged:
 # --------------------------------------------------------------------------
 
 
-def _kind(values: np.ndarray, feature: FeatureSpec, what: str = "ids") -> Tuple[str, np.ndarray]:
+def _kind(values: np.ndarray, feature: FeatureSpec, what: str = "ids") -> tuple[str, np.ndarray]:
     """('int' | 'str', values) or TypeError for floats, bools and other types."""
     k = values.dtype.kind
     if k in "iu":
@@ -158,8 +159,11 @@ def _kind(values: np.ndarray, feature: FeatureSpec, what: str = "ids") -> Tuple[
             return "str", np.array([normalize_token(v) for v in flat], dtype=str).reshape(values.shape)
         if all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in flat):
             return "int", np.array(flat, dtype=np.int64).reshape(values.shape)
-    received = f"dtype {values.dtype}" if k != "O" else "objects of type " + ", ".join(
-        sorted({type(v).__name__ for v in values.ravel().tolist()}))
+    received = (
+        f"dtype {values.dtype}"
+        if k != "O"
+        else "objects of type " + ", ".join(sorted({type(v).__name__ for v in values.ravel().tolist()}))
+    )
     hint = ""
     if k == "f":
         hint = " If the values are whole numbers, cast them first, e.g. `ids.astype(np.int64)`."
@@ -172,16 +176,14 @@ def _weights_array(weights: Any, feature: FeatureSpec) -> np.ndarray:
     write NaN into the table. NaN weights are kept: the safe rule drops them (as any weight <= 0)."""
     w = np.asarray(weights)
     if w.size and (w.dtype.kind not in "iuf"):
-        raise TypeError(
-            f"Feature {feature.name!r}: weights must be numbers (float or int). Received dtype {w.dtype}."
-        )
+        raise TypeError(f"Feature {feature.name!r}: weights must be numbers (float or int). Received dtype {w.dtype}.")
     with np.errstate(over="ignore"):  # a float64 weight past float32's range: refused just below
         w32 = w.astype(np.float32)
     check_weights_finite(w32, feature, received=w)
     return w32
 
 
-def check_weights_finite(weights: np.ndarray, feature: FeatureSpec, received: Optional[np.ndarray] = None) -> None:
+def check_weights_finite(weights: np.ndarray, feature: FeatureSpec, received: np.ndarray | None = None) -> None:
     """ValueError for an infinite float32 weight (naming the feature, the value and where it is)."""
     infinite = np.isinf(weights)
     if infinite.any():
@@ -194,11 +196,11 @@ def check_weights_finite(weights: np.ndarray, feature: FeatureSpec, received: Op
         )
 
 
-def check_nan_weights_dropped(batch: "Ragged", feature: FeatureSpec, combiner: str) -> None:
+def check_nan_weights_dropped(batch: Ragged, feature: FeatureSpec, combiner: str) -> None:
     """ValueError for a NaN weight the lookup would use: the safe rule drops NaN (and weights <= 0) for
     'mean' and 'sqrtn', but 'sum' and `safe=False` keep every weight, and a NaN one would write NaN
     into the table. Sequence features ignore weights (as a TPU does)."""
-    if combiner != "sum" and feature.safe_lookup:
+    if batch.weights is None or (combiner != "sum" and feature.safe_lookup):
         return
     nan = np.isnan(batch.weights)
     if nan.any():
@@ -229,8 +231,7 @@ def _is_row(x: Any) -> bool:
 
 def _mismatch(feature: FeatureSpec, detail: str) -> ValueError:
     return ValueError(
-        f"Feature {feature.name!r}: weights must have the same form as the ids and line up with "
-        f"them; {detail}"
+        f"Feature {feature.name!r}: weights must have the same form as the ids and line up with them; {detail}"
     )
 
 
@@ -241,11 +242,11 @@ def _mismatch(feature: FeatureSpec, detail: str) -> ValueError:
 
 @dataclasses.dataclass
 class _Flat:
-    values: np.ndarray          # raw values [N] (ints or strings)
-    row_splits: np.ndarray      # int64 [B + 1]
-    positions: np.ndarray       # int64 [N]
-    weights: Optional[np.ndarray]  # float32 [N] or None
-    dense: bool = False         # True: negative ints / '' strings are padding
+    values: np.ndarray  # raw values [N] (ints or strings)
+    row_splits: np.ndarray  # int64 [B + 1]
+    positions: np.ndarray  # int64 [N]
+    weights: np.ndarray | None  # float32 [N] or None
+    dense: bool = False  # True: negative ints / '' strings are padding
 
 
 def checked_sparse_indices(indices: Any, num_values: int, dense_shape: np.ndarray, where: str) -> np.ndarray:
@@ -298,8 +299,11 @@ def _from_sparse(ids: Any, weights: Any, feature: FeatureSpec) -> _Flat:
             raise _mismatch(feature, f"ids are sparse, weights are {type(weights).__name__}.")
         w_indices = np.asarray(weights.indices).reshape(-1, 2) if np.size(weights.indices) else np.zeros((0, 2))
         w_shape = np.asarray(weights.dense_shape).reshape(-1)
-        if (w_indices.shape != indices.shape or not np.array_equal(w_indices, indices)
-                or not np.array_equal(w_shape, dense_shape)):
+        if (
+            w_indices.shape != indices.shape
+            or not np.array_equal(w_indices, indices)
+            or not np.array_equal(w_shape, dense_shape)
+        ):
             raise _mismatch(feature, "the sparse weights have other indices or another dense_shape than the ids.")
         w = _weights_array(weights.values, feature).reshape(-1)
 
@@ -329,8 +333,13 @@ def _from_ragged_tensor(ids: Any, weights: Any, feature: FeatureSpec) -> _Flat:
     splits = np.asarray(ids.row_splits).reshape(-1)
     if values.ndim != 1:
         raise ValueError(f"Feature {name!r}: ragged `values` must be 1-D. Received shape {values.shape}.")
-    if (splits.dtype.kind not in "iu" or splits.size < 1 or splits[0] != 0
-            or splits[-1] != values.shape[0] or np.any(np.diff(splits) < 0)):
+    if (
+        splits.dtype.kind not in "iu"
+        or splits.size < 1
+        or splits[0] != 0
+        or splits[-1] != values.shape[0]
+        or np.any(np.diff(splits) < 0)
+    ):
         raise ValueError(
             f"Feature {name!r}: `row_splits` must be non-decreasing integers from 0 to len(values) "
             f"= {values.shape[0]}. Received {splits.tolist()[:10]}."
@@ -356,13 +365,15 @@ def _from_lists(ids: Any, weights: Any, feature: FeatureSpec) -> _Flat:
     lengths = np.array([len(r) for r in rows], dtype=np.int64)
     row_splits = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     nonempty = [r for r in rows if r.size]
-    values = (np.concatenate(nonempty) if nonempty else np.zeros(0, np.int64))
+    values = np.concatenate(nonempty) if nonempty else np.zeros(0, np.int64)
     if values.dtype.kind == "O" or any(r.dtype.kind != values.dtype.kind for r in nonempty):
         values = np.array([v for r in nonempty for v in r.tolist()], dtype=object)
     w = None
     if weights is not None:
-        if not isinstance(weights, (list, tuple)) or len(weights) != len(rows) or any(
-            not _is_row(wr) or len(wr) != n for wr, n in zip(weights, lengths)
+        if (
+            not isinstance(weights, (list, tuple))
+            or len(weights) != len(rows)
+            or any(not _is_row(wr) or len(wr) != n for wr, n in zip(weights, lengths))
         ):
             raise _mismatch(feature, "ids are ragged lists, so weights must be lists with the same row lengths.")
         w_rows = [_weights_array(wr, feature).reshape(-1) for wr in weights]
@@ -387,8 +398,7 @@ def _from_dense(ids: Any, weights: Any, feature: FeatureSpec) -> _Flat:
     arr = _asarray(ids, feature, "ids")
     if arr.ndim not in (1, 2):
         raise ValueError(
-            f"Feature {name!r}: dense ids must have shape [batch] or [batch, length]. "
-            f"Received shape {arr.shape}."
+            f"Feature {name!r}: dense ids must have shape [batch] or [batch, length]. Received shape {arr.shape}."
         )
     batch = arr.shape[0]
     length = 1 if arr.ndim == 1 else arr.shape[1]
@@ -418,7 +428,9 @@ def _warn_dense_zeros(feature: FeatureSpec) -> None:
         f"Feature {feature.name!r}: id 0 in a dense input is padding, as TPUEstimator makes it on a TPU "
         "(it keeps only the non-zero entries of dense inputs); those entries were dropped. To look up "
         "row 0, feed a SparseTensor or RaggedTensor, or shift the ids by one.",
-        UserWarning, stacklevel=4)
+        UserWarning,
+        stacklevel=4,
+    )
 
 
 def _dense_padding(values: np.ndarray, kind: str) -> np.ndarray:

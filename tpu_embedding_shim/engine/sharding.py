@@ -38,19 +38,20 @@ rows, then shard 1's, and so on, so row `id` is at storage row
 
 from __future__ import annotations
 
-from typing import Any, List, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from tpu_embedding_shim.spec import parse_partition_strategy
+from tpu_embedding_shim.spec.checks import check_int
 
 from . import aligned
-from tpu_embedding_shim.spec.checks import check_int
 
 __all__ = ["shard_sizes", "locate", "split_table", "join_shards", "ShardedTable"]
 
 
-def _check(vocabulary_size: Any, num_shards: Any, strategy: Any) -> Tuple[int, int, str]:
+def _check(vocabulary_size: Any, num_shards: Any, strategy: Any) -> tuple[int, int, str]:
     return (
         check_int("vocabulary_size", vocabulary_size, minimum=1),
         check_int("num_shards", num_shards, minimum=1),
@@ -58,7 +59,7 @@ def _check(vocabulary_size: Any, num_shards: Any, strategy: Any) -> Tuple[int, i
     )
 
 
-def shard_sizes(vocabulary_size: int, num_shards: int, strategy: str) -> List[int]:
+def shard_sizes(vocabulary_size: int, num_shards: int, strategy: str) -> list[int]:
     """Rows per shard: the first `V % N` shards hold one extra row (both strategies).
 
     >>> shard_sizes(13, 5, "div"), shard_sizes(3, 5, "mod")
@@ -69,7 +70,7 @@ def shard_sizes(vocabulary_size: int, num_shards: int, strategy: str) -> List[in
     return [q + 1] * r + [q] * (num_shards - r)
 
 
-def locate(ids: Any, vocabulary_size: int, num_shards: int, strategy: str) -> Tuple[np.ndarray, np.ndarray]:
+def locate(ids: Any, vocabulary_size: int, num_shards: int, strategy: str) -> tuple[np.ndarray, np.ndarray]:
     """(shard, row_in_shard) of each global id, both int64 with the shape of `ids`.
 
     Raises:
@@ -83,8 +84,7 @@ def locate(ids: Any, vocabulary_size: int, num_shards: int, strategy: str) -> Tu
     bad = (ids < 0) | (ids >= vocabulary_size)
     if bad.any():
         raise ValueError(
-            f"Argument `ids` must be row ids in [0, {vocabulary_size}). "
-            f"Received: {int(ids[bad].reshape(-1)[0])}."
+            f"Argument `ids` must be row ids in [0, {vocabulary_size}). Received: {int(ids[bad].reshape(-1)[0])}."
         )
     if strategy == "mod":
         return ids % num_shards, ids // num_shards
@@ -98,7 +98,7 @@ def locate(ids: Any, vocabulary_size: int, num_shards: int, strategy: str) -> Tu
     return shard, row
 
 
-def split_table(full: Any, num_shards: int, strategy: str) -> List[np.ndarray]:
+def split_table(full: Any, num_shards: int, strategy: str) -> list[np.ndarray]:
     """Splits a `[V, D]` table into N shards (copies), in shard order."""
     full = np.asarray(full)
     if full.ndim != 2:
@@ -107,7 +107,7 @@ def split_table(full: Any, num_shards: int, strategy: str) -> List[np.ndarray]:
     if strategy == "mod":
         return [full[s::num_shards].copy() for s in range(num_shards)]
     bounds = np.concatenate([[0], np.cumsum(shard_sizes(vocabulary_size, num_shards, strategy))])
-    return [full[bounds[s]:bounds[s + 1]].copy() for s in range(num_shards)]
+    return [full[bounds[s] : bounds[s + 1]].copy() for s in range(num_shards)]
 
 
 def join_shards(shards: Sequence[Any], vocabulary_size: int, strategy: str) -> np.ndarray:
@@ -158,9 +158,7 @@ class ShardedTable:
         """
         full = np.asarray(full)
         if full.ndim != 2:
-            raise ValueError(
-                f"Argument `full` must be a [vocabulary_size, dim] table. Received shape {full.shape}."
-            )
+            raise ValueError(f"Argument `full` must be a [vocabulary_size, dim] table. Received shape {full.shape}.")
         self.vocabulary_size, self.num_shards, self.strategy = _check(full.shape[0], num_shards, strategy)
         self.dim = int(full.shape[1])
         sizes = shard_sizes(self.vocabulary_size, self.num_shards, self.strategy)
@@ -172,9 +170,10 @@ class ShardedTable:
         else:  # shard after shard, in one cache-line aligned array
             self.storage = aligned.empty(full.shape, full.dtype)
             for s in range(self.num_shards):
-                self.storage[self._starts[s]:self._starts[s + 1]] = full[s::self.num_shards]
-        self.shards: List[np.ndarray] = [self.storage[self._starts[s]:self._starts[s + 1]]
-                                         for s in range(self.num_shards)]
+                self.storage[self._starts[s] : self._starts[s + 1]] = full[s :: self.num_shards]
+        self.shards: list[np.ndarray] = [
+            self.storage[self._starts[s] : self._starts[s + 1]] for s in range(self.num_shards)
+        ]
 
     def physical(self, ids: np.ndarray) -> np.ndarray:
         """The storage rows of global `ids` (int64, in range; no check): `ids` itself in id order."""
@@ -193,7 +192,7 @@ class ShardedTable:
         return (rows - self._starts[shard]) * self.num_shards + shard
 
     @property
-    def shape(self) -> Tuple[int, int]:
+    def shape(self) -> tuple[int, int]:
         return (self.vocabulary_size, self.dim)
 
     @property
@@ -213,7 +212,7 @@ class ShardedTable:
         full = self.to_full()
         return full if dtype is None else full.astype(dtype)
 
-    def locate(self, ids: Any) -> Tuple[np.ndarray, np.ndarray]:
+    def locate(self, ids: Any) -> tuple[np.ndarray, np.ndarray]:
         """(shard, row_in_shard) of each id."""
         return locate(ids, self.vocabulary_size, self.num_shards, self.strategy)
 

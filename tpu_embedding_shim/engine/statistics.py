@@ -32,7 +32,9 @@ import contextlib
 import hashlib
 import json
 import os
-from typing import Any, Dict, Iterator, List, Optional
+import sys
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -45,13 +47,11 @@ FORMAT = "tpu_embedding_shim.lookup_statistics"
 FORMAT_VERSION = 1
 _LOCK_NAME = ".lookup_statistics.lock"
 
-try:  # POSIX: serialise read-merge-write among processes sharing the directory.
+if sys.platform != "win32":  # POSIX: serialise read-merge-write among processes sharing the directory.
     import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None
 
 
-def table_parameters(table: TableSpec, spec: EmbeddingSpec) -> Dict[str, Any]:
+def table_parameters(table: TableSpec, spec: EmbeddingSpec) -> dict[str, Any]:
     """What a statistics file is keyed on: the table's and the run's parameters.
 
     Two runs share a file exactly when these agree: table name, vocabulary
@@ -117,11 +117,10 @@ class LookupStatistics:
             raise fail("spec", "an EmbeddingSpec", type(spec).__name__, error=TypeError, owner=owner)
         self.directory = os.fspath(directory)
         self.spec = spec
-        self.sample_rate = check_real("sample_rate", sample_rate, minimum=0.0, maximum=1.0, min_open=True,
-                                      owner=owner)
+        self.sample_rate = check_real("sample_rate", sample_rate, minimum=0.0, maximum=1.0, min_open=True, owner=owner)
         self.seed = int(seed)
-        self._counts: Dict[str, _Counts] = {}
-        self._rngs: Dict[str, np.random.Generator] = {}
+        self._counts: dict[str, _Counts] = {}
+        self._rngs: dict[str, np.random.Generator] = {}
         self._tables = {table.name: table for table in spec.tables}
 
     # Recording ------------------------------------------------------------------
@@ -155,11 +154,19 @@ class LookupStatistics:
         if not (first or draw < self.sample_rate):
             return
         if ids_per_example.size and ids_per_example.min() < 0:
-            raise fail("ids_per_example", "non-negative counts", ids_per_example,
-                       owner=f"LookupStatistics.record (table {table!r})")
+            raise fail(
+                "ids_per_example",
+                "non-negative counts",
+                ids_per_example,
+                owner=f"LookupStatistics.record (table {table!r})",
+            )
         if shard_load.size and (not np.all(np.isfinite(shard_load)) or shard_load.min() < 0):
-            raise fail("shard_load", "finite non-negative loads", shard_load,
-                       owner=f"LookupStatistics.record (table {table!r})")
+            raise fail(
+                "shard_load",
+                "finite non-negative loads",
+                shard_load,
+                owner=f"LookupStatistics.record (table {table!r})",
+            )
         counts.steps_sampled += 1
         counts.examples_sampled += int(ids_per_example.size)
         counts.ids_sampled += int(ids_per_example.sum(dtype=np.int64))
@@ -171,14 +178,26 @@ class LookupStatistics:
     def _check_shapes(self, table, ids_per_example, unique_ids, shard_load) -> None:
         owner = f"LookupStatistics.record (table {table!r})"
         if ids_per_example.ndim != 1 or ids_per_example.dtype.kind not in "iu":
-            raise fail("ids_per_example", "a 1-D integer array [batch]",
-                       f"shape {ids_per_example.shape} dtype {ids_per_example.dtype}", owner=owner)
+            raise fail(
+                "ids_per_example",
+                "a 1-D integer array [batch]",
+                f"shape {ids_per_example.shape} dtype {ids_per_example.dtype}",
+                owner=owner,
+            )
         if unique_ids.ndim != 1 or (unique_ids.size and unique_ids.dtype.kind not in "iu"):
-            raise fail("unique_ids", "a 1-D integer array of ids",
-                       f"shape {unique_ids.shape} dtype {unique_ids.dtype}", owner=owner)
+            raise fail(
+                "unique_ids",
+                "a 1-D integer array of ids",
+                f"shape {unique_ids.shape} dtype {unique_ids.dtype}",
+                owner=owner,
+            )
         if shard_load.shape != (self.spec.num_shards,) or shard_load.dtype.kind not in "iuf":
-            raise fail("shard_load", f"a numeric array of shape ({self.spec.num_shards},) (one entry per shard)",
-                       f"shape {shard_load.shape} dtype {shard_load.dtype}", owner=owner)
+            raise fail(
+                "shard_load",
+                f"a numeric array of shape ({self.spec.num_shards},) (one entry per shard)",
+                f"shape {shard_load.shape} dtype {shard_load.dtype}",
+                owner=owner,
+            )
 
     # Writing --------------------------------------------------------------------
 
@@ -197,7 +216,7 @@ class LookupStatistics:
         """Where the statistics of `table` are written."""
         return os.path.join(self.directory, self.file_name(self._tables[table], self.spec))
 
-    def flush(self) -> List[str]:
+    def flush(self) -> list[str]:
         """Merges the counts gathered since the last flush into the files; returns their paths.
 
         Only tables recorded since the last flush are written. Each file is
@@ -223,7 +242,7 @@ class LookupStatistics:
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
-        if fcntl is None:
+        if sys.platform == "win32":  # pragma: no cover - no fcntl: no lock
             yield
             return
         with open(os.path.join(self.directory, _LOCK_NAME), "a") as file:
@@ -234,20 +253,21 @@ class LookupStatistics:
                 fcntl.flock(file.fileno(), fcntl.LOCK_UN)
 
 
-def read_statistics(path: str) -> Dict[str, Any]:
+def read_statistics(path: str) -> dict[str, Any]:
     """The contents of one statistics file."""
-    with open(path, "r", encoding="utf-8") as file:
+    with open(path, encoding="utf-8") as file:
         return json.load(file)
 
 
-def _read_existing(path: str, params: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+def _read_existing(path: str, params: dict[str, Any]) -> dict[str, Any] | None:
     try:
         data = read_statistics(path)
     except FileNotFoundError:
         return None
     except ValueError as error:
-        raise ValueError(f"Lookup statistics file {path!r} is not valid JSON ({error}); "
-                         f"delete it to start afresh.") from None
+        raise ValueError(
+            f"Lookup statistics file {path!r} is not valid JSON ({error}); delete it to start afresh."
+        ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("parameters") != params:
         raise ValueError(
             f"Lookup statistics file {path!r} was not written for these parameters: expected "
@@ -261,8 +281,7 @@ def _number(value: float) -> Any:
     return int(value) if float(value).is_integer() else float(value)
 
 
-def _merge(old: Optional[Dict[str, Any]], counts: _Counts, params: Dict[str, Any],
-           sample_rate: float) -> Dict[str, Any]:
+def _merge(old: dict[str, Any] | None, counts: _Counts, params: dict[str, Any], sample_rate: float) -> dict[str, Any]:
     old = old or {}
     steps_seen = old.get("steps_seen", 0) + counts.steps_seen
     steps_sampled = old.get("steps_sampled", 0) + counts.steps_sampled

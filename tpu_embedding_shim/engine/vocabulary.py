@@ -22,7 +22,7 @@ tuple's `id()` (the cache holds the tuple, so the id stays unique).
 from __future__ import annotations
 
 import numbers
-from typing import Any, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -44,9 +44,8 @@ def normalize_token(token: Any) -> Any:
     return int(token)
 
 
-def _vocab_index(feature: FeatureSpec) -> Tuple[dict, bool, Optional[Tuple[np.ndarray, np.ndarray]]]:
+def _vocab_index(name: str, vocab: tuple) -> tuple[dict, bool, tuple[np.ndarray, np.ndarray] | None]:
     """(token -> id dict, True for a string vocabulary, `_sorted_vocabulary`), cached per vocabulary tuple."""
-    vocab = feature.vocabulary
     hit = _VOCAB_CACHE.get(id(vocab))
     if hit is not None and hit[0] is vocab:
         return hit[1:]
@@ -58,7 +57,7 @@ def _vocab_index(feature: FeatureSpec) -> Tuple[dict, bool, Optional[Tuple[np.nd
         text = False
     else:
         raise TypeError(
-            f"Feature {feature.name!r}: `vocabulary` must hold only strings or only ints. "
+            f"Feature {name!r}: `vocabulary` must hold only strings or only ints. "
             f"Received: {vocab[:5]!r}{'...' if len(vocab) > 5 else ''}."
         )
     index = {normalize_token(t): i for i, t in enumerate(vocab)}
@@ -69,7 +68,7 @@ def _vocab_index(feature: FeatureSpec) -> Tuple[dict, bool, Optional[Tuple[np.nd
     return entry[1:]
 
 
-def _sorted_vocabulary(index: dict, text: bool) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+def _sorted_vocabulary(index: dict, text: bool) -> tuple[np.ndarray, np.ndarray] | None:
     """(the tokens as one sorted numpy array, their ids) for `np.searchsorted`, or None when numpy
     would not hold every token exactly: a str ending in NUL (numpy strips it), an int beyond int64."""
     tokens = list(index)
@@ -85,15 +84,15 @@ def _sorted_vocabulary(index: dict, text: bool) -> Optional[Tuple[np.ndarray, np
 
 def map_vocabulary(feature: FeatureSpec, tokens: np.ndarray, kind: str) -> np.ndarray:
     """int64 ids for `tokens`; -1 for unknown tokens that are dropped."""
-    index, text, searchable = _vocab_index(feature)
+    vocab = feature.vocabulary
+    if vocab is None:
+        raise ValueError(f"Feature {feature.name!r} has no vocabulary to map its ids with.")
+    index, text, searchable = _vocab_index(feature.name, vocab)
     if text != (kind == "str"):
         want = "strings" if text else "integers"
         got = "strings" if kind == "str" else "integers"
-        raise TypeError(
-            f"Feature {feature.name!r} has a vocabulary of {want}; its ids must be {want}. "
-            f"Received {got}."
-        )
-    n_vocab = len(feature.vocabulary)
+        raise TypeError(f"Feature {feature.name!r} has a vocabulary of {want}; its ids must be {want}. Received {got}.")
+    n_vocab = len(vocab)
     default = -1 if feature.default_value is None else int(feature.default_value)
     if tokens.size == 0:
         return np.zeros(0, dtype=np.int64)

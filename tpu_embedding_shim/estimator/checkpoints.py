@@ -25,7 +25,8 @@ import json
 import logging
 import os
 import re
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -33,8 +34,18 @@ from ..engine import checkpoint as legacy_lib
 from ..engine.checkpoint import CheckpointError
 from ..engine.sharding import shard_sizes
 from ..engine.tf_bundle import (
-    FULL, BundleReader, DataLossError, NotFoundError, SlicedTensor, delete_bundle, index_file, is_bundle,
-    newest_complete, read_state, write_bundle, write_state,
+    FULL,
+    BundleReader,
+    DataLossError,
+    NotFoundError,
+    SlicedTensor,
+    delete_bundle,
+    index_file,
+    is_bundle,
+    newest_complete,
+    read_state,
+    write_bundle,
+    write_state,
 )
 from ..engine.tf_bundle.debris import remove_debris, writing
 from .state import dense_file_name, dense_steps, read_dense
@@ -61,31 +72,38 @@ def step_of(path: str) -> int:
         reader = BundleReader(path)
         if "global_step" in reader:
             return int(reader.read("global_step"))
-    raise ValueError(f"{path!r} is not a checkpoint of this runner (model.ckpt-<step>, ckpt-<step> or "
-                     "dense-<step>.npz) and holds no global_step.")
+    raise ValueError(
+        f"{path!r} is not a checkpoint of this runner (model.ckpt-<step>, ckpt-<step> or "
+        "dense-<step>.npz) and holds no global_step."
+    )
 
 
-def latest(model_dir: str, *, uses_engine: bool) -> Optional[str]:
+def latest(model_dir: str, *, uses_engine: bool) -> str | None:
     """The latest checkpoint of `model_dir`: the one its state file names, or an older-format one with a higher step.
 
     Raises:
       CheckpointError: the state file can't be parsed, or names a
         checkpoint whose index is missing (starting afresh would overwrite it).
     """
-    found: List[Tuple[int, int, str]] = []
+    found: list[tuple[int, int, str]] = []
     state = read_state(model_dir)
     if state is not None:
         path = state.model_checkpoint_path
         if not is_bundle(path):
-            raise NotFoundError(f"{os.path.join(model_dir, 'checkpoint')} names {path!r} as the latest checkpoint, "
-                                f"but {index_file(path)} does not exist. Restore the file or fix the state file; "
-                                "training would start afresh and overwrite the checkpoints.")
+            raise NotFoundError(
+                f"{os.path.join(model_dir, 'checkpoint')} names {path!r} as the latest checkpoint, "
+                f"but {index_file(path)} does not exist. Restore the file or fix the state file; "
+                "training would start afresh and overwrite the checkpoints."
+            )
         found.append((step_of(path), 1, path))
     else:  # no state file, or an empty one: the newest complete checkpoint on disk, not a fresh start over it
         newest = newest_complete(model_dir, BASENAME)
         if newest is not None:
-            log.warning("%s has no checkpoint state naming a checkpoint; the newest complete one on disk, %s, "
-                        "is the latest.", model_dir, newest)
+            log.warning(
+                "%s has no checkpoint state naming a checkpoint; the newest complete one on disk, %s, is the latest.",
+                model_dir,
+                newest,
+            )
             found.append((step_of(newest), 1, newest))
     if uses_engine:
         legacy = legacy_lib.latest_checkpoint(model_dir)
@@ -97,7 +115,7 @@ def latest(model_dir: str, *, uses_engine: bool) -> Optional[str]:
     return max(found)[2] if found else None
 
 
-def save(model_dir: str, step: int, tensors: Dict[str, Any], *, keep: Optional[int]) -> str:
+def save(model_dir: str, step: int, tensors: dict[str, Any], *, keep: int | None) -> str:
     """Writes `model.ckpt-<step>`, records it in the state file, then prunes beyond `keep` (None: keep all).
 
     It writes as a live writer of `model_dir` (`debris.writing`), first
@@ -107,7 +125,7 @@ def save(model_dir: str, step: int, tensors: Dict[str, Any], *, keep: Optional[i
         return _save(model_dir, step, tensors, keep)
 
 
-def _save(model_dir: str, step: int, tensors: Dict[str, Any], keep: Optional[int]) -> str:
+def _save(model_dir: str, step: int, tensors: dict[str, Any], keep: int | None) -> str:
     prefix = os.path.join(model_dir, f"{BASENAME}-{step}")
     write_bundle(prefix, tensors)
     try:
@@ -117,7 +135,7 @@ def _save(model_dir: str, step: int, tensors: Dict[str, Any], keep: Optional[int
     previous = list(state.all_model_checkpoint_paths) if state is not None else []
     kept = [p for p in previous if os.path.abspath(p) != os.path.abspath(prefix) and is_bundle(p)] + [prefix]
     dropped = kept[:-keep] if keep else []
-    kept = kept[len(dropped):]
+    kept = kept[len(dropped) :]
     write_state(model_dir, prefix, kept)
     for path in dropped:  # after the state file stopped naming them
         if os.path.dirname(os.path.abspath(path)) == os.path.abspath(model_dir):
@@ -130,9 +148,17 @@ def _save(model_dir: str, step: int, tensors: Dict[str, Any], keep: Optional[int
 class Source:
     """One checkpoint to read: its tensors by name, their slices, and what wrote it (see the module)."""
 
-    def __init__(self, path: str, kind: str, *, reader: Optional[BundleReader] = None,
-                 tensors: Optional[Dict[str, np.ndarray]] = None, meta: Optional[dict] = None,
-                 dense_bytes: Optional[bytes] = None, step: Optional[int] = None):
+    def __init__(
+        self,
+        path: str,
+        kind: str,
+        *,
+        reader: BundleReader | None = None,
+        tensors: dict[str, np.ndarray] | None = None,
+        meta: dict | None = None,
+        dense_bytes: bytes | None = None,
+        step: int | None = None,
+    ):
         self.path = path
         self.kind = kind
         self._reader = reader
@@ -146,7 +172,7 @@ class Source:
     def __repr__(self):
         return f"Source({self.path!r}, {self.kind})"
 
-    def shape(self, name: str) -> Tuple[int, ...]:
+    def shape(self, name: str) -> tuple[int, ...]:
         return self._reader.shape(name) if self._reader is not None else tuple(np.shape(self._tensors[name]))
 
     def is_numeric(self, name: str) -> bool:
@@ -162,7 +188,7 @@ class Source:
             self._tensors[name] = self._reader.read(name)
         return self._tensors[name]
 
-    def row_slices(self, name: str) -> Optional[List[Tuple[int, int]]]:
+    def row_slices(self, name: str) -> list[tuple[int, int]] | None:
         """(start, length) of each row slice of a partitioned tensor, by start; None if stored whole.
 
         Raises ValueError when the slices cut another dimension too.
@@ -177,14 +203,16 @@ class Source:
         for extents in entry.slices:
             for dim, (start, length) in enumerate(extents[1:], start=1):
                 if length != FULL and (start != 0 or length != shape[dim]):
-                    raise ValueError(f"Checkpoint {self.path!r}: tensor {name!r} is partitioned along dimension "
-                                     f"{dim}, not into row slices: it is not a table a TPU job saved.")
+                    raise ValueError(
+                        f"Checkpoint {self.path!r}: tensor {name!r} is partitioned along dimension "
+                        f"{dim}, not into row slices: it is not a table a TPU job saved."
+                    )
             start, length = extents[0]
             rows.append((0, shape[0]) if length == FULL else (start, length))
         return sorted(rows)
 
     @property
-    def step(self) -> Optional[int]:
+    def step(self) -> int | None:
         """The checkpoint's global step (None if it has none)."""
         if self._step is None and "global_step" in self.names:
             self._step = int(np.asarray(self.read("global_step")).reshape(()))
@@ -201,31 +229,41 @@ def _bundle_source(prefix: str) -> Source:
         if meta.get("format") != FORMAT:
             raise ValueError(f"format {meta.get('format')!r}")
     except (ValueError, TypeError, AttributeError, UnicodeDecodeError) as error:
-        raise DataLossError(f"Checkpoint {prefix!r}: tensor {METADATA!r} is not this runner's description of the "
-                            f"checkpoint ({error}).") from None
+        raise DataLossError(
+            f"Checkpoint {prefix!r}: tensor {METADATA!r} is not this runner's description of the checkpoint ({error})."
+        ) from None
     if meta.get("version", 0) > FORMAT_VERSION:
-        raise CheckpointError(f"Checkpoint {prefix!r} was written by a newer tpu_embedding_shim (format version "
-                              f"{meta['version']}; this one reads {FORMAT_VERSION}).")
+        raise CheckpointError(
+            f"Checkpoint {prefix!r} was written by a newer tpu_embedding_shim (format version "
+            f"{meta['version']}; this one reads {FORMAT_VERSION})."
+        )
     return Source(prefix, "ours", reader=reader, meta=meta)
 
 
-def _legacy_source(path: str, legacy_tensors: Callable[[Dict[str, Dict[str, np.ndarray]]], Dict[str, np.ndarray]]
-                   ) -> Source:
+def _legacy_source(
+    path: str, legacy_tensors: Callable[[dict[str, dict[str, np.ndarray]]], dict[str, np.ndarray]]
+) -> Source:
     if os.path.isfile(path):  # dense-<step>.npz of a model without engine tables
-        return Source(path, "legacy", tensors={}, dense_bytes=read_dense(os.path.dirname(path),
-                                                                         os.path.basename(path), None),
-                      step=step_of(path))
+        return Source(
+            path,
+            "legacy",
+            tensors={},
+            dense_bytes=read_dense(os.path.dirname(path), os.path.basename(path), None),
+            step=step_of(path),
+        )
     state, step, manifest = legacy_lib.load_checkpoint(path)
     extra = manifest.get("extra", {})
     dense = None
     if "dense_state_file" in extra:
-        dense = read_dense(os.path.dirname(os.path.normpath(path)), extra["dense_state_file"],
-                           extra.get("dense_state_sha256"))
+        dense = read_dense(
+            os.path.dirname(os.path.normpath(path)), extra["dense_state_file"], extra.get("dense_state_sha256")
+        )
     return Source(path, "legacy", tensors=legacy_tensors(state), dense_bytes=dense, step=step)
 
 
-def open_source(path: Any, *, uses_engine: bool,
-                legacy_tensors: Callable[[Dict[str, Dict[str, np.ndarray]]], Dict[str, np.ndarray]]) -> Source:
+def open_source(
+    path: Any, *, uses_engine: bool, legacy_tensors: Callable[[dict[str, dict[str, np.ndarray]]], dict[str, np.ndarray]]
+) -> Source:
     """The checkpoint `path` means: a prefix, a directory (its latest), a SavedModel, an older-format checkpoint.
 
     `legacy_tensors` names an older-format engine state's arrays as
@@ -244,8 +282,10 @@ def open_source(path: Any, *, uses_engine: bool,
             return _legacy_source(path, legacy_tensors)
         found = latest(path, uses_engine=uses_engine)
         if found is None:
-            raise NotFoundError(f"No checkpoint in {path!r}: no 'checkpoint' state file naming a model.ckpt-<step>, "
-                                "and no checkpoint of this runner's earlier format.")
+            raise NotFoundError(
+                f"No checkpoint in {path!r}: no 'checkpoint' state file naming a model.ckpt-<step>, "
+                "and no checkpoint of this runner's earlier format."
+            )
         path = found
     if is_bundle(path):
         return _bundle_source(path)
@@ -254,10 +294,12 @@ def open_source(path: Any, *, uses_engine: bool,
             raise NotFoundError(f"No checkpoint at {path!r}: the file does not exist.")
         return _legacy_source(path, legacy_tensors)
     hint = ""
-    if path.endswith(".index") and is_bundle(path[:-len(".index")]):
-        hint = f" Pass the prefix without '.index': {path[:-len('.index')]!r}."
-    raise NotFoundError(f"No checkpoint at {path!r}: {index_file(path)} does not exist (a checkpoint is a prefix "
-                        f"such as model_dir/model.ckpt-100, or a directory holding a 'checkpoint' file).{hint}")
+    if path.endswith(".index") and is_bundle(path[: -len(".index")]):
+        hint = f" Pass the prefix without '.index': {path[: -len('.index')]!r}."
+    raise NotFoundError(
+        f"No checkpoint at {path!r}: {index_file(path)} does not exist (a checkpoint is a prefix "
+        f"such as model_dir/model.ckpt-100, or a directory holding a 'checkpoint' file).{hint}"
+    )
 
 
 def write_for_tpu(checkpoint: str, prefix: str, *, num_hosts: int) -> str:
@@ -277,19 +319,21 @@ def write_for_tpu(checkpoint: str, prefix: str, *, num_hosts: int) -> str:
         raise ValueError(f"Argument `num_hosts` must be an int >= 1. Received: {num_hosts!r}.")
     source = open_source(checkpoint, uses_engine=True, legacy_tensors=dict)
     if source.kind != "ours":
-        raise ValueError(f"{source.path!r} was not written by this runner (no {METADATA!r}): its tables are not "
-                         "known by name. Train or resume from it with the runner first.")
+        raise ValueError(
+            f"{source.path!r} was not written by this runner (no {METADATA!r}): its tables are not "
+            "known by name. Train or resume from it with the runner first."
+        )
     meta = dict(source.meta)
     if meta.get("mod_hosts", 1) != 1:
         raise ValueError(f"{source.path!r} is already in the layout of {meta['mod_hosts']} hosts.")
     tables = [entry["name"] for entry in meta["tables"].values()]
-    tensors: Dict[str, Any] = {}
+    tensors: dict[str, Any] = {}
     for name in sorted(source.names):
         value = source.read(name)
         if any(name == t or name.startswith(t + "/") for t in tables) and np.ndim(value) == 2 and len(value):
             stored, parts, start = to_mod_layout(value, num_hosts), [], 0
             for size in shard_sizes(len(value), min(num_hosts, len(value)), "mod"):
-                parts.append((((start, size), (0, FULL)), stored[start:start + size]))
+                parts.append((((start, size), (0, FULL)), stored[start : start + size]))
                 start += size
             value = SlicedTensor(tuple(np.shape(value)), parts)
         tensors[name] = value

@@ -32,7 +32,8 @@ rows and 'mean' divides by their count (an empty example gives zeros).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -54,8 +55,18 @@ class TPUContext:
     current_host = 0
     device_assignment = None
 
-    def __init__(self, *, mode: str, global_step: int, batch_size: Optional[int], dense_state: Any,
-                 tensor_core: Optional["TensorCoreColumns"], engine: Any, scope: Any, use_tpu: bool):
+    def __init__(
+        self,
+        *,
+        mode: str,
+        global_step: int,
+        batch_size: int | None,
+        dense_state: Any,
+        tensor_core: TensorCoreColumns | None,
+        engine: Any,
+        scope: Any,
+        use_tpu: bool,
+    ):
         self.mode = mode
         self.global_step = global_step
         self.batch_size = batch_size
@@ -64,10 +75,10 @@ class TPUContext:
         self.lookup_scope = scope
         self.use_tpu = use_tpu
         self._tensor_core = tensor_core
-        self.tensor_core_gradients: Dict[str, np.ndarray] = {}
+        self.tensor_core_gradients: dict[str, np.ndarray] = {}
 
     @property
-    def tensor_core_tables(self) -> Dict[str, np.ndarray]:
+    def tensor_core_tables(self) -> dict[str, np.ndarray]:
         """Table name -> the [V, D] variable (the array in dense_state; update it in place or reassign)."""
         if self._tensor_core is None:
             return {}
@@ -80,14 +91,14 @@ class TPUContext:
 class TensorCoreColumns:
     """Lookups and table gradients for the columns with embedding_lookup_device='tpu_tensor_core'."""
 
-    def __init__(self, columns: List[Any]):
+    def __init__(self, columns: list[Any]):
         tables, features = lowering.specs_from_feature_columns(list(columns), optimizer=None)
         self.tables = {t.name: t for t in tables}
         self.features = features
         self.kept_positions = {c.get_feature_key_name(): int(c.tensor_core_shape[1]) for c in columns}
 
     @property
-    def feature_names(self) -> List[str]:
+    def feature_names(self) -> list[str]:
         return [f.name for f in self.features]
 
     def initialize(self, dense_state: Any, rng: np.random.Generator) -> None:
@@ -95,13 +106,15 @@ class TensorCoreColumns:
         for name, table in self.tables.items():
             if name in dense_state:
                 continue
-            initializer = table.initializer
+            initializer: Any = table.initializer  # any callable; the built-in random ones are dataclasses with a `seed`
             if getattr(initializer, "seed", "absent") is None:
                 initializer = dataclasses.replace(initializer, seed=int(rng.integers(2**31)))
             values = np.array(initializer((table.vocabulary_size, table.dim), np.float32), dtype=np.float32)
             if values.shape != (table.vocabulary_size, table.dim):
-                raise ValueError(f"The initializer of tensor-core table {name!r} returned shape {values.shape}; "
-                                 f"expected {(table.vocabulary_size, table.dim)}.")
+                raise ValueError(
+                    f"The initializer of tensor-core table {name!r} returned shape {values.shape}; "
+                    f"expected {(table.vocabulary_size, table.dim)}."
+                )
             dense_state[name] = values
 
     def _table(self, dense_state: Any, name: str) -> np.ndarray:
@@ -111,34 +124,40 @@ class TensorCoreColumns:
             raise ValueError(f"Tensor-core table {name!r} is missing from params['dense_state'].")
         value = np.asarray(value)
         if value.shape != (table.vocabulary_size, table.dim):
-            raise ValueError(f"Tensor-core table {name!r} in params['dense_state'] has shape {value.shape}; "
-                             f"expected {(table.vocabulary_size, table.dim)}.")
+            raise ValueError(
+                f"Tensor-core table {name!r} in params['dense_state'] has shape {value.shape}; "
+                f"expected {(table.vocabulary_size, table.dim)}."
+            )
         return value
 
-    def lookup(self, features: Mapping[str, Any], dense_state: Any) -> Tuple[Dict[str, np.ndarray], Dict[str, Ragged]]:
+    def lookup(self, features: Mapping[str, Any], dense_state: Any) -> tuple[dict[str, np.ndarray], dict[str, Ragged]]:
         """(activations, batches) of every tensor-core feature."""
         activations, batches = {}, {}
         for feature in self.features:
             if feature.name not in features:
-                raise ValueError(f"Feature {feature.name!r} (a tensor-core column) is missing from the features. "
-                                 f"Received keys: {sorted(features)}.")
+                raise ValueError(
+                    f"Feature {feature.name!r} (a tensor-core column) is missing from the features. "
+                    f"Received keys: {sorted(features)}."
+                )
             ids = first_positions(features[feature.name], self.kept_positions[feature.name])
             batch = to_ragged(ids, feature=feature)
             table = self._table(dense_state, feature.table)
             activations[feature.name] = lookup_kernels.pooled_lookup(
-                table, batch, self.tables[feature.table].combiner, safe=feature.safe_lookup)
+                table, batch, self.tables[feature.table].combiner, safe=feature.safe_lookup
+            )
             batches[feature.name] = batch
         return activations, batches
 
-    def gradients(self, batches: Mapping[str, Ragged], grads: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    def gradients(self, batches: Mapping[str, Ragged], grads: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Table name -> dense [V, D] d(loss)/d(table), summed over the features sharing it."""
         out = {name: np.zeros((t.vocabulary_size, t.dim), np.float32) for name, t in self.tables.items()}
         for feature in self.features:
             grad = grads.get(feature.name)
             if grad is None:
                 continue
-            ids, rows = lookup_kernels.pooled_backward(batches[feature.name], self.tables[feature.table].combiner,
-                                                       grad, safe=feature.safe_lookup)
+            ids, rows = lookup_kernels.pooled_backward(
+                batches[feature.name], self.tables[feature.table].combiner, grad, safe=feature.safe_lookup
+            )
             np.add.at(out[feature.table], ids, rows)
         return out
 

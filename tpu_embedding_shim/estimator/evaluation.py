@@ -23,7 +23,8 @@ Per batch, the model_fn's spec gives a loss and, as TensorFlow has them,
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -36,11 +37,11 @@ class EvalMetrics:
     """The losses and metric inputs of the eval batches seen so far (module docstring)."""
 
     def __init__(self) -> None:
-        self.losses: List[float] = []
+        self.losses: list[float] = []
         self._metric_fn: Any = None
         self._by_name = False  # eval_metrics tensors as a dict (keyword arguments) or a list (positional)
         self._tensors: Any = None  # per tensor, its value of each batch
-        self._op_values: Dict[str, List[float]] = {}
+        self._op_values: dict[str, list[float]] = {}
 
     def add(self, spec: Any) -> float:
         """Records one batch's spec; returns the mean loss so far."""
@@ -59,7 +60,7 @@ class EvalMetrics:
                 self._op_values.setdefault(key, []).append(scalar(value, f"eval_metric_ops[{key!r}]"))
         return float(np.mean(self.losses))
 
-    def results(self, metrics: Dict[str, Any]) -> Dict[str, Any]:
+    def results(self, metrics: dict[str, Any]) -> dict[str, Any]:
         """`metrics` (the TensorFlow graph's own, if any) with `metric_fn`'s values, the ops' means and 'loss'.
 
         Raises:
@@ -69,7 +70,8 @@ class EvalMetrics:
         if not self.losses:
             raise ValueError("evaluate: input_fn produced no batch.")
         if self._metric_fn is not None:
-            def join(parts: List[np.ndarray]) -> np.ndarray:
+
+            def join(parts: list[np.ndarray]) -> np.ndarray:
                 return np.concatenate([np.atleast_1d(p) for p in parts], axis=0)
 
             if self._by_name:
@@ -77,8 +79,10 @@ class EvalMetrics:
             else:
                 out = self._metric_fn(*[join(v) for v in self._tensors])
             if not isinstance(out, Mapping):
-                raise TypeError(f"metric_fn must return a dict {{name: value or (value, update_op)}}. Received: "
-                                f"{type(out).__name__}.")
+                raise TypeError(
+                    f"metric_fn must return a dict {{name: value or (value, update_op)}}. Received: "
+                    f"{type(out).__name__}."
+                )
             for key, value in out.items():
                 value = to_numpy(value[0] if isinstance(value, tuple) else value)
                 array = np.asarray(value)

@@ -24,7 +24,8 @@ import dataclasses
 import hashlib
 import json
 import os
-from typing import Any, Dict, List, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -52,9 +53,17 @@ def _file_stem(name: str) -> str:
     return (stem or "table") + "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
 
 
-def write_export(export_dir: str, *, tables: Mapping[str, np.ndarray], trained_by: Mapping[str, str],
-                 combiners: Mapping[str, str], features: List[FeatureSpec], dense_state: DenseState,
-                 global_step: int, extra: Optional[dict] = None) -> str:
+def write_export(
+    export_dir: str,
+    *,
+    tables: Mapping[str, np.ndarray],
+    trained_by: Mapping[str, str],
+    combiners: Mapping[str, str],
+    features: list[FeatureSpec],
+    dense_state: DenseState,
+    global_step: int,
+    extra: dict | None = None,
+) -> str:
     """Writes an export directory (must not exist yet); returns its path."""
     export_dir = os.fspath(export_dir)
     if os.path.exists(export_dir):
@@ -68,9 +77,17 @@ def write_export(export_dir: str, *, tables: Mapping[str, np.ndarray], trained_b
             array = np.ascontiguousarray(array, dtype=np.float32)
             relative = f"tables/{_file_stem(name)}.npy"
             np.save(os.path.join(tmp, relative), array, allow_pickle=False)
-            entries.append({"name": name, "file": relative, "shape": list(array.shape), "dtype": array.dtype.str,
-                            "sha256": _sha256(os.path.join(tmp, relative)), "combiner": combiners[name],
-                            "trained_by": trained_by[name]})
+            entries.append(
+                {
+                    "name": name,
+                    "file": relative,
+                    "shape": list(array.shape),
+                    "dtype": array.dtype.str,
+                    "sha256": _sha256(os.path.join(tmp, relative)),
+                    "combiner": combiners[name],
+                    "trained_by": trained_by[name],
+                }
+            )
         with open(os.path.join(tmp, "dense_state.npz"), "wb") as handle:
             handle.write(dense_state.to_bytes())
         manifest = {
@@ -88,7 +105,7 @@ def write_export(export_dir: str, *, tables: Mapping[str, np.ndarray], trained_b
     return export_dir
 
 
-def _feature_to_json(feature: FeatureSpec) -> Dict[str, Any]:
+def _feature_to_json(feature: FeatureSpec) -> dict[str, Any]:
     data = dataclasses.asdict(feature)
     if data.get("vocabulary") is not None:
         data["vocabulary"] = [v.item() if isinstance(v, np.generic) else v for v in data["vocabulary"]]
@@ -113,8 +130,8 @@ class ExportedModel:
             self.manifest = json.load(handle)
         if self.manifest.get("format") != FORMAT:
             raise ValueError(f"{manifest_path!r} is not a {FORMAT} manifest.")
-        self.tables: Dict[str, np.ndarray] = {}
-        self.combiners: Dict[str, str] = {}
+        self.tables: dict[str, np.ndarray] = {}
+        self.combiners: dict[str, str] = {}
         for entry in self.manifest["tables"]:
             file = os.path.join(self.path, entry["file"])
             if _sha256(file) != entry["sha256"]:
@@ -145,10 +162,12 @@ class ExportedModel:
             table = self.tables[feature.table]
             if feature.is_sequence:
                 activations[feature.name], lengths[feature.name] = lookup_kernels.sequence_lookup(
-                    table, batch, feature.max_sequence_length)
+                    table, batch, feature.max_sequence_length
+                )
             else:
                 activations[feature.name] = lookup_kernels.pooled_lookup(
-                    table, batch, self.combiners[feature.table], safe=feature.safe_lookup)
+                    table, batch, self.combiners[feature.table], safe=feature.safe_lookup
+                )
         return activations, lengths
 
 

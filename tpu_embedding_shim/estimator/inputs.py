@@ -22,34 +22,38 @@ An input_fn returns one of
 from __future__ import annotations
 
 import inspect
-from typing import Any, Iterator, Mapping, Optional, Tuple
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
 
-def fn_args(fn: Any) -> Tuple[str, ...]:
+def fn_args(fn: Any) -> tuple[str, ...]:
     """The names of the arguments `fn` takes (functools.partial aware)."""
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):
         return ()
-    return tuple(name for name, p in signature.parameters.items()
-                 if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    return tuple(
+        name for name, p in signature.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    )
 
 
 def verify_input_fn(input_fn: Any) -> None:
     if not callable(input_fn):
         raise TypeError(f"input_fn must be callable. Received: {type(input_fn).__name__}.")
     if "params" not in fn_args(input_fn):
-        raise ValueError(f"input_fn ({input_fn}) does not include params argument, required by TPUEstimator to "
-                         "pass batch size as params[\"batch_size\"]")
+        raise ValueError(
+            f"input_fn ({input_fn}) does not include params argument, required by TPUEstimator to "
+            'pass batch size as params["batch_size"]'
+        )
 
 
 def call_input_fn(input_fn: Any, mode: str, params: dict, config: Any) -> Any:
     """`input_fn` called with the arguments it takes, as Estimator does."""
     verify_input_fn(input_fn)
     names = fn_args(input_fn)
-    kwargs = {"params": params}
+    kwargs: dict[str, Any] = {"params": params}
     if "mode" in names:
         kwargs["mode"] = mode
     if "config" in names:
@@ -60,12 +64,10 @@ def call_input_fn(input_fn: Any, mode: str, params: dict, config: Any) -> Any:
 def _is_single_batch(value: Any) -> bool:
     if isinstance(value, Mapping):
         return True
-    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], Mapping):
-        return True
-    return False
+    return bool(isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], Mapping))
 
 
-def split_batch(item: Any, where: str) -> Tuple[Any, Any]:
+def split_batch(item: Any, where: str) -> tuple[Any, Any]:
     """(features, labels) of one batch; labels None when the batch is features alone."""
     if isinstance(item, Mapping):
         return item, None
@@ -73,9 +75,10 @@ def split_batch(item: Any, where: str) -> Tuple[Any, Any]:
         return item[0], item[1]
     if isinstance(item, (np.ndarray, list)):
         return item, None
-    raise ValueError(f"{where}: each batch must be `features` (a dict) or a `(features, labels)` tuple. "
-                     f"Received: {type(item).__name__}"
-                     + (f" of length {len(item)}" if isinstance(item, tuple) else "") + ".")
+    raise ValueError(
+        f"{where}: each batch must be `features` (a dict) or a `(features, labels)` tuple. "
+        f"Received: {type(item).__name__}" + (f" of length {len(item)}" if isinstance(item, tuple) else "") + "."
+    )
 
 
 class BatchStream:
@@ -86,7 +89,7 @@ class BatchStream:
       length: the number of batches when known (a list), else None.
     """
 
-    def __init__(self, result: Any, mode: str, repeat: Optional[int] = None):
+    def __init__(self, result: Any, mode: str, repeat: int | None = None):
         self.mode = mode
         self.single = _is_single_batch(result)
         self._result = result
@@ -101,7 +104,7 @@ class BatchStream:
                 )
             self.length = len(result) if hasattr(result, "__len__") else None
 
-    def __iter__(self) -> Iterator[Tuple[Any, Any]]:
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
         where = f"input_fn ({self.mode})"
         if self.single:
             batch = split_batch(self._result, where)

@@ -20,15 +20,23 @@ a trapezoidal (or minoring / majoring) sum, the same approximation.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
-__all__ = ["auc", "accuracy", "mean", "mean_squared_error", "root_mean_squared_error", "precision", "recall",
-           "mean_absolute_error"]
+__all__ = [
+    "auc",
+    "accuracy",
+    "mean",
+    "mean_squared_error",
+    "root_mean_squared_error",
+    "precision",
+    "recall",
+    "mean_absolute_error",
+]
 
 
-def _weights(weights: Any, shape: Tuple[int, ...]) -> np.ndarray:
+def _weights(weights: Any, shape: tuple[int, ...]) -> np.ndarray:
     if weights is None:
         return np.ones(shape, np.float64)
     return np.broadcast_to(np.asarray(weights, np.float64), shape)
@@ -38,16 +46,27 @@ def _div(a: float, b: float) -> float:
     return float(a / b) if b != 0 else 0.0
 
 
-def mean(values: Any, weights: Any = None, metrics_collections: Any = None, updates_collections: Any = None,
-         name: Optional[str] = None):
+def mean(
+    values: Any,
+    weights: Any = None,
+    metrics_collections: Any = None,
+    updates_collections: Any = None,
+    name: str | None = None,
+):
     """(weighted mean of `values`, None)."""
     values = np.asarray(values, np.float64)
     w = _weights(weights, values.shape)
     return _div((values * w).sum(), w.sum()), None
 
 
-def accuracy(labels: Any, predictions: Any, weights: Any = None, metrics_collections: Any = None,
-             updates_collections: Any = None, name: Optional[str] = None):
+def accuracy(
+    labels: Any,
+    predictions: Any,
+    weights: Any = None,
+    metrics_collections: Any = None,
+    updates_collections: Any = None,
+    name: str | None = None,
+):
     """(weighted fraction of predictions equal to labels, None)."""
     labels, predictions = np.asarray(labels), np.asarray(predictions)
     if labels.shape != predictions.shape:
@@ -55,22 +74,40 @@ def accuracy(labels: Any, predictions: Any, weights: Any = None, metrics_collect
     return mean((labels == predictions).astype(np.float64), weights)
 
 
-def mean_squared_error(labels: Any, predictions: Any, weights: Any = None, metrics_collections: Any = None,
-                       updates_collections: Any = None, name: Optional[str] = None):
+def mean_squared_error(
+    labels: Any,
+    predictions: Any,
+    weights: Any = None,
+    metrics_collections: Any = None,
+    updates_collections: Any = None,
+    name: str | None = None,
+):
     predictions = np.asarray(predictions, np.float64)
     labels = np.asarray(labels, np.float64).reshape(predictions.shape)
     return mean((labels - predictions) ** 2, weights)
 
 
-def mean_absolute_error(labels: Any, predictions: Any, weights: Any = None, metrics_collections: Any = None,
-                        updates_collections: Any = None, name: Optional[str] = None):
+def mean_absolute_error(
+    labels: Any,
+    predictions: Any,
+    weights: Any = None,
+    metrics_collections: Any = None,
+    updates_collections: Any = None,
+    name: str | None = None,
+):
     predictions = np.asarray(predictions, np.float64)
     labels = np.asarray(labels, np.float64).reshape(predictions.shape)
     return mean(np.abs(labels - predictions), weights)
 
 
-def root_mean_squared_error(labels: Any, predictions: Any, weights: Any = None, metrics_collections: Any = None,
-                            updates_collections: Any = None, name: Optional[str] = None):
+def root_mean_squared_error(
+    labels: Any,
+    predictions: Any,
+    weights: Any = None,
+    metrics_collections: Any = None,
+    updates_collections: Any = None,
+    name: str | None = None,
+):
     return float(np.sqrt(mean_squared_error(labels, predictions, weights)[0])), None
 
 
@@ -81,21 +118,42 @@ def _counts(labels: Any, predictions: Any, weights: Any):
     return (w * (labels & predictions)).sum(), (w * (~labels & predictions)).sum(), (w * (labels & ~predictions)).sum()
 
 
-def precision(labels: Any, predictions: Any, weights: Any = None, metrics_collections: Any = None,
-              updates_collections: Any = None, name: Optional[str] = None):
+def precision(
+    labels: Any,
+    predictions: Any,
+    weights: Any = None,
+    metrics_collections: Any = None,
+    updates_collections: Any = None,
+    name: str | None = None,
+):
     tp, fp, _ = _counts(labels, predictions, weights)
     return _div(tp, tp + fp), None
 
 
-def recall(labels: Any, predictions: Any, weights: Any = None, metrics_collections: Any = None,
-           updates_collections: Any = None, name: Optional[str] = None):
+def recall(
+    labels: Any,
+    predictions: Any,
+    weights: Any = None,
+    metrics_collections: Any = None,
+    updates_collections: Any = None,
+    name: str | None = None,
+):
     tp, _, fn = _counts(labels, predictions, weights)
     return _div(tp, tp + fn), None
 
 
-def auc(labels: Any, predictions: Any, weights: Any = None, num_thresholds: int = 200, metrics_collections: Any = None,
-        updates_collections: Any = None, curve: str = "ROC", name: Optional[str] = None,
-        summation_method: str = "trapezoidal", thresholds: Any = None):
+def auc(
+    labels: Any,
+    predictions: Any,
+    weights: Any = None,
+    num_thresholds: int = 200,
+    metrics_collections: Any = None,
+    updates_collections: Any = None,
+    curve: str = "ROC",
+    name: str | None = None,
+    summation_method: str = "trapezoidal",
+    thresholds: Any = None,
+):
     """TensorFlow's approximate AUC (ROC or PR) over `num_thresholds` thresholds; predictions in [0, 1]."""
     if curve not in ("ROC", "PR"):
         raise ValueError(f"curve must be either ROC or PR, {curve} unknown")
@@ -104,8 +162,10 @@ def auc(labels: Any, predictions: Any, weights: Any = None, num_thresholds: int 
     predictions = np.asarray(predictions, np.float64).reshape(-1)
     labels = np.asarray(labels).astype(bool).reshape(-1)
     if labels.shape != predictions.shape:
-        raise ValueError(f"labels and predictions must have the same size. Received {labels.size} labels and "
-                         f"{predictions.size} predictions.")
+        raise ValueError(
+            f"labels and predictions must have the same size. Received {labels.size} labels and "
+            f"{predictions.size} predictions."
+        )
     if predictions.size and (predictions.min() < 0 or predictions.max() > 1):
         raise ValueError("predictions must be in [0, 1] (probabilities), as TensorFlow's auc asserts.")
     w = _weights(weights, predictions.shape).reshape(-1) if weights is not None else np.ones_like(predictions)
@@ -113,8 +173,9 @@ def auc(labels: Any, predictions: Any, weights: Any = None, num_thresholds: int 
         cuts = np.concatenate([[0.0 - 1e-7], np.asarray(thresholds, np.float64), [1.0 + 1e-7]])
     else:
         kepsilon = 1e-7
-        cuts = np.array([0.0 - kepsilon] + [(i + 1) / (num_thresholds - 1) for i in range(num_thresholds - 2)]
-                        + [1.0 + kepsilon])
+        cuts = np.array(
+            [0.0 - kepsilon] + [(i + 1) / (num_thresholds - 1) for i in range(num_thresholds - 2)] + [1.0 + kepsilon]
+        )
     positive = predictions[None, :] > cuts[:, None]
     tp = ((positive & labels) * w).sum(axis=1)
     fp = ((positive & ~labels) * w).sum(axis=1)

@@ -19,7 +19,8 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from typing import Any, Dict, List, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -50,9 +51,16 @@ class ModelState:
       warm_start_settings: what a fresh model_dir takes from another run, or None.
     """
 
-    def __init__(self, model_dir: str, *, embedding_config_spec: Optional[EmbeddingConfigSpec],
-                 tensor_core: Optional[TensorCoreColumns], num_shards: int, seed: Optional[int],
-                 warm_start_settings: Optional[WarmStartSettings]):
+    def __init__(
+        self,
+        model_dir: str,
+        *,
+        embedding_config_spec: EmbeddingConfigSpec | None,
+        tensor_core: TensorCoreColumns | None,
+        num_shards: int,
+        seed: int | None,
+        warm_start_settings: WarmStartSettings | None,
+    ):
         self.model_dir = model_dir
         self._embedding_config_spec = embedding_config_spec
         self._tensor_core = tensor_core
@@ -64,13 +72,15 @@ class ModelState:
         self.uses_engine = embedding_config_spec is not None and bool(embedding_config_spec.to_spec().tables)
         self.names = ProgramNames()
         if embedding_config_spec is not None:
-            self.names = ProgramNames(embedding_config_spec.feature_columns or (),
-                                      embedding_config_spec.tensor_core_feature_columns or (),
-                                      tables=[t.name for t in embedding_config_spec.to_spec().tables])
-        self.engine: Optional[Engine] = None
+            self.names = ProgramNames(
+                embedding_config_spec.feature_columns or (),
+                embedding_config_spec.tensor_core_feature_columns or (),
+                tables=[t.name for t in embedding_config_spec.to_spec().tables],
+            )
+        self.engine: Engine | None = None
         self.step = 0  # the global step when there is no engine
         self.dense_state = DenseState()
-        self.loaded_step: Optional[int] = None  # the step of the checkpoint the state was restored from or saved as
+        self.loaded_step: int | None = None  # the step of the checkpoint the state was restored from or saved as
         self._initialized = False
         self._noted_defaults: set = set()
 
@@ -94,7 +104,7 @@ class ModelState:
         self._initialized = True
         self.loaded_step = None
 
-    def ensure(self, mode: str, checkpoint_path: Optional[str] = None) -> None:
+    def ensure(self, mode: str, checkpoint_path: str | None = None) -> None:
         """Makes the in-memory state the latest checkpoint's (or `checkpoint_path`'s), or a fresh one."""
         if checkpoint_path is not None:
             if not self._initialized:
@@ -135,7 +145,7 @@ class ModelState:
     def _open(self, path: Any) -> checkpoints.Source:
         return checkpoints.open_source(path, uses_engine=self.uses_engine, legacy_tensors=self._legacy_tensors)
 
-    def _legacy_tensors(self, state: Mapping[str, Mapping[str, np.ndarray]]) -> Dict[str, np.ndarray]:
+    def _legacy_tensors(self, state: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
         """An engine checkpoint of the earlier format, as tensors under this program's TensorFlow names."""
         tensors = {}
         for table, arrays in state.items():
@@ -191,15 +201,18 @@ class ModelState:
 
     # Save ------------------------------------------------------------------------------------
 
-    def checkpoint_tensors(self, *, values: bool = True) -> Dict[str, Any]:
+    def checkpoint_tensors(self, *, values: bool = True) -> dict[str, Any]:
         """name -> array of everything a checkpoint holds, under TensorFlow's names (see tf_names.py)."""
         step = self.global_step
-        tensors: Dict[str, Any] = {"global_step": np.int64(step)}
+        tensors: dict[str, Any] = {"global_step": np.int64(step)}
         recorded = {}
         if self.engine is not None:
             structure = self.engine.spec.structure()
-            state = self.engine.state() if values else {
-                table: dict.fromkeys(["embedding", *info["slots"]]) for table, info in structure.items()}
+            state = (
+                self.engine.state()
+                if values
+                else {table: dict.fromkeys(["embedding", *info["slots"]]) for table, info in structure.items()}
+            )
             for table, arrays in state.items():
                 name = self.names.variable(table)
                 self._note_default(table)
@@ -219,21 +232,32 @@ class ModelState:
         for name in dense:
             if name in tensors or name == checkpoints.METADATA:
                 what = "the global step" if name == "global_step" else "an embedding table or slot"
-                raise ValueError(f"dense_state would be saved as the tensor {name!r}, which is already {what} of "
-                                 "the checkpoint; rename the dense_state key.")
+                raise ValueError(
+                    f"dense_state would be saved as the tensor {name!r}, which is already {what} of "
+                    "the checkpoint; rename the dense_state key."
+                )
         tensors.update(dense)
-        meta = {"format": checkpoints.FORMAT, "version": checkpoints.FORMAT_VERSION, "global_step": step,
-                "tables": recorded, "dense_state": structure}
+        meta = {
+            "format": checkpoints.FORMAT,
+            "version": checkpoints.FORMAT_VERSION,
+            "global_step": step,
+            "tables": recorded,
+            "dense_state": structure,
+        }
         tensors[checkpoints.METADATA] = np.array(json.dumps(meta).encode("utf-8"), dtype=object)
         return tensors
 
     def _note_default(self, table: str) -> None:
         if self.names.certainty(table) == DEFAULT and table not in self._noted_defaults:
             self._noted_defaults.add(table)
-            log.info("Table %s: no feature layer has read its column yet; it is saved as %s (TensorFlow's name "
-                     "when DenseFeatures / SequenceFeatures read it).", table, self.names.variable(table))
+            log.info(
+                "Table %s: no feature layer has read its column yet; it is saved as %s (TensorFlow's name "
+                "when DenseFeatures / SequenceFeatures read it).",
+                table,
+                self.names.variable(table),
+            )
 
-    def save(self, *, keep: Optional[int]) -> str:
+    def save(self, *, keep: int | None) -> str:
         """Writes `model.ckpt-<global step>`, keeping the `keep` newest (None: all); returns its prefix."""
         step = self.global_step
         tensors = self.checkpoint_tensors()
@@ -244,13 +268,13 @@ class ModelState:
         log.info("Saving checkpoints for %d into %s.", step, path)
         return path
 
-    def latest_checkpoint(self) -> Optional[str]:
+    def latest_checkpoint(self) -> str | None:
         """The latest checkpoint of model_dir (`<model_dir>/model.ckpt-<step>`, or an older-format one), or None."""
         return checkpoints.latest(self.model_dir, uses_engine=self.uses_engine)
 
     # Variables by name -------------------------------------------------------------------------
 
-    def variable_names(self) -> List[str]:
+    def variable_names(self) -> list[str]:
         """The checkpoint's variable names, sorted: tables, slots, the dense state, 'global_step'."""
         return sorted(n for n in self.checkpoint_tensors(values=False) if n != checkpoints.METADATA)
 

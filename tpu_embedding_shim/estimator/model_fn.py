@@ -48,16 +48,30 @@ class NanLossDuringTrainingError(RuntimeError):
 
 def _check_mode(mode: Any, owner: str) -> None:
     if mode not in _MODES:
-        raise ValueError(f"{owner}: mode must be one of {list(_MODES)} (ModeKeys.TRAIN / EVAL / PREDICT). "
-                         f"Received: {mode!r}.")
+        raise ValueError(
+            f"{owner}: mode must be one of {list(_MODES)} (ModeKeys.TRAIN / EVAL / PREDICT). Received: {mode!r}."
+        )
 
 
-_ESTIMATOR_FIELDS = ("mode", "predictions", "loss", "train_op", "eval_metric_ops", "export_outputs",
-                     "training_chief_hooks", "training_hooks", "scaffold", "evaluation_hooks", "prediction_hooks",
-                     "embedding_gradients")
-
-
-class EstimatorSpec(collections.namedtuple("EstimatorSpec", _ESTIMATOR_FIELDS)):
+class EstimatorSpec(
+    collections.namedtuple(
+        "EstimatorSpec",
+        (
+            "mode",
+            "predictions",
+            "loss",
+            "train_op",
+            "eval_metric_ops",
+            "export_outputs",
+            "training_chief_hooks",
+            "training_hooks",
+            "scaffold",
+            "evaluation_hooks",
+            "prediction_hooks",
+            "embedding_gradients",
+        ),
+    )
+):
     """`tf.estimator.EstimatorSpec` (+ `embedding_gradients`).
 
     `eval_metric_ops` is `{name: value or (value, update_op)}` computed on
@@ -69,9 +83,21 @@ class EstimatorSpec(collections.namedtuple("EstimatorSpec", _ESTIMATOR_FIELDS)):
     PREDICT `predictions`.
     """
 
-    def __new__(cls, mode, predictions=None, loss=None, train_op=None, eval_metric_ops=None, export_outputs=None,
-                training_chief_hooks=None, training_hooks=None, scaffold=None, evaluation_hooks=None,
-                prediction_hooks=None, embedding_gradients=None):
+    def __new__(
+        cls,
+        mode,
+        predictions=None,
+        loss=None,
+        train_op=None,
+        eval_metric_ops=None,
+        export_outputs=None,
+        training_chief_hooks=None,
+        training_hooks=None,
+        scaffold=None,
+        evaluation_hooks=None,
+        prediction_hooks=None,
+        embedding_gradients=None,
+    ):
         _check_mode(mode, "EstimatorSpec")
         if mode == ModeKeys.TRAIN and loss is None:
             raise ValueError("Missing loss.")
@@ -84,16 +110,42 @@ class EstimatorSpec(collections.namedtuple("EstimatorSpec", _ESTIMATOR_FIELDS)):
         if eval_metric_ops is not None and not isinstance(eval_metric_ops, dict):
             raise TypeError(f"eval_metric_ops must be a dict, given: {eval_metric_ops}")
         _check_train_op(train_op)
-        return super().__new__(cls, mode, predictions, loss, train_op, eval_metric_ops, export_outputs,
-                               training_chief_hooks, training_hooks, scaffold, evaluation_hooks, prediction_hooks,
-                               embedding_gradients)
+        return super().__new__(
+            cls,
+            mode,
+            predictions,
+            loss,
+            train_op,
+            eval_metric_ops,
+            export_outputs,
+            training_chief_hooks,
+            training_hooks,
+            scaffold,
+            evaluation_hooks,
+            prediction_hooks,
+            embedding_gradients,
+        )
 
 
-_TPU_FIELDS = ("mode", "predictions", "loss", "train_op", "eval_metrics", "export_outputs", "scaffold_fn",
-               "host_call", "training_hooks", "evaluation_hooks", "prediction_hooks", "embedding_gradients")
-
-
-class TPUEstimatorSpec(collections.namedtuple("TPUEstimatorSpec", _TPU_FIELDS)):
+class TPUEstimatorSpec(
+    collections.namedtuple(
+        "TPUEstimatorSpec",
+        (
+            "mode",
+            "predictions",
+            "loss",
+            "train_op",
+            "eval_metrics",
+            "export_outputs",
+            "scaffold_fn",
+            "host_call",
+            "training_hooks",
+            "evaluation_hooks",
+            "prediction_hooks",
+            "embedding_gradients",
+        ),
+    )
+):
     """`tf.compat.v1.estimator.tpu.TPUEstimatorSpec` (+ `embedding_gradients`).
 
     `eval_metrics` is TensorFlow's `(metric_fn, tensors)`: `tensors` a list
@@ -105,9 +157,21 @@ class TPUEstimatorSpec(collections.namedtuple("TPUEstimatorSpec", _TPU_FIELDS)):
     `host_call` is accepted and ignored; `scaffold_fn` is called if given.
     """
 
-    def __new__(cls, mode, predictions=None, loss=None, train_op=None, eval_metrics=None, export_outputs=None,
-                scaffold_fn=None, host_call=None, training_hooks=None, evaluation_hooks=None, prediction_hooks=None,
-                embedding_gradients=None):
+    def __new__(
+        cls,
+        mode,
+        predictions=None,
+        loss=None,
+        train_op=None,
+        eval_metrics=None,
+        export_outputs=None,
+        scaffold_fn=None,
+        host_call=None,
+        training_hooks=None,
+        evaluation_hooks=None,
+        prediction_hooks=None,
+        embedding_gradients=None,
+    ):
         _check_mode(mode, "TPUEstimatorSpec")
         if eval_metrics is not None:
             if not isinstance(eval_metrics, (tuple, list)):
@@ -117,11 +181,26 @@ class TPUEstimatorSpec(collections.namedtuple("TPUEstimatorSpec", _TPU_FIELDS)):
             if not callable(eval_metrics[0]):
                 raise TypeError("eval_metrics[0] should be callable.")
             if not isinstance(eval_metrics[1], (tuple, list, dict)):
-                raise ValueError("eval_metrics[1] should be a list/tuple or a dict of tensors. "
-                                 f"Received: {type(eval_metrics[1]).__name__}.")
+                raise ValueError(
+                    "eval_metrics[1] should be a list/tuple or a dict of tensors. "
+                    f"Received: {type(eval_metrics[1]).__name__}."
+                )
         _check_train_op(train_op)
-        return super().__new__(cls, mode, predictions, loss, train_op, eval_metrics, export_outputs, scaffold_fn,
-                               host_call, training_hooks, evaluation_hooks, prediction_hooks, embedding_gradients)
+        return super().__new__(
+            cls,
+            mode,
+            predictions,
+            loss,
+            train_op,
+            eval_metrics,
+            export_outputs,
+            scaffold_fn,
+            host_call,
+            training_hooks,
+            evaluation_hooks,
+            prediction_hooks,
+            embedding_gradients,
+        )
 
 
 def _check_train_op(train_op: Any) -> None:

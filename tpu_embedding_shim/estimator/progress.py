@@ -22,10 +22,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Optional, TextIO
+from typing import TextIO
 
 
-def progress_enabled(requested: Optional[bool] = None, stream: Optional[TextIO] = None) -> bool:
+def progress_enabled(requested: bool | None = None, stream: TextIO | None = None) -> bool:
     """Whether to draw: `requested` if given, else a TTY outside CI and not disabled by the environment."""
     if requested is not None:
         return bool(requested)
@@ -43,18 +43,26 @@ def progress_enabled(requested: Optional[bool] = None, stream: Optional[TextIO] 
 class Progress:
     """`update()` once per step; `close()` at the end (also a context manager)."""
 
-    def __init__(self, desc: str, total: Optional[int] = None, *, enabled: bool = True,
-                 stream: Optional[TextIO] = None, min_interval: float = 0.1, unit: str = "steps"):
+    def __init__(
+        self,
+        desc: str,
+        total: int | None = None,
+        *,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        min_interval: float = 0.1,
+        unit: str = "steps",
+    ):
         self.desc, self.total, self.enabled, self.unit = desc, total, enabled, unit
         self.stream = stream or sys.stderr
         self.min_interval = min_interval
         self.count = 0
-        self.loss: Optional[float] = None
+        self.loss: float | None = None
         self._start = time.perf_counter()
         self._last_draw = -1.0
         self._width = 0
 
-    def update(self, n: int = 1, loss: Optional[float] = None) -> None:
+    def update(self, n: int = 1, loss: float | None = None) -> None:
         self.count += n
         if loss is not None:
             self.loss = float(loss)
@@ -93,7 +101,7 @@ class Progress:
             self.stream.flush()
         self.enabled = False
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -29,7 +29,8 @@ count being its number of row slices (TPU saves keep one per host) or
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -49,15 +50,15 @@ class Program:
     """What a restore needs to know of the running program."""
 
     names: ProgramNames
-    tables: Dict[str, Tuple[int, int]]  # engine table -> (vocabulary_size, dim)
-    optimizers: Dict[str, Any]  # engine table -> its OptimizerSpec (or None)
-    tensor_core: Dict[str, Tuple[int, int]]  # tensor-core table (a dense_state key) -> shape
+    tables: dict[str, tuple[int, int]]  # engine table -> (vocabulary_size, dim)
+    optimizers: dict[str, Any]  # engine table -> its OptimizerSpec (or None)
+    tensor_core: dict[str, tuple[int, int]]  # tensor-core table (a dense_state key) -> shape
     partition_strategy: str
 
-    def slot_names(self, table: str) -> List[str]:
+    def slot_names(self, table: str) -> list[str]:
         return sorted(self.optimizers[table].slot_initial_values()) if self.optimizers[table] else []
 
-    def kind(self, table: str) -> Optional[str]:
+    def kind(self, table: str) -> str | None:
         return self.optimizers[table].kind if self.optimizers[table] else None
 
 
@@ -65,32 +66,34 @@ class Program:
 class Plan:
     """What to assign: checked, complete, read into memory (or memory-mapped)."""
 
-    tables: Dict[str, Dict[str, np.ndarray]]  # engine table -> {'embedding': ..., slot: ...}, every one
+    tables: dict[str, dict[str, np.ndarray]]  # engine table -> {'embedding': ..., slot: ...}, every one
     step: int
-    tensor_core: Dict[str, np.ndarray]  # dense_state key -> table
-    dense: Tuple[str, Any]  # ('replace', entries) | ('update', entries) | ('pending', {key: (array, where)})
-    names: Dict[str, Tuple[str, int]]  # table -> (checkpoint name, certainty) to adopt
-    notes: List[str]
+    tensor_core: dict[str, np.ndarray]  # dense_state key -> table
+    dense: tuple[str, Any]  # ('replace', entries) | ('update', entries) | ('pending', {key: (array, where)})
+    names: dict[str, tuple[str, int]]  # table -> (checkpoint name, certainty) to adopt
+    notes: list[str]
 
 
 class _Reading:
     """Reads tables and slots of one source, checked against the program, in id order."""
 
-    def __init__(self, source: Source, program: Program, *, strategy: str, num_hosts: Optional[int] = None):
+    def __init__(self, source: Source, program: Program, *, strategy: str, num_hosts: int | None = None):
         self.source = source
         self.program = program
         self.strategy = strategy
         self.num_hosts = num_hosts
-        self.consumed = set()
+        self.consumed: set[str] = set()
 
-    def rows(self, name: str, shape: Tuple[int, int], what: str) -> np.ndarray:
+    def rows(self, name: str, shape: tuple[int, int], what: str) -> np.ndarray:
         source = self.source
         if name not in source.names:
             raise CheckpointError(f"Checkpoint {source.path!r} holds no tensor {name!r} ({what}).")
         found = tuple(source.shape(name))
         if found != tuple(shape):
-            raise CheckpointError(f"Checkpoint {source.path!r}: tensor {name!r} has shape {list(found)}, but {what} "
-                                  f"is {list(shape)} in this program: was it written by another one?")
+            raise CheckpointError(
+                f"Checkpoint {source.path!r}: tensor {name!r} has shape {list(found)}, but {what} "
+                f"is {list(shape)} in this program: was it written by another one?"
+            )
         if not source.is_numeric(name):
             raise CheckpointError(f"Checkpoint {source.path!r}: tensor {name!r} ({what}) is not numeric.")
         hosts = self._hosts(name, shape[0], what)
@@ -115,21 +118,27 @@ class _Reading:
                     "is 'mod': a TPU job saves a table as one row slice per host in a host-major order, so this one "
                     "was merged, or written by a run that did not partition it, and its row order can't be known. "
                     "Pass WarmStartSettings(..., num_hosts=N) with the host count of the job that wrote it "
-                    "(num_hosts=1: the rows are in id order), or partition_strategy='div'.")
+                    "(num_hosts=1: the rows are in id order), or partition_strategy='div'."
+                )
             return self.num_hosts
         hosts = len(slices)
         if self.num_hosts is not None and self.num_hosts != hosts:
-            raise CheckpointError(f"Checkpoint {self.source.path!r}: {what} ({name!r}) is stored in {hosts} row "
-                                  f"slices (one per host of the TPU job), but num_hosts={self.num_hosts} was given.")
+            raise CheckpointError(
+                f"Checkpoint {self.source.path!r}: {what} ({name!r}) is stored in {hosts} row "
+                f"slices (one per host of the TPU job), but num_hosts={self.num_hosts} was given."
+            )
         expected = shard_sizes(rows, hosts, "mod") if rows else [0] * hosts
         if [length for _, length in slices] != expected or any(
-                start != sum(expected[:i]) for i, (start, _) in enumerate(slices)):
-            raise CheckpointError(f"Checkpoint {self.source.path!r}: the {hosts} row slices of {name!r} ({what}) "
-                                  f"have {[n for _, n in slices]} rows, not one per host ({expected}): which host "
-                                  "held which ids can't be known.")
+            start != sum(expected[:i]) for i, (start, _) in enumerate(slices)
+        ):
+            raise CheckpointError(
+                f"Checkpoint {self.source.path!r}: the {hosts} row slices of {name!r} ({what}) "
+                f"have {[n for _, n in slices]} rows, not one per host ({expected}): which host "
+                "held which ids can't be known."
+            )
         return hosts
 
-    def slot_names(self, table: str, variable: str) -> Tuple[Optional[Dict[str, str]], str]:
+    def slot_names(self, table: str, variable: str) -> tuple[dict[str, str] | None, str]:
         """(engine slot -> tensor name, 'TPU' / 'CPU') for `table` stored as `variable`, or (None, '')."""
         slots = self.program.slot_names(table)
         if not slots:
@@ -142,7 +151,7 @@ class _Reading:
         return None, ""
 
 
-def _find_table(source: Source, program: Program, table: str) -> Optional[str]:
+def _find_table(source: Source, program: Program, table: str) -> str | None:
     """The tensor of `source` that is `table`: this runner's record, the program's name, else its column's."""
     if source.meta is not None:
         recorded = source.meta.get("tables", {}).get(table)
@@ -154,10 +163,12 @@ def _find_table(source: Source, program: Program, table: str) -> Optional[str]:
     entry = program.names.tables[table]
     candidates = sorted(name for name in source.names if entry.matches(name))
     if len(candidates) > 1:
-        raise CheckpointError(f"Checkpoint {source.path!r} holds several tables for column {entry.column!r}: "
-                              f"{candidates} (TensorFlow made one per feature layer that read it). Name the one to "
-                              "use: warm-start with WarmStartSettings(var_name_to_prev_var_name={"
-                              f"{current!r}: <one of them>}}).")
+        raise CheckpointError(
+            f"Checkpoint {source.path!r} holds several tables for column {entry.column!r}: "
+            f"{candidates} (TensorFlow made one per feature layer that read it). Name the one to "
+            "use: warm-start with WarmStartSettings(var_name_to_prev_var_name={"
+            f"{current!r}: <one of them>}})."
+        )
     return candidates[0] if candidates else None
 
 
@@ -172,14 +183,19 @@ def _certainty(source: Source, program: Program, table: str) -> int:
 
 def _missing(source: Source, program: Program, table: str) -> CheckpointError:
     entry = program.names.tables[table]
-    look = (f"{entry.shared!r}" if entry.shared is not None
-            else f"'<layer>/{entry.column}/embedding_weights' (this program: {program.names.variable(table)!r})")
-    return CheckpointError(f"Checkpoint {source.path!r} holds no table {look} for {table}: it was written by "
-                           "another program, or names its tables otherwise (warm-start with "
-                           "WarmStartSettings(var_name_to_prev_var_name=...) to map names).")
+    look = (
+        f"{entry.shared!r}"
+        if entry.shared is not None
+        else f"'<layer>/{entry.column}/embedding_weights' (this program: {program.names.variable(table)!r})"
+    )
+    return CheckpointError(
+        f"Checkpoint {source.path!r} holds no table {look} for {table}: it was written by "
+        "another program, or names its tables otherwise (warm-start with "
+        "WarmStartSettings(var_name_to_prev_var_name=...) to map names)."
+    )
 
 
-def _dense_entries(source: Source) -> Optional[Dict[str, Tuple[str, Any]]]:
+def _dense_entries(source: Source) -> dict[str, tuple[str, Any]] | None:
     """The dense state this runner saved in `source` (None for a TensorFlow-written one)."""
     if source.meta is not None:
         structure = source.meta["dense_state"]
@@ -194,16 +210,18 @@ def _dense_entries(source: Source) -> Optional[Dict[str, Tuple[str, Any]]]:
     return None
 
 
-def _legacy_tensor_core(source: Source, entries: Optional[dict], table: str, shape: Tuple[int, int]) -> np.ndarray:
+def _legacy_tensor_core(source: Source, entries: dict | None, table: str, shape: tuple[int, int]) -> np.ndarray:
     """A tensor-core table of an older-format checkpoint, which kept them in the dense state."""
     kind, value = (entries or {}).get(table, (None, None))
     if kind != "array" or np.shape(value) != tuple(shape):
-        raise CheckpointError(f"Checkpoint {source.path!r} holds no tensor-core table {table} of shape {list(shape)} "
-                              f"(found {None if value is None else list(np.shape(value))}).")
+        raise CheckpointError(
+            f"Checkpoint {source.path!r} holds no tensor-core table {table} of shape {list(shape)} "
+            f"(found {None if value is None else list(np.shape(value))})."
+        )
     return value
 
 
-def _belongs_to(name: str, tables: List[str]) -> bool:
+def _belongs_to(name: str, tables: list[str]) -> bool:
     """Whether `name` is one of `tables` or a slot of one (`<table>/...`): never dense state."""
     return any(name == table or name.startswith(table + "/") for table in tables)
 
@@ -217,9 +235,9 @@ def _dense_tensor_names(source: Source) -> set:
 def resume_plan(source: Source, program: Program) -> Plan:
     """Everything of `source` the program resumes from (see the module); raises before anything is assigned."""
     reading = _Reading(source, program, strategy=program.partition_strategy)
-    notes: List[str] = []
-    names: Dict[str, Tuple[str, int]] = {}
-    tables: Dict[str, Dict[str, np.ndarray]] = {}
+    notes: list[str] = []
+    names: dict[str, tuple[str, int]] = {}
+    tables: dict[str, dict[str, np.ndarray]] = {}
     for table, shape in program.tables.items():
         variable = _find_table(source, program, table)
         if variable is None:
@@ -228,15 +246,19 @@ def resume_plan(source: Source, program: Program) -> Plan:
         arrays = {"embedding": reading.rows(variable, shape, f"table {table}")}
         slots, flavour = reading.slot_names(table, variable)
         if slots is None:
-            found = sorted(n[len(variable) + 1:] for n in source.names if n.startswith(variable + "/"))
-            notes.append(f"Table {variable}: the checkpoint has no {program.kind(table)} slots for it "
-                         f"(found {found or 'none'}); its slots {program.slot_names(table)} start from their initial "
-                         "values.")
+            found = sorted(n[len(variable) + 1 :] for n in source.names if n.startswith(variable + "/"))
+            notes.append(
+                f"Table {variable}: the checkpoint has no {program.kind(table)} slots for it "
+                f"(found {found or 'none'}); its slots {program.slot_names(table)} start from their initial "
+                "values."
+            )
             arrays.update(initial_slots(program.optimizers[table], shape))
         else:
             if flavour == "CPU" and slots:
-                notes.append(f"Table {variable}: slots {sorted(slots.values())} are TensorFlow's CPU optimizer's, "
-                             f"read as the EmbeddingConfigSpec optimizer's {sorted(slots)}.")
+                notes.append(
+                    f"Table {variable}: slots {sorted(slots.values())} are TensorFlow's CPU optimizer's, "
+                    f"read as the EmbeddingConfigSpec optimizer's {sorted(slots)}."
+                )
             for slot, name in slots.items():
                 arrays[slot] = reading.rows(name, shape, f"slot {slot!r} of table {table}")
         tables[table] = arrays
@@ -253,34 +275,50 @@ def resume_plan(source: Source, program: Program) -> Plan:
         tensor_core[table] = reading.rows(variable, shape, f"tensor-core table {table}")
     step = source.step
     if step is None:
-        raise CheckpointError(f"Checkpoint {source.path!r} holds no global_step: it is not a model_dir's checkpoint "
-                              "(use warm_start_from to start from its tables).")
+        raise CheckpointError(
+            f"Checkpoint {source.path!r} holds no global_step: it is not a model_dir's checkpoint "
+            "(use warm_start_from to start from its tables)."
+        )
     if any(n in source.names for n in ("beta1_power", "beta2_power")) and source.kind == "tf":
-        notes.append("beta1_power / beta2_power (TensorFlow's CPU Adam bias correction) are not used: a TPU's Adam "
-                     "has none.")
+        notes.append(
+            "beta1_power / beta2_power (TensorFlow's CPU Adam bias correction) are not used: a TPU's Adam has none."
+        )
     if entries is not None:
         dense = ("replace", entries)
     else:
         consumed = reading.consumed | {"global_step"}
         tables_there = [variable for variable, _ in names.values()]
-        dense = ("pending", {name: (source.read(name), f"Checkpoint {source.path!r}")
-                             for name in sorted(source.names - consumed)
-                             if source.is_numeric(name) and not _belongs_to(name, tables_there)})
+        dense = (
+            "pending",
+            {
+                name: (source.read(name), f"Checkpoint {source.path!r}")
+                for name in sorted(source.names - consumed)
+                if source.is_numeric(name) and not _belongs_to(name, tables_there)
+            },
+        )
     return Plan(tables, int(step), tensor_core, dense, names, notes)
 
 
-def warm_start_plan(source: Source, program: Program, settings: WarmStartSettings,
-                    fresh: Mapping[str, Mapping[str, np.ndarray]],
-                    fresh_tensor_core: Mapping[str, np.ndarray]) -> Plan:
+def warm_start_plan(
+    source: Source,
+    program: Program,
+    settings: WarmStartSettings,
+    fresh: Mapping[str, Mapping[str, np.ndarray]],
+    fresh_tensor_core: Mapping[str, np.ndarray],
+) -> Plan:
     """What `settings` takes from `source`; `fresh` (the new engine's state) is kept for the rest."""
     mapping = dict(settings.var_name_to_prev_var_name)
     inverse = {prev: current for current, prev in mapping.items()}
     used = set()
-    reading = _Reading(source, program, strategy=settings.partition_strategy or program.partition_strategy,
-                       num_hosts=settings.num_hosts)
-    notes: List[str] = []
+    reading = _Reading(
+        source,
+        program,
+        strategy=settings.partition_strategy or program.partition_strategy,
+        num_hosts=settings.num_hosts,
+    )
+    notes: list[str] = []
     count = 0
-    viable: List[str] = []
+    viable: list[str] = []
 
     def previous(current: str, default: str) -> str:
         if current in mapping:
@@ -288,15 +326,17 @@ def warm_start_plan(source: Source, program: Program, settings: WarmStartSetting
             return mapping[current]
         return default
 
-    def take(current: str, prev: str, shape: Tuple[int, int], what: str) -> np.ndarray:
+    def take(current: str, prev: str, shape: tuple[int, int], what: str) -> np.ndarray:
         nonlocal count
         if prev not in source.names:
-            raise ValueError(f"Tensor {prev} is not found in {source.path} checkpoint {sorted(source.names)} "
-                             f"(warm-starting {current}, {what}).")
+            raise ValueError(
+                f"Tensor {prev} is not found in {source.path} checkpoint {sorted(source.names)} "
+                f"(warm-starting {current}, {what})."
+            )
         count += 1
         return reading.rows(prev, shape, what)
 
-    def name_table(table: str) -> Tuple[str, str]:
+    def name_table(table: str) -> tuple[str, str]:
         """(the table's name here, its name in the source): known or mapped, else as the source names its column."""
         entry = program.names.tables[table]
         keys = [k for k in mapping if entry.matches(k)]
@@ -312,9 +352,9 @@ def warm_start_plan(source: Source, program: Program, settings: WarmStartSetting
             return current, previous(current, current)
         return current, _find_table(source, program, table) or current
 
-    tables: Dict[str, Dict[str, np.ndarray]] = {}
-    names: Dict[str, Tuple[str, int]] = {}
-    tables_there: List[str] = []
+    tables: dict[str, dict[str, np.ndarray]] = {}
+    names: dict[str, tuple[str, int]] = {}
+    tables_there: list[str] = []
     for table, shape in program.tables.items():
         current, prev_table = name_table(table)
         tables_there.append(prev_table)
@@ -334,8 +374,10 @@ def warm_start_plan(source: Source, program: Program, settings: WarmStartSetting
             else:
                 fresh_slots.append(slot_current)
         if fresh_slots:
-            notes.append(f"Warm start: slots {fresh_slots} start from their initial values (optimizer slots are not "
-                         "trainable variables; list them in vars_to_warm_start to take them).")
+            notes.append(
+                f"Warm start: slots {fresh_slots} start from their initial values (optimizer slots are not "
+                "trainable variables; list them in vars_to_warm_start to take them)."
+            )
         tables[table] = arrays
     entries = _dense_entries(source)
     tensor_core = {}
@@ -387,11 +429,15 @@ def warm_start_plan(source: Source, program: Program, settings: WarmStartSetting
     unused = sorted(set(mapping) - used)
     for current in unused:
         if mapping[current] not in source.names:
-            raise ValueError(f"Tensor {mapping[current]} is not found in {source.path} checkpoint "
-                             f"{sorted(source.names)} (var_name_to_prev_var_name[{current!r}]).")
+            raise ValueError(
+                f"Tensor {mapping[current]} is not found in {source.path} checkpoint "
+                f"{sorted(source.names)} (var_name_to_prev_var_name[{current!r}])."
+            )
     if unused:
-        raise ValueError(f"You provided the following variables in var_name_to_prev_var_name that were not used: "
-                         f"{set(unused)}.  Perhaps you misspelled them?  Here is the list of viable variable names: "
-                         f"{viable}")
+        raise ValueError(
+            f"You provided the following variables in var_name_to_prev_var_name that were not used: "
+            f"{set(unused)}.  Perhaps you misspelled them?  Here is the list of viable variable names: "
+            f"{viable}"
+        )
     notes.insert(0, f"Warm-started {count} variables from {source.path}.")
     return Plan(tables, step, tensor_core, dense, names, notes)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -37,14 +37,18 @@ def parse_iterations_per_loop(iterations_per_loop: Any):
     """(value, unit): unit 'count' for an int, 'seconds' for '<N>s' / '<N>m' / '<N>h'."""
     match = _ITERATIONS_PER_LOOP.match(str(iterations_per_loop))
     if match is None or isinstance(iterations_per_loop, bool):
-        raise ValueError(f"Invalid TPUConfig `iterations_per_loop` value. Value must be positive integer value or "
-                         f"time-based value `<N><s|m|h>`. Got: {iterations_per_loop}")
+        raise ValueError(
+            f"Invalid TPUConfig `iterations_per_loop` value. Value must be positive integer value or "
+            f"time-based value `<N><s|m|h>`. Got: {iterations_per_loop}"
+        )
     value = int(match.group("value"))
     suffix = match.group("suffix")
     if suffix is None:
         if not isinstance(iterations_per_loop, (int, np.integer)):
-            raise ValueError(f"Invalid TPUConfig `iterations_per_loop` value: {iterations_per_loop!r}. Use an int "
-                             "for a step count, or '<N>s', '<N>m', '<N>h' for a time.")
+            raise ValueError(
+                f"Invalid TPUConfig `iterations_per_loop` value: {iterations_per_loop!r}. Use an int "
+                "for a step count, or '<N>s', '<N>m', '<N>h' for a time."
+            )
         return value, "count"
     return value * {"s": 1, "m": 60, "h": 3600}[suffix], "seconds"
 
@@ -60,9 +64,16 @@ class InputPipelineConfig:
 
 
 _TPU_CONFIG_FIELDS = (
-    "iterations_per_loop", "num_shards", "num_cores_per_replica", "per_host_input_for_training", "tpu_job_name",
-    "initial_infeed_sleep_secs", "input_partition_dims", "eval_training_input_configuration",
-    "experimental_host_call_every_n_steps", "experimental_allow_per_host_v2_parallel_get_next",
+    "iterations_per_loop",
+    "num_shards",
+    "num_cores_per_replica",
+    "per_host_input_for_training",
+    "tpu_job_name",
+    "initial_infeed_sleep_secs",
+    "input_partition_dims",
+    "eval_training_input_configuration",
+    "experimental_host_call_every_n_steps",
+    "experimental_allow_per_host_v2_parallel_get_next",
     "experimental_customized_tpu_infeed_outfeed_session_hook_class",
 )
 
@@ -79,11 +90,20 @@ class TPUConfig(tuple):
     __slots__ = ()
     _fields = _TPU_CONFIG_FIELDS
 
-    def __new__(cls, iterations_per_loop=2, num_shards=None, num_cores_per_replica=None,
-                per_host_input_for_training=True, tpu_job_name=None, initial_infeed_sleep_secs=None,
-                input_partition_dims=None, eval_training_input_configuration=InputPipelineConfig.PER_HOST_V1,
-                experimental_host_call_every_n_steps=1, experimental_allow_per_host_v2_parallel_get_next=False,
-                experimental_customized_tpu_infeed_outfeed_session_hook_class=None):
+    def __new__(
+        cls,
+        iterations_per_loop=2,
+        num_shards=None,
+        num_cores_per_replica=None,
+        per_host_input_for_training=True,
+        tpu_job_name=None,
+        initial_infeed_sleep_secs=None,
+        input_partition_dims=None,
+        eval_training_input_configuration=InputPipelineConfig.PER_HOST_V1,
+        experimental_host_call_every_n_steps=1,
+        experimental_allow_per_host_v2_parallel_get_next=False,
+        experimental_customized_tpu_infeed_outfeed_session_hook_class=None,
+    ):
         parse_iterations_per_loop(iterations_per_loop)
         if num_shards is not None:
             check_positive_integer(num_shards, "TPUConfig num_shards")
@@ -97,20 +117,32 @@ class TPUConfig(tuple):
         if num_cores_per_replica is not None and num_cores_per_replica not in (1, 2, 4, 8, 16, 32, 64, 128):
             raise ValueError(f"num_cores_per_replica must be 1, 2, 4, 8, 16, 32, 64, 128; got {num_cores_per_replica}")
         if eval_training_input_configuration not in (InputPipelineConfig.PER_HOST_V1, InputPipelineConfig.SLICED):
-            raise ValueError("eval_training_input_configuration must be PER_HOST_V1 or SLICED; got "
-                             f"{eval_training_input_configuration}")
+            raise ValueError(
+                "eval_training_input_configuration must be PER_HOST_V1 or SLICED; got "
+                f"{eval_training_input_configuration}"
+            )
         if per_host_input_for_training is False:
             per_host_input_for_training = InputPipelineConfig.PER_SHARD_V1
         elif per_host_input_for_training is True:
             per_host_input_for_training = InputPipelineConfig.PER_HOST_V1
         if initial_infeed_sleep_secs:
             check_positive_integer(initial_infeed_sleep_secs, "TPUConfig initial_infeed_sleep_secs")
-        return tuple.__new__(cls, (
-            iterations_per_loop, num_shards, num_cores_per_replica, per_host_input_for_training, tpu_job_name,
-            initial_infeed_sleep_secs, input_partition_dims, eval_training_input_configuration,
-            experimental_host_call_every_n_steps, experimental_allow_per_host_v2_parallel_get_next,
-            experimental_customized_tpu_infeed_outfeed_session_hook_class,
-        ))
+        return tuple.__new__(
+            cls,
+            (
+                iterations_per_loop,
+                num_shards,
+                num_cores_per_replica,
+                per_host_input_for_training,
+                tpu_job_name,
+                initial_infeed_sleep_secs,
+                input_partition_dims,
+                eval_training_input_configuration,
+                experimental_host_call_every_n_steps,
+                experimental_allow_per_host_v2_parallel_get_next,
+                experimental_customized_tpu_infeed_outfeed_session_hook_class,
+            ),
+        )
 
     def _replace(self, **kwargs):
         values = dict(zip(self._fields, self))
@@ -124,8 +156,13 @@ class TPUConfig(tuple):
         return "TPUConfig(" + ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self)) + ")"
 
 
+def _item(index: int) -> property:
+    """A read-only attribute: item `index` of the tuple."""
+    return property(lambda self: tuple.__getitem__(self, index))
+
+
 for _index, _field in enumerate(_TPU_CONFIG_FIELDS):
-    setattr(TPUConfig, _field, property(lambda self, i=_index: tuple.__getitem__(self, i)))
+    setattr(TPUConfig, _field, _item(_index))
 
 
 class RunConfig:
@@ -142,14 +179,26 @@ class RunConfig:
       log_step_count_steps: log `global_step/sec` and the loss every N steps.
     """
 
-    def __init__(self, model_dir: Optional[str] = None, tf_random_seed: Optional[int] = None,
-                 save_summary_steps: int = 100, save_checkpoints_steps: Any = _USE_DEFAULT,
-                 save_checkpoints_secs: Any = _USE_DEFAULT, session_config: Any = None,
-                 keep_checkpoint_max: Optional[int] = 5, keep_checkpoint_every_n_hours: int = 10000,
-                 log_step_count_steps: Optional[int] = 100, train_distribute: Any = None, device_fn: Any = None,
-                 protocol: Any = None, eval_distribute: Any = None, experimental_distribute: Any = None,
-                 experimental_max_worker_delay_secs: Any = None, session_creation_timeout_secs: int = 7200,
-                 checkpoint_save_graph_def: bool = True):
+    def __init__(
+        self,
+        model_dir: str | None = None,
+        tf_random_seed: int | None = None,
+        save_summary_steps: int = 100,
+        save_checkpoints_steps: Any = _USE_DEFAULT,
+        save_checkpoints_secs: Any = _USE_DEFAULT,
+        session_config: Any = None,
+        keep_checkpoint_max: int | None = 5,
+        keep_checkpoint_every_n_hours: int = 10000,
+        log_step_count_steps: int | None = 100,
+        train_distribute: Any = None,
+        device_fn: Any = None,
+        protocol: Any = None,
+        eval_distribute: Any = None,
+        experimental_distribute: Any = None,
+        experimental_max_worker_delay_secs: Any = None,
+        session_creation_timeout_secs: int = 7200,
+        checkpoint_save_graph_def: bool = True,
+    ):
         if save_checkpoints_steps is _USE_DEFAULT and save_checkpoints_secs is _USE_DEFAULT:
             save_checkpoints_steps, save_checkpoints_secs = None, 600
         elif save_checkpoints_secs is _USE_DEFAULT:
@@ -160,17 +209,22 @@ class RunConfig:
             raise ValueError("Can not provide both save_checkpoints_steps and save_checkpoints_secs.")
         if model_dir is not None and (not isinstance(model_dir, str) or not model_dir):
             raise ValueError("model_dir should be non-empty")
-        for name, value, minimum in (("save_summary_steps", save_summary_steps, 0),
-                                     ("save_checkpoints_steps", save_checkpoints_steps, 0),
-                                     ("save_checkpoints_secs", save_checkpoints_secs, 0),
-                                     ("keep_checkpoint_max", keep_checkpoint_max, 0),
-                                     ("log_step_count_steps", log_step_count_steps, 0)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.number))
-                                      or value < minimum):
+        for name, value, minimum in (
+            ("save_summary_steps", save_summary_steps, 0),
+            ("save_checkpoints_steps", save_checkpoints_steps, 0),
+            ("save_checkpoints_secs", save_checkpoints_secs, 0),
+            ("keep_checkpoint_max", keep_checkpoint_max, 0),
+            ("log_step_count_steps", log_step_count_steps, 0),
+        ):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or value < minimum
+            ):
                 raise ValueError(f"{name} should be >= {minimum}")
         if not keep_checkpoint_every_n_hours or keep_checkpoint_every_n_hours <= 0:
             raise ValueError("keep_checkpoint_every_n_hours should be > 0")
-        if tf_random_seed is not None and (isinstance(tf_random_seed, bool) or not isinstance(tf_random_seed, (int, np.integer))):
+        if tf_random_seed is not None and (
+            isinstance(tf_random_seed, bool) or not isinstance(tf_random_seed, (int, np.integer))
+        ):
             raise ValueError("tf_random_seed must be integer.")
         self._model_dir = model_dir
         self._tf_random_seed = tf_random_seed
@@ -212,23 +266,32 @@ class RunConfig:
     task_id = property(lambda self: 0)
     master = property(lambda self: "")
 
-    def replace(self, **kwargs: Any) -> "RunConfig":
+    def replace(self, **kwargs: Any) -> RunConfig:
         """A copy with some properties replaced (TensorFlow's `RunConfig.replace`)."""
         new = copy.copy(self)
         for name, value in kwargs.items():
             if not hasattr(new, "_" + name):
                 raise ValueError(f"{name} is not a valid RunConfig property.")
             setattr(new, "_" + name, value)
-        if new._save_checkpoints_steps is not None and new._save_checkpoints_secs is not None \
-                and ("save_checkpoints_steps" in kwargs) != ("save_checkpoints_secs" in kwargs):
+        if (
+            new._save_checkpoints_steps is not None
+            and new._save_checkpoints_secs is not None
+            and ("save_checkpoints_steps" in kwargs) != ("save_checkpoints_secs" in kwargs)
+        ):
             # TensorFlow: replacing one of them clears the other.
             other = "save_checkpoints_secs" if "save_checkpoints_steps" in kwargs else "save_checkpoints_steps"
             setattr(new, "_" + other, None)
         return new
 
     def __repr__(self):
-        fields = ("model_dir", "tf_random_seed", "save_checkpoints_steps", "save_checkpoints_secs",
-                  "keep_checkpoint_max", "log_step_count_steps")
+        fields = (
+            "model_dir",
+            "tf_random_seed",
+            "save_checkpoints_steps",
+            "save_checkpoints_secs",
+            "keep_checkpoint_max",
+            "log_step_count_steps",
+        )
         return f"{type(self).__name__}(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in fields) + ")"
 
 
@@ -239,8 +302,14 @@ class TPURunConfig(RunConfig):
     TensorFlow).
     """
 
-    def __init__(self, tpu_config: Optional[TPUConfig] = None, evaluation_master: Optional[str] = None,
-                 master: Optional[str] = None, cluster: Any = None, **kwargs: Any):
+    def __init__(
+        self,
+        tpu_config: TPUConfig | None = None,
+        evaluation_master: str | None = None,
+        master: str | None = None,
+        cluster: Any = None,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         if tpu_config is not None and not isinstance(tpu_config, TPUConfig):
             raise TypeError(f"Argument `tpu_config` must be a TPUConfig or None. Received: {tpu_config!r}.")

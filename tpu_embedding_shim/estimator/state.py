@@ -41,7 +41,7 @@ import io
 import json
 import os
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -65,8 +65,8 @@ class DenseState(dict):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self._pending: Dict[str, Any] = {}
-        self._pending_arrays: Dict[str, Tuple[np.ndarray, str]] = {}  # key -> (value, where it comes from)
+        self._pending: dict[str, Any] = {}
+        self._pending_arrays: dict[str, tuple[np.ndarray, str]] = {}  # key -> (value, where it comes from)
 
     def __setitem__(self, key: str, value: Any) -> None:
         if not isinstance(key, str):
@@ -77,7 +77,7 @@ class DenseState(dict):
             value = _claim(key, value, *self._pending_arrays.pop(key))
         super().__setitem__(key, value)
 
-    def add_pending(self, values: Dict[str, Tuple[np.ndarray, str]]) -> None:
+    def add_pending(self, values: dict[str, tuple[np.ndarray, str]]) -> None:
         """Values for keys the model_fn has not set yet: `{key: (array, where from)}`, applied when it sets them.
 
         Setting such a key stores the pending value instead, cast to the
@@ -87,7 +87,7 @@ class DenseState(dict):
         self._pending_arrays.update(values)
 
     @property
-    def pending_keys(self) -> List[str]:
+    def pending_keys(self) -> list[str]:
         """Keys with a restored value (an object's state dict or an array) the model_fn has not set yet."""
         return sorted(set(self._pending) | set(self._pending_arrays))
 
@@ -102,7 +102,7 @@ class DenseState(dict):
 
     # Saving / loading ----------------------------------------------------------------
 
-    def _index(self, arrays: "_Arrays") -> Dict[str, Any]:
+    def _index(self, arrays: _Arrays) -> dict[str, Any]:
         index = {}
         for key, value in self.items():
             if _is_stateful(value):
@@ -119,12 +119,12 @@ class DenseState(dict):
         arrays = _Arrays(numbers_as_arrays=False)
         index = self._index(arrays)
         buffer = io.BytesIO()
-        payload = {f"a{i}": a for i, a in enumerate(arrays.values)}
+        payload: dict[str, Any] = {f"a{i}": a for i, a in enumerate(arrays.values)}  # savez's **kwds
         payload[_INDEX_KEY] = np.frombuffer(json.dumps(index).encode("utf-8"), dtype=np.uint8)
         np.savez(buffer, **payload)
         return buffer.getvalue()
 
-    def to_tensors(self, rename: Optional[Dict[str, str]] = None) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+    def to_tensors(self, rename: dict[str, str] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """(tensor name -> array, structure) for a TensorFlow checkpoint (see the module docstring).
 
         `rename` gives some top-level keys another tensor name (the runner
@@ -133,11 +133,13 @@ class DenseState(dict):
         """
         arrays = _Arrays(numbers_as_arrays=True, rename=rename or {})
         index = self._index(arrays)
-        tensors: Dict[str, np.ndarray] = {}
+        tensors: dict[str, np.ndarray] = {}
         for (path, name), array in zip(arrays.paths, arrays.values):
             if name in tensors:
-                raise ValueError(f"dense_state: two values would be saved as the tensor {name!r} (the second is "
-                                 f"{_where(path)}); rename one of the keys.")
+                raise ValueError(
+                    f"dense_state: two values would be saved as the tensor {name!r} (the second is "
+                    f"{_where(path)}); rename one of the keys."
+                )
             tensors[name] = array
         return tensors, {"index": index, "tensors": [name for _, name in arrays.paths]}
 
@@ -145,7 +147,7 @@ class DenseState(dict):
         """Replaces the state with `data` (from `to_bytes`); objects already present are loaded in place."""
         self.replace(decode_bytes(data, where=where))
 
-    def replace(self, restored: Dict[str, Tuple[str, Any]]) -> None:
+    def replace(self, restored: dict[str, tuple[str, Any]]) -> None:
         """Replaces the state with restored entries (`decode_tensors`); objects already present are loaded in place."""
         for key in [k for k, v in self.items() if not _is_stateful(v) and k not in restored]:
             super().__delitem__(key)
@@ -153,7 +155,7 @@ class DenseState(dict):
         self._pending_arrays = {}
         self.load_entries(restored)
 
-    def load_entries(self, restored: Dict[str, Tuple[str, Any]]) -> None:
+    def load_entries(self, restored: dict[str, tuple[str, Any]]) -> None:
         """Sets restored entries: arrays at once, objects' state dicts into them now or when the model_fn sets them."""
         for key, (kind, value) in restored.items():
             if kind == "array":
@@ -164,7 +166,7 @@ class DenseState(dict):
                 self._pending[key] = value
 
 
-def decode_bytes(data: bytes, *, where: str = "dense state") -> Dict[str, Tuple[str, Any]]:
+def decode_bytes(data: bytes, *, where: str = "dense state") -> dict[str, tuple[str, Any]]:
     """The entries (key -> (kind, value)) of `to_bytes` output."""
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
@@ -175,33 +177,33 @@ def decode_bytes(data: bytes, *, where: str = "dense state") -> Dict[str, Tuple[
         raise ValueError(f"{where} can't be read: {error}") from None
 
 
-def decode_tensors(structure: Dict[str, Any], tensors: Dict[str, np.ndarray]) -> Dict[str, Tuple[str, Any]]:
+def decode_tensors(structure: dict[str, Any], tensors: dict[str, np.ndarray]) -> dict[str, tuple[str, Any]]:
     """The entries (key -> (kind, value)) a `to_tensors` structure describes, given its tensors by name."""
     arrays = {f"a{i}": tensors[name] for i, name in enumerate(structure["tensors"])}
     return {key: (entry["kind"], _decode(entry["tree"], arrays)) for key, entry in structure["index"].items()}
 
 
-def _where(path: Tuple[Any, ...]) -> str:
+def _where(path: tuple[Any, ...]) -> str:
     return f"dense_state[{path[0]!r}]" + "".join(f"[{p!r}]" for p in path[1:])
 
 
 class _Arrays:
     """Where `_encode` puts the arrays of a state: their values and paths (and tensor names)."""
 
-    def __init__(self, *, numbers_as_arrays: bool, rename: Optional[Dict[str, str]] = None):
+    def __init__(self, *, numbers_as_arrays: bool, rename: dict[str, str] | None = None):
         self.numbers_as_arrays = numbers_as_arrays
         self.rename = rename or {}
-        self.values: List[np.ndarray] = []
-        self.paths: List[Tuple[Tuple[Any, ...], str]] = []
+        self.values: list[np.ndarray] = []
+        self.paths: list[tuple[tuple[Any, ...], str]] = []
 
-    def add(self, path: Tuple[Any, ...], array: np.ndarray, **tags: Any) -> Dict[str, Any]:
+    def add(self, path: tuple[Any, ...], array: np.ndarray, **tags: Any) -> dict[str, Any]:
         name = "/".join([self.rename.get(path[0], path[0])] + [str(p) for p in path[1:]])
         self.values.append(array)
         self.paths.append((path, name))
         return {"a": len(self.values) - 1, **tags}
 
 
-def _encode(value: Any, arrays: _Arrays, path: Tuple[Any, ...]) -> Any:
+def _encode(value: Any, arrays: _Arrays, path: tuple[Any, ...]) -> Any:
     where = _where(path)
     if isinstance(value, dict):
         return {"d": [[_encode_key(k, where), _encode(v, arrays, path + (k,))] for k, v in value.items()]}
@@ -212,29 +214,34 @@ def _encode(value: Any, arrays: _Arrays, path: Tuple[Any, ...]) -> Any:
     if isinstance(value, (np.ndarray, np.generic)):
         array = np.asarray(value)
         if array.dtype.kind not in "biufc":
-            raise TypeError(f"{where}: only numeric or bool arrays can be saved (no pickle). Received dtype "
-                            f"{array.dtype}.")
+            raise TypeError(
+                f"{where}: only numeric or bool arrays can be saved (no pickle). Received dtype {array.dtype}."
+            )
         return arrays.add(path, array if arrays.numbers_as_arrays else np.array(array, copy=True))
     if value is None or isinstance(value, str):
         return {"v": value}
     if isinstance(value, bool):
         return arrays.add(path, np.bool_(value), py="bool") if arrays.numbers_as_arrays else {"v": value}
-    if isinstance(value, int) and arrays.numbers_as_arrays and -2**63 <= value < 2**63:
+    if isinstance(value, int) and arrays.numbers_as_arrays and -(2**63) <= value < 2**63:
         return arrays.add(path, np.int64(value), py="int")
     if isinstance(value, float) and (arrays.numbers_as_arrays or not np.isfinite(value)):
         return arrays.add(path, np.float64(value), py="float")
     if isinstance(value, (int, float)):
         return {"v": value}
-    raise TypeError(f"{where}: can't save a value of type {type(value).__name__}. dense_state holds numpy arrays, "
-                    "numbers, and objects with state_dict() / load_state_dict() (e.g. torch modules and optimizers).")
+    raise TypeError(
+        f"{where}: can't save a value of type {type(value).__name__}. dense_state holds numpy arrays, "
+        "numbers, and objects with state_dict() / load_state_dict() (e.g. torch modules and optimizers)."
+    )
 
 
 def _claim(key: str, value: Any, stored: np.ndarray, where: str) -> Any:
     """The pending `stored` value in the form of `value`, the one the model_fn sets for `key`."""
     target = value.detach().cpu().numpy() if _is_tensor(value) else np.asarray(value)
     if target.shape != stored.shape:
-        raise ValueError(f"{where}: tensor {key!r} has shape {list(stored.shape)}, but the model_fn sets "
-                         f"dense_state[{key!r}] to shape {list(target.shape)}.")
+        raise ValueError(
+            f"{where}: tensor {key!r} has shape {list(stored.shape)}, but the model_fn sets "
+            f"dense_state[{key!r}] to shape {list(target.shape)}."
+        )
     if target.dtype.kind not in "biufc":
         return value
     if isinstance(value, (bool, int, float)):
@@ -253,7 +260,7 @@ def _encode_key(key: Any, where: str) -> Any:
     return {"s": key} if isinstance(key, str) else {"i": int(key)}
 
 
-def _decode(tree: Any, arrays: Dict[str, np.ndarray]) -> Any:
+def _decode(tree: Any, arrays: dict[str, np.ndarray]) -> Any:
     if "d" in tree:
         return {(k["s"] if "s" in k else k["i"]): _decode(v, arrays) for k, v in tree["d"]}
     if "l" in tree:
@@ -279,7 +286,7 @@ def dense_file_name(step: int) -> str:
     return f"{_DENSE_PREFIX}{step:010d}.npz"
 
 
-def write_dense(directory: str, step: int, state: DenseState) -> Tuple[str, str]:
+def write_dense(directory: str, step: int, state: DenseState) -> tuple[str, str]:
     """Writes `<directory>/dense-<step>.npz` atomically; returns (file name, sha256 of its bytes)."""
     data = state.to_bytes()
     os.makedirs(directory, exist_ok=True)
@@ -288,19 +295,18 @@ def write_dense(directory: str, step: int, state: DenseState) -> Tuple[str, str]
     return name, hashlib.sha256(data).hexdigest()
 
 
-def read_dense(directory: str, name: str, sha256: Optional[str]) -> bytes:
+def read_dense(directory: str, name: str, sha256: str | None) -> bytes:
     path = os.path.join(directory, name)
     if not os.path.isfile(path):
         raise ValueError(f"The dense state {path!r} of this checkpoint is missing.")
     with open(path, "rb") as handle:
         data = handle.read()
     if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
-        raise ValueError(f"The dense state {path!r} does not match its checkpoint's checksum (corrupt or "
-                         "overwritten).")
+        raise ValueError(f"The dense state {path!r} does not match its checkpoint's checksum (corrupt or overwritten).")
     return data
 
 
-def dense_steps(directory: str) -> List[int]:
+def dense_steps(directory: str) -> list[int]:
     """Steps with a dense state file in `directory`, ascending."""
     try:
         names = os.listdir(directory)

@@ -32,9 +32,11 @@ See docs/tensorflow_estimator.md.
 from __future__ import annotations
 
 import inspect
+import operator
 import sys
 import types
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Tuple
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -67,8 +69,8 @@ def uses_tensorflow(fn: Any, depth: int = 3) -> bool:
 
     def visit(f: Any, level: int) -> bool:
         f = inspect.unwrap(getattr(f, "func", f))  # functools.partial, decorators
-        if not hasattr(f, "__code__") and hasattr(type(f), "__call__"):
-            f = getattr(f, "__call__")  # a callable object: its __call__ method
+        if not hasattr(f, "__code__") and callable(f):
+            f = f.__call__  # a callable object: its __call__ method
         code = getattr(f, "__code__", None)
         if code is None or id(code) in seen:
             return False
@@ -124,9 +126,11 @@ def as_batches(result: Any) -> Any:
     iterated eagerly."""
     if isinstance(result, tf.data.Dataset):
         if not tf.executing_eagerly():
-            raise ValueError("input_fn returned a tf.data.Dataset while a TF graph is the default graph; the runner "
-                             "iterates datasets eagerly: call train / evaluate / predict outside "
-                             "`with graph.as_default()`.")
+            raise ValueError(
+                "input_fn returned a tf.data.Dataset while a TF graph is the default graph; the runner "
+                "iterates datasets eagerly: call train / evaluate / predict outside "
+                "`with graph.as_default()`."
+            )
         return (to_numpy(element) for element in result)
     if isinstance(result, Iterator):  # a generator of batches: each read as numpy when it is reached
         return (to_numpy(element) for element in result)
@@ -147,10 +151,10 @@ class GraphLayers(LookupScope):
     def _pooled(self, column: Any, features: Mapping[str, Any], owner: str) -> Any:
         raise NotImplementedError
 
-    def _sequence(self, column: Any, owner: str, with_lengths: bool) -> Tuple[Any, Any]:
+    def _sequence(self, column: Any, owner: str, with_lengths: bool) -> tuple[Any, Any]:
         raise NotImplementedError
 
-    def dense_output(self, columns: List[Any], features: Mapping[str, Any], owner: str, layer: str) -> Any:
+    def dense_output(self, columns: Sequence[Any], features: Mapping[str, Any], owner: str, layer: str) -> Any:
         """DenseFeatures / input_layer: [B, sum D]; TensorFlow's numeric columns are read from the features."""
         pieces = []
         for column in columns:
@@ -161,7 +165,7 @@ class GraphLayers(LookupScope):
             pieces.append(self._pooled(column, features, owner))
         return _layer_output(pieces, layer)
 
-    def sequence_output(self, columns: List[Any], owner: str, layer: str) -> Tuple[Any, Any]:
+    def sequence_output(self, columns: Sequence[Any], owner: str, layer: str) -> tuple[Any, Any]:
         """SequenceFeatures: ([B, L, sum D] tensor, [B] int64 lengths of the first column)."""
         pieces, lengths = [], None
         for column in columns:
@@ -172,7 +176,7 @@ class GraphLayers(LookupScope):
         return _layer_output(pieces, layer), lengths
 
 
-def _layer_output(pieces: List[Any], layer: str) -> Any:
+def _layer_output(pieces: list[Any], layer: str) -> Any:
     return tf.concat(pieces, axis=-1, name=layer) if len(pieces) > 1 else tf.identity(pieces[0], name=layer)
 
 
@@ -185,7 +189,7 @@ class GraphScope(GraphLayers):
 
     def __init__(self, scope: LookupScope):
         super().__init__(scope.activations, scope.sequence_lengths, training=scope.training, features=scope.features)
-        self.fed: List[Tuple[str, str, Any]] = []
+        self.fed: list[tuple[str, str, Any]] = []
 
     def _placeholder(self, kind: str, key: str, array: np.ndarray, dtype: Any) -> Any:
         name = f"{key}_{'embedding_activations' if kind == 'activation' else 'sequence_length'}"
@@ -197,18 +201,20 @@ class GraphScope(GraphLayers):
         key = column.get_feature_key_name()
         return self._placeholder("activation", key, self.activation(column, owner), tf.float32)
 
-    def _sequence(self, column: Any, owner: str, with_lengths: bool) -> Tuple[Any, Any]:
+    def _sequence(self, column: Any, owner: str, with_lengths: bool) -> tuple[Any, Any]:
         key = column.get_feature_key_name()
         activation = self._placeholder("activation", key, self.activation(column, owner), tf.float32)
-        lengths = (self._placeholder("length", key, np.asarray(self.sequence_lengths[key]), tf.int64)
-                   if with_lengths else None)
+        lengths = (
+            self._placeholder("length", key, np.asarray(self.sequence_lengths[key]), tf.int64) if with_lengths else None
+        )
         return activation, lengths
 
 
 def numeric_tensor(column: NumericColumn, features: Mapping[str, Any], owner: str) -> Any:
     if column.key not in features:
-        raise ValueError(f"{owner}: numeric column {column.key!r} is missing from the features. "
-                         f"Received keys: {sorted(features)}.")
+        raise ValueError(
+            f"{owner}: numeric column {column.key!r} is missing from the features. Received keys: {sorted(features)}."
+        )
     value = features[column.key]
     if column.normalizer_fn is not None:
         value = column.normalizer_fn(value)
@@ -219,9 +225,11 @@ def numeric_tensor(column: NumericColumn, features: Mapping[str, Any], owner: st
 # One mode's graph ---------------------------------------------------------------------------------
 
 
-_UNSERVED = ("TPU ops in the graph ({ops}): tf.compat.v1.tpu.rewrite / tpu.replicate / tpu.shard (and "
-             "outside_compilation inside them) compile for a TPU, which this runner does not have. Build the dense "
-             "part directly in the model_fn.")
+_UNSERVED = (
+    "TPU ops in the graph ({ops}): tf.compat.v1.tpu.rewrite / tpu.replicate / tpu.shard (and "
+    "outside_compilation inside them) compile for a TPU, which this runner does not have. Build the dense "
+    "part directly in the model_fn."
+)
 
 
 def _placeholder_for(value: Any, name: str) -> Any:
@@ -232,8 +240,9 @@ def _placeholder_for(value: Any, name: str) -> Any:
         array = np.asarray(value)
     except (TypeError, ValueError):
         return None
-    if array.dtype.kind not in "biufUSO" or (array.dtype.kind == "O" and not all(
-            isinstance(v, (bytes, str)) for v in array.ravel())):
+    if array.dtype.kind not in "biufUSO" or (
+        array.dtype.kind == "O" and not all(isinstance(v, (bytes, str)) for v in array.ravel())
+    ):
         return None
     dtype = tf.string if array.dtype.kind in "USO" else tf.as_dtype(array.dtype)
     # Floats keep their per-example shape (dense inputs of layers); ids and strings may change width per batch.
@@ -244,16 +253,16 @@ def _placeholder_for(value: Any, name: str) -> Any:
     return tf.compat.v1.placeholder(dtype, shape, name=name)
 
 
-def _graph_inputs(value: Any, prefix: str) -> Tuple[Any, Dict[Any, Callable[[Any], Any]]]:
+def _graph_inputs(value: Any, prefix: str) -> tuple[Any, dict[Any, Callable[[Any], Any]]]:
     """(what the model_fn gets, {placeholder: how to read its value from a step's batch})."""
-    feeds: Dict[Any, Callable[[Any], Any]] = {}
+    feeds: dict[Any, Callable[[Any], Any]] = {}
     if isinstance(value, Mapping):
         out = {}
         for key, item in value.items():
             placeholder = _placeholder_for(item, f"{prefix}_{key}")
             out[key] = item if placeholder is None else placeholder
             if placeholder is not None:
-                feeds[placeholder] = lambda batch, k=key: batch[k]
+                feeds[placeholder] = operator.itemgetter(key)
         return out, feeds
     placeholder = _placeholder_for(value, prefix)
     if placeholder is None:
@@ -271,18 +280,19 @@ def refuse_keras_3(next_creator: Callable[..., Any], **kwargs: Any) -> Any:
     trained value. Keras 2 (tf_keras) names them per graph, as the Estimator
     needs. Keras 2.15's modules are `keras.src` too, hence the version test.
     """
-    keras = sys.modules.get("keras")
-    if str(getattr(keras, "__version__", "2")).split(".")[0] not in ("0", "1", "2"):
-        frame = sys._getframe(1)
+    version = str(getattr(sys.modules.get("keras"), "__version__", "2"))
+    if version.split(".")[0] not in ("0", "1", "2"):
+        frame: types.FrameType | None = sys._getframe(1)
         while frame is not None and not frame.f_globals.get("__name__", "").startswith("keras.src."):
             frame = frame.f_back
         if frame is not None:
             raise ValueError(
-                f"The TensorFlow model_fn built a Keras {keras.__version__} layer (variable {kwargs.get('name')!r}) "
+                f"The TensorFlow model_fn built a Keras {version} layer (variable {kwargs.get('name')!r}) "
                 "in its tf.compat.v1 graph. Keras 3, which tf.keras is on TensorFlow >= 2.16, does not build "
                 "tf.compat.v1 graphs (it names layers per process, so no graph would find its trained weights). "
                 "A TPUEstimator program needs Keras 2: pip install tf_keras and set TF_USE_LEGACY_KERAS=1 before "
-                "TensorFlow is imported (docs/tensorflow_bridge.md, \"Which TensorFlow\").")
+                'TensorFlow is imported (docs/tensorflow_bridge.md, "Which TensorFlow").'
+            )
     return next_creator(**kwargs)
 
 
@@ -301,12 +311,19 @@ class GraphModel:
       dense_state: where the variables' values come from and go to.
     """
 
-    def __init__(self, mode: str, call_model_fn: Callable[[Any, Any, LookupScope], Any], features: Any, labels: Any,
-                 scope: LookupScope, dense_state: Any):
+    def __init__(
+        self,
+        mode: str,
+        call_model_fn: Callable[[Any, Any, LookupScope], Any],
+        features: Any,
+        labels: Any,
+        scope: LookupScope,
+        dense_state: Any,
+    ):
         self.mode = mode
         self.graph = tf.Graph()
-        self._metric_values: Dict[str, Any] = {}
-        self._metric_updates: List[Any] = []
+        self._metric_values: dict[str, Any] = {}
+        self._metric_updates: list[Any] = []
         with self.graph.as_default():
             self.global_step = tf.compat.v1.train.get_or_create_global_step()
             graph_features, self._feature_feeds = _graph_inputs(features, "features")
@@ -318,7 +335,7 @@ class GraphModel:
             self._check_served(spec)
             self.loss = None if spec.loss is None else tf.convert_to_tensor(spec.loss)
             self.train_op = spec.train_op
-            self.gradients: List[Tuple[str, Any]] = []
+            self.gradients: list[tuple[str, Any]] = []
             if mode == "train":
                 fed = [(key, p) for kind, key, p in self.scope.fed if kind == "activation"]
                 grads = tf.gradients(self.loss, [p for _, p in fed]) if fed else []
@@ -331,8 +348,11 @@ class GraphModel:
             for variable in [self.global_step, *self.variables]:
                 value = tf.compat.v1.placeholder(variable.dtype.base_dtype, variable.shape)
                 self._assigns[variable.op.name] = (value, variable.assign(value, read_value=False))
-            init = [tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer(),
-                    tf.compat.v1.tables_initializer()]
+            init = [
+                tf.compat.v1.global_variables_initializer(),
+                tf.compat.v1.local_variables_initializer(),
+                tf.compat.v1.tables_initializer(),
+            ]
             self.graph.finalize()
         self.session = tf.compat.v1.Session(graph=self.graph)
         self.session.run(init)
@@ -340,33 +360,41 @@ class GraphModel:
 
     def _check_served(self, spec: Any) -> None:
         if getattr(spec, "host_call", None) is not None:
-            raise ValueError("TPUEstimatorSpec(host_call=...) runs a function on the TPU host, which this runner "
-                             "does not have; compute summaries in the model_fn or after train() instead.")
+            raise ValueError(
+                "TPUEstimatorSpec(host_call=...) runs a function on the TPU host, which this runner "
+                "does not have; compute summaries in the model_fn or after train() instead."
+            )
         types_ = {op.type for op in self.graph.get_operations()}
         if "CrossReplicaSum" in types_:
-            raise ValueError("TensorFlow's own tf.compat.v1.tpu.CrossShardOptimizer (or tpu.cross_replica_sum) put "
-                             "a CrossReplicaSum op in the graph, which runs only on a TPU. Use "
-                             "`import tpu_embedding_shim.tensorflow as tf` (its CrossShardOptimizer is TensorFlow's "
-                             "over one replica) or the wrapped optimizer itself.")
+            raise ValueError(
+                "TensorFlow's own tf.compat.v1.tpu.CrossShardOptimizer (or tpu.cross_replica_sum) put "
+                "a CrossReplicaSum op in the graph, which runs only on a TPU. Use "
+                "`import tpu_embedding_shim.tensorflow as tf` (its CrossShardOptimizer is TensorFlow's "
+                "over one replica) or the wrapped optimizer itself."
+            )
         tpu_ops = sorted(t for t in types_ if t.startswith("TPU"))
         if tpu_ops:
             raise ValueError(_UNSERVED.format(ops=", ".join(tpu_ops)))
         if not _is_tensor_like(spec.loss) and spec.loss is not None:
-            raise TypeError("The TensorFlow model_fn's loss must be a tf.Tensor. "
-                            f"Received: {type(spec.loss).__name__}.")
+            raise TypeError(
+                f"The TensorFlow model_fn's loss must be a tf.Tensor. Received: {type(spec.loss).__name__}."
+            )
         if self.mode == "train" and not isinstance(spec.train_op, (tf.Operation, tf.Tensor, tf.Variable)):
-            raise TypeError("The TensorFlow model_fn's train_op must be a tf.Operation (e.g. optimizer.minimize(loss, "
-                            f"global_step)). Received: {type(spec.train_op).__name__}.")
+            raise TypeError(
+                "The TensorFlow model_fn's train_op must be a tf.Operation (e.g. optimizer.minimize(loss, "
+                f"global_step)). Received: {type(spec.train_op).__name__}."
+            )
 
     def _build_metrics(self, spec: Any) -> None:
-        metric_ops: Dict[str, Any] = {}
+        metric_ops: dict[str, Any] = {}
         eval_metrics = getattr(spec, "eval_metrics", None)
         if eval_metrics is not None:
             metric_fn, tensors = eval_metrics
             out = metric_fn(**tensors) if isinstance(tensors, Mapping) else metric_fn(*tensors)
             if not isinstance(out, Mapping):
-                raise TypeError("metric_fn must return a dict {name: (value, update_op)}. Received: "
-                                f"{type(out).__name__}.")
+                raise TypeError(
+                    f"metric_fn must return a dict {{name: (value, update_op)}}. Received: {type(out).__name__}."
+                )
             metric_ops.update(out)
         metric_ops.update(getattr(spec, "eval_metric_ops", None) or {})
         for name, op in metric_ops.items():
@@ -385,8 +413,10 @@ class GraphModel:
         for variable, initial in zip(self.variables, current):
             value = dense_state.setdefault(variable.op.name, initial)
             if np.shape(value) != np.shape(initial):
-                raise ValueError(f"The checkpoint's {variable.op.name!r} has shape {list(np.shape(value))}; the "
-                                 f"model_fn's variable has shape {list(np.shape(initial))}.")
+                raise ValueError(
+                    f"The checkpoint's {variable.op.name!r} has shape {list(np.shape(value))}; the "
+                    f"model_fn's variable has shape {list(np.shape(initial))}."
+                )
             self._load(variable, np.asarray(value, dtype=initial.dtype))
 
     def _load(self, variable: Any, value: Any) -> None:
@@ -400,7 +430,7 @@ class GraphModel:
 
     # Steps ------------------------------------------------------------------------------------
 
-    def _feed(self, features: Any, labels: Any, scope: LookupScope) -> Dict[Any, Any]:
+    def _feed(self, features: Any, labels: Any, scope: LookupScope) -> dict[Any, Any]:
         feed = {p: read(features) for p, read in self._feature_feeds.items()}
         feed.update({p: read(labels) for p, read in self._label_feeds.items()})
         for kind, key, placeholder in self.scope.fed:
@@ -408,12 +438,12 @@ class GraphModel:
             feed[placeholder] = source[key]
         return feed
 
-    def train(self, features: Any, labels: Any, scope: LookupScope, step: int) -> Tuple[float, Dict[str, np.ndarray]]:
+    def train(self, features: Any, labels: Any, scope: LookupScope, step: int) -> tuple[float, dict[str, np.ndarray]]:
         """One step: train_op, loss and d loss / d activations in one run; returns (loss, per-feature gradients)."""
         self._load(self.global_step, step)
         fetches = {"train_op": self.train_op, "loss": self.loss, "grads": [g for _, g in self.gradients]}
         out = self.session.run(fetches, self._feed(features, labels, scope))
-        grads: Dict[str, np.ndarray] = {}
+        grads: dict[str, np.ndarray] = {}
         for (key, _), grad in zip(self.gradients, out["grads"]):
             grads[key] = grads[key] + grad if key in grads else np.asarray(grad, np.float32)
         return float(out["loss"]), grads
@@ -421,15 +451,18 @@ class GraphModel:
     def evaluate(self, features: Any, labels: Any, scope: LookupScope, step: int) -> float:
         """One eval batch: the loss, and every metric's update op."""
         self._load(self.global_step, step)
-        out = self.session.run({"loss": self.loss, "updates": self._metric_updates},
-                               self._feed(features, labels, scope))
+        out = self.session.run(
+            {"loss": self.loss, "updates": self._metric_updates}, self._feed(features, labels, scope)
+        )
         return float(out["loss"])
 
-    def metrics(self) -> Dict[str, Any]:
+    def metrics(self) -> dict[str, Any]:
         """The metrics' values after the eval batches."""
         values = self.session.run(self._metric_values) if self._metric_values else {}
-        return {k: float(v) if np.size(v) == 1 and np.asarray(v).dtype.kind in "biuf" else np.asarray(v)
-                for k, v in values.items()}
+        return {
+            k: float(v) if np.size(v) == 1 and np.asarray(v).dtype.kind in "biuf" else np.asarray(v)
+            for k, v in values.items()
+        }
 
     def predict(self, features: Any, scope: LookupScope, step: int) -> Any:
         self._load(self.global_step, step)

@@ -48,7 +48,8 @@ it, `to_mod_layout` makes it:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -57,11 +58,20 @@ from ..compat.tpu_feature_columns import TPU_EMBEDDING_COLUMN_CLASSES, _TPUShare
 from ..engine.sharding import join_shards, shard_sizes, split_table
 
 __all__ = [
-    "TPU_SLOT_SUFFIXES", "CPU_SLOT_SUFFIXES", "TableName", "ProgramNames", "slot_suffixes", "to_mod_layout",
-    "from_mod_layout", "DEFAULT", "SOURCE", "LAYER", "CHECKPOINT",
+    "TPU_SLOT_SUFFIXES",
+    "CPU_SLOT_SUFFIXES",
+    "TableName",
+    "ProgramNames",
+    "slot_suffixes",
+    "to_mod_layout",
+    "from_mod_layout",
+    "DEFAULT",
+    "SOURCE",
+    "LAYER",
+    "CHECKPOINT",
 ]
 
-TPU_SLOT_SUFFIXES: Dict[str, Dict[str, str]] = {
+TPU_SLOT_SUFFIXES: dict[str, dict[str, str]] = {
     "sgd": {},
     "adagrad": {"accumulators": "Adagrad"},
     "adam": {"momenta": "Adam/m", "velocities": "Adam/v"},
@@ -72,7 +82,7 @@ TPU_SLOT_SUFFIXES: Dict[str, Dict[str, str]] = {
 }
 """Engine slot -> TensorFlow's TPU slot suffix, per optimizer kind (what the runner writes)."""
 
-CPU_SLOT_SUFFIXES: Dict[str, Dict[str, str]] = {
+CPU_SLOT_SUFFIXES: dict[str, dict[str, str]] = {
     **TPU_SLOT_SUFFIXES,
     "adam": {"momenta": "Adam", "velocities": "Adam_1"},
     "rmsprop": {"ms": "RMSProp", "mom": "RMSProp_1"},
@@ -87,7 +97,7 @@ LAYER = 2  # the layer that read the column in a step of this run
 CHECKPOINT = 3  # the name the table already has in this model_dir's checkpoints
 
 
-def slot_suffixes(kind: Optional[str], slots: Iterable[str], *, cpu: bool = False) -> Dict[str, str]:
+def slot_suffixes(kind: str | None, slots: Iterable[str], *, cpu: bool = False) -> dict[str, str]:
     """Engine slot -> checkpoint suffix for an optimizer kind (`<slot>` itself for a kind TF has no name for)."""
     table = CPU_SLOT_SUFFIXES if cpu else TPU_SLOT_SUFFIXES
     known = table.get(kind or "sgd")
@@ -102,7 +112,7 @@ class TableName:
 
     table: str  # 'tbl_' + the column's embedding var name
     column: str  # the column's name ('user_embedding'); for shared tables the first column's
-    shared: Optional[str]  # the shared collection name, for shared_embedding_columns
+    shared: str | None  # the shared collection name, for shared_embedding_columns
     sequence: bool  # looked up as a sequence (SequenceFeatures' default scope)
     features: tuple  # the feature keys that read the table
     tensor_core: bool  # a tensor-core column's table, kept in params['dense_state']
@@ -120,9 +130,9 @@ class TableName:
         return name.endswith(f"/{self.column}/embedding_weights") or name == f"{self.column}/embedding_weights"
 
 
-def _tables_of(columns: Iterable[Any], *, tensor_core: bool) -> Dict[str, TableName]:
-    out: Dict[str, TableName] = {}
-    features: Dict[str, List[str]] = {}
+def _tables_of(columns: Iterable[Any], *, tensor_core: bool) -> dict[str, TableName]:
+    out: dict[str, TableName] = {}
+    features: dict[str, list[str]] = {}
     for column in columns:
         if not isinstance(column, TPU_EMBEDDING_COLUMN_CLASSES):
             continue
@@ -145,13 +155,14 @@ class ProgramNames:
     checkpoint gives it, else TensorFlow's default for the column's kind.
     """
 
-    def __init__(self, feature_columns: Iterable[Any] = (), tensor_core_columns: Iterable[Any] = (),
-                 tables: Iterable[str] = ()):
-        self.tables: Dict[str, TableName] = _tables_of(feature_columns, tensor_core=False)
+    def __init__(
+        self, feature_columns: Iterable[Any] = (), tensor_core_columns: Iterable[Any] = (), tables: Iterable[str] = ()
+    ):
+        self.tables: dict[str, TableName] = _tables_of(feature_columns, tensor_core=False)
         self.tables.update(_tables_of(tensor_core_columns, tensor_core=True))
         for table in tables:  # a table of feature_to_config_dict / table_to_config_dict: TF names it by itself
             self.tables.setdefault(table, TableName(table, table, table, False, (), False))
-        self._names: Dict[str, tuple] = {}  # table -> (name, certainty)
+        self._names: dict[str, tuple] = {}  # table -> (name, certainty)
 
     def _default(self, entry: TableName) -> str:
         return entry.variable("sequence_features" if entry.sequence else "dense_features")
@@ -170,8 +181,12 @@ class ProgramNames:
 
     def set(self, table: str, name: str, certainty: int) -> None:
         """Names `table` `name` unless a more certain name is known."""
-        if table in self.tables and self.tables[table].shared is None and certainty >= self.certainty(table) \
-                and certainty > DEFAULT:
+        if (
+            table in self.tables
+            and self.tables[table].shared is None
+            and certainty >= self.certainty(table)
+            and certainty > DEFAULT
+        ):
             self._names[table] = (name, certainty)
 
     def learn(self, layer_names: Mapping[str, str]) -> None:
@@ -207,6 +222,6 @@ def from_mod_layout(stored: np.ndarray, num_hosts: int) -> np.ndarray:
     sizes = shard_sizes(len(stored), hosts, "mod")
     parts, start = [], 0
     for size in sizes:
-        parts.append(stored[start:start + size])
+        parts.append(stored[start : start + size])
         start += size
     return join_shards(parts, len(stored), "mod")

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -47,40 +48,47 @@ SINGLE_FEATURE = "feature"  # the key TensorFlow gives a receiver's features tha
 class Entries:
     """One feature's ids in a batch as flat tensors: `ids`, `rows` (example), `positions`, `weights`."""
 
-    def __init__(self, ids: Any, rows: Any, positions: Any, weights: Optional[Any], batch_size: Any):
+    def __init__(self, ids: Any, rows: Any, positions: Any, weights: Any | None, batch_size: Any):
         self.ids, self.rows, self.positions, self.weights, self.batch_size = ids, rows, positions, weights, batch_size
 
-    def keep(self, mask: Any) -> "Entries":
+    def keep(self, mask: Any) -> Entries:
+        ids, rows, positions = (tf.boolean_mask(t, mask) for t in (self.ids, self.rows, self.positions))
         weights = None if self.weights is None else tf.boolean_mask(self.weights, mask)
-        return Entries(*(tf.boolean_mask(t, mask) for t in (self.ids, self.rows, self.positions)), weights,
-                       self.batch_size)
+        return Entries(ids, rows, positions, weights, self.batch_size)
 
 
-def _flat(value: Any, feature: FeatureSpec, what: str) -> Tuple[Any, Any, Any, Any, Optional[Any]]:
+def _flat(value: Any, feature: FeatureSpec, what: str) -> tuple[Any, Any, Any, Any, Any | None]:
     """(values, rows, positions, batch size, dense-entry indices) of a SparseTensor, RaggedTensor or dense tensor."""
     if isinstance(value, tf.SparseTensor):
         value = tf.sparse.reorder(value)
         rank = value.shape.rank
         if rank not in (1, 2, None):
-            raise ValueError(f"Feature {feature.name!r}: sparse {what} must have rank 1 or 2 ([batch] or "
-                             f"[batch, ids]); received a SparseTensor of rank {rank}.")
+            raise ValueError(
+                f"Feature {feature.name!r}: sparse {what} must have rank 1 or 2 ([batch] or "
+                f"[batch, ids]); received a SparseTensor of rank {rank}."
+            )
         rows = value.indices[:, 0]
         positions = value.indices[:, -1] if rank != 1 else tf.zeros_like(rows)
         return value.values, rows, positions, value.dense_shape[0], None
     if isinstance(value, tf.RaggedTensor):
         if value.ragged_rank != 1:
-            raise ValueError(f"Feature {feature.name!r}: ragged {what} must have ragged_rank 1; received "
-                             f"ragged_rank {value.ragged_rank}.")
+            raise ValueError(
+                f"Feature {feature.name!r}: ragged {what} must have ragged_rank 1; received "
+                f"ragged_rank {value.ragged_rank}."
+            )
         rows = value.value_rowids()
         positions = tf.range(tf.size(value.values, out_type=tf.int64), dtype=tf.int64) - tf.gather(
-            value.row_splits, rows)
+            value.row_splits, rows
+        )
         return value.values, rows, positions, value.nrows(), None
     value = tf.convert_to_tensor(value)
     if value.shape.rank == 1:
         value = tf.expand_dims(value, -1)
     if value.shape.rank != 2:
-        raise ValueError(f"Feature {feature.name!r}: dense {what} must have shape [batch] or [batch, ids]; "
-                         f"received shape {value.shape}.")
+        raise ValueError(
+            f"Feature {feature.name!r}: dense {what} must have shape [batch] or [batch, ids]; "
+            f"received shape {value.shape}."
+        )
     return value, None, None, tf.shape(value, out_type=tf.int64)[0], True
 
 
@@ -116,24 +124,32 @@ def entries(ids: Any, weights: Any, feature: FeatureSpec) -> Entries:
     return Entries(mapped, rows, positions, weight_values, batch_size).keep(tf.greater_equal(mapped, 0))
 
 
-def _map_ids(values: Any, feature: FeatureSpec) -> Tuple[Any, List[Any]]:
+def _map_ids(values: Any, feature: FeatureSpec) -> tuple[Any, list[Any]]:
     """(int64 row ids, -1 for dropped entries; run-time checks) for raw ids or tokens."""
     is_text = values.dtype == tf.string
     if not (is_text or values.dtype.is_integer):
-        raise TypeError(f"Feature {feature.name!r}: ids must be integers or strings; the serving input gives "
-                        f"{values.dtype.name}.")
+        raise TypeError(
+            f"Feature {feature.name!r}: ids must be integers or strings; the serving input gives {values.dtype.name}."
+        )
     if feature.id_source == "identity":
         if is_text:
-            raise TypeError(f"Feature {feature.name!r} is an identity feature: its ids must be integers. The "
-                            "serving input gives strings.")
+            raise TypeError(
+                f"Feature {feature.name!r} is an identity feature: its ids must be integers. The "
+                "serving input gives strings."
+            )
         values = tf.cast(values, tf.int64)
         too_big = tf.greater_equal(values, feature.num_buckets)
         if feature.default_value is not None:
             out_of_range = tf.logical_or(too_big, tf.less(values, 0))
             return tf.where(out_of_range, tf.constant(feature.default_value, tf.int64), values), []
-        check = tf.debugging.assert_less(values, tf.constant(feature.num_buckets, tf.int64), message=(
-            f"Feature {feature.name!r}: ids must be in [0, num_buckets={feature.num_buckets}); negative ids are "
-            "padding and are dropped."))
+        check = tf.debugging.assert_less(
+            values,
+            tf.constant(feature.num_buckets, tf.int64),
+            message=(
+                f"Feature {feature.name!r}: ids must be in [0, num_buckets={feature.num_buckets}); negative ids are "
+                "padding and are dropped."
+            ),
+        )
         return tf.where(tf.less(values, 0), tf.constant(-1, tf.int64), values), [check]
     vocabulary = list(feature.vocabulary or ())
     text_vocabulary = isinstance(vocabulary[0], (str, bytes))
@@ -143,7 +159,8 @@ def _map_ids(values: Any, feature: FeatureSpec) -> Tuple[Any, List[Any]]:
     keys = tf.constant(vocabulary if is_text else np.asarray(vocabulary, np.int64))
     default = -1 if feature.default_value is None else int(feature.default_value)
     table = tf.lookup.StaticHashTable(
-        tf.lookup.KeyValueTensorInitializer(keys, tf.range(len(vocabulary), dtype=tf.int64)), default_value=-1)
+        tf.lookup.KeyValueTensorInitializer(keys, tf.range(len(vocabulary), dtype=tf.int64)), default_value=-1
+    )
     found = table.lookup(values if is_text else tf.cast(values, tf.int64))
     if feature.num_oov_buckets > 0:
         tokens = values if is_text else tf.strings.as_string(tf.cast(values, tf.int64))
@@ -160,32 +177,41 @@ def pooled_lookup(table: Any, batch: Entries, combiner: str, safe: bool) -> Any:
     """float32 [B, D]: engine/lookup.pooled_lookup in TensorFlow ops (same coefficients, same sums)."""
     if safe and combiner != "sum" and batch.weights is not None:
         batch = batch.keep(tf.greater(batch.weights, 0))
-    weights = (tf.ones_like(batch.ids, dtype=tf.float64) if batch.weights is None
-               else tf.cast(batch.weights, tf.float64))
+    weights = tf.ones_like(batch.ids, dtype=tf.float64) if batch.weights is None else tf.cast(batch.weights, tf.float64)
     num_examples = tf.cast(batch.batch_size, tf.int64)
     if combiner == "sum":
         scale = tf.ones([num_examples], tf.float64)
     elif combiner == "mean":
-        scale = tf.math.divide_no_nan(tf.constant(1.0, tf.float64),
-                                      tf.math.unsorted_segment_sum(weights, batch.rows, num_examples))
+        scale = tf.math.divide_no_nan(
+            tf.constant(1.0, tf.float64), tf.math.unsorted_segment_sum(weights, batch.rows, num_examples)
+        )
     else:  # sqrtn
-        scale = tf.math.divide_no_nan(tf.constant(1.0, tf.float64), tf.sqrt(
-            tf.math.unsorted_segment_sum(weights * weights, batch.rows, num_examples)))
+        scale = tf.math.divide_no_nan(
+            tf.constant(1.0, tf.float64),
+            tf.sqrt(tf.math.unsorted_segment_sum(weights * weights, batch.rows, num_examples)),
+        )
     coefficients = tf.cast(tf.gather(scale, batch.rows) * weights, tf.float32)
     rows = tf.gather(table, batch.ids) * coefficients[:, None]
     return tf.math.unsorted_segment_sum(rows, batch.rows, num_examples)
 
 
-def sequence_lookup(table: Any, batch: Entries, max_sequence_length: int) -> Tuple[Any, Any]:
+def sequence_lookup(table: Any, batch: Entries, max_sequence_length: int) -> tuple[Any, Any]:
     """(float32 [B, L, D], int64 [B] lengths): engine/lookup.sequence_lookup in TensorFlow ops."""
     length = int(max_sequence_length)
     num_examples = tf.cast(batch.batch_size, tf.int64)
-    lengths = tf.minimum(tf.maximum(tf.math.unsorted_segment_max(batch.positions + 1, batch.rows, num_examples),
-                                    tf.constant(0, tf.int64)), length)
+    lengths = tf.minimum(
+        tf.maximum(
+            tf.math.unsorted_segment_max(batch.positions + 1, batch.rows, num_examples), tf.constant(0, tf.int64)
+        ),
+        length,
+    )
     kept = batch.keep(tf.less(batch.positions, length))
     dim = table.shape[1]
-    out = tf.scatter_nd(tf.stack([kept.rows, kept.positions], axis=1), tf.gather(table, kept.ids),
-                        tf.stack([num_examples, tf.constant(length, tf.int64), tf.constant(dim, tf.int64)]))
+    out = tf.scatter_nd(
+        tf.stack([kept.rows, kept.positions], axis=1),
+        tf.gather(table, kept.ids),
+        tf.stack([num_examples, tf.constant(length, tf.int64), tf.constant(dim, tf.int64)]),
+    )
     return tf.reshape(out, [-1, length, dim]), lengths
 
 
@@ -201,8 +227,9 @@ class ServingScope(GraphLayers):
       table_variable: `(table name) -> tf.Variable`.
     """
 
-    def __init__(self, features: Iterable[FeatureSpec], combiners: Mapping[str, str],
-                 table_variable: Callable[[str], Any]):
+    def __init__(
+        self, features: Iterable[FeatureSpec], combiners: Mapping[str, str], table_variable: Callable[[str], Any]
+    ):
         super().__init__({}, {}, training=False)
         self.specs = {f.name: f for f in features}
         self.combiners = dict(combiners)
@@ -211,41 +238,54 @@ class ServingScope(GraphLayers):
     def _spec(self, column: Any, owner: str) -> FeatureSpec:
         key = column.get_feature_key_name()
         if key not in self.specs:
-            raise ValueError(f"{owner}: column {column.name!r} (feature {key!r}) is not among the embedding columns "
-                             "of the EmbeddingConfigSpec given to TPUEstimator, so the export has no table for it.")
+            raise ValueError(
+                f"{owner}: column {column.name!r} (feature {key!r}) is not among the embedding columns "
+                "of the EmbeddingConfigSpec given to TPUEstimator, so the export has no table for it."
+            )
         return self.specs[key]
 
     def _entries(self, feature: FeatureSpec, features: Mapping[str, Any], owner: str) -> Entries:
         if feature.name not in features:
-            raise ValueError(f"{owner}: feature {feature.name!r} is missing from the serving input's features. "
-                             f"Received keys: {sorted(features)}.")
+            raise ValueError(
+                f"{owner}: feature {feature.name!r} is missing from the serving input's features. "
+                f"Received keys: {sorted(features)}."
+            )
         weights = None
         if feature.weight_key is not None:
             if feature.weight_key not in features:
-                raise ValueError(f"{owner}: the weights {feature.weight_key!r} of feature {feature.name!r} are "
-                                 f"missing from the serving input's features. Received keys: {sorted(features)}.")
+                raise ValueError(
+                    f"{owner}: the weights {feature.weight_key!r} of feature {feature.name!r} are "
+                    f"missing from the serving input's features. Received keys: {sorted(features)}."
+                )
             weights = features[feature.weight_key]
         return entries(features[feature.name], weights, feature)
 
     def _pooled(self, column: Any, features: Mapping[str, Any], owner: str) -> Any:
         feature = self._spec(column, owner)
-        return pooled_lookup(self.table_variable(feature.table), self._entries(feature, features, owner),
-                             self.combiners[feature.table], feature.safe_lookup)
+        return pooled_lookup(
+            self.table_variable(feature.table),
+            self._entries(feature, features, owner),
+            self.combiners[feature.table],
+            feature.safe_lookup,
+        )
 
-    def _sequence(self, column: Any, owner: str, with_lengths: bool) -> Tuple[Any, Any]:
+    def _sequence(self, column: Any, owner: str, with_lengths: bool) -> tuple[Any, Any]:
         feature = self._spec(column, owner)
-        return sequence_lookup(self.table_variable(feature.table), self._entries(feature, self.features or {}, owner),
-                               feature.max_sequence_length)
+        return sequence_lookup(
+            self.table_variable(feature.table),
+            self._entries(feature, self.features or {}, owner),
+            feature.max_sequence_length,
+        )
 
 
 # Signatures -----------------------------------------------------------------------------------
 
 
-def _receiver_tensors(tensors: Any) -> Dict[str, Any]:
+def _receiver_tensors(tensors: Any) -> dict[str, Any]:
     return dict(tensors) if isinstance(tensors, Mapping) else {"input": tensors}
 
 
-def _signature_defs(receiver: Any, spec: Any) -> Dict[str, Any]:
+def _signature_defs(receiver: Any, spec: Any) -> dict[str, Any]:
     """TensorFlow's rule: the spec's export_outputs (one is the default), else the predictions as the default."""
     outputs = getattr(spec, "export_outputs", None)
     if not outputs:
@@ -254,9 +294,11 @@ def _signature_defs(receiver: Any, spec: Any) -> Dict[str, Any]:
     outputs = dict(outputs)
     if DEFAULT_SIGNATURE not in outputs:
         if len(outputs) > 1:
-            raise ValueError("Multiple export_outputs were provided, but none of them is specified as the default. "
-                             f"Do this by naming one of them with the key {DEFAULT_SIGNATURE!r}. "
-                             f"Received keys: {sorted(outputs)}.")
+            raise ValueError(
+                "Multiple export_outputs were provided, but none of them is specified as the default. "
+                f"Do this by naming one of them with the key {DEFAULT_SIGNATURE!r}. "
+                f"Received keys: {sorted(outputs)}."
+            )
         outputs[DEFAULT_SIGNATURE] = next(iter(outputs.values()))
     receivers = {None: _receiver_tensors(receiver.receiver_tensors)}
     for name, tensors in (getattr(receiver, "receiver_tensors_alternatives", None) or {}).items():
@@ -282,51 +324,73 @@ class _PredictOutput:
 # The export ------------------------------------------------------------------------------------
 
 
-def write_saved_model(export_dir: str, *, serving_input_receiver_fn: Callable[[], Any],
-                      call_model_fn: Callable[[Any, LookupScope], Any], features: Iterable[FeatureSpec],
-                      tables: Mapping[str, np.ndarray], combiners: Mapping[str, str], table_names: Callable[[str], str],
-                      dense_state: Mapping[str, Any], global_step: int, assets_extra: Optional[Mapping[str, str]],
-                      as_text: bool) -> str:
+def write_saved_model(
+    export_dir: str,
+    *,
+    serving_input_receiver_fn: Callable[[], Any],
+    call_model_fn: Callable[[Any, LookupScope], Any],
+    features: Iterable[FeatureSpec],
+    tables: Mapping[str, np.ndarray],
+    combiners: Mapping[str, str],
+    table_names: Callable[[str], str],
+    dense_state: Mapping[str, Any],
+    global_step: int,
+    assets_extra: Mapping[str, str] | None,
+    as_text: bool,
+) -> str:
     """Builds the serving graph and writes it with the trained values as a SavedModel at `export_dir`.
 
     The SavedModel is written into a temporary sibling directory and renamed,
     so `export_dir` holds a whole SavedModel or nothing.
     """
     graph = tf.Graph()
-    variables: Dict[str, Any] = {}
+    variables: dict[str, Any] = {}
     with graph.as_default():
         receiver = serving_input_receiver_fn()
         for attribute in ("features", "receiver_tensors"):
             if not hasattr(receiver, attribute):
-                raise TypeError("serving_input_receiver_fn must return a ServingInputReceiver (with `features` and "
-                                f"`receiver_tensors`). Received: {type(receiver).__name__}.")
+                raise TypeError(
+                    "serving_input_receiver_fn must return a ServingInputReceiver (with `features` and "
+                    f"`receiver_tensors`). Received: {type(receiver).__name__}."
+                )
         receiver_features = receiver.features
         if not isinstance(receiver_features, Mapping):
             receiver_features = {SINGLE_FEATURE: receiver_features}
         step_variable = tf.compat.v1.train.get_or_create_global_step()
         for table, value in tables.items():  # at the graph's root, before any scope of the model_fn
             variables[table] = tf.compat.v1.get_variable(
-                table_names(table), shape=value.shape, dtype=tf.float32,
-                initializer=tf.compat.v1.zeros_initializer(), trainable=False)
+                table_names(table),
+                shape=value.shape,
+                dtype=tf.float32,
+                initializer=tf.compat.v1.zeros_initializer(),
+                trainable=False,
+            )
         scope = ServingScope(features, combiners, variables.__getitem__)
         scope.features = receiver_features
         with tf.variable_creator_scope(refuse_keras_3):
             spec = call_model_fn(receiver_features, scope)
         signatures = _signature_defs(receiver, spec)
-        model_variables = [v for v in tf.compat.v1.global_variables()
-                           if v is not step_variable and not any(v is t for t in variables.values())]
+        model_variables = [
+            v
+            for v in tf.compat.v1.global_variables()
+            if v is not step_variable and not any(v is t for t in variables.values())
+        ]
         missing = [v.op.name for v in model_variables if v.op.name not in dense_state]
         if missing:
-            raise ValueError(f"No trained value for the model's variables {missing}: train the model (or give "
-                             "checkpoint_path) before exporting it.")
+            raise ValueError(
+                f"No trained value for the model's variables {missing}: train the model (or give "
+                "checkpoint_path) before exporting it."
+            )
         values = [(step_variable, np.int64(global_step))]
         values += [(v, np.asarray(dense_state[v.op.name])) for v in model_variables]
         values += [(variables[t], tables[t]) for t in variables]
         assigns = []
         for variable, value in values:
             if tuple(np.shape(value)) != tuple(variable.shape.as_list()):
-                raise ValueError(f"The trained value of {variable.op.name!r} has shape {list(np.shape(value))}; the "
-                                 f"model_fn's variable has shape {variable.shape.as_list()}.")
+                raise ValueError(
+                    f"The trained value of {variable.op.name!r} has shape {list(np.shape(value))}; the "
+                    f"model_fn's variable has shape {variable.shape.as_list()}."
+                )
             placeholder = tf.compat.v1.placeholder(variable.dtype.base_dtype, variable.shape)
             assigns.append((placeholder, variable.assign(placeholder, read_value=False), value))
         init = tf.compat.v1.global_variables_initializer()
@@ -341,8 +405,14 @@ def write_saved_model(export_dir: str, *, serving_input_receiver_fn: Callable[[]
             for placeholder, assign, value in assigns:
                 session.run(assign, {placeholder: value})
             builder = tf.compat.v1.saved_model.Builder(temporary)
-            builder.add_meta_graph_and_variables(session, [tf.saved_model.SERVING], signature_def_map=signatures,
-                                                 main_op=main_op, saver=saver, strip_default_attrs=True)
+            builder.add_meta_graph_and_variables(
+                session,
+                [tf.saved_model.SERVING],
+                signature_def_map=signatures,
+                main_op=main_op,
+                saver=saver,
+                strip_default_attrs=True,
+            )
             builder.save(as_text=as_text)
         for destination, source in (assets_extra or {}).items():
             target = os.path.join(temporary, "assets.extra", destination)

@@ -33,7 +33,8 @@ their `state_dict()` is saved, and loaded back on resume.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -65,13 +66,13 @@ def train_op(optimizer: Any) -> Callable[[], None]:
     return step
 
 
-def backward(loss: torch.Tensor, scope: LookupScope) -> Dict[str, np.ndarray]:
+def backward(loss: torch.Tensor, scope: LookupScope) -> dict[str, np.ndarray]:
     """Runs `loss.backward()` and returns d(loss)/d(activation) per feature from the registered leaves."""
     if not isinstance(loss, torch.Tensor):
         raise TypeError(f"The loss must be a torch tensor for the torch bridge. Received: {type(loss).__name__}.")
     if loss.requires_grad:
         loss.backward()
-    grads: Dict[str, np.ndarray] = {}
+    grads: dict[str, np.ndarray] = {}
     for output, leaf in scope.leaves:
         if leaf.grad is None:
             continue

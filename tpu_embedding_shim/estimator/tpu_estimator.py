@@ -33,7 +33,8 @@ import sys
 import tempfile
 import time
 import types
-from typing import Any, Dict, Iterator, List, Mapping, Optional
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -57,9 +58,11 @@ log = logging.getLogger("tpu_embedding_shim")
 _RESERVED_PARAMS_KEYS = ["batch_size", "context"]
 _OWN_PARAMS_KEYS = ["dense_state"]
 _MODEL_FN_ARGS = {"features", "labels", "mode", "params", "self", "config"}
-_MODEL_FN_FIX = ("TPUEstimator calls model_fn(features, labels, mode, params[, config]): define it as "
-                 "`def model_fn(features, labels, mode, params):` (the examples of TensorFlow's EmbeddingConfigSpec "
-                 "and embedding_column pages write `def model_fn(features):`, which TensorFlow refuses too).")
+_MODEL_FN_FIX = (
+    "TPUEstimator calls model_fn(features, labels, mode, params[, config]): define it as "
+    "`def model_fn(features, labels, mode, params):` (the examples of TensorFlow's EmbeddingConfigSpec "
+    "and embedding_column pages write `def model_fn(features):`, which TensorFlow refuses too)."
+)
 
 
 class ExportSavedModelApiVersion:
@@ -69,11 +72,13 @@ class ExportSavedModelApiVersion:
 
 def _check_hooks(value: Any, name: str) -> None:
     if value:
-        raise ValueError(f"`{name}` are TensorFlow session hooks, which need a graph; this runner has none. "
-                         "Do the work in the model_fn or around train()/evaluate() instead.")
+        raise ValueError(
+            f"`{name}` are TensorFlow session hooks, which need a graph; this runner has none. "
+            "Do the work in the model_fn or around train()/evaluate() instead."
+        )
 
 
-def _check_steps(value: Any, name: str) -> Optional[int]:
+def _check_steps(value: Any, name: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
@@ -108,10 +113,24 @@ class TPUEstimator:
       embedding_config_spec: the `EmbeddingConfigSpec`.
     """
 
-    def __init__(self, model_fn=None, model_dir=None, config=None, params=None, use_tpu=True, train_batch_size=None,
-                 eval_batch_size=None, predict_batch_size=None, batch_axis=None, eval_on_tpu=True, export_to_tpu=True,
-                 export_to_cpu=True, warm_start_from=None, embedding_config_spec=None,
-                 export_saved_model_api_version=ExportSavedModelApiVersion.V1):
+    def __init__(
+        self,
+        model_fn=None,
+        model_dir=None,
+        config=None,
+        params=None,
+        use_tpu=True,
+        train_batch_size=None,
+        eval_batch_size=None,
+        predict_batch_size=None,
+        batch_axis=None,
+        eval_on_tpu=True,
+        export_to_tpu=True,
+        export_to_cpu=True,
+        warm_start_from=None,
+        embedding_config_spec=None,
+        export_saved_model_api_version=ExportSavedModelApiVersion.V1,
+    ):
         if config is None or not isinstance(config, TPURunConfig):
             raise ValueError("`config` must be provided with type `tpu_config.RunConfig`")
         if params is not None and not isinstance(params, dict):  # TensorFlow fails on it with Python's own text
@@ -119,35 +138,51 @@ class TPUEstimator:
         try:
             use_tpu = bool(use_tpu)
         except (TypeError, ValueError):  # an array of several values has no truth value
-            raise ValueError(f"Argument `use_tpu` of TPUEstimator must be a bool. Received: {use_tpu!r:.200}."
-                             ) from None
+            raise ValueError(
+                f"Argument `use_tpu` of TPUEstimator must be a bool. Received: {use_tpu!r:.200}."
+            ) from None
         if embedding_config_spec is not None and not isinstance(embedding_config_spec, EmbeddingConfigSpec):
-            raise TypeError("embedding_config_spec must be an EmbeddingConfigSpec "
-                            f"(tf.estimator.tpu.experimental.EmbeddingConfigSpec). Received: {embedding_config_spec!r}.")
+            raise TypeError(
+                "embedding_config_spec must be an EmbeddingConfigSpec "
+                f"(tf.estimator.tpu.experimental.EmbeddingConfigSpec). Received: {embedding_config_spec!r}."
+            )
         if params is not None and any(k in params for k in _RESERVED_PARAMS_KEYS):
             raise ValueError(f"{_RESERVED_PARAMS_KEYS} are reserved keys but existed in params {params}.")
         if params is not None and any(k in params for k in _OWN_PARAMS_KEYS):
-            raise ValueError(f"{_OWN_PARAMS_KEYS} is reserved by this runner (the dense model's state) but existed "
-                             f"in params {params}.")
+            raise ValueError(
+                f"{_OWN_PARAMS_KEYS} is reserved by this runner (the dense model's state) but existed "
+                f"in params {params}."
+            )
         if use_tpu:
             if train_batch_size is None:
                 raise ValueError("`train_batch_size` cannot be `None`")
             check_positive_integer(train_batch_size, "train_batch_size")
-            if (config.tpu_config.per_host_input_for_training is InputPipelineConfig.PER_SHARD_V1
-                    and config.tpu_config.num_cores_per_replica):
-                raise ValueError("Model parallelism only supports per host input for training. Please adjust "
-                                 "TPURunconfig.per_host_input_for_training.")
+            if (
+                config.tpu_config.per_host_input_for_training is InputPipelineConfig.PER_SHARD_V1
+                and config.tpu_config.num_cores_per_replica
+            ):
+                raise ValueError(
+                    "Model parallelism only supports per host input for training. Please adjust "
+                    "TPURunconfig.per_host_input_for_training."
+                )
             if eval_batch_size is not None:
                 check_positive_integer(eval_batch_size, "eval_batch_size")
             if predict_batch_size is not None:
                 check_positive_integer(predict_batch_size, "predict_batch_size")
             if embedding_config_spec and config.tpu_config.per_host_input_for_training not in (
-                    InputPipelineConfig.PER_HOST_V1, InputPipelineConfig.PER_HOST_V2):
-                raise ValueError("Only PER_HOST_V1 and PER_HOST_V2 is supported when using TPU Embedding; got "
-                                 f"{config.tpu_config.per_host_input_for_training}.")
+                InputPipelineConfig.PER_HOST_V1,
+                InputPipelineConfig.PER_HOST_V2,
+            ):
+                raise ValueError(
+                    "Only PER_HOST_V1 and PER_HOST_V2 is supported when using TPU Embedding; got "
+                    f"{config.tpu_config.per_host_input_for_training}."
+                )
         else:
-            for name, value in (("train_batch_size", train_batch_size), ("eval_batch_size", eval_batch_size),
-                                ("predict_batch_size", predict_batch_size)):
+            for name, value in (
+                ("train_batch_size", train_batch_size),
+                ("eval_batch_size", eval_batch_size),
+                ("predict_batch_size", predict_batch_size),
+            ):
                 if value is not None:
                     check_positive_integer(value, name)
         # TensorFlow raises "Mod sharding of embedding tables not supported on CPU." here when not
@@ -157,8 +192,10 @@ class TPUEstimator:
             raise ValueError(f"export_saved_model_api_version should be 1 or 2; got {export_saved_model_api_version}.")
 
         if model_dir is not None and config.model_dir is not None and model_dir != config.model_dir:
-            raise ValueError("`model_dir` are set both in constructor and `RunConfig`, but with different values. "
-                             f"In constructor: '{model_dir}', in `RunConfig`: '{config.model_dir}' ")
+            raise ValueError(
+                "`model_dir` are set both in constructor and `RunConfig`, but with different values. "
+                f"In constructor: '{model_dir}', in `RunConfig`: '{config.model_dir}' "
+            )
         model_dir = model_dir or config.model_dir
         if model_dir is None:
             model_dir = tempfile.mkdtemp()
@@ -169,8 +206,11 @@ class TPUEstimator:
         self._params = copy.deepcopy(params or {})
         self._use_tpu = bool(use_tpu)
         self._eval_on_tpu = bool(eval_on_tpu)
-        self._batch_sizes = {ModeKeys.TRAIN: train_batch_size, ModeKeys.EVAL: eval_batch_size,
-                             ModeKeys.PREDICT: predict_batch_size}
+        self._batch_sizes = {
+            ModeKeys.TRAIN: train_batch_size,
+            ModeKeys.EVAL: eval_batch_size,
+            ModeKeys.PREDICT: predict_batch_size,
+        }
         self._batch_axis = batch_axis
         self._export_to_tpu, self._export_to_cpu = export_to_tpu, export_to_cpu
         self._warm_start_from = warm_start_from
@@ -180,15 +220,20 @@ class TPUEstimator:
         self._tensor_core = None
         if embedding_config_spec is not None and embedding_config_spec.tensor_core_feature_columns:
             self._tensor_core = TensorCoreColumns(embedding_config_spec.tensor_core_feature_columns)
-        self._state = ModelState(self._model_dir, embedding_config_spec=embedding_config_spec,
-                                 tensor_core=self._tensor_core, num_shards=self._num_shards,
-                                 seed=config.tf_random_seed, warm_start_settings=self._warm_start_settings)
+        self._state = ModelState(
+            self._model_dir,
+            embedding_config_spec=embedding_config_spec,
+            tensor_core=self._tensor_core,
+            num_shards=self._num_shards,
+            seed=config.tf_random_seed,
+            warm_start_settings=self._warm_start_settings,
+        )
         self._uses_engine = self._state.uses_engine
         self._announced = False
         self._warned_no_gradient: set = set()
-        self.progress: Optional[bool] = None  # default for train/evaluate/predict(progress=None)
-        self._tf_model_fn: Optional[bool] = None  # whether the model_fn is TensorFlow code (tf_bridge.py)
-        self._tf_graphs: Dict[str, Any] = {}  # mode -> the TensorFlow bridge's graph of the running call
+        self.progress: bool | None = None  # default for train/evaluate/predict(progress=None)
+        self._tf_model_fn: bool | None = None  # whether the model_fn is TensorFlow code (tf_bridge.py)
+        self._tf_graphs: dict[str, Any] = {}  # mode -> the TensorFlow bridge's graph of the running call
 
     # Properties ------------------------------------------------------------------------
 
@@ -209,7 +254,7 @@ class TPUEstimator:
         return self._model_fn
 
     @property
-    def embedding_config_spec(self) -> Optional[EmbeddingConfigSpec]:
+    def embedding_config_spec(self) -> EmbeddingConfigSpec | None:
         return self._embedding_config_spec
 
     @property
@@ -218,7 +263,7 @@ class TPUEstimator:
         return self._state.global_step
 
     @property
-    def engine(self) -> Optional[Engine]:
+    def engine(self) -> Engine | None:
         """The embedding engine (built, or restored from the latest checkpoint, on first use)."""
         self._ensure_state(ModeKeys.TRAIN)
         return self._state.engine
@@ -232,7 +277,7 @@ class TPUEstimator:
     # Construction checks ---------------------------------------------------------------
 
     @staticmethod
-    def _verify_model_fn(model_fn: Any, params: Optional[dict]) -> None:
+    def _verify_model_fn(model_fn: Any, params: dict | None) -> None:
         """TensorFlow's construction checks of the model_fn's arguments (`_verify_model_fn_args`).
 
         A model_fn without `params` is refused here only when params are
@@ -244,15 +289,17 @@ class TPUEstimator:
         if "features" not in args:
             raise ValueError(f"model_fn ({model_fn}) must include features argument.")
         if params is not None and "params" not in args:
-            raise ValueError(f"model_fn ({model_fn}) does not include params argument, but params ({params}) is "
-                             f"passed to Estimator. {_MODEL_FN_FIX}")
+            raise ValueError(
+                f"model_fn ({model_fn}) does not include params argument, but params ({params}) is "
+                f"passed to Estimator. {_MODEL_FN_FIX}"
+            )
         unexpected = sorted(args - _MODEL_FN_ARGS)
         if unexpected:
             raise ValueError(f"model_fn ({model_fn}) has following not expected args: {unexpected}")
 
     # State (model_dir.py) ------------------------------------------------------------------
 
-    def _ensure_state(self, mode: str, checkpoint_path: Optional[str] = None) -> None:
+    def _ensure_state(self, mode: str, checkpoint_path: str | None = None) -> None:
         """Makes the in-memory state the latest checkpoint's (or `checkpoint_path`'s), or a fresh one."""
         self._state.ensure(mode, checkpoint_path)
 
@@ -265,11 +312,11 @@ class TPUEstimator:
         self._tf_save_dense()
         return self._state.save(keep=self._config.keep_checkpoint_max or None)
 
-    def latest_checkpoint(self) -> Optional[str]:
+    def latest_checkpoint(self) -> str | None:
         """The latest checkpoint of model_dir (`<model_dir>/model.ckpt-<step>`, or an older-format one), or None."""
         return self._state.latest_checkpoint()
 
-    def get_variable_names(self) -> List[str]:
+    def get_variable_names(self) -> list[str]:
         """The checkpoint's variable names (TensorFlow's, see docs/checkpoints.md), sorted: tables, slots, the dense
         state, 'global_step'."""
         self._ensure_state(ModeKeys.PREDICT)
@@ -300,19 +347,29 @@ class TPUEstimator:
             self._announce_tensor_core()
             return
         optimizer = type(spec.optimization_parameters).__name__ if spec.optimization_parameters else "per table"
-        note = "" if self._use_tpu else (" even with use_tpu=False (TensorFlow's CPU path would train them with the "
-                                         "model's optimizer instead)")
+        note = (
+            ""
+            if self._use_tpu
+            else (
+                " even with use_tpu=False (TensorFlow's CPU path would train them with the model's optimizer instead)"
+            )
+        )
         log.info("Embedding tables train with the EmbeddingConfigSpec optimizer (%s)%s.", optimizer, note)
         if spec.partition_strategy == "mod" and not (self._use_tpu and self._eval_on_tpu):
-            log.info("partition_strategy='mod' works here; TensorFlow refuses it on CPU ('Mod sharding of embedding "
-                     "tables not supported on CPU.').")
+            log.info(
+                "partition_strategy='mod' works here; TensorFlow refuses it on CPU ('Mod sharding of embedding "
+                "tables not supported on CPU.')."
+            )
         self._announce_tensor_core()
 
     def _announce_tensor_core(self) -> None:
         if self._tensor_core is not None:
-            log.info("Tensor-core columns %s: their tables %s are dense variables in params['dense_state'], trained "
-                     "by the model's own optimizer (train_op), as on a TPU.", self._tensor_core.feature_names,
-                     sorted(self._tensor_core.tables))
+            log.info(
+                "Tensor-core columns %s: their tables %s are dense variables in params['dense_state'], trained "
+                "by the model's own optimizer (train_op), as on a TPU.",
+                self._tensor_core.feature_names,
+                sorted(self._tensor_core.tables),
+            )
 
     def _model_params(self, mode: str, context: TPUContext) -> dict:
         params = dict(self._params)
@@ -340,8 +397,10 @@ class TPUEstimator:
         if "mode" in args:
             kwargs["mode"] = mode
         if "params" not in args:  # TensorFlow's TPUEstimator raises here too, when it first calls the model_fn
-            raise ValueError(f"model_fn ({self._model_fn}) does not include params argument, required by "
-                             f"TPUEstimator to pass batch size as params['batch_size']. {_MODEL_FN_FIX}")
+            raise ValueError(
+                f"model_fn ({self._model_fn}) does not include params argument, required by "
+                f"TPUEstimator to pass batch size as params['batch_size']. {_MODEL_FN_FIX}"
+            )
         kwargs["params"] = params
         if "config" in args:
             kwargs["config"] = self.config
@@ -361,17 +420,18 @@ class TPUEstimator:
         return spec
 
     def _check_features(self, features: Any) -> Any:
-        if self._state.engine is not None or self._tensor_core is not None:
-            if not isinstance(features, Mapping):
-                raise ValueError("With an embedding_config_spec, `features` must be a dict of feature name -> ids "
-                                 f"(as TPUEstimator's input splitting requires). Received: {type(features).__name__}.")
+        if (self._state.engine is not None or self._tensor_core is not None) and not isinstance(features, Mapping):
+            raise ValueError(
+                "With an embedding_config_spec, `features` must be a dict of feature name -> ids "
+                f"(as TPUEstimator's input splitting requires). Received: {type(features).__name__}."
+            )
         return features
 
     def _step_scope(self, features: Any, mode: str, training: bool):
         """(lookup result or None, tensor-core batches or None, scope, context) for one model_fn call."""
         result, tc_batches = None, None
-        activations: Dict[str, np.ndarray] = {}
-        lengths: Dict[str, np.ndarray] = {}
+        activations: dict[str, np.ndarray] = {}
+        lengths: dict[str, np.ndarray] = {}
         if self._state.engine is not None:
             result = self._state.engine.forward(features, training=training)
             activations.update(result.activations)
@@ -380,9 +440,16 @@ class TPUEstimator:
             tc_activations, tc_batches = self._tensor_core.lookup(features, self._state.dense_state)
             activations.update(tc_activations)
         scope = LookupScope(activations, lengths, training=training, features=features)
-        context = TPUContext(mode=mode, global_step=self.global_step, batch_size=self._batch_sizes[mode],
-                             dense_state=self._state.dense_state, tensor_core=self._tensor_core,
-                             engine=self._state.engine, scope=scope, use_tpu=self._use_tpu)
+        context = TPUContext(
+            mode=mode,
+            global_step=self.global_step,
+            batch_size=self._batch_sizes[mode],
+            dense_state=self._state.dense_state,
+            tensor_core=self._tensor_core,
+            engine=self._state.engine,
+            scope=scope,
+            use_tpu=self._use_tpu,
+        )
         return result, tc_batches, scope, context
 
     def _train_step(self, features: Any, labels: Any) -> float:
@@ -408,7 +475,7 @@ class TPUEstimator:
         spec.train_op()
         return loss
 
-    def _apply_engine_gradients(self, result: Any, grads: Dict[str, np.ndarray]) -> None:
+    def _apply_engine_gradients(self, result: Any, grads: dict[str, np.ndarray]) -> None:
         """The engine applies d(loss)/d(activations) per feature (zeros, with a warning, for a missing one)."""
         if self._state.engine is not None:
             engine_grads = {}
@@ -417,8 +484,11 @@ class TPUEstimator:
                     engine_grads[feature.name] = grads[feature.name]
                 elif feature.name not in self._warned_no_gradient:
                     self._warned_no_gradient.add(feature.name)
-                    log.warning("No gradient for feature %r (its activation was not used, or not passed back in "
-                                "embedding_gradients); using zeros, as TensorFlow does.", feature.name)
+                    log.warning(
+                        "No gradient for feature %r (its activation was not used, or not passed back in "
+                        "embedding_gradients); using zeros, as TensorFlow does.",
+                        feature.name,
+                    )
             self._state.engine.apply_gradients(result, engine_grads)
         else:
             self._state.step += 1
@@ -456,10 +526,12 @@ class TPUEstimator:
             from . import tf_bridge
 
             if self._tensor_core is not None:
-                raise ValueError("A TensorFlow model_fn with tensor-core columns (embedding_lookup_device="
-                                 f"'tpu_tensor_core': features {self._tensor_core.feature_names}) is not supported "
-                                 "yet: their tables would be TF variables. Look them up on the engine instead "
-                                 "(embedding_lookup_device='tpu_embedding_core', the default).")
+                raise ValueError(
+                    "A TensorFlow model_fn with tensor-core columns (embedding_lookup_device="
+                    f"'tpu_tensor_core': features {self._tensor_core.feature_names}) is not supported "
+                    "yet: their tables would be TF variables. Look them up on the engine instead "
+                    "(embedding_lookup_device='tpu_embedding_core', the default)."
+                )
             params = self._model_params(mode, context)
 
             def call(graph_features, graph_labels, graph_scope):
@@ -504,8 +576,9 @@ class TPUEstimator:
 
     # train / evaluate / predict -----------------------------------------------------------------
 
-    def train(self, input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None, *,
-              progress: Optional[bool] = None) -> "TPUEstimator":
+    def train(
+        self, input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None, *, progress: bool | None = None
+    ) -> TPUEstimator:
         """Trains for `steps` more steps, up to global step `max_steps`, or until input_fn's batches end.
 
         A checkpoint is saved every `save_checkpoints_steps` (or
@@ -525,7 +598,7 @@ class TPUEstimator:
         with sole_writer(self._model_dir, "TPUEstimator.train"):
             return self._train(input_fn, steps, max_steps, progress)
 
-    def _train(self, input_fn, steps, max_steps, progress) -> "TPUEstimator":
+    def _train(self, input_fn, steps, max_steps, progress) -> TPUEstimator:
         self._tf_close(ModeKeys.TRAIN)  # a graph left by an interrupted train(): its values first
         self._ensure_state(ModeKeys.TRAIN)
         self._announce()
@@ -534,12 +607,15 @@ class TPUEstimator:
             log.info("Skipping training since max_steps has already saved.")
             return self
         limit = steps if steps is not None else (max_steps - start if max_steps is not None else None)
-        result = self._tf_input(call_input_fn(input_fn, ModeKeys.TRAIN, self._input_params(ModeKeys.TRAIN),
-                                              self.config))
+        result = self._tf_input(
+            call_input_fn(input_fn, ModeKeys.TRAIN, self._input_params(ModeKeys.TRAIN), self.config)
+        )
         stream = BatchStream(result, ModeKeys.TRAIN, repeat=limit)
         if stream.single and limit is None:
-            raise ValueError("input_fn returned one batch of arrays, which TensorFlow would feed at every step "
-                             "forever: pass train(steps=...) or max_steps=..., or return a generator of batches.")
+            raise ValueError(
+                "input_fn returned one batch of arrays, which TensorFlow would feed at every step "
+                "forever: pass train(steps=...) or max_steps=..., or return a generator of batches."
+            )
         total = limit if stream.length is None else (stream.length if limit is None else min(limit, stream.length))
         config = self._config
         every_steps, every_secs = config.save_checkpoints_steps, config.save_checkpoints_secs
@@ -562,7 +638,8 @@ class TPUEstimator:
                     log.info("loss = %g, step = %d", loss, step)
                     last_log_time, last_log_step = now, step
                 if (every_steps and step % every_steps == 0) or (
-                        every_secs and time.monotonic() - last_save >= every_secs):
+                    every_secs and time.monotonic() - last_save >= every_secs
+                ):
                     self._save()
                     last_save = time.monotonic()
         finally:
@@ -573,8 +650,9 @@ class TPUEstimator:
         log.info("Loss for final step: %s.", loss)
         return self
 
-    def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None, *,
-                 progress: Optional[bool] = None) -> Dict[str, Any]:
+    def evaluate(
+        self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None, *, progress: bool | None = None
+    ) -> dict[str, Any]:
         """Evaluates on input_fn's batches (at most `steps`); returns {'loss', 'global_step', metrics...}.
 
         'loss' is the mean of the per-batch losses (as TensorFlow's
@@ -586,8 +664,9 @@ class TPUEstimator:
         _check_hooks(hooks, "hooks")
         steps = _check_steps(steps, "steps")
         if self._use_tpu and self._eval_on_tpu and self._batch_sizes[ModeKeys.EVAL] is None:
-            raise ValueError("eval_batch_size in TPUEstimator constructor cannot be `None` if .evaluate is running "
-                             "on TPU.")
+            raise ValueError(
+                "eval_batch_size in TPUEstimator constructor cannot be `None` if .evaluate is running on TPU."
+            )
         self._ensure_state(ModeKeys.EVAL, checkpoint_path)
         self._announce()
         result = self._tf_input(call_input_fn(input_fn, ModeKeys.EVAL, self._input_params(ModeKeys.EVAL), self.config))
@@ -603,23 +682,35 @@ class TPUEstimator:
                 bar.update(loss=collected.add(self._infer(features, labels, ModeKeys.EVAL)))
         finally:
             bar.close()
-        graph_metrics: Dict[str, Any] = {}
+        graph_metrics: dict[str, Any] = {}
         if ModeKeys.EVAL in self._tf_graphs:  # tf.compat.v1.metrics: their values after all update ops
             graph_metrics.update(self._tf_graphs[ModeKeys.EVAL].metrics())
             self._tf_close(ModeKeys.EVAL)
         metrics = collected.results(graph_metrics)
         metrics["global_step"] = self.global_step
-        log.info("Saving dict for global step %d: %s", self.global_step,
-                 ", ".join(f"{k} = {v}" for k, v in sorted(metrics.items())))
+        log.info(
+            "Saving dict for global step %d: %s",
+            self.global_step,
+            ", ".join(f"{k} = {v}" for k, v in sorted(metrics.items())),
+        )
         return metrics
 
-    def predict(self, input_fn, predict_keys=None, hooks=None, checkpoint_path=None, yield_single_examples=True, *,
-                progress: Optional[bool] = None) -> Iterator[Any]:
+    def predict(
+        self,
+        input_fn,
+        predict_keys=None,
+        hooks=None,
+        checkpoint_path=None,
+        yield_single_examples=True,
+        *,
+        progress: bool | None = None,
+    ) -> Iterator[Any]:
         """Yields predictions: one dict per example (or per batch with yield_single_examples=False)."""
         _check_hooks(hooks, "hooks")
         if self._use_tpu and self._batch_sizes[ModeKeys.PREDICT] is None:
-            raise ValueError("predict_batch_size in TPUEstimator constructor should not be `None` if .predict is "
-                             "running on TPU.")
+            raise ValueError(
+                "predict_batch_size in TPUEstimator constructor should not be `None` if .predict is running on TPU."
+            )
         if isinstance(predict_keys, str):
             predict_keys = [predict_keys]
         return self._predict(input_fn, predict_keys, checkpoint_path, yield_single_examples, progress)
@@ -627,12 +718,17 @@ class TPUEstimator:
     def _predict(self, input_fn, predict_keys, checkpoint_path, yield_single_examples, progress):
         self._ensure_state(ModeKeys.PREDICT, checkpoint_path)
         self._announce()
-        result = self._tf_input(call_input_fn(input_fn, ModeKeys.PREDICT, self._input_params(ModeKeys.PREDICT),
-                                              self.config))
+        result = self._tf_input(
+            call_input_fn(input_fn, ModeKeys.PREDICT, self._input_params(ModeKeys.PREDICT), self.config)
+        )
         self._tf_close(ModeKeys.PREDICT)
         stream = BatchStream(result, ModeKeys.PREDICT, repeat=1)
-        bar = Progress("predict", stream.length, unit="batches",
-                       enabled=progress_enabled(self.progress if progress is None else progress))
+        bar = Progress(
+            "predict",
+            stream.length,
+            unit="batches",
+            enabled=progress_enabled(self.progress if progress is None else progress),
+        )
         try:
             for features, _ in stream:
                 spec = self._infer(features, None, ModeKeys.PREDICT)
@@ -643,8 +739,10 @@ class TPUEstimator:
                     if predict_keys is not None:
                         missing = [k for k in predict_keys if k not in predictions]
                         if missing:
-                            raise ValueError(f"Expected to run at least one output from {list(predictions)}, "
-                                             f"provided {predict_keys}.")
+                            raise ValueError(
+                                f"Expected to run at least one output from {list(predictions)}, "
+                                f"provided {predict_keys}."
+                            )
                         predictions = {k: predictions[k] for k in predict_keys}
                 else:
                     predictions = np.asarray(to_numpy(predictions))
@@ -656,8 +754,10 @@ class TPUEstimator:
                     batch = next(iter(sizes.values()), 0)
                     for key, size in sizes.items():
                         if size != batch:
-                            raise ValueError(f"Batch length of predictions should be same. {key} has different batch "
-                                             "length than others.")
+                            raise ValueError(
+                                f"Batch length of predictions should be same. {key} has different batch "
+                                "length than others."
+                            )
                     for i in range(batch or 0):
                         yield {k: v[i] for k, v in predictions.items()}
                 else:
@@ -668,7 +768,7 @@ class TPUEstimator:
 
     # Export ------------------------------------------------------------------------------------
 
-    def export_embeddings(self, export_dir: str, checkpoint_path: Optional[str] = None) -> str:
+    def export_embeddings(self, export_dir: str, checkpoint_path: str | None = None) -> str:
         """Writes the unsharded tables, the dense state and a manifest to `export_dir` (see export.py)."""
         self._ensure_state(ModeKeys.PREDICT, checkpoint_path)
         tables, trained_by, combiners, features = {}, {}, {}, []
@@ -684,16 +784,31 @@ class TPUEstimator:
                 trained_by[name] = "model (tpu_tensor_core)"
                 combiners[name] = table.combiner
             features += list(self._tensor_core.features)
-        path = write_export(export_dir, tables=tables, trained_by=trained_by, combiners=combiners, features=features,
-                            dense_state=self._state.dense_state, global_step=self.global_step,
-                            extra={"partition_strategy": getattr(self._embedding_config_spec, "partition_strategy",
-                                                                 None),
-                                   "num_shards": self._num_shards})
+        path = write_export(
+            export_dir,
+            tables=tables,
+            trained_by=trained_by,
+            combiners=combiners,
+            features=features,
+            dense_state=self._state.dense_state,
+            global_step=self.global_step,
+            extra={
+                "partition_strategy": getattr(self._embedding_config_spec, "partition_strategy", None),
+                "num_shards": self._num_shards,
+            },
+        )
         log.info("Exported the model at global step %d to %s.", self.global_step, path)
         return path
 
-    def export_saved_model(self, export_dir_base, serving_input_receiver_fn=None, assets_extra=None, as_text=False,
-                           checkpoint_path=None, experimental_mode=ModeKeys.PREDICT) -> bytes:
+    def export_saved_model(
+        self,
+        export_dir_base,
+        serving_input_receiver_fn=None,
+        assets_extra=None,
+        as_text=False,
+        checkpoint_path=None,
+        experimental_mode=ModeKeys.PREDICT,
+    ) -> bytes:
         """TensorFlow's export entry point, into a new `<export_dir_base>/<timestamp>`; returns that path as bytes.
 
         A TensorFlow model_fn exports a real SavedModel (tf_serving.py): its
@@ -713,20 +828,26 @@ class TPUEstimator:
             stamp += 1
         export_dir = os.path.join(base, str(stamp))
         if self._uses_tf():
-            return self._export_tf_saved_model(export_dir, serving_input_receiver_fn, assets_extra, as_text,
-                                               checkpoint_path, experimental_mode).encode()
+            return self._export_tf_saved_model(
+                export_dir, serving_input_receiver_fn, assets_extra, as_text, checkpoint_path, experimental_mode
+            ).encode()
         return self.export_embeddings(export_dir, checkpoint_path).encode()
 
-    def _export_tf_saved_model(self, export_dir, serving_input_receiver_fn, assets_extra, as_text, checkpoint_path,
-                               experimental_mode) -> str:
+    def _export_tf_saved_model(
+        self, export_dir, serving_input_receiver_fn, assets_extra, as_text, checkpoint_path, experimental_mode
+    ) -> str:
         if experimental_mode != ModeKeys.PREDICT:
-            raise ValueError(f"experimental_mode={experimental_mode!r}: this runner exports the PREDICT graph only "
-                             f"(experimental_mode={ModeKeys.PREDICT!r}); a served model has no engine to train with.")
+            raise ValueError(
+                f"experimental_mode={experimental_mode!r}: this runner exports the PREDICT graph only "
+                f"(experimental_mode={ModeKeys.PREDICT!r}); a served model has no engine to train with."
+            )
         if serving_input_receiver_fn is None:
             raise ValueError("An input_receiver_fn must be defined.")
         if self._tensor_core is not None:
-            raise ValueError("A TensorFlow model_fn with tensor-core columns cannot be exported yet (features "
-                             f"{self._tensor_core.feature_names}); see docs/tensorflow_estimator.md.")
+            raise ValueError(
+                "A TensorFlow model_fn with tensor-core columns cannot be exported yet (features "
+                f"{self._tensor_core.feature_names}); see docs/tensorflow_estimator.md."
+            )
         from . import tf_serving
 
         self._ensure_state(ModeKeys.PREDICT, checkpoint_path)
@@ -736,10 +857,18 @@ class TPUEstimator:
                 tables[table.name] = self._state.engine.table(table.name)
                 combiners[table.name] = table.combiner
             features = list(self._state.engine.spec.features)
+
         def call(receiver_features, scope):
-            context = TPUContext(mode=ModeKeys.PREDICT, global_step=self.global_step,
-                                 batch_size=self._batch_sizes[ModeKeys.PREDICT], dense_state=self._state.dense_state,
-                                 tensor_core=None, engine=self._state.engine, scope=scope, use_tpu=self._use_tpu)
+            context = TPUContext(
+                mode=ModeKeys.PREDICT,
+                global_step=self.global_step,
+                batch_size=self._batch_sizes[ModeKeys.PREDICT],
+                dense_state=self._state.dense_state,
+                tensor_core=None,
+                engine=self._state.engine,
+                scope=scope,
+                use_tpu=self._use_tpu,
+            )
             params = self._model_params(ModeKeys.PREDICT, context)
             with scope:
                 spec = self._call_model_fn(receiver_features, None, ModeKeys.PREDICT, params)
@@ -747,9 +876,17 @@ class TPUEstimator:
             return spec
 
         path = tf_serving.write_saved_model(
-            export_dir, serving_input_receiver_fn=serving_input_receiver_fn, call_model_fn=call, features=features,
-            tables=tables, combiners=combiners, table_names=self._state.names.variable,
-            dense_state=self._state.dense_state, global_step=self.global_step, assets_extra=assets_extra,
-            as_text=as_text)
+            export_dir,
+            serving_input_receiver_fn=serving_input_receiver_fn,
+            call_model_fn=call,
+            features=features,
+            tables=tables,
+            combiners=combiners,
+            table_names=self._state.names.variable,
+            dense_state=self._state.dense_state,
+            global_step=self.global_step,
+            assets_extra=assets_extra,
+            as_text=as_text,
+        )
         log.info("Exported a SavedModel at global step %d to %s.", self.global_step, path)
         return path

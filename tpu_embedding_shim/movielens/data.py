@@ -23,7 +23,7 @@ import subprocess
 import sys
 import zipfile
 import zlib
-from typing import Dict, Iterator, List, Optional, Tuple
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -44,27 +44,37 @@ def cache_dir() -> str:
     return os.environ.get("TPU_EMBEDDING_SHIM_CACHE", default)
 
 
-def fetch(directory: Optional[str] = None, *, quiet: bool = True) -> str:
+def fetch(directory: str | None = None, *, quiet: bool = True) -> str:
     """The path of the recbole wheel, downloading it (about 2 MB) if it is not cached yet."""
     directory = directory or cache_dir()
     found = glob.glob(os.path.join(directory, "recbole-1.2.1-*.whl"))
     if found:
         return found[0]
     os.makedirs(directory, exist_ok=True)
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-               "-d", directory, WHEEL]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "-d",
+        directory,
+        WHEEL,
+    ]
     if quiet:
         command.append("-q")
     done = subprocess.run(command, capture_output=quiet, text=True)
     found = glob.glob(os.path.join(directory, "recbole-1.2.1-*.whl"))
     if done.returncode != 0 or not found:
         detail = (done.stderr or "").strip().splitlines()[-1:] if quiet else []
-        raise RuntimeError(f"Could not download {WHEEL} into {directory!r} with pip "
-                           f"(exit code {done.returncode}). {' '.join(detail)}")
+        raise RuntimeError(
+            f"Could not download {WHEEL} into {directory!r} with pip (exit code {done.returncode}). {' '.join(detail)}"
+        )
     return found[0]
 
 
-def read_tables(wheel: str) -> Dict[str, List[List[str]]]:
+def read_tables(wheel: str) -> dict[str, list[list[str]]]:
     """The three files as rows of string fields (header dropped).
 
     Raises:
@@ -79,8 +89,10 @@ def read_tables(wheel: str) -> Dict[str, List[List[str]]]:
                 rows = [line.split("\t") for line in text.splitlines() if line]
                 out[name] = rows[1:]
     except (zipfile.BadZipFile, KeyError, EOFError, zlib.error) as error:
-        raise ValueError(f"{wheel!r} is not a readable {WHEEL} wheel ({type(error).__name__}: {error}). "
-                         "Delete it and run again to download it anew.") from None
+        raise ValueError(
+            f"{wheel!r} is not a readable {WHEEL} wheel ({type(error).__name__}: {error}). "
+            "Delete it and run again to download it anew."
+        ) from None
     return out
 
 
@@ -113,11 +125,11 @@ class MovieLens:
     test: np.ndarray
     num_users: int
     num_items: int
-    genres: Tuple[str, ...]
-    occupations: Tuple[str, ...]
+    genres: tuple[str, ...]
+    occupations: tuple[str, ...]
 
 
-def load(wheel: Optional[str] = None, *, history_length: int = 20, test_fraction: float = 0.2) -> MovieLens:
+def load(wheel: str | None = None, *, history_length: int = 20, test_fraction: float = 0.2) -> MovieLens:
     """Parses the files and builds examples, history and the per-user time split."""
     if wheel is None:  # the cached download: a corrupt one is fetched again, once
         try:
@@ -137,14 +149,17 @@ def load(wheel: Optional[str] = None, *, history_length: int = 20, test_fraction
 
     starts = np.flatnonzero(np.r_[True, user[1:] != user[:-1]])
     ends = np.r_[starts[1:], len(user)]
-    history, splits, train, test = [], [0], [], []
+    history: list[int] = []  # item ids
+    splits = [0]
+    train: list[int] = []  # rating indices
+    test: list[int] = []
     for start, end in zip(starts, ends):
         count = end - start
-        cut = start + count - int(round(count * test_fraction))
+        cut = start + count - round(count * test_fraction)
         train.extend(range(start, cut))
         test.extend(range(cut, end))
         for position in range(start, end):
-            history.extend(item[max(start, position - history_length):position])
+            history.extend(item[max(start, position - history_length) : position])
             splits.append(len(history))
 
     users = {int(r[0]): r for r in tables["user"]}
@@ -156,7 +171,7 @@ def load(wheel: Optional[str] = None, *, history_length: int = 20, test_fraction
         user_age[uid] = 1 + int(np.searchsorted(AGE_BOUNDARIES, int(row[1]), side="right"))
         user_gender[uid], user_occupation[uid], user_zip[uid] = row[2], row[3], row[4][:ZIP_PREFIX]
 
-    genre_lists: List[List[str]] = [[] for _ in range(num_items)]
+    genre_lists: list[list[str]] = [[] for _ in range(num_items)]
     for row in tables["item"]:
         genre_lists[int(row[0])] = row[3].split() if len(row) > 3 else []
     genres = tuple(sorted({g for gs in genre_lists for g in gs}))
@@ -164,22 +179,34 @@ def load(wheel: Optional[str] = None, *, history_length: int = 20, test_fraction
     genre_splits = np.r_[0, np.cumsum([len(gs) for gs in genre_lists])].astype(np.int64)
 
     return MovieLens(
-        user=user, item=item, timestamp=timestamp, label=(rating >= 4).astype(np.float32),
-        history_values=np.asarray(history, np.int64), history_splits=np.asarray(splits, np.int64),
-        genre_values=genre_values, genre_splits=genre_splits, user_age=user_age, user_gender=user_gender,
-        user_occupation=user_occupation, user_zip=user_zip, train=np.asarray(train, np.int64),
-        test=np.asarray(test, np.int64), num_users=num_users, num_items=num_items, genres=genres,
+        user=user,
+        item=item,
+        timestamp=timestamp,
+        label=(rating >= 4).astype(np.float32),
+        history_values=np.asarray(history, np.int64),
+        history_splits=np.asarray(splits, np.int64),
+        genre_values=genre_values,
+        genre_splits=genre_splits,
+        user_age=user_age,
+        user_gender=user_gender,
+        user_occupation=user_occupation,
+        user_zip=user_zip,
+        train=np.asarray(train, np.int64),
+        test=np.asarray(test, np.int64),
+        num_users=num_users,
+        num_items=num_items,
+        genres=genres,
         occupations=tuple(sorted(set(user_occupation[user_occupation != ""]))),
     )
 
 
-def _ragged_rows(values: np.ndarray, splits: np.ndarray, rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+def _ragged_rows(values: np.ndarray, splits: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     lengths = splits[rows + 1] - splits[rows]
     take = np.concatenate([np.arange(splits[r], splits[r + 1]) for r in rows]) if len(rows) else np.zeros(0, int)
     return values[take], np.r_[0, np.cumsum(lengths)].astype(np.int64)
 
 
-def features_of(data: MovieLens, examples: np.ndarray) -> Tuple[Dict[str, object], np.ndarray]:
+def features_of(data: MovieLens, examples: np.ndarray) -> tuple[dict[str, object], np.ndarray]:
     """(features, labels) for some examples: what a model_fn's input_fn yields.
 
     Feature keys: user, item, history (RaggedTensor-like), genres (strings,
@@ -202,20 +229,26 @@ def features_of(data: MovieLens, examples: np.ndarray) -> Tuple[Dict[str, object
     return features, data.label[examples]
 
 
-def batches(data: MovieLens, examples: np.ndarray, batch_size: int, *, shuffle_seed: Optional[int] = None,
-            drop_remainder: bool = False) -> Iterator[Tuple[Dict[str, object], np.ndarray]]:
+def batches(
+    data: MovieLens,
+    examples: np.ndarray,
+    batch_size: int,
+    *,
+    shuffle_seed: int | None = None,
+    drop_remainder: bool = False,
+) -> Iterator[tuple[dict[str, object], np.ndarray]]:
     """Batches of `features_of`, optionally shuffled."""
     examples = np.asarray(examples)
     if shuffle_seed is not None:
         examples = np.random.default_rng(shuffle_seed).permutation(examples)
     stop = len(examples) - (len(examples) % batch_size if drop_remainder else 0)
     for start in range(0, stop, batch_size):
-        yield features_of(data, examples[start:start + batch_size])
+        yield features_of(data, examples[start : start + batch_size])
 
 
 def write_zip_vocabulary(data: MovieLens, path: str) -> str:
     """The zip-code prefixes of the training split's users, one per line, in first-seen order."""
-    seen: Dict[str, None] = {}
+    seen: dict[str, None] = {}
     for uid in data.user[data.train]:
         seen.setdefault(str(data.user_zip[uid]), None)
     with open(path, "w", encoding="utf-8") as handle:

@@ -19,7 +19,6 @@ import logging
 import os
 import shutil
 import time
-from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -36,18 +35,18 @@ class JobConfig:
     """What the job does; the defaults reach test AUC >= 0.78 in well under two minutes on 2 cores."""
 
     output_dir: str = "movielens_output"
-    wheel: Optional[str] = None  # the recbole wheel; None: fetch into the cache
+    wheel: str | None = None  # the recbole wheel; None: fetch into the cache
     epochs: int = 5
     batch_size: int = 256
     eval_batch_size: int = 4096
     embedding_learning_rate: float = 2.0
     dense_learning_rate: float = 3e-3
-    max_examples: Optional[int] = None  # a slice of the ratings, for quick runs and tests
+    max_examples: int | None = None  # a slice of the ratings, for quick runs and tests
     num_shards: int = 2
     partition_strategy: str = "div"
     pipelining: bool = False
     seed: int = 0
-    progress: Optional[bool] = None
+    progress: bool | None = None
     plot: bool = True
     dense: str = "numpy"  # the dense part: "numpy" (model.py) or "tf" (model_tf.py, needs TensorFlow)
 
@@ -62,13 +61,18 @@ class JobConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
                 raise ValueError(f"Option `{name}` must be a number > 0. Received: {value!r}.")
         if self.partition_strategy not in ("div", "mod"):
-            raise ValueError(f"Option `partition_strategy` must be 'div' or 'mod'. Received: {self.partition_strategy!r}.")
+            raise ValueError(
+                f"Option `partition_strategy` must be 'div' or 'mod'. Received: {self.partition_strategy!r}."
+            )
         if self.dense not in DENSE_BACKENDS:
             raise ValueError(f"Option `dense` must be one of {list(DENSE_BACKENDS)}. Received: {self.dense!r}.")
         if self.num_shards > MANY_SHARDS:
-            log.warning("num_shards=%d: the numbers are the same for any shard count, but every step walks every "
-                        "shard of every table, so more than %d shards make training much slower on a CPU.",
-                        self.num_shards, MANY_SHARDS)
+            log.warning(
+                "num_shards=%d: the numbers are the same for any shard count, but every step walks every "
+                "shard of every table, so more than %d shards make training much slower on a CPU.",
+                self.num_shards,
+                MANY_SHARDS,
+            )
 
 
 DENSE_BACKENDS = ("numpy", "tf")
@@ -78,23 +82,24 @@ MANY_SHARDS = 64
 
 def _check_count(name: str, value, alternative: str = "") -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"Option `{name}` must be an int >= 1{' ' + alternative if alternative else ''}. "
-                         f"Received: {value!r}.")
+        raise ValueError(
+            f"Option `{name}` must be an int >= 1{' ' + alternative if alternative else ''}. Received: {value!r}."
+        )
 
 
 @dataclasses.dataclass
 class JobResult:
     """Per-epoch figures and where things were written."""
 
-    train_loss: List[float]
-    test_auc: List[float]
-    test_log_loss: List[float]
+    train_loss: list[float]
+    test_auc: list[float]
+    test_log_loss: list[float]
     baseline_auc: float
     baseline_log_loss: float
     seconds: float
     checkpoint: str
     export_dir: str
-    plot: Optional[str]
+    plot: str | None
     global_step: int
     dense: str = "numpy"  # which dense part trained: "numpy" or "tf"
 
@@ -115,10 +120,11 @@ def tf_model_module():
         raise ImportError(
             f"The dense part in TensorFlow (--dense tf) needs TensorFlow, which is not installed ({cause}). Install "
             "the `tensorflow` extra: pip install 'tpu-embedding-shim[tensorflow]', or use the default numpy dense part "
-            "(--dense numpy).") from error
+            "(--dense numpy)."
+        ) from error
 
 
-def _slice(data: ml_data.MovieLens, max_examples: Optional[int]) -> ml_data.MovieLens:
+def _slice(data: ml_data.MovieLens, max_examples: int | None) -> ml_data.MovieLens:
     """Keeps the ratings of the first users until about `max_examples` ratings (whole users, so the split holds)."""
     if not max_examples or max_examples >= len(data.user):
         return data
@@ -127,7 +133,7 @@ def _slice(data: ml_data.MovieLens, max_examples: Optional[int]) -> ml_data.Movi
     return dataclasses.replace(data, train=data.train[keep[data.train]], test=data.test[keep[data.test]])
 
 
-def baseline(data: ml_data.MovieLens) -> Dict[str, float]:
+def baseline(data: ml_data.MovieLens) -> dict[str, float]:
     """Most-popular-item: score a rating by how often the movie was rated in training.
 
     The AUC ranks by popularity; the log loss is that of the training base
@@ -157,7 +163,8 @@ def prepare_output_dir(output_dir: str, echo=print) -> None:
         if not os.path.isfile(os.path.join(output_dir, MARKER)):
             raise FileExistsError(
                 f"--output-dir {output_dir!r} is not empty and was not written by this job (no {MARKER} file); "
-                "pass a new or empty directory.")
+                "pass a new or empty directory."
+            )
         echo(f"replacing the previous run in {output_dir}")
         for name in _OUTPUTS:
             path = os.path.join(output_dir, name)
@@ -170,7 +177,7 @@ def prepare_output_dir(output_dir: str, echo=print) -> None:
         handle.write("written by `tpu-embedding-shim movielens`; a rerun replaces this directory's outputs\n")
 
 
-def build_estimator(config: JobConfig, data: ml_data.MovieLens, train_losses: List[float]):
+def build_estimator(config: JobConfig, data: ml_data.MovieLens, train_losses: list[float]):
     """The TPUEstimator, its model_fn and the EmbeddingConfigSpec: a legacy TPU program, import changed."""
     os.makedirs(config.output_dir, exist_ok=True)
     vocabulary = ml_data.write_zip_vocabulary(data, os.path.join(config.output_dir, "zip_prefixes.txt"))
@@ -179,8 +186,9 @@ def build_estimator(config: JobConfig, data: ml_data.MovieLens, train_losses: Li
     layout = ml_model.pooled_layout(pooled_columns)
 
     def model_fn(features, labels, mode, params):
-        dense = ml_model.DenseModel(layout, dims, learning_rate=config.dense_learning_rate, seed=config.seed,
-                                    state=params["dense_state"])
+        dense = ml_model.DenseModel(
+            layout, dims, learning_rate=config.dense_learning_rate, seed=config.seed, state=params["dense_state"]
+        )
         pooled = tf.keras.layers.DenseFeatures(pooled_columns)(features)
         sequence, lengths = tf.keras.experimental.SequenceFeatures(sequence_columns)(features)
         logits = dense.forward(pooled, sequence, lengths)
@@ -189,38 +197,59 @@ def build_estimator(config: JobConfig, data: ml_data.MovieLens, train_losses: Li
             return tf.estimator.tpu.TPUEstimatorSpec(mode, predictions={"probability": probabilities})
         loss = ml_model.log_loss(labels, logits)
         if mode == tf.estimator.ModeKeys.EVAL:
+
             def metric_fn(labels, logits):
                 return {"auc": ml_model.auc(labels, logits), "log_loss": ml_model.log_loss(labels, logits)}
+
             return tf.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, eval_metrics=(metric_fn, [labels, logits]))
         d_pooled, d_sequence, dense_grads = dense.backward((probabilities - labels) / len(labels), sequence.shape)
         train_losses.append(loss)
         return tf.estimator.tpu.TPUEstimatorSpec(
-            mode, loss=loss, train_op=lambda: dense.step(dense_grads),
-            embedding_gradients={pooled: d_pooled, sequence: d_sequence})
+            mode,
+            loss=loss,
+            train_op=lambda: dense.step(dense_grads),
+            embedding_gradients={pooled: d_pooled, sequence: d_sequence},
+        )
 
     if config.dense == "tf":  # the same model, its dense part a TensorFlow graph
-        model_fn = tf_model_module().model_fn_for(pooled_columns, sequence_columns, layout, dims,
-                                                  learning_rate=config.dense_learning_rate, seed=config.seed,
-                                                  train_losses=train_losses)
+        model_fn = tf_model_module().model_fn_for(
+            pooled_columns,
+            sequence_columns,
+            layout,
+            dims,
+            learning_rate=config.dense_learning_rate,
+            seed=config.seed,
+            train_losses=train_losses,
+        )
     embedding_config = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
         feature_columns=pooled_columns + sequence_columns,
         optimization_parameters=tf.estimator.tpu.experimental.AdagradParameters(config.embedding_learning_rate),
         partition_strategy=config.partition_strategy,
-        pipeline_execution_with_tensor_core=config.pipelining)
+        pipeline_execution_with_tensor_core=config.pipelining,
+    )
     run_config = tf.estimator.tpu.RunConfig(
-        model_dir=os.path.join(config.output_dir, "model"), tf_random_seed=config.seed,
-        save_checkpoints_steps=10**9, keep_checkpoint_max=2,
-        tpu_config=tf.estimator.tpu.TPUConfig(num_shards=config.num_shards))
+        model_dir=os.path.join(config.output_dir, "model"),
+        tf_random_seed=config.seed,
+        save_checkpoints_steps=10**9,
+        keep_checkpoint_max=2,
+        tpu_config=tf.estimator.tpu.TPUConfig(num_shards=config.num_shards),
+    )
     return tf.estimator.tpu.TPUEstimator(
-        model_fn=model_fn, config=run_config, train_batch_size=config.batch_size,
-        eval_batch_size=config.eval_batch_size, predict_batch_size=config.eval_batch_size,
-        embedding_config_spec=embedding_config)
+        model_fn=model_fn,
+        config=run_config,
+        train_batch_size=config.batch_size,
+        eval_batch_size=config.eval_batch_size,
+        predict_batch_size=config.eval_batch_size,
+        embedding_config_spec=embedding_config,
+    )
 
 
-def input_fn_for(data: ml_data.MovieLens, examples: np.ndarray, *, shuffle_seed: Optional[int] = None):
+def input_fn_for(data: ml_data.MovieLens, examples: np.ndarray, *, shuffle_seed: int | None = None):
     """An input_fn yielding batches (a generator is the numpy world's tf.data.Dataset)."""
+
     def input_fn(params):
         return ml_data.batches(data, examples, params["batch_size"], shuffle_seed=shuffle_seed)
+
     return input_fn
 
 
@@ -230,11 +259,13 @@ def run(config: JobConfig, *, echo=print) -> JobResult:
         tf_model_module()  # no TensorFlow: fail before anything is downloaded or written
     start = time.time()
     data = _slice(ml_data.load(config.wheel), config.max_examples)  # None: the cached download
-    echo(f"MovieLens 100K: {len(data.train)} training and {len(data.test)} test ratings "
-         f"(last 20% of each user's ratings by time); label: rating >= 4.")
+    echo(
+        f"MovieLens 100K: {len(data.train)} training and {len(data.test)} test ratings "
+        f"(last 20% of each user's ratings by time); label: rating >= 4."
+    )
     base = baseline(data)
     prepare_output_dir(config.output_dir, echo)
-    train_losses: List[float] = []
+    train_losses: list[float] = []
     estimator = build_estimator(config, data, train_losses)
     if config.progress is not None:
         estimator.progress = config.progress
@@ -247,8 +278,10 @@ def run(config: JobConfig, *, echo=print) -> JobResult:
         epoch_loss.append(float(np.mean(train_losses[before:])))
         test_auc.append(float(metrics["auc"]))
         test_log_loss.append(float(metrics["log_loss"]))
-        echo(f"epoch {epoch + 1}/{config.epochs}: train loss {epoch_loss[-1]:.4f}  test AUC {test_auc[-1]:.4f}  "
-             f"test log loss {test_log_loss[-1]:.4f}  ({time.time() - epoch_start:.1f} s)")
+        echo(
+            f"epoch {epoch + 1}/{config.epochs}: train loss {epoch_loss[-1]:.4f}  test AUC {test_auc[-1]:.4f}  "
+            f"test log loss {test_log_loss[-1]:.4f}  ({time.time() - epoch_start:.1f} s)"
+        )
     seconds = time.time() - start
     checkpoint = estimator.latest_checkpoint()
     export_dir = estimator.export_embeddings(os.path.join(config.output_dir, "export"))
@@ -258,14 +291,25 @@ def run(config: JobConfig, *, echo=print) -> JobResult:
     echo(f"{f'TPU-embedding model ({config.dense})':<28}{test_auc[-1]:>10.4f}{test_log_loss[-1]:>10.4f}")
     echo(f"{'most-popular-item baseline':<28}{base['auc']:>10.4f}{base['log_loss']:>10.4f}")
     echo(f"trained in {seconds:.1f} s; checkpoint {checkpoint}; export {export_dir}")
-    result = JobResult(epoch_loss, test_auc, test_log_loss, base["auc"], base["log_loss"], seconds, checkpoint,
-                       export_dir, plot, estimator.global_step, config.dense)
+    result = JobResult(
+        epoch_loss,
+        test_auc,
+        test_log_loss,
+        base["auc"],
+        base["log_loss"],
+        seconds,
+        checkpoint,
+        export_dir,
+        plot,
+        estimator.global_step,
+        config.dense,
+    )
     with open(os.path.join(config.output_dir, "results.json"), "w") as handle:
         json.dump(dataclasses.asdict(result), handle, indent=2)
     return result
 
 
-def _plot(config: JobConfig, losses: List[float], aucs: List[float], echo) -> Optional[str]:
+def _plot(config: JobConfig, losses: list[float], aucs: list[float], echo) -> str | None:
     try:
         import matplotlib
 

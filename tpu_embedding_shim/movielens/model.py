@@ -16,7 +16,6 @@ loss with respect to every input, which is what the embedding engine needs.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -48,6 +47,7 @@ def feature_columns(data, zip_vocabulary: str, dims: Dims = Dims(), seed: int = 
     The movie table is shared by `item` and `history` through
     `shared_embedding_columns` with `max_sequence_lengths`.
     """
+
     def init(dim, offset):
         return TruncatedNormal(stddev=1.0 / np.sqrt(dim), seed=seed + offset)
 
@@ -60,8 +60,8 @@ def feature_columns(data, zip_vocabulary: str, dims: Dims = Dims(), seed: int = 
     age = fc.categorical_column_with_identity("age", 8)  # buckets 1..7 (0 would be padding in dense input)
     zipc = fc.categorical_column_with_vocabulary_file("zip", zip_vocabulary, num_oov_buckets=8)
     item_col, history_col = tpu.shared_embedding_columns(
-        [item, history], dims.item, initializer=init(dims.item, 1),
-        max_sequence_lengths=[0, dims.history_length])
+        [item, history], dims.item, initializer=init(dims.item, 1), max_sequence_lengths=[0, dims.history_length]
+    )
     pooled = [
         tpu.embedding_column(user, dims.user, initializer=init(dims.user, 2)),
         item_col,
@@ -112,8 +112,15 @@ class DenseModel:
     to its (start, width) in `pooled`.
     """
 
-    def __init__(self, layout: Dict[str, Tuple[int, int]], dims: Dims = Dims(), *, learning_rate: float = 1e-3,
-                 seed: int = 0, state: Optional[Dict[str, np.ndarray]] = None):
+    def __init__(
+        self,
+        layout: dict[str, tuple[int, int]],
+        dims: Dims = Dims(),
+        *,
+        learning_rate: float = 1e-3,
+        seed: int = 0,
+        state: dict[str, np.ndarray] | None = None,
+    ):
         self.dims = dims
         self.user_slice = slice(layout["user_embedding"][0], sum(layout["user_embedding"]))
         self.item_slice = slice(layout["item_shared_embedding"][0], sum(layout["item_shared_embedding"]))
@@ -122,24 +129,25 @@ class DenseModel:
         if "w1" not in self.state:
             rng = np.random.default_rng(seed)
             width = max(start + w for start, w in layout.values()) + dims.item + 2
-            self.state.update({
-                "w1": (rng.standard_normal((width, dims.hidden)) * np.sqrt(2.0 / width)).astype(np.float32),
-                "b1": np.zeros(dims.hidden, np.float32),
-                "w2": (rng.standard_normal((dims.hidden, 1)) * np.sqrt(1.0 / dims.hidden)).astype(np.float32),
-                "b2": np.zeros(1, np.float32),
-                "adam_steps": 0,
-            })
+            self.state.update(
+                {
+                    "w1": (rng.standard_normal((width, dims.hidden)) * np.sqrt(2.0 / width)).astype(np.float32),
+                    "b1": np.zeros(dims.hidden, np.float32),
+                    "w2": (rng.standard_normal((dims.hidden, 1)) * np.sqrt(1.0 / dims.hidden)).astype(np.float32),
+                    "b2": np.zeros(1, np.float32),
+                    "adam_steps": 0,
+                }
+            )
             for name in PARAMETERS:
                 self.state["m_" + name] = np.zeros_like(self.state[name])
                 self.state["v_" + name] = np.zeros_like(self.state[name])
-        self._cache: Optional[Tuple] = None
+        self._cache: tuple | None = None
 
     @property
-    def params(self) -> Dict[str, np.ndarray]:
+    def params(self) -> dict[str, np.ndarray]:
         return {name: self.state[name] for name in PARAMETERS}
 
     def forward(self, pooled: np.ndarray, sequence: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        d = self.dims
         mask = (np.arange(sequence.shape[1])[None, :] < lengths[:, None]).astype(np.float32)
         count = np.maximum(lengths, 1).astype(np.float32)[:, None]
         history = (sequence * mask[:, :, None]).sum(axis=1) / count
@@ -153,7 +161,7 @@ class DenseModel:
         self._cache = (pooled, history, mask, count, x, h_pre, h, user, item)
         return logits
 
-    def backward(self, d_logits: np.ndarray, sequence_shape) -> Tuple[np.ndarray, np.ndarray, Dict[str, np.ndarray]]:
+    def backward(self, d_logits: np.ndarray, sequence_shape) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """(d pooled, d sequence, parameter gradients) from d loss / d logits."""
         d = self.dims
         pooled, history, mask, count, x, h_pre, h, user, item = self._cache
@@ -165,18 +173,18 @@ class DenseModel:
         d_x = d_h @ self.params["w1"].T
         p = pooled.shape[1]
         d_pooled = d_x[:, :p].copy()
-        d_history = d_x[:, p:p + d.item].copy()
-        d_dot_user, d_dot_history = d_x[:, p + d.item:p + d.item + 1], d_x[:, p + d.item + 1:]
+        d_history = d_x[:, p : p + d.item].copy()
+        d_dot_user, d_dot_history = d_x[:, p + d.item : p + d.item + 1], d_x[:, p + d.item + 1 :]
         d_pooled[:, self.user_slice] += d_dot_user * item
         d_pooled[:, self.item_slice] += d_dot_user * user + d_dot_history * history
         d_history += d_dot_history * item
         d_sequence = (d_history / count)[:, None, :] * mask[:, :, None]
         return d_pooled, d_sequence.astype(np.float32), grads
 
-    def step(self, grads: Dict[str, np.ndarray], beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8) -> None:
+    def step(self, grads: dict[str, np.ndarray], beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8) -> None:
         """Adam on the dense parameters (with bias correction), written back into `state`."""
         steps = int(self.state["adam_steps"]) + 1
-        lr = self.learning_rate * np.sqrt(1 - beta2 ** steps) / (1 - beta1 ** steps)
+        lr = self.learning_rate * np.sqrt(1 - beta2**steps) / (1 - beta1**steps)
         for name, grad in grads.items():
             m = beta1 * self.state["m_" + name] + (1 - beta1) * grad
             v = beta2 * self.state["v_" + name] + (1 - beta2) * grad * grad
@@ -185,7 +193,7 @@ class DenseModel:
         self.state["adam_steps"] = steps
 
 
-def pooled_layout(columns: List) -> Dict[str, Tuple[int, int]]:
+def pooled_layout(columns: list) -> dict[str, tuple[int, int]]:
     """Column name -> (start, width) in the DenseFeatures output (columns sorted by name)."""
     layout, start = {}, 0
     for column in sorted(columns, key=lambda c: c.name):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any
 
 COMBINERS = ("sum", "mean", "sqrtn")
 PARTITION_STRATEGIES = ("div", "mod")
@@ -21,8 +22,8 @@ def fail(
     value: Any,
     *,
     error: type[Exception] = ValueError,
-    owner: Optional[str] = None,
-    hint: Optional[str] = None,
+    owner: str | None = None,
+    hint: str | None = None,
 ) -> Exception:
     """Builds (does not raise) the project's standard argument error."""
     where = f" of {owner}" if owner else ""
@@ -39,16 +40,10 @@ def is_int(value: Any) -> bool:
 
 def is_real(value: Any) -> bool:
     """True for finite Python and numpy real numbers, False for bools."""
-    return (
-        isinstance(value, numbers.Real)
-        and not isinstance(value, bool)
-        and math.isfinite(float(value))
-    )
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
 
 
-def check_int(
-    name: str, value: Any, *, minimum: int = 0, owner: Optional[str] = None
-) -> int:
+def check_int(name: str, value: Any, *, minimum: int = 0, owner: str | None = None) -> int:
     """Returns `value` as an int if it is an integer >= `minimum`.
 
     A bool, a float (even 2.0) or a string is rejected: TensorFlow's TPU
@@ -66,12 +61,12 @@ def check_real(
     name: str,
     value: Any,
     *,
-    minimum: Optional[float] = None,
-    maximum: Optional[float] = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
     min_open: bool = False,
     max_open: bool = False,
-    owner: Optional[str] = None,
-    hint: Optional[str] = None,
+    owner: str | None = None,
+    hint: str | None = None,
 ) -> float:
     """Returns `value` as a float if it is a finite number inside the bounds."""
     parts = []
@@ -84,23 +79,19 @@ def check_real(
         error = TypeError if isinstance(value, (str, bytes)) else ValueError
         raise fail(name, expected, value, error=error, owner=owner, hint=hint)
     number = float(value)
-    too_low = minimum is not None and (
-        number <= minimum if min_open else number < minimum
-    )
-    too_high = maximum is not None and (
-        number >= maximum if max_open else number > maximum
-    )
+    too_low = minimum is not None and (number <= minimum if min_open else number < minimum)
+    too_high = maximum is not None and (number >= maximum if max_open else number > maximum)
     if too_low or too_high:
         raise fail(name, expected, value, owner=owner, hint=hint)
     return number
 
 
-def check_optional_real(name: str, value: Any, **bounds: Any) -> Optional[float]:
+def check_optional_real(name: str, value: Any, **bounds: Any) -> float | None:
     """Like `check_real`, but None passes through as None."""
     return None if value is None else check_real(name, value, **bounds)
 
 
-def check_bool(name: str, value: Any, *, owner: Optional[str] = None) -> bool:
+def check_bool(name: str, value: Any, *, owner: str | None = None) -> bool:
     """Accepts only True or False (numpy bools included)."""
     if value is True or value is False:
         return bool(value)
@@ -114,8 +105,8 @@ def check_choice(
     value: Any,
     choices: Iterable[Any],
     *,
-    owner: Optional[str] = None,
-    hint: Optional[str] = None,
+    owner: str | None = None,
+    hint: str | None = None,
 ) -> Any:
     """Returns `value` if it is one of `choices` (exact match, case-sensitive)."""
     choices = tuple(choices)
@@ -127,9 +118,7 @@ def check_choice(
     return value
 
 
-def check_callable(
-    name: str, value: Any, *, owner: Optional[str] = None, allow_none: bool = True
-) -> Any:
+def check_callable(name: str, value: Any, *, owner: str | None = None, allow_none: bool = True) -> Any:
     """Accepts a callable (or None when `allow_none`)."""
     if value is None and allow_none:
         return None
@@ -138,20 +127,20 @@ def check_callable(
     return value
 
 
-def check_name(name: str, value: Any, *, owner: Optional[str] = None) -> str:
+def check_name(name: str, value: Any, *, owner: str | None = None) -> str:
     """Accepts a non-empty string."""
     if not isinstance(value, str) or not value:
-        raise fail(name, "a non-empty str", value, error=TypeError if not isinstance(value, str) else ValueError, owner=owner)
+        raise fail(
+            name, "a non-empty str", value, error=TypeError if not isinstance(value, str) else ValueError, owner=owner
+        )
     return value
 
 
-def parse_combiner(value: Any, *, name: str = "combiner", owner: Optional[str] = None) -> str:
+def parse_combiner(value: Any, *, name: str = "combiner", owner: str | None = None) -> str:
     """The one place a combiner name is parsed: 'sum', 'mean' or 'sqrtn'."""
     return str(check_choice(name, value, COMBINERS, owner=owner))
 
 
-def parse_partition_strategy(
-    value: Any, *, name: str = "partition_strategy", owner: Optional[str] = None
-) -> str:
+def parse_partition_strategy(value: Any, *, name: str = "partition_strategy", owner: str | None = None) -> str:
     """The one place a partition strategy is parsed: 'div' or 'mod'."""
     return str(check_choice(name, value, PARTITION_STRATEGIES, owner=owner))

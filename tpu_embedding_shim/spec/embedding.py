@@ -22,7 +22,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any, Callable, Dict, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 from .checks import check_bool, check_callable, check_int, check_real, fail, parse_partition_strategy
 from .optimizers import OPTIMIZER_SPECS, OptimizerSpec
@@ -52,15 +53,15 @@ class EmbeddingSpec:
       profile_data_directory: where lookup statistics are written, or None.
     """
 
-    tables: Tuple[TableSpec, ...]
-    features: Tuple[FeatureSpec, ...]
-    optimizer: Optional[OptimizerSpec] = None
+    tables: tuple[TableSpec, ...]
+    features: tuple[FeatureSpec, ...]
+    optimizer: OptimizerSpec | None = None
     partition_strategy: str = "div"
     num_shards: int = 1
     pipeline_execution_with_tensor_core: bool = False
-    gradient_multiplier_fn: Optional[Callable[[int], float]] = None
-    clipping_limit: Optional[float] = None
-    profile_data_directory: Optional[str] = None
+    gradient_multiplier_fn: Callable[[int], float] | None = None
+    clipping_limit: float | None = None
+    profile_data_directory: str | None = None
 
     def __post_init__(self) -> None:
         owner = "EmbeddingSpec"
@@ -81,16 +82,18 @@ class EmbeddingSpec:
         if self.clipping_limit is not None:
             check_real("clipping_limit", self.clipping_limit, owner=owner)
         if self.profile_data_directory is not None and not isinstance(self.profile_data_directory, str):
-            raise fail("profile_data_directory", "a str or None", self.profile_data_directory,
-                       error=TypeError, owner=owner)
+            raise fail(
+                "profile_data_directory", "a str or None", self.profile_data_directory, error=TypeError, owner=owner
+            )
         self._check_names()
 
     def _check_names(self) -> None:
-        tables: Dict[str, TableSpec] = {}
+        tables: dict[str, TableSpec] = {}
         for spec_table in self.tables:
             if spec_table.name in tables:
                 raise ValueError(
-                    f"EmbeddingSpec: two tables are named {spec_table.name!r}; table names must be unique.")
+                    f"EmbeddingSpec: two tables are named {spec_table.name!r}; table names must be unique."
+                )
             tables[spec_table.name] = spec_table
         seen = set()
         used = set()
@@ -135,18 +138,18 @@ class EmbeddingSpec:
                 return feature
         raise KeyError(f"No feature named {name!r}; features are {[f.name for f in self.features]}.")
 
-    def features_of(self, table: str) -> Tuple[FeatureSpec, ...]:
+    def features_of(self, table: str) -> tuple[FeatureSpec, ...]:
         """The features that look up `table`, in spec order."""
         return tuple(f for f in self.features if f.table == table)
 
-    def optimizer_for(self, table: str) -> Optional[OptimizerSpec]:
+    def optimizer_for(self, table: str) -> OptimizerSpec | None:
         """The table's own optimizer, else the spec's (None: inference only)."""
         own = self.table(table).optimizer
         return own if own is not None else self.optimizer
 
     # Serialisation -------------------------------------------------------------
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """A plain-dict form; callables (initializers, learning-rate functions) are kept as objects."""
         return {
             "tables": [_table_to_dict(t) for t in self.tables],
@@ -161,7 +164,7 @@ class EmbeddingSpec:
         }
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "EmbeddingSpec":
+    def from_dict(cls, data: dict[str, Any]) -> EmbeddingSpec:
         """Inverse of `to_dict`."""
         data = dict(data)
         tables = tuple(
@@ -173,7 +176,7 @@ class EmbeddingSpec:
         )
         return cls(tables=tables, features=features, optimizer=optimizer_from_dict(data.pop("optimizer")), **data)
 
-    def structure(self) -> Dict[str, Dict[str, Any]]:
+    def structure(self) -> dict[str, dict[str, Any]]:
         """What a checkpoint must agree on: per table its shape and slot names."""
         out = {}
         for table in self.tables:
@@ -188,7 +191,7 @@ class EmbeddingSpec:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _table_to_dict(table: TableSpec) -> Dict[str, Any]:
+def _table_to_dict(table: TableSpec) -> dict[str, Any]:
     return {
         "name": table.name,
         "vocabulary_size": table.vocabulary_size,
@@ -199,7 +202,7 @@ def _table_to_dict(table: TableSpec) -> Dict[str, Any]:
     }
 
 
-def optimizer_to_dict(optimizer: Optional[OptimizerSpec]) -> Optional[Dict[str, Any]]:
+def optimizer_to_dict(optimizer: OptimizerSpec | None) -> dict[str, Any] | None:
     """`{'kind': ..., **hyper-parameters}`, or None."""
     if optimizer is None:
         return None
@@ -207,7 +210,7 @@ def optimizer_to_dict(optimizer: Optional[OptimizerSpec]) -> Optional[Dict[str, 
     return {"kind": optimizer.kind, **fields}
 
 
-def optimizer_from_dict(data: Optional[Dict[str, Any]]) -> Optional[OptimizerSpec]:
+def optimizer_from_dict(data: dict[str, Any] | None) -> OptimizerSpec | None:
     """Inverse of `optimizer_to_dict`."""
     if data is None:
         return None

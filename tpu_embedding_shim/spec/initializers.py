@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Any, Optional, Sequence, Tuple, Union
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from .checks import check_int, check_real, fail
 
 
-def _rng(seed: Optional[int]) -> np.random.Generator:
+def _rng(seed: int | None) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
@@ -36,7 +37,7 @@ class TruncatedNormal:
 
     mean: float = 0.0
     stddev: float = 1.0
-    seed: Optional[int] = None
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         check_real("mean", self.mean, owner="TruncatedNormal")
@@ -58,7 +59,7 @@ class RandomNormal:
 
     mean: float = 0.0
     stddev: float = 0.05
-    seed: Optional[int] = None
+    seed: int | None = None
 
     def __call__(self, shape: Sequence[int], dtype: Any = np.float32) -> np.ndarray:
         return (self.mean + self.stddev * _rng(self.seed).standard_normal(tuple(shape))).astype(dtype)
@@ -70,7 +71,7 @@ class RandomUniform:
 
     minval: float = -0.05
     maxval: float = 0.05
-    seed: Optional[int] = None
+    seed: int | None = None
 
     def __call__(self, shape: Sequence[int], dtype: Any = np.float32) -> np.ndarray:
         return _rng(self.seed).uniform(self.minval, self.maxval, tuple(shape)).astype(dtype)
@@ -97,7 +98,7 @@ class Constant:
         own shape must be the requested one.
     """
 
-    value: Union[float, np.ndarray] = 0.0
+    value: float | np.ndarray = 0.0
     verify_shape: bool = False
 
     def __post_init__(self) -> None:
@@ -127,15 +128,18 @@ class Constant:
         shape = tuple(int(s) for s in shape)
         value = self.value
         if self.verify_shape and np.shape(value) != shape:
-            raise TypeError(f"Argument `value` of Constant (verify_shape=True): expected an array with "
-                            f"shape {shape}, but got shape {np.shape(value)}.")
+            raise TypeError(
+                f"Argument `value` of Constant (verify_shape=True): expected an array with "
+                f"shape {shape}, but got shape {np.shape(value)}."
+            )
         # A number, a one-element vector (TensorFlow fills from [x], not from [[x]]) or as many values as entries.
         if isinstance(value, float) or value.shape == (1,) or value.size == _size(shape):
             return
         raise TypeError(
             f"Argument `value` of Constant has {value.size} elements, but got `shape` {shape} with "
             f"{_size(shape)} elements. An array fills a variable of as many elements (read in row-major order); "
-            "a single number fills any shape.")
+            "a single number fills any shape."
+        )
 
     def __call__(self, shape: Sequence[int], dtype: Any = np.float32) -> np.ndarray:
         shape = tuple(int(s) for s in shape)
@@ -170,11 +174,12 @@ class Constant:
         if len(flat) <= 8:
             return f"Constant(value={self.value.tolist()!r}{flag})"
         head = ", ".join(repr(v) for v in flat[:4])
-        return (f"Constant(value=<{self.value.dtype} array of shape {self.value.shape}: {head}, ..., "
-                f"{flat[-1]!r}>{flag})")
+        return (
+            f"Constant(value=<{self.value.dtype} array of shape {self.value.shape}: {head}, ..., {flat[-1]!r}>{flag})"
+        )
 
 
-def _size(shape: Tuple[int, ...]) -> int:
+def _size(shape: tuple[int, ...]) -> int:
     return int(np.prod(shape, dtype=np.int64))
 
 

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, ClassVar, Dict, Optional, Union
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from .checks import check_bool, check_real, fail, is_real
 
-LearningRate = Union[float, Callable[[int], float]]
+LearningRate = float | Callable[[int], float]
 
 
 def _check_learning_rate(value: Any, owner: str) -> None:
@@ -41,8 +42,13 @@ def _check_learning_rate(value: Any, owner: str) -> None:
 def _check_bounds(low_name: str, low: Any, high_name: str, high: Any, owner: str) -> None:
     for name, value in ((low_name, low), (high_name, high)):
         if value is not None and not is_real(value):
-            raise fail(name, "a finite number or None", value, owner=owner,
-                       error=TypeError if isinstance(value, (str, bytes)) else ValueError)
+            raise fail(
+                name,
+                "a finite number or None",
+                value,
+                owner=owner,
+                error=TypeError if isinstance(value, (str, bytes)) else ValueError,
+            )
     if low is not None and high is not None and low > high:
         raise ValueError(
             f"Argument `{low_name}` of {owner} must be <= `{high_name}`. "
@@ -76,12 +82,12 @@ class OptimizerSpec:
 
     learning_rate: LearningRate
     use_gradient_accumulation: bool = True
-    clip_weight_min: Optional[float] = None
-    clip_weight_max: Optional[float] = None
-    weight_decay_factor: Optional[float] = None
+    clip_weight_min: float | None = None
+    clip_weight_max: float | None = None
+    weight_decay_factor: float | None = None
     multiply_weight_decay_factor_by_learning_rate: bool = False
-    clip_gradient_min: Optional[float] = None
-    clip_gradient_max: Optional[float] = None
+    clip_gradient_min: float | None = None
+    clip_gradient_max: float | None = None
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -93,9 +99,7 @@ class OptimizerSpec:
             owner=owner,
         )
         _check_bounds("clip_weight_min", self.clip_weight_min, "clip_weight_max", self.clip_weight_max, owner)
-        _check_bounds(
-            "clip_gradient_min", self.clip_gradient_min, "clip_gradient_max", self.clip_gradient_max, owner
-        )
+        _check_bounds("clip_gradient_min", self.clip_gradient_min, "clip_gradient_max", self.clip_gradient_max, owner)
         if self.weight_decay_factor is not None:
             check_real("weight_decay_factor", self.weight_decay_factor, minimum=0.0, owner=owner)
         clipping = self.clip_gradient_min is not None or self.clip_gradient_max is not None
@@ -116,21 +120,21 @@ class OptimizerSpec:
             value = self.learning_rate(step)
             if not is_real(value) or value < 0:
                 raise fail(
-                    "learning_rate", "a function returning a finite number >= 0",
-                    value, owner=type(self).__name__,
+                    "learning_rate",
+                    "a function returning a finite number >= 0",
+                    value,
+                    owner=type(self).__name__,
                     hint=f"The function returned this for step {step}.",
                 )
             return float(value)
         return float(self.learning_rate)
 
-    def slot_initial_values(self) -> Dict[str, float]:
+    def slot_initial_values(self) -> dict[str, float]:
         """Slot name -> the value every entry of that slot starts at."""
         return {}
 
 
-def bias_corrected_learning_rate(
-    learning_rate: LearningRate, beta1: float, beta2: float
-) -> Callable[[int], float]:
+def bias_corrected_learning_rate(learning_rate: LearningRate, beta1: float, beta2: float) -> Callable[[int], float]:
     """A learning-rate function that folds Adam's bias correction in.
 
     A TPU's Adam has no bias correction; TensorFlow's answer is to feed
@@ -152,7 +156,7 @@ def bias_corrected_learning_rate(
 
     def corrected(step: int) -> float:
         t = step + 1
-        return float(learning_rate(step)) * math.sqrt(1.0 - beta2 ** t) / (1.0 - beta1 ** t)
+        return float(learning_rate(step)) * math.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
 
     return corrected
 
@@ -176,10 +180,11 @@ class AdagradSpec(OptimizerSpec):
     initial_accumulator: float = 0.1
 
     def _check(self) -> None:
-        check_real("initial_accumulator", self.initial_accumulator, minimum=0.0, min_open=True,
-                   owner=type(self).__name__)
+        check_real(
+            "initial_accumulator", self.initial_accumulator, minimum=0.0, min_open=True, owner=type(self).__name__
+        )
 
-    def slot_initial_values(self) -> Dict[str, float]:
+    def slot_initial_values(self) -> dict[str, float]:
         return {"accumulators": float(self.initial_accumulator)}
 
 
@@ -210,7 +215,7 @@ class AdagradMomentumSpec(OptimizerSpec):
         check_real("beta2", self.beta2, minimum=0.0, maximum=1.0, owner=owner)
         check_real("epsilon", self.epsilon, minimum=0.0, min_open=True, owner=owner)
 
-    def slot_initial_values(self) -> Dict[str, float]:
+    def slot_initial_values(self) -> dict[str, float]:
         return {"accumulators": 0.0, "momenta": 0.0}
 
 
@@ -248,7 +253,7 @@ class AdamSpec(OptimizerSpec):
                 "`use_gradient_accumulation=True`. Received: use_gradient_accumulation=False."
             )
 
-    def slot_initial_values(self) -> Dict[str, float]:
+    def slot_initial_values(self) -> dict[str, float]:
         return {"momenta": 0.0, "velocities": 0.0}
 
 
@@ -289,7 +294,7 @@ class FtrlSpec(OptimizerSpec):
         check_bool("allow_zero_accumulator", self.allow_zero_accumulator, owner=owner)
         check_real("initial_linear_value", self.initial_linear_value, owner=owner)
 
-    def slot_initial_values(self) -> Dict[str, float]:
+    def slot_initial_values(self) -> dict[str, float]:
         return {
             "accumulators": float(self.initial_accumulator_value),
             "linears": float(self.initial_linear_value),
@@ -308,7 +313,7 @@ class MomentumSpec(OptimizerSpec):
         check_real("momentum", self.momentum, minimum=0.0, owner=type(self).__name__)
         check_bool("use_nesterov", self.use_nesterov, owner=type(self).__name__)
 
-    def slot_initial_values(self) -> Dict[str, float]:
+    def slot_initial_values(self) -> dict[str, float]:
         return {"momenta": 0.0}
 
 
@@ -327,7 +332,7 @@ class RMSPropSpec(OptimizerSpec):
         check_real("momentum", self.momentum, minimum=0.0, owner=owner)
         check_real("epsilon", self.epsilon, minimum=0.0, min_open=True, owner=owner)
 
-    def slot_initial_values(self) -> Dict[str, float]:
+    def slot_initial_values(self) -> dict[str, float]:
         return {"ms": 0.0, "mom": 0.0}
 
 
@@ -346,14 +351,20 @@ class ProximalAdagradSpec(OptimizerSpec):
         check_real("l1_regularization_strength", self.l1_regularization_strength, minimum=0.0, owner=owner)
         check_real("l2_regularization_strength", self.l2_regularization_strength, minimum=0.0, owner=owner)
 
-    def slot_initial_values(self) -> Dict[str, float]:
+    def slot_initial_values(self) -> dict[str, float]:
         return {"accumulators": float(self.initial_accumulator)}
 
 
 OPTIMIZER_SPECS = {
     cls.kind: cls
     for cls in (
-        SGDSpec, AdagradSpec, AdagradMomentumSpec, AdamSpec, FtrlSpec,
-        MomentumSpec, RMSPropSpec, ProximalAdagradSpec,
+        SGDSpec,
+        AdagradSpec,
+        AdagradMomentumSpec,
+        AdamSpec,
+        FtrlSpec,
+        MomentumSpec,
+        RMSPropSpec,
+        ProximalAdagradSpec,
     )
 }

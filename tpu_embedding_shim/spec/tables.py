@@ -18,11 +18,18 @@ False
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 from .checks import (
-    check_bool, check_callable, check_choice, check_int, check_name, fail,
-    is_int, parse_combiner,
+    check_bool,
+    check_callable,
+    check_choice,
+    check_int,
+    check_name,
+    fail,
+    is_int,
+    parse_combiner,
 )
 from .initializers import default_table_initializer
 from .optimizers import OptimizerSpec
@@ -48,9 +55,9 @@ class TableSpec:
     name: str
     vocabulary_size: int
     dim: int
-    initializer: Optional[Callable[..., Any]] = None
+    initializer: Callable[..., Any] | None = None
     combiner: str = "mean"
-    optimizer: Optional[OptimizerSpec] = None
+    optimizer: OptimizerSpec | None = None
 
     def __post_init__(self) -> None:
         owner = f"TableSpec {self.name!r}"
@@ -98,11 +105,11 @@ class FeatureSpec:
     table: str
     num_buckets: int
     id_source: str = "identity"
-    vocabulary: Optional[Tuple[Any, ...]] = None
-    vocabulary_file: Optional[str] = None
-    default_value: Optional[int] = None
+    vocabulary: tuple[Any, ...] | None = None
+    vocabulary_file: str | None = None
+    default_value: int | None = None
     num_oov_buckets: int = 0
-    weight_key: Optional[str] = None
+    weight_key: str | None = None
     max_sequence_length: int = 0
     safe_lookup: bool = True
     dense_zero_is_padding: bool = False

@@ -26,9 +26,10 @@ except ImportError as _error:
         "tpu_embedding_shim.tensorflow needs TensorFlow, which is not installed (or failed to import: "
         f"{_error}). Install the `tensorflow` extra: pip install 'tpu-embedding-shim[tensorflow]' "
         "(tensorflow-cpu==2.15.1 and tensorflow-estimator==2.15.0). Without TensorFlow, "
-        "`import tpu_embedding_shim as tf` gives the numpy API (docs/migration.md).") from _error
+        "`import tpu_embedding_shim as tf` gives the numpy API (docs/migration.md)."
+    ) from _error
 
-from . import _namespace, _overrides  # noqa: E402
+from . import _namespace, _overrides
 
 globals().update(_namespace.build(_overrides.OVERRIDES))
 

@@ -18,7 +18,7 @@ the engine together, before the embedding is next used.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, TypeAlias
 
 import numpy as np
 import tensorflow as tf
@@ -26,26 +26,28 @@ import tensorflow as tf
 STEP_ATTRIBUTE = "TPU_EMBEDDING_SHIM_global_step"
 VALUE = "VARIABLE_VALUE"
 
-Trackable = tf.__internal__.tracking.Trackable
+Trackable: TypeAlias = tf.__internal__.tracking.Trackable
 
 
 def _eager_value(tensor: Any, what: str) -> np.ndarray:
     if not hasattr(tensor, "numpy"):
-        raise NotImplementedError(f"Restoring {what} needs eager execution: restore the checkpoint outside "
-                                  "tf.function and tf.compat.v1 graph mode.")
+        raise NotImplementedError(
+            f"Restoring {what} needs eager execution: restore the checkpoint outside "
+            "tf.function and tf.compat.v1 graph mode."
+        )
     return tensor.numpy()
 
 
 class TableVariable(Trackable):
     """One table (`slot='embedding'`) or optimizer slot of an embedding, saved as TensorFlow saves a variable."""
 
-    def __init__(self, owner: "CheckpointedEmbedding", table: str, slot: str):
+    def __init__(self, owner: CheckpointedEmbedding, table: str, slot: str):
         self._owner, self._table, self._slot = owner, table, slot
 
-    def _serialize_to_tensors(self) -> Dict[str, tf.Tensor]:
+    def _serialize_to_tensors(self) -> dict[str, tf.Tensor]:
         return {VALUE: tf.constant(self._owner._checkpoint_value(self._table, self._slot))}
 
-    def _restore_from_tensors(self, restored_tensors: Dict[str, Any]) -> Any:
+    def _restore_from_tensors(self, restored_tensors: dict[str, Any]) -> Any:
         what = f"table {self._table!r}" + ("" if self._slot == "embedding" else f", slot {self._slot!r}")
         self._owner._checkpoint_receive(self._table, self._slot, _eager_value(restored_tensors[VALUE], what))
         return tf.no_op()
@@ -57,11 +59,11 @@ class CheckpointedEmbedding(Trackable):
     _embedding: Any
 
     def _init_checkpointing(self) -> None:
-        self._children: Optional[Dict[str, TableVariable]] = None
-        self._received: Dict[Tuple[str, str], np.ndarray] = {}
-        self._received_step: Optional[int] = None
+        self._children: dict[str, TableVariable] | None = None
+        self._received: dict[tuple[str, str], np.ndarray] = {}
+        self._received_step: int | None = None
 
-    def _trackable_children(self, save_type: str = "checkpoint", **kwargs: Any) -> Dict[str, Trackable]:
+    def _trackable_children(self, save_type: str = "checkpoint", **kwargs: Any) -> dict[str, Trackable]:
         if save_type != "checkpoint":
             return {}
         if self._children is None:  # stable objects: TensorFlow keys its graph of objects by identity
@@ -73,11 +75,11 @@ class CheckpointedEmbedding(Trackable):
             self._children = children
         return dict(self._children)
 
-    def _serialize_to_tensors(self) -> Dict[str, tf.Tensor]:
+    def _serialize_to_tensors(self) -> dict[str, tf.Tensor]:
         self._apply_restored()
         return {STEP_ATTRIBUTE: tf.constant(self._embedding.engine.global_step, tf.int64)}
 
-    def _restore_from_tensors(self, restored_tensors: Dict[str, Any]) -> Any:
+    def _restore_from_tensors(self, restored_tensors: dict[str, Any]) -> Any:
         step = _eager_value(restored_tensors[STEP_ATTRIBUTE], "the engine's step")
         self._received_step = int(step)
         return tf.no_op()
@@ -93,8 +95,10 @@ class CheckpointedEmbedding(Trackable):
         shape = (info["vocabulary_size"], info["dim"])
         if tuple(value.shape) != shape:
             what = f"table {table!r}" + ("" if slot == "embedding" else f", slot {slot!r}")
-            raise ValueError(f"The checkpoint's value for {what} has shape {list(value.shape)}; this embedding's "
-                             f"is {list(shape)}. Restore into an embedding with the same TableConfigs.")
+            raise ValueError(
+                f"The checkpoint's value for {what} has shape {list(value.shape)}; this embedding's "
+                f"is {list(shape)}. Restore into an embedding with the same TableConfigs."
+            )
         self._received[(table, slot)] = np.asarray(value, np.float32)
 
     def _apply_restored(self) -> None:

@@ -8,7 +8,8 @@ read as TensorFlow's.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
@@ -51,7 +52,8 @@ def make_parse_example_spec(feature_columns: Any) -> dict:
             config = tf.feature_column.make_parse_example_spec([column])
         for key, value in config.items():
             if key in result and result[key] != value:
-                raise ValueError(f"feature_columns contain different parse_spec for key {key}. Given {result[key]} "
-                                 f"and {value}")
+                raise ValueError(
+                    f"feature_columns contain different parse_spec for key {key}. Given {result[key]} and {value}"
+                )
         result.update(config)
     return result

@@ -27,22 +27,23 @@ type and message.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
 from ..compat.tensors import RaggedTensor, SparseTensor
 
-_last_op: "weakref.WeakKeyDictionary[Any, tf.Tensor]" = weakref.WeakKeyDictionary()
+_last_op: weakref.WeakKeyDictionary[Any, tf.Tensor] = weakref.WeakKeyDictionary()
 
 
 class Leaf(NamedTuple):
     """One value at a leaf of a `feature_config`-shaped nest, ready to cross the boundary."""
 
-    kind: str                    # 'none', 'dense', 'sparse', 'ragged' or 'object' (passed as it is)
-    components: Tuple[Any, ...] = ()
-    value: Any = None            # kind 'object': the value itself
+    kind: str  # 'none', 'dense', 'sparse', 'ragged' or 'object' (passed as it is)
+    components: tuple[Any, ...] = ()
+    value: Any = None  # kind 'object': the value itself
     shape: tf.TensorShape = tf.TensorShape(None)  # the static shape TensorFlow knows (ragged: [B, None])
 
     @property
@@ -50,7 +51,7 @@ class Leaf(NamedTuple):
         return self.kind in ("dense", "sparse", "ragged")
 
     @property
-    def dtype(self) -> Optional[tf.DType]:
+    def dtype(self) -> tf.DType | None:
         if self.kind == "dense":
             return self.components[0].dtype
         if self.kind in ("sparse", "ragged"):
@@ -66,8 +67,10 @@ def encode(value: Any, where: str) -> Leaf:
         return Leaf("sparse", (value.indices, value.values, value.dense_shape), shape=value.shape)
     if isinstance(value, tf.RaggedTensor):
         if value.ragged_rank != 1 or value.flat_values.shape.rank != 1:
-            raise ValueError(f"Only rank 2 ragged tensor is supported, but got a ragged tensor of higher rank for "
-                             f"{where} (ragged_rank {value.ragged_rank}, shape {value.shape}).")
+            raise ValueError(
+                f"Only rank 2 ragged tensor is supported, but got a ragged tensor of higher rank for "
+                f"{where} (ragged_rank {value.ragged_rank}, shape {value.shape})."
+            )
         return Leaf("ragged", (value.values, value.row_splits), shape=value.shape)
     if isinstance(value, (tf.Tensor, tf.Variable, tf.IndexedSlices)) or tf.is_tensor(value):
         tensor = tf.convert_to_tensor(value)
@@ -92,8 +95,13 @@ def executing_eagerly() -> bool:
     return tf.executing_eagerly()
 
 
-def call(fn: Callable[..., Sequence[Any]], leaves: Sequence[Leaf], out_dtypes: Sequence[tf.DType],
-         out_shapes: Sequence[Any], name: str) -> List[tf.Tensor]:
+def call(
+    fn: Callable[..., Sequence[Any]],
+    leaves: Sequence[Leaf],
+    out_dtypes: Sequence[tf.DType],
+    out_shapes: Sequence[Any],
+    name: str,
+) -> list[tf.Tensor]:
     """`fn(*decoded leaves)` -> arrays, as TensorFlow tensors; in a graph, one op after the previous bridged one.
 
     Args:
@@ -112,10 +120,10 @@ def call(fn: Callable[..., Sequence[Any]], leaves: Sequence[Leaf], out_dtypes: S
     counts = [len(leaf.components) for leaf in leaves]
     flat = [c for leaf in leaves for c in leaf.components]
 
-    def run(*tensors: tf.Tensor) -> List[np.ndarray]:
+    def run(*tensors: tf.Tensor) -> list[np.ndarray]:
         arrays, decoded, start = [t.numpy() for t in tensors], [], 0
         for leaf, count in zip(leaves, counts):
-            decoded.append(decode(leaf, arrays[start:start + count]))
+            decoded.append(decode(leaf, arrays[start : start + count]))
             start += count
         outputs = fn(*decoded)
         return [np.asarray(o, dtype.as_numpy_dtype) for o, dtype in zip(outputs, out_dtypes)] + [np.int64(0)]

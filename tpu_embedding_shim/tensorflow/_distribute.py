@@ -22,14 +22,22 @@ stand-in's no-op for its resolver and TensorFlow's for any other.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
 from ..compat import distribute as stand_in
 
-__all__ = ["TPUStrategy", "InputOptions", "get_strategy", "has_strategy", "in_cross_replica_context",
-           "get_replica_context", "experimental_connect_to_cluster"]
+__all__ = [
+    "TPUStrategy",
+    "InputOptions",
+    "get_strategy",
+    "has_strategy",
+    "in_cross_replica_context",
+    "get_replica_context",
+    "experimental_connect_to_cluster",
+]
 
 
 class InputOptions(tf.distribute.InputOptions):
@@ -42,19 +50,32 @@ class InputOptions(tf.distribute.InputOptions):
 
     __slots__ = ()
 
-    def __new__(cls, experimental_fetch_to_device: Optional[bool] = None,
-                experimental_replication_mode: Any = tf.distribute.InputReplicationMode.PER_WORKER,
-                experimental_place_dataset_on_device: bool = False, experimental_per_replica_buffer_size: int = 1,
-                experimental_prefetch_to_device: Optional[bool] = None):
+    def __new__(
+        cls,
+        experimental_fetch_to_device: bool | None = None,
+        experimental_replication_mode: Any = tf.distribute.InputReplicationMode.PER_WORKER,
+        experimental_place_dataset_on_device: bool = False,
+        experimental_per_replica_buffer_size: int = 1,
+        experimental_prefetch_to_device: bool | None = None,
+    ):
         if experimental_prefetch_to_device is not None:
-            if experimental_fetch_to_device is not None and experimental_fetch_to_device != \
-                    experimental_prefetch_to_device:
-                raise ValueError("Arguments `experimental_fetch_to_device` and `experimental_prefetch_to_device` "
-                                 "(its TF 2.3 name) of InputOptions disagree: received "
-                                 f"{experimental_fetch_to_device!r} and {experimental_prefetch_to_device!r}. Give one.")
+            if (
+                experimental_fetch_to_device is not None
+                and experimental_fetch_to_device != experimental_prefetch_to_device
+            ):
+                raise ValueError(
+                    "Arguments `experimental_fetch_to_device` and `experimental_prefetch_to_device` "
+                    "(its TF 2.3 name) of InputOptions disagree: received "
+                    f"{experimental_fetch_to_device!r} and {experimental_prefetch_to_device!r}. Give one."
+                )
             experimental_fetch_to_device = experimental_prefetch_to_device
-        return super().__new__(cls, experimental_fetch_to_device, experimental_replication_mode,
-                               experimental_place_dataset_on_device, experimental_per_replica_buffer_size)
+        return super().__new__(
+            cls,
+            experimental_fetch_to_device,
+            experimental_replication_mode,
+            experimental_place_dataset_on_device,
+            experimental_per_replica_buffer_size,
+        )
 
 
 def _check_options(options: Any) -> None:
@@ -66,8 +87,10 @@ def _reduce_op_name(reduce_op: Any) -> str:
     """'SUM' or 'MEAN' from TensorFlow's `tf.distribute.ReduceOp`, the stand-in's, or a string."""
     name = str(getattr(reduce_op, "value", reduce_op)).upper()
     if name not in ("SUM", "MEAN"):
-        raise ValueError(f"Argument `reduce_op` must be tf.distribute.ReduceOp.SUM or MEAN (or 'sum', 'mean'). "
-                         f"Received: {reduce_op!r}.")
+        raise ValueError(
+            f"Argument `reduce_op` must be tf.distribute.ReduceOp.SUM or MEAN (or 'sum', 'mean'). "
+            f"Received: {reduce_op!r}."
+        )
     return name
 
 
@@ -78,7 +101,7 @@ class TPUStrategy(stand_in.TPUStrategy):
     adds TensorFlow datasets, `InputOptions` and autograph (module docstring).
     """
 
-    def run(self, fn: Callable[..., Any], args: Any = (), kwargs: Optional[dict] = None, options: Any = None) -> Any:
+    def run(self, fn: Callable[..., Any], args: Any = (), kwargs: dict | None = None, options: Any = None) -> Any:
         """Calls `fn(*args, **kwargs)` once, here; inside `tf.function`, `fn` is converted by autograph."""
         if callable(fn):
             fn = tf.__internal__.autograph.tf_convert(fn, tf.__internal__.autograph.control_status_ctx())
@@ -102,7 +125,7 @@ class TPUStrategy(stand_in.TPUStrategy):
 
     experimental_distribute_datasets_from_function = distribute_datasets_from_function
 
-    def reduce(self, reduce_op: Any, value: Any, axis: Optional[int] = None) -> Any:
+    def reduce(self, reduce_op: Any, value: Any, axis: int | None = None) -> Any:
         """Across one replica a reduction is the value itself; `axis` reduces within it (TensorFlow ops for tensors)."""
         name = _reduce_op_name(reduce_op)
         if axis is None or not tf.is_tensor(value):

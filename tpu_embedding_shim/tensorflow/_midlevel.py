@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -58,7 +59,7 @@ def _empty_like(leaf: Leaf, weights: bool) -> Any:
     return np.full(shape, b"", object) if text else np.zeros(shape, dtype)
 
 
-def _partial_output_shape(known: Optional[tuple], leaf: Leaf, path: Any, config: Any) -> Optional[tuple]:
+def _partial_output_shape(known: tuple | None, leaf: Leaf, path: Any, config: Any) -> tuple | None:
     """A feature's output shape from a traced input shape that is not fully known (None sizes stay None)."""
     if known is not None:
         return known
@@ -93,10 +94,10 @@ class _Bridge(CheckpointedEmbedding):
     # The feature nest -------------------------------------------------------------------------
 
     @property
-    def _paths(self) -> List[str]:
+    def _paths(self) -> list[str]:
         return [v2.path_string(path) or "(the only feature)" for path, _ in self._embedding._flat]
 
-    def _leaves(self, values: Any, argument: str) -> List[Leaf]:
+    def _leaves(self, values: Any, argument: str) -> list[Leaf]:
         """`values`' leaves in `tf.nest` order, checked against `feature_config`'s structure (TensorFlow's errors)."""
         flat = v2.flatten_up_to(self._embedding._feature_config, values, argument)
         what = {"features": "input", "weights": "weight", "gradients": "gradient"}.get(argument, argument)
@@ -105,7 +106,7 @@ class _Bridge(CheckpointedEmbedding):
     def _pack(self, flat: Sequence[Any]) -> Any:
         return v2.pack_as(self._embedding._feature_config, list(flat))
 
-    def _traced_output_shapes(self, features: List[Leaf], weights: Optional[List[Leaf]]) -> Optional[List[tuple]]:
+    def _traced_output_shapes(self, features: list[Leaf], weights: list[Leaf] | None) -> list[tuple] | None:
         """While tracing: the project's checks on an empty batch of the traced shapes -> its output shapes.
 
         None when a traced shape is not fully known (the batch is checked when
@@ -114,21 +115,22 @@ class _Bridge(CheckpointedEmbedding):
         inputs = [_empty_like(leaf, weights=False) for leaf in features]
         extra = None if weights is None else [_empty_like(leaf, weights=True) for leaf in weights]
         if any(x is None and leaf.kind != "none" for x, leaf in zip(inputs, features)) or (
-                extra is not None and any(x is None and leaf.kind != "none" for x, leaf in zip(extra, weights))):
+            extra is not None and any(x is None and leaf.kind != "none" for x, leaf in zip(extra, weights))
+        ):
             return None
         converted = self._embedding._convert(self._pack(inputs), None if extra is None else self._pack(extra))
         return [tuple(c.output_shape) for c in converted]
 
-    def _activation_shapes(self, output_shapes: Sequence[Optional[tuple]]) -> List[tf.TensorShape]:
+    def _activation_shapes(self, output_shapes: Sequence[tuple | None]) -> list[tf.TensorShape]:
         shapes = []
         for shape, (_, config) in zip(output_shapes, self._embedding._flat):
             shapes.append(tf.TensorShape(None) if shape is None else tf.TensorShape(list(shape) + [config.table.dim]))
         return shapes
 
-    def _flatten_activations(self, activations: Any) -> List[np.ndarray]:
+    def _flatten_activations(self, activations: Any) -> list[np.ndarray]:
         return v2.flatten_up_to(self._embedding._feature_config, activations, "activations")
 
-    def _gradient_leaves(self, gradients: Any, expected: Sequence[Optional[tuple]]) -> List[Leaf]:
+    def _gradient_leaves(self, gradients: Any, expected: Sequence[tuple | None]) -> list[Leaf]:
         """The gradients' leaves; while tracing, TensorFlow's checks: tensors (or None) of the expected shape.
 
         A None gradient is a zero gradient: eagerly the project warns and
@@ -149,8 +151,10 @@ class _Bridge(CheckpointedEmbedding):
             elif leaf.kind != "dense":
                 raise ValueError(f"found non-tensor type: {type(leaf.value)} at path {v2.path_string(path)}.")
             elif full is not None and leaf.shape.is_fully_defined() and tuple(leaf.shape.as_list()) != full:
-                raise ValueError(f"Found gradient of shape {leaf.shape.as_list()} at path {v2.path_string(path)}. "
-                                 f"Expected shape {list(full)}.")
+                raise ValueError(
+                    f"Found gradient of shape {leaf.shape.as_list()} at path {v2.path_string(path)}. "
+                    f"Expected shape {list(full)}."
+                )
             out.append(leaf)
         return out
 
@@ -165,15 +169,21 @@ class TPUEmbedding(_Bridge):
     _compat_class = v2.TPUEmbedding
 
     @do_not_convert
-    def build(self, per_replica_input_shapes: Any = None, per_replica_batch_size: Optional[int] = None) -> None:
+    def build(self, per_replica_input_shapes: Any = None, per_replica_batch_size: int | None = None) -> None:
         """The project's `build` (`TensorShape`s are shapes); TensorFlow initializers run eagerly."""
         self._apply_restored()
         with tf.init_scope():
             self._embedding.build(per_replica_input_shapes, per_replica_batch_size)
 
     @do_not_convert
-    def enqueue(self, features: Any, weights: Any = None, training: bool = True, name: Optional[str] = None,
-                device: Optional[str] = None) -> None:
+    def enqueue(
+        self,
+        features: Any,
+        weights: Any = None,
+        training: bool = True,
+        name: str | None = None,
+        device: str | None = None,
+    ) -> None:
         """Queues a batch of `tf.Tensor` / `tf.SparseTensor` / `tf.RaggedTensor` ids (and weights) for `dequeue`."""
         embedding = self._embedding
         leaves = self._leaves(features, "features")
@@ -188,22 +198,26 @@ class TPUEmbedding(_Bridge):
                         embedding.build([leaf.shape for leaf in leaves])  # TensorFlow's error for unknown sizes
         count = len(leaves)
 
-        def run(*values: Any) -> List[Any]:
+        def run(*values: Any) -> list[Any]:
             self._apply_restored()
-            embedding.enqueue(self._pack(values[:count]), None if weights is None else self._pack(values[count:]),
-                              training=training, device=device)
+            embedding.enqueue(
+                self._pack(values[:count]),
+                None if weights is None else self._pack(values[count:]),
+                training=training,
+                device=device,
+            )
             return []
 
         _convert.call(run, leaves + (weight_leaves or []), [], [], "tpu_embedding_enqueue")
 
     @do_not_convert
-    def dequeue(self, name: Optional[str] = None) -> Any:
+    def dequeue(self, name: str | None = None) -> Any:
         """Looks the oldest queued batch up: a nest like `feature_config` of float32 `tf.Tensor`s."""
         embedding = self._embedding
         if not embedding._built:
             embedding.dequeue()  # TensorFlow's RuntimeError (dequeue before enqueue or build); changes nothing
 
-        def run() -> List[np.ndarray]:
+        def run() -> list[np.ndarray]:
             self._apply_restored()
             return self._flatten_activations(embedding.dequeue())
 
@@ -212,12 +226,12 @@ class TPUEmbedding(_Bridge):
         return self._pack(outputs)
 
     @do_not_convert
-    def apply_gradients(self, gradients: Any, name: Optional[str] = None) -> None:
+    def apply_gradients(self, gradients: Any, name: str | None = None) -> None:
         """Applies d loss / d activations (`tf.Tensor`s, None for zero) of the last dequeued batch."""
         embedding = self._embedding
         leaves = self._gradient_leaves(gradients, embedding._output_shapes)
 
-        def run(*values: Any) -> List[Any]:
+        def run(*values: Any) -> list[Any]:
             self._apply_restored()
             embedding.apply_gradients(self._pack(values))
             return []
@@ -234,7 +248,7 @@ class _Handles:
     """
 
     def __init__(self) -> None:
-        self._objects: Dict[int, Any] = {}
+        self._objects: dict[int, Any] = {}
         self._next = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -268,34 +282,44 @@ class TPUEmbeddingV2(_Bridge):
         self._handles = _Handles()
 
     @do_not_convert
-    def embedding_lookup(self, features: Any, weights: Any = None) -> Tuple[Any, Any]:
+    def embedding_lookup(self, features: Any, weights: Any = None) -> tuple[Any, Any]:
         """`(activations, preserved_outputs)`: activations are float32 `tf.Tensor`s in `feature_config`'s nest."""
         embedding = self._embedding
         leaves = self._leaves(features, "features")
         weight_leaves = None if weights is None else self._leaves(weights, "weights")
         count = len(leaves)
         if _convert.executing_eagerly():
-            decoded = [_convert.decode(leaf, [c.numpy() for c in leaf.components]) for leaf in leaves + (
-                weight_leaves or [])]
+            decoded = [
+                _convert.decode(leaf, [c.numpy() for c in leaf.components]) for leaf in leaves + (weight_leaves or [])
+            ]
             self._apply_restored()
             activations, preserved = embedding.embedding_lookup(
-                self._pack(decoded[:count]), None if weights is None else self._pack(decoded[count:]))
+                self._pack(decoded[:count]), None if weights is None else self._pack(decoded[count:])
+            )
             return self._pack([tf.constant(a) for a in self._flatten_activations(activations)]), preserved
         output_shapes = self._traced_output_shapes(leaves, weight_leaves)
         if output_shapes is None:  # some traced size is unknown: what the traced shapes say, None where unknown
-            output_shapes = [_partial_output_shape(known, leaf, path, config)
-                             for known, leaf, (path, config) in zip(embedding._output_shapes, leaves, embedding._flat)]
+            output_shapes = [
+                _partial_output_shape(known, leaf, path, config)
+                for known, leaf, (path, config) in zip(embedding._output_shapes, leaves, embedding._flat)
+            ]
 
-        def run(*values: Any) -> List[Any]:
+        def run(*values: Any) -> list[Any]:
             self._apply_restored()
             activations, preserved = embedding.embedding_lookup(
-                self._pack(values[:count]), None if weights is None else self._pack(values[count:]))
+                self._pack(values[:count]), None if weights is None else self._pack(values[count:])
+            )
             handle = self._handles.put(preserved, embedding.engine.global_step)
             return self._flatten_activations(activations) + [np.int64(handle)]
 
         shapes = self._activation_shapes(output_shapes) + [tf.TensorShape([])]
-        *outputs, handle = _convert.call(run, leaves + (weight_leaves or []),
-                                         [tf.float32] * len(leaves) + [tf.int64], shapes, "tpu_embedding_v2_lookup")
+        *outputs, handle = _convert.call(
+            run,
+            leaves + (weight_leaves or []),
+            [tf.float32] * len(leaves) + [tf.int64],
+            shapes,
+            "tpu_embedding_v2_lookup",
+        )
         return self._pack(outputs), handle
 
     __call__ = embedding_lookup
@@ -307,14 +331,16 @@ class TPUEmbeddingV2(_Bridge):
         leaves = self._gradient_leaves(gradients, embedding._output_shapes)
         preserved = _convert.encode(preserved_outputs, "preserved_outputs")
 
-        def run(*values: Any) -> List[Any]:
+        def run(*values: Any) -> list[Any]:
             *gradient_values, kept = values
             if isinstance(kept, (np.ndarray, np.integer)):  # a handle from a lookup inside tf.function
                 found = self._handles.get(kept)
                 if found is None:
-                    raise RuntimeError(f"apply_gradients got the preserved outputs of lookup {int(kept)}, which "
-                                       "was already applied or is older than the engine's step: apply each "
-                                       "lookup's gradients once, in order.")
+                    raise RuntimeError(
+                        f"apply_gradients got the preserved outputs of lookup {int(kept)}, which "
+                        "was already applied or is older than the engine's step: apply each "
+                        "lookup's gradients once, in order."
+                    )
                 kept = found
             self._apply_restored()
             embedding.apply_gradients(self._pack(gradient_values), kept)
@@ -324,27 +350,34 @@ class TPUEmbeddingV2(_Bridge):
 
     def _eager_only(self, method: str) -> None:
         if not _convert.executing_eagerly():
-            raise NotImplementedError(f"TPUEmbeddingV2.{method} inside tf.function is not bridged: call "
-                                      "embedding_lookup(features) (or the object itself), which enqueues and "
-                                      "dequeues in one op, or call it eagerly.")
+            raise NotImplementedError(
+                f"TPUEmbeddingV2.{method} inside tf.function is not bridged: call "
+                "embedding_lookup(features) (or the object itself), which enqueues and "
+                "dequeues in one op, or call it eagerly."
+            )
 
     @do_not_convert
     def preprocess_features(self, features: Any = None, weights: Any = None, **kwargs: Any) -> Any:
         """Eagerly: the project's `preprocess_features` on the tensors' values."""
         self._eager_only("preprocess_features")
-        return self._embedding.preprocess_features(_numpy_nest(self, features, "features"),
-                                                   None if weights is None else _numpy_nest(self, weights, "weights"),
-                                                   **kwargs)
+        return self._embedding.preprocess_features(
+            _numpy_nest(self, features, "features"),
+            None if weights is None else _numpy_nest(self, weights, "weights"),
+            **kwargs,
+        )
 
     @do_not_convert
-    def enqueue(self, features: Any, weights: Any = None, device: Optional[str] = None) -> Any:
+    def enqueue(self, features: Any, weights: Any = None, device: str | None = None) -> Any:
         """Eagerly: the project's `enqueue` on the tensors' values; returns the batch for `dequeue`."""
         self._eager_only("enqueue")
-        return self._embedding.enqueue(_numpy_nest(self, features, "features"),
-                                       None if weights is None else _numpy_nest(self, weights, "weights"), device)
+        return self._embedding.enqueue(
+            _numpy_nest(self, features, "features"),
+            None if weights is None else _numpy_nest(self, weights, "weights"),
+            device,
+        )
 
     @do_not_convert
-    def dequeue(self, partitioned_tensors: Any) -> Tuple[Any, Any]:
+    def dequeue(self, partitioned_tensors: Any) -> tuple[Any, Any]:
         """Eagerly: `(activations as tf.Tensors, preserved_outputs)` of an enqueued batch."""
         self._eager_only("dequeue")
         self._apply_restored()
@@ -376,45 +409,56 @@ class TPUEmbeddingForServing(_Bridge):
         leaves = self._leaves(features, "features")
         weight_leaves = None if weights is None else self._leaves(weights, "weights")
         count = len(leaves)
-        shapes: List[Any] = [None] * count
+        shapes: list[Any] = [None] * count
         if not _convert.executing_eagerly():
             shapes = self._traced_output_shapes(leaves, weight_leaves) or shapes
             with tf.init_scope():
                 embedding.build()
 
-        def run(*values: Any) -> List[np.ndarray]:
+        def run(*values: Any) -> list[np.ndarray]:
             self._apply_restored()
-            return self._flatten_activations(embedding.embedding_lookup(
-                self._pack(values[:count]), None if weights is None else self._pack(values[count:])))
+            return self._flatten_activations(
+                embedding.embedding_lookup(
+                    self._pack(values[:count]), None if weights is None else self._pack(values[count:])
+                )
+            )
 
-        outputs = _convert.call(run, leaves + (weight_leaves or []), [tf.float32] * count,
-                                self._activation_shapes(shapes), "tpu_embedding_serving_lookup")
+        outputs = _convert.call(
+            run,
+            leaves + (weight_leaves or []),
+            [tf.float32] * count,
+            self._activation_shapes(shapes),
+            "tpu_embedding_serving_lookup",
+        )
         return self._pack(outputs)
 
     __call__ = embedding_lookup
 
 
 @do_not_convert
-def serving_embedding_lookup(inputs: Any, weights: Optional[Any], tables: Dict[Any, Any], feature_config: Any) -> Any:
+def serving_embedding_lookup(inputs: Any, weights: Any | None, tables: dict[Any, Any], feature_config: Any) -> Any:
     """`tf.tpu.experimental.embedding.serving_embedding_lookup` over TensorFlow values (tables may be variables).
 
     Eagerly only: inside `tf.function`, use `TPUEmbeddingForServing`'s
     `embedding_lookup`, which holds the tables.
     """
     if not _convert.executing_eagerly():
-        raise NotImplementedError("serving_embedding_lookup inside tf.function is not bridged: create a "
-                                  "TPUEmbeddingForServing (restored from the checkpoint) and call its "
-                                  "embedding_lookup, or call this eagerly.")
+        raise NotImplementedError(
+            "serving_embedding_lookup inside tf.function is not bridged: create a "
+            "TPUEmbeddingForServing (restored from the checkpoint) and call its "
+            "embedding_lookup, or call this eagerly."
+        )
 
     def numpy(nest: Any, argument: str) -> Any:
         flat = v2.flatten_up_to(feature_config, nest, argument)
         leaves = [_convert.encode(value, argument) for value in flat]
-        return v2.pack_as(feature_config, [_convert.decode(leaf, [c.numpy() for c in leaf.components])
-                                           for leaf in leaves])
+        return v2.pack_as(
+            feature_config, [_convert.decode(leaf, [c.numpy() for c in leaf.components]) for leaf in leaves]
+        )
 
     arrays = {table: (value.numpy() if hasattr(value, "numpy") else value) for table, value in tables.items()}
-    outputs = serving.serving_embedding_lookup(numpy(inputs, "inputs"),
-                                               None if weights is None else numpy(weights, "weights"),
-                                               arrays, feature_config)
+    outputs = serving.serving_embedding_lookup(
+        numpy(inputs, "inputs"), None if weights is None else numpy(weights, "weights"), arrays, feature_config
+    )
     flat = v2.flatten_up_to(feature_config, outputs, "outputs")
     return v2.pack_as(feature_config, [tf.constant(a) for a in flat])

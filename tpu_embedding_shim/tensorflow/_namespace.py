@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import Any, Dict, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 import tensorflow
 
@@ -44,8 +45,11 @@ class Namespace(types.ModuleType):
     """`tf.<path>`: this project's names where it has them, TensorFlow's `tf.<path>` for the rest."""
 
     def __init__(self, path: str, own: Mapping[str, Any]):
-        super().__init__(f"{PACKAGE}.{path}", f"TensorFlow's `tf.{path}`, with the TPU-embedding names of "
-                                              "tpu_embedding_shim (see docs/tensorflow_bridge.md).")
+        super().__init__(
+            f"{PACKAGE}.{path}",
+            f"TensorFlow's `tf.{path}`, with the TPU-embedding names of "
+            "tpu_embedding_shim (see docs/tensorflow_bridge.md).",
+        )
         self.__dict__.update(own)
         self.__dict__["_own_names"] = frozenset(own)
         self.__dict__["_tf_path"] = path
@@ -62,9 +66,11 @@ class Namespace(types.ModuleType):
                 raise AttributeError(f"module 'tensorflow.{self._tf_path}' has no attribute {name!r}") from None
             except ImportError:  # a lazy loader whose package is not installed: tf.estimator on TensorFlow 2.15
                 pass
-        raise AttributeError(f"module 'tensorflow.{self._tf_path}' has no attribute {name!r}: "
-                             f"{_versions.why_missing(self._tf_path)}; this project's names there are "
-                             f"{sorted(self._own_names)}.")
+        raise AttributeError(
+            f"module 'tensorflow.{self._tf_path}' has no attribute {name!r}: "
+            f"{_versions.why_missing(self._tf_path)}; this project's names there are "
+            f"{sorted(self._own_names)}."
+        )
 
     def __dir__(self):
         real = real_attribute(self._tf_path)
@@ -78,14 +84,14 @@ class Namespace(types.ModuleType):
         return f"<module 'tensorflow.{self._tf_path}' (TensorFlow, with tpu_embedding_shim's TPU-embedding names)>"
 
 
-def build(overrides: Mapping[str, Any]) -> Dict[str, Any]:
+def build(overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The top-level names of the proxy: `{name: object or Namespace}` from a table of dotted paths.
 
     Every namespace on the way to an overridden name becomes a `Namespace`
     (registered in `sys.modules`, so `from tpu_embedding_shim.tensorflow.keras
     import layers` works); the leaves are the table's objects.
     """
-    tree: Dict[str, Any] = {}
+    tree: dict[str, Any] = {}
     for path, value in overrides.items():
         node = tree
         *parents, leaf = path.split(".")
@@ -97,7 +103,7 @@ def build(overrides: Mapping[str, Any]) -> Dict[str, Any]:
             raise ValueError(f"The override table names {path!r} twice (or as a name and a namespace).")
         node[leaf] = value
 
-    def make(path: Optional[str], node: Dict[str, Any]) -> Dict[str, Any]:
+    def make(path: str | None, node: dict[str, Any]) -> dict[str, Any]:
         own = {}
         for name, value in node.items():
             child = name if path is None else f"{path}.{name}"

@@ -26,7 +26,8 @@ TensorFlow's; `make_parse_example_spec` reads both kinds (`_columns.py`).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict
+from collections.abc import Callable
+from typing import Any
 
 from ..compat import v1 as tf1
 from ..compat import v2 as tf2
@@ -41,16 +42,19 @@ CATEGORICAL_COLUMNS = (
     "categorical_column_with_identity categorical_column_with_hash_bucket categorical_column_with_vocabulary_file "
     "categorical_column_with_vocabulary_list sequence_categorical_column_with_identity "
     "sequence_categorical_column_with_vocabulary_file sequence_categorical_column_with_vocabulary_list "
-    "weighted_categorical_column crossed_column embedding_column")
-EMBEDDING_CONFIGS = ("TableConfig FeatureConfig SGD Adagrad AdagradMomentum Adam FTRL QuantizationConfig "
-                     "RowIdInitializer SparseCoreEmbeddingConfig")
+    "weighted_categorical_column crossed_column embedding_column"
+)
+EMBEDDING_CONFIGS = (
+    "TableConfig FeatureConfig SGD Adagrad AdagradMomentum Adam FTRL QuantizationConfig "
+    "RowIdInitializer SparseCoreEmbeddingConfig"
+)
 V1_PARAMETERS = "AdagradParameters AdamParameters FtrlParameters StochasticGradientDescentParameters"
 ALL_PARAMETERS = V1_PARAMETERS + " MomentumParameters ProximalAdagradParameters RMSPropParameters"
 ESTIMATOR = "EstimatorSpec ModeKeys NanLossDuringTrainingError RunConfig WarmStartSettings"
 ESTIMATOR_TPU = "InputPipelineConfig RunConfig TPUConfig TPUEstimator TPUEstimatorSpec"
 
 
-def _from(namespace: str, source: Any, names: str, wrap: Callable[[Any], Any] = lambda value: value) -> Dict[str, Any]:
+def _from(namespace: str, source: Any, names: str, wrap: Callable[[Any], Any] = lambda value: value) -> dict[str, Any]:
     """`{namespace.name: source.name}` for each of the space-separated `names`."""
     return {f"{namespace}.{name}": wrap(getattr(source, name)) for name in names.split()}
 
@@ -61,15 +65,17 @@ _MIDLEVEL = {
     "TPUEmbeddingForServing": _midlevel.TPUEmbeddingForServing,
     "serving_embedding_lookup": _midlevel.serving_embedding_lookup,
 }
-_STRATEGY_FUNCTIONS = {name: getattr(_distribute, name) for name in
-                       ("get_strategy", "has_strategy", "in_cross_replica_context", "get_replica_context")}
+_STRATEGY_FUNCTIONS = {
+    name: getattr(_distribute, name)
+    for name in ("get_strategy", "has_strategy", "in_cross_replica_context", "get_replica_context")
+}
 
 
-def _namespaced(namespace: str, objects: Dict[str, Any]) -> Dict[str, Any]:
+def _namespaced(namespace: str, objects: dict[str, Any]) -> dict[str, Any]:
     return {f"{namespace}.{name}": value for name, value in objects.items()}
 
 
-OVERRIDES: Dict[str, Any] = {
+OVERRIDES: dict[str, Any] = {
     # Feature columns and the layers that read TPU embeddings.
     **_from("feature_column", v2_feature_column, CATEGORICAL_COLUMNS, taking_tf_dtypes),
     **_from("compat.v1.feature_column", v1_feature_column, CATEGORICAL_COLUMNS + " input_layer", taking_tf_dtypes),
@@ -80,12 +86,16 @@ OVERRIDES: Dict[str, Any] = {
     **_from("compat.v1.keras.layers", tf2.keras.layers, "DenseFeatures DenseFeature"),
     **_from("compat.v1.keras.experimental", tf2.keras.experimental, "SequenceFeatures"),
     # TPU embedding columns, optimizer parameters, the mid-level API, the TPU system calls.
-    **_from("tpu.experimental", tf2.tpu.experimental,
-            V1_PARAMETERS + " embedding_column shared_embedding_columns initialize_tpu_system shutdown_tpu_system"),
+    **_from(
+        "tpu.experimental",
+        tf2.tpu.experimental,
+        V1_PARAMETERS + " embedding_column shared_embedding_columns initialize_tpu_system shutdown_tpu_system",
+    ),
     **_from("tpu.experimental.embedding", tf2.tpu.experimental.embedding, EMBEDDING_CONFIGS),
     **_namespaced("tpu.experimental.embedding", _MIDLEVEL),
-    **_from("compat.v1.tpu.experimental", tf1.tpu.experimental,
-            V1_PARAMETERS + " embedding_column shared_embedding_columns"),
+    **_from(
+        "compat.v1.tpu.experimental", tf1.tpu.experimental, V1_PARAMETERS + " embedding_column shared_embedding_columns"
+    ),
     **_from("compat.v1.tpu.experimental", tf2.tpu.experimental, "initialize_tpu_system shutdown_tpu_system"),
     **_from("compat.v1.tpu.experimental.embedding", tf2.tpu.experimental.embedding, EMBEDDING_CONFIGS),
     **_namespaced("compat.v1.tpu.experimental.embedding", _MIDLEVEL),
@@ -96,10 +106,17 @@ OVERRIDES: Dict[str, Any] = {
     **_from("estimator.tpu.experimental", tf2.estimator.tpu.experimental, "EmbeddingConfigSpec " + ALL_PARAMETERS),
     **_from("compat.v1.estimator", tf1.estimator, ESTIMATOR),
     **_from("compat.v1.estimator.tpu", tf1.estimator.tpu, ESTIMATOR_TPU),
-    **_from("compat.v1.estimator.tpu.experimental", tf1.estimator.tpu.experimental,
-            "EmbeddingConfigSpec " + ALL_PARAMETERS),
-    **({} if _versions.has_estimator() else {**_namespaced("estimator.export", EXPORT_NAMES),
-                                             **_namespaced("compat.v1.estimator.export", EXPORT_NAMES)}),
+    **_from(
+        "compat.v1.estimator.tpu.experimental", tf1.estimator.tpu.experimental, "EmbeddingConfigSpec " + ALL_PARAMETERS
+    ),
+    **(
+        {}
+        if _versions.has_estimator()
+        else {
+            **_namespaced("estimator.export", EXPORT_NAMES),
+            **_namespaced("compat.v1.estimator.export", EXPORT_NAMES),
+        }
+    ),
     # The TPUStrategy stand-in.
     "distribute.TPUStrategy": _distribute.TPUStrategy,
     "distribute.InputOptions": _distribute.InputOptions,

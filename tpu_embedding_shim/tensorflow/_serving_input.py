@@ -20,12 +20,18 @@ tensorflow-estimator only re-exports (`EXPORT_NAMES`).
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Dict, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["ServingInputReceiver", "TensorServingInputReceiver", "build_parsing_serving_input_receiver_fn",
-           "build_raw_serving_input_receiver_fn", "EXPORT_NAMES"]
+__all__ = [
+    "ServingInputReceiver",
+    "TensorServingInputReceiver",
+    "build_parsing_serving_input_receiver_fn",
+    "build_raw_serving_input_receiver_fn",
+    "EXPORT_NAMES",
+]
 
 # The key a lone tensor gets, per argument (TensorFlow's export_utils constants).
 _SINGLE_KEYS = {"feature": "feature", "receiver_tensor": "input", "receiver_tensors_alternative": "input"}
@@ -50,14 +56,15 @@ def _check_key(key: Any, label: str, allow_ints: bool) -> None:
     raise ValueError(f"{label} keys must be {allowed}: {key}.")
 
 
-def _check_tensor(value: Any, key: Optional[Any], label: str) -> None:
+def _check_tensor(value: Any, key: Any | None, label: str) -> None:
     if not _is_tensor(value):
         where = f" {key}" if key else ""
-        raise ValueError(f"{label}{where} must be a Tensor, SparseTensor, or RaggedTensor. Received: "
-                         f"{type(value).__name__}.")
+        raise ValueError(
+            f"{label}{where} must be a Tensor, SparseTensor, or RaggedTensor. Received: {type(value).__name__}."
+        )
 
 
-def _as_checked_dict(tensors: Any, label: str, allow_ints: bool = False) -> Dict[Any, Any]:
+def _as_checked_dict(tensors: Any, label: str, allow_ints: bool = False) -> dict[Any, Any]:
     """`tensors` as a new `{key: tensor}` dict (a lone tensor under TensorFlow's key for `label`), checked."""
     if tensors is None:
         raise ValueError(f"{label}s must be defined.")
@@ -68,8 +75,9 @@ def _as_checked_dict(tensors: Any, label: str, allow_ints: bool = False) -> Dict
     return tensors
 
 
-class ServingInputReceiver(collections.namedtuple(
-        "ServingInputReceiver", ["features", "receiver_tensors", "receiver_tensors_alternatives"])):
+class ServingInputReceiver(
+    collections.namedtuple("ServingInputReceiver", ["features", "receiver_tensors", "receiver_tensors_alternatives"])
+):
     """What a `serving_input_receiver_fn` returns: the model's features and the tensors a request feeds.
 
     `features` (str or int keys) and `receiver_tensors` (str keys) are
@@ -86,12 +94,16 @@ class ServingInputReceiver(collections.namedtuple(
                 raise ValueError(f"receiver_tensors_alternatives must be a dict: {receiver_tensors_alternatives}.")
             receiver_tensors_alternatives = {
                 name: _as_checked_dict(group, "receiver_tensors_alternative")
-                for name, group in receiver_tensors_alternatives.items()}
+                for name, group in receiver_tensors_alternatives.items()
+            }
         return super().__new__(cls, features, receiver_tensors, receiver_tensors_alternatives)
 
 
-class TensorServingInputReceiver(collections.namedtuple(
-        "TensorServingInputReceiver", ["features", "receiver_tensors", "receiver_tensors_alternatives"])):
+class TensorServingInputReceiver(
+    collections.namedtuple(
+        "TensorServingInputReceiver", ["features", "receiver_tensors", "receiver_tensors_alternatives"]
+    )
+):
     """A `ServingInputReceiver` for a model that takes one tensor, not a dict: `features` stays that tensor."""
 
     def __new__(cls, features: Any, receiver_tensors: Any, receiver_tensors_alternatives: Any = None):
@@ -99,12 +111,17 @@ class TensorServingInputReceiver(collections.namedtuple(
             raise ValueError("features must be defined.")
         _check_tensor(features, None, "feature")
         receiver = ServingInputReceiver(features, receiver_tensors, receiver_tensors_alternatives)
-        return super().__new__(cls, receiver.features[_SINGLE_KEYS["feature"]], receiver.receiver_tensors,
-                               receiver.receiver_tensors_alternatives)
+        return super().__new__(
+            cls,
+            receiver.features[_SINGLE_KEYS["feature"]],
+            receiver.receiver_tensors,
+            receiver.receiver_tensors_alternatives,
+        )
 
 
-def build_parsing_serving_input_receiver_fn(feature_spec: Mapping[str, Any],
-                                            default_batch_size: Optional[int] = None) -> Callable[[], Any]:
+def build_parsing_serving_input_receiver_fn(
+    feature_spec: Mapping[str, Any], default_batch_size: int | None = None
+) -> Callable[[], Any]:
     """A `serving_input_receiver_fn` fed serialized `tf.Example`s: the features are `parse_example`'s."""
 
     def serving_input_receiver_fn() -> ServingInputReceiver:
@@ -115,7 +132,7 @@ def build_parsing_serving_input_receiver_fn(feature_spec: Mapping[str, Any],
     return serving_input_receiver_fn
 
 
-def _placeholder_like(tensor: Any, default_batch_size: Optional[int]) -> Any:
+def _placeholder_like(tensor: Any, default_batch_size: int | None) -> Any:
     """A placeholder of `tensor`'s dtype and per-example shape, named as its op (no name when eager)."""
     shape = tf.TensorShape([default_batch_size]).concatenate(tensor.get_shape()[1:])
     try:
@@ -125,8 +142,9 @@ def _placeholder_like(tensor: Any, default_batch_size: Optional[int]) -> Any:
     return tf.compat.v1.placeholder(dtype=tensor.dtype, shape=shape, name=name)
 
 
-def build_raw_serving_input_receiver_fn(features: Mapping[str, Any],
-                                        default_batch_size: Optional[int] = None) -> Callable[[], Any]:
+def build_raw_serving_input_receiver_fn(
+    features: Mapping[str, Any], default_batch_size: int | None = None
+) -> Callable[[], Any]:
     """A `serving_input_receiver_fn` fed the features themselves: one placeholder per feature, shaped like it."""
 
     def serving_input_receiver_fn() -> ServingInputReceiver:
@@ -140,7 +158,7 @@ def build_raw_serving_input_receiver_fn(features: Mapping[str, Any],
     return serving_input_receiver_fn
 
 
-def _export_outputs() -> Dict[str, Any]:
+def _export_outputs() -> dict[str, Any]:
     """TensorFlow core's export output classes (tensorflow-estimator re-exports these very classes)."""
     from tensorflow.python.saved_model.model_utils import export_output
 
@@ -148,7 +166,7 @@ def _export_outputs() -> Dict[str, Any]:
     return {name: getattr(export_output, name) for name in names.split()}
 
 
-EXPORT_NAMES: Dict[str, Any] = {
+EXPORT_NAMES: dict[str, Any] = {
     **_export_outputs(),
     "ServingInputReceiver": ServingInputReceiver,
     "TensorServingInputReceiver": TensorServingInputReceiver,

@@ -43,6 +43,8 @@ def why_missing(path: str) -> str:
             return f"TensorFlow {version} has no tf.estimator (TensorFlow 2.16 removed it)"
         return f"TensorFlow {version} has no tf.estimator without tensorflow-estimator, which is not installed"
     if "keras" in parts and keras_is_keras_3():
-        return (f"TensorFlow {version}'s tf.keras is Keras 3, which has no tf.{path} (for Keras 2: install tf_keras "
-                "and set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported)")
+        return (
+            f"TensorFlow {version}'s tf.keras is Keras 3, which has no tf.{path} (for Keras 2: install tf_keras "
+            "and set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported)"
+        )
     return f"TensorFlow {version} has no tf.{path}"

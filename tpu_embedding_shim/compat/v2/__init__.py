@@ -1,14 +1,25 @@
 """`tf.compat.v2`, which is also the top-level `tf` namespace of TensorFlow 2."""
 
 from .. import dtypes as _dtypes
-from ..tensors import RaggedTensor, SparseTensor  # noqa: F401
-from . import estimator, feature_column, nn, ragged, tpu  # noqa: F401
-from . import keras  # noqa: F401
-from . import config, distribute, train  # noqa: F401
-from ..distribute import function, range  # noqa: F401,A004
+from ..distribute import function, range  # noqa: F401
 from ..initializers import (  # noqa: F401
-    constant_initializer, ones_initializer, random_normal_initializer, random_uniform_initializer,
+    constant_initializer,
+    ones_initializer,
+    random_normal_initializer,
+    random_uniform_initializer,
     zeros_initializer,
+)
+from ..tensors import RaggedTensor, SparseTensor  # noqa: F401
+from . import (  # noqa: F401  # noqa: F401
+    config,
+    distribute,
+    estimator,
+    feature_column,
+    keras,
+    nn,
+    ragged,
+    tpu,
+    train,
 )
 
 float32, float64, int32, int64, string = _dtypes.float32, _dtypes.float64, _dtypes.int32, _dtypes.int64, _dtypes.string

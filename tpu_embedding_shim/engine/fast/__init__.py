@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
 
 __all__ = ["available", "unavailable_reason", "forked_after_parallel_use", "ENV_VAR"]
 
@@ -54,11 +53,11 @@ ENV_VAR = "TPU_EMBEDDING_SHIM_KERNELS"
 # imported torch first has already loaded it (set the variable yourself).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-_reason: Optional[str] = None
+_reason: str | None = None
 _checked = False
 
 
-def unavailable_reason() -> Optional[str]:
+def unavailable_reason() -> str | None:
     """None when the fast kernels can be used, else why not (one line)."""
     global _checked, _reason
     if not _checked:

@@ -93,7 +93,7 @@ _FIXED_MAX_DIM = 256  # widths up to this get a kernel compiled for their own D 
 _FIXED: dict = {}
 
 
-def _fixed_kernel(DIM):
+def _fixed_kernel(DIM):  # noqa: N803 - upper case: numba compiles it in as a constant
     """`pooled_forward` for tables of width DIM (a compile-time constant), same numbers, same order.
 
     With D known, LLVM unrolls every loop over a row and keeps the running

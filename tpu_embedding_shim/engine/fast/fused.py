@@ -49,7 +49,8 @@ import hashlib
 import inspect
 import sys
 import threading
-from typing import Any, Callable, Dict, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 import numba
 import numpy as np
@@ -67,7 +68,7 @@ _F32 = np.float32
 BLOCK = 1024  # rows per parallel task of `dense`
 
 
-def fusable(optimizer: Optional[OptimizerSpec]) -> bool:
+def fusable(optimizer: OptimizerSpec | None) -> bool:
     """True when a fused kernel implements `optimizer` exactly (subclasses excluded).
 
     The registry's `fusable` says no when the update could refuse the step's
@@ -79,8 +80,16 @@ def fusable(optimizer: Optional[OptimizerSpec]) -> bool:
     return bool(row.fusable(optimizer))
 
 
-def apply(optimizer: OptimizerSpec, lr: float, table: np.ndarray, slots, unique_ids: np.ndarray,
-          grads: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> None:
+def apply(
+    optimizer: OptimizerSpec,
+    lr: float,
+    table: np.ndarray,
+    slots,
+    unique_ids: np.ndarray,
+    grads: np.ndarray,
+    starts: np.ndarray,
+    stops: np.ndarray,
+) -> None:
     """The fused update of `optimizer` (`fusable(optimizer)` must hold), in place.
 
     Rows `unique_ids[starts[r]:stops[r]]` (unique) with their summed
@@ -93,7 +102,7 @@ def apply(optimizer: OptimizerSpec, lr: float, table: np.ndarray, slots, unique_
     if not dense and starts.tolist() == stops.tolist():  # no row in the step
         return
     hp = row.hyperparameters(optimizer, lr)
-    constants, hp = hp[:row.constants], hp[row.constants:]
+    constants, hp = hp[: row.constants], hp[row.constants :]
     arrays = tuple([slots[name] for name in row.slots])
     shared = options(optimizer, lr)
     if dense:
@@ -103,10 +112,12 @@ def apply(optimizer: OptimizerSpec, lr: float, table: np.ndarray, slots, unique_
         return
     offsets, powers, given = starts, (), False
     if row.powers is not None:
-        offsets, powers, given = _powers(row.powers, optimizer, slots, unique_ids, grads, starts, stops, constants,
-                                         hp, shared)
+        offsets, powers, given = _powers(
+            row.powers, optimizer, slots, unique_ids, grads, starts, stops, constants, hp, shared
+        )
     _kernel(_lazy, row.formula, constants, len(powers), given)(
-        table, arrays, unique_ids, grads, starts, stops, offsets, powers, hp, *shared)
+        table, arrays, unique_ids, grads, starts, stops, offsets, powers, hp, *shared
+    )
 
 
 def options(optimizer: OptimizerSpec, lr: float):
@@ -115,15 +126,20 @@ def options(optimizer: OptimizerSpec, lr: float):
     has_decay = bool(factor)
     if has_decay and optimizer.multiply_weight_decay_factor_by_learning_rate:
         factor = factor * lr
-    return (_bound(optimizer.clip_gradient_min, _LOWEST), _bound(optimizer.clip_gradient_max, _HIGHEST),
-            _F32(factor), has_decay,
-            _bound(optimizer.clip_weight_min, _LOWEST), _bound(optimizer.clip_weight_max, _HIGHEST))
+    return (
+        _bound(optimizer.clip_gradient_min, _LOWEST),
+        _bound(optimizer.clip_gradient_max, _HIGHEST),
+        _F32(factor),
+        has_decay,
+        _bound(optimizer.clip_weight_min, _LOWEST),
+        _bound(optimizer.clip_weight_max, _HIGHEST),
+    )
 
 
 _LOWEST, _HIGHEST = _F32(-np.inf), _F32(np.inf)
 
 
-def _bound(value: Optional[float], none: np.float32) -> np.float32:
+def _bound(value: float | None, none: np.float32) -> np.float32:
     return none if value is None else _F32(value)
 
 
@@ -146,8 +162,8 @@ def _powers(spec: Powers, optimizer, slots, unique_ids, grads, starts, stops, co
     return offsets, powers, True
 
 
-@functools.lru_cache(maxsize=None)
-def _unread(count: int) -> Tuple[np.ndarray, ...]:
+@functools.cache
+def _unread(count: int) -> tuple[np.ndarray, ...]:
     """`count` empty power buffers, for a kernel that is compiled not to read them."""
     return tuple(np.empty((0, 1), _F32) for _ in range(count))
 
@@ -162,8 +178,9 @@ def _lazy(formula, source, constants, count, given):
     no_powers = (_F32(0.0),) * count
 
     @numba.njit(parallel=True, cache=True, nogil=True)
-    def lazy(table, slots, unique_ids, grads, starts, stops, offsets, powers, hp, gmin, gmax, decay, has_decay,
-             wmin, wmax):
+    def lazy(
+        table, slots, unique_ids, grads, starts, stops, offsets, powers, hp, gmin, gmax, decay, has_decay, wmin, wmax
+    ):
         _cache_key(source)
         for r in numba.prange(starts.shape[0]):
             full = constants + hp  # inside the parallel loop: its outlined body sees the constants as such
@@ -249,8 +266,8 @@ def _positions(position, unique_ids, starts, stops):
             position[unique_ids[s]] = s
 
 
-_KERNELS: Dict[Tuple[Any, ...], Callable] = {}
-_COMPILABLE: Dict[str, str] = {}  # module name -> its source hash
+_KERNELS: dict[tuple[Any, ...], Callable] = {}
+_COMPILABLE: dict[str, str] = {}  # module name -> its source hash
 _LOCK = threading.Lock()
 
 

@@ -86,8 +86,7 @@ def bucket_owned(ids, ostarts, order):
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def sum_owned(ids, src, coef, grads, slot_map, starts, counts, unique_ids, summed, order, ostarts, ostops,
-              reset=False):
+def sum_owned(ids, src, coef, grads, slot_map, starts, counts, unique_ids, summed, order, ostarts, ostops, reset=False):
     """One pass: partition p sums its entries (`order[ostarts[p]:ostops[p]]`, from `bucket_owned`)
     into `summed[starts[p] + slot]`; `counts` [P] grows.
 

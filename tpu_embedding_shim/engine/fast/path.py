@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import weakref
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Mapping, Sequence
 
 import numba
 import numpy as np
@@ -78,10 +78,9 @@ class Summed:
     def size(self) -> int:
         return int((self.stops - self.starts).sum())
 
-    def compact(self) -> Tuple[np.ndarray, np.ndarray]:
+    def compact(self) -> tuple[np.ndarray, np.ndarray]:
         parts = [slice(int(a), int(b)) for a, b in zip(self.starts, self.stops)]
-        return (np.concatenate([self.unique_ids[p] for p in parts]),
-                np.concatenate([self.grads[p] for p in parts]))
+        return (np.concatenate([self.unique_ids[p] for p in parts]), np.concatenate([self.grads[p] for p in parts]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +91,7 @@ class Lookup:
     batch: Ragged
     combiner: str = "sum"
     safe: bool = True
-    max_sequence_length: Optional[int] = None
+    max_sequence_length: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +105,7 @@ class Update:
     summed: Summed
 
 
-def _segments(n: int, parts: int) -> Tuple[np.ndarray, np.ndarray]:
+def _segments(n: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
     """`parts` contiguous segments covering 0 .. n (for compact inputs)."""
     bounds = np.linspace(0, n, max(1, parts) + 1).astype(np.int64)
     return bounds[:-1].copy(), bounds[1:].copy()
@@ -165,15 +164,12 @@ def _no_full_exponent(bits):
 class FastPath:
     """Fast kernels for the tables of one engine (one persistent slot map per table)."""
 
-    Lookup = Lookup  # the request types, for callers that import this module lazily (numba is optional)
-    Update = Update
-
     def __init__(self):
-        self._slot_maps: Dict[str, np.ndarray] = {}
-        self._scratch: Dict[str, Tuple[np.ndarray, np.ndarray]] = {}  # table -> (ids, grads) buffers
-        self._orders: Dict[str, np.ndarray] = {}  # table -> entry indices by owner (one feature at a time)
+        self._slot_maps: dict[str, np.ndarray] = {}
+        self._scratch: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # table -> (ids, grads) buffers
+        self._orders: dict[str, np.ndarray] = {}  # table -> entry indices by owner (one feature at a time)
         # batch -> {(combiner, safe): coefficients}: a lookup's, reused by its gradient; gone with the batch
-        self._coefficients: "weakref.WeakKeyDictionary[Ragged, dict]" = weakref.WeakKeyDictionary()
+        self._coefficients: weakref.WeakKeyDictionary[Ragged, dict] = weakref.WeakKeyDictionary()
 
     @staticmethod
     def threads() -> int:
@@ -182,7 +178,7 @@ class FastPath:
     # Input ------------------------------------------------------------------------
 
     @staticmethod
-    def ragged_ids(ids, feature, weights=None, *, copy: bool = True) -> "Ragged | None":
+    def ragged_ids(ids, feature, weights=None, *, copy: bool = True) -> Ragged | None:
         """`to_ragged(ids, weights, feature=feature)` in one compiled pass, for the common case only.
 
         The common cases: an identity feature, a RaggedTensor-like `ids` whose
@@ -210,14 +206,25 @@ class FastPath:
             if _is_sparse(weights) or not _is_ragged_tensor(weights):
                 return None
             w, w_splits = weights.values, weights.row_splits
-            if not (isinstance(w, np.ndarray) and isinstance(w_splits, np.ndarray) and w.ndim == 1
-                    and w.dtype.kind in "iuf" and w.shape == np.shape(ids.values)
-                    and (w_splits is ids.row_splits or np.array_equal(w_splits, ids.row_splits))):
+            if not (
+                isinstance(w, np.ndarray)
+                and isinstance(w_splits, np.ndarray)
+                and w.ndim == 1
+                and w.dtype.kind in "iuf"
+                and w.shape == np.shape(ids.values)
+                and (w_splits is ids.row_splits or np.array_equal(w_splits, ids.row_splits))
+            ):
                 return None
         values, splits = ids.values, ids.row_splits
-        if not (isinstance(values, np.ndarray) and isinstance(splits, np.ndarray) and values.ndim == 1
-                and splits.ndim == 1 and values.dtype == np.int64 and splits.dtype == np.int64
-                and values.shape[0] > 0):
+        if not (
+            isinstance(values, np.ndarray)
+            and isinstance(splits, np.ndarray)
+            and values.ndim == 1
+            and splits.ndim == 1
+            and values.dtype == np.int64
+            and splits.dtype == np.int64
+            and values.shape[0] > 0
+        ):
             return None
         copy = copy or not (values.flags.c_contiguous and splits.flags.c_contiguous)
         out = np.empty(values.shape[0], dtype=np.int64) if copy else _NO_IDS
@@ -233,7 +240,7 @@ class FastPath:
         return Ragged(out, splits.copy(), w)
 
     @staticmethod
-    def _dense_ids(ids: np.ndarray, feature, weights, copy: bool) -> "Ragged | None":
+    def _dense_ids(ids: np.ndarray, feature, weights, copy: bool) -> Ragged | None:
         """`ragged_ids` for a dense [B] or [B, L] int64 array with no padding in it.
 
         Every id must be in range, and not 0 when a dense 0 is padding (an
@@ -286,7 +293,8 @@ class FastPath:
         if key not in known:
             with one_thread_below(batch.num_values * dim):
                 known[key] = coefficients.pooled_coefficients(
-                    batch.values, batch.row_splits, batch.weights, combiner, safe)
+                    batch.values, batch.row_splits, batch.weights, combiner, safe
+                )
         return known[key]
 
     def pooled_lookup(self, table: np.ndarray, batch: Ragged, combiner: str, *, safe: bool = True) -> np.ndarray:
@@ -312,8 +320,7 @@ class FastPath:
 
         Independent lookups too small for a parallel launch run side by side
         (`threads.run_each`)."""
-        return run_each([(r.batch.num_values * r.table.shape[1], functools.partial(self._lookup, r))
-                         for r in requests])
+        return run_each([(r.batch.num_values * r.table.shape[1], functools.partial(self._lookup, r)) for r in requests])
 
     def _lookup(self, r: Lookup):
         if r.max_sequence_length is not None:
@@ -337,18 +344,17 @@ class FastPath:
         grads = np.ascontiguousarray(grad, dtype=_F32).reshape(batch.batch_size * length, -1)
         return Entries(np.ascontiguousarray(batch.values[keep]), src, _NO_COEF, grads)
 
-    def sum_rows(self, table: str, num_rows: int, dim: int, entries: List[Entries]) -> Tuple[np.ndarray, np.ndarray]:
+    def sum_rows(self, table: str, num_rows: int, dim: int, entries: list[Entries]) -> tuple[np.ndarray, np.ndarray]:
         """(unique ids int64 [U], summed gradients float32 [U, D]) of one table; ids unsorted."""
         return self.sum_table(table, num_rows, dim, entries).compact()
 
-    def _buffers(self, table: str, rows: int, dim: int) -> Tuple[np.ndarray, np.ndarray]:
+    def _buffers(self, table: str, rows: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
         """The table's persistent scratch, grown to at least `rows` rows (high-water mark)."""
-        ids, grads = self._scratch.get(table, (None, None))
-        if ids is None or ids.shape[0] < rows or grads.shape[1] != dim:
+        scratch = self._scratch.get(table)
+        if scratch is None or scratch[0].shape[0] < rows or scratch[1].shape[1] != dim:
             rows = max(rows, 1)
-            ids, grads = np.empty(rows, dtype=np.int64), aligned.empty((rows, dim), _F32)
-            self._scratch[table] = (ids, grads)
-        return ids, grads
+            scratch = self._scratch[table] = (np.empty(rows, dtype=np.int64), aligned.empty((rows, dim), _F32))
+        return scratch
 
     def _order(self, table: str, n: int) -> np.ndarray:
         """The table's persistent entry-index buffer (`owner.bucket_owned`), at least `n` long."""
@@ -357,7 +363,7 @@ class FastPath:
             order = self._orders[table] = np.empty(max(n, 1), dtype=np.int64)
         return order
 
-    def sum_table(self, table: str, num_rows: int, dim: int, entries: List[Entries]) -> Summed:
+    def sum_table(self, table: str, num_rows: int, dim: int, entries: list[Entries]) -> Summed:
         """One table's entries summed to one gradient per touched row, in one pass per feature.
 
         Partition p (ids with id % P == p) writes its rows into its own region of
@@ -384,30 +390,55 @@ class FastPath:
                     np.cumsum(own[:-1], out=ostarts[1:])
                     order = self._order(table, e.ids.shape[0])
                     owner.bucket_owned(e.ids, ostarts, order)
-                    owner.sum_owned(e.ids, e.src, e.coef, e.grads, slot_map, starts, counts, unique_ids, grads,
-                                    order, ostarts, ostarts + own, number == len(entries) - 1)  # last: reset the map
+                    owner.sum_owned(
+                        e.ids,
+                        e.src,
+                        e.coef,
+                        e.grads,
+                        slot_map,
+                        starts,
+                        counts,
+                        unique_ids,
+                        grads,
+                        order,
+                        ostarts,
+                        ostarts + own,
+                        number == len(entries) - 1,
+                    )  # last: reset the map
         except BaseException:
             slot_map.fill(-1)  # never leave the map dirty, whatever failed
             raise
         return Summed(unique_ids, grads, starts, starts + counts)
 
-    def sum_tables(self, requests: Sequence[Tuple[str, int, int, List[Entries]]]) -> List[Summed]:
+    def sum_tables(self, requests: Sequence[tuple[str, int, int, list[Entries]]]) -> list[Summed]:
         """`sum_table(*request)` for each (table, num_rows, dim, entries), small tables side by side."""
-        return run_each([(sum(e.ids.shape[0] for e in request[3]) * request[2],
-                          functools.partial(self.sum_table, *request)) for request in requests])
+        return run_each(
+            [
+                (sum(e.ids.shape[0] for e in request[3]) * request[2], functools.partial(self.sum_table, *request))
+                for request in requests
+            ]
+        )
 
     # Update -----------------------------------------------------------------------
 
     @classmethod
-    def apply_in_place(cls, optimizer: OptimizerSpec, lr: float, table: np.ndarray, slots: Mapping[str, np.ndarray],
-                       unique_ids: np.ndarray, summed: np.ndarray) -> None:
+    def apply_in_place(
+        cls,
+        optimizer: OptimizerSpec,
+        lr: float,
+        table: np.ndarray,
+        slots: Mapping[str, np.ndarray],
+        unique_ids: np.ndarray,
+        summed: np.ndarray,
+    ) -> None:
         """The fused update of `optimizer` (`fused.fusable(optimizer)` must hold); writes in place."""
         starts, stops = _segments(unique_ids.shape[0], cls.threads())
         cls.apply_summed(optimizer, lr, table, slots, Summed(unique_ids, summed, starts, stops))
 
     @staticmethod
-    def apply_summed(optimizer: OptimizerSpec, lr: float, table: np.ndarray, slots: Mapping[str, np.ndarray],
-                     summed: Summed) -> None:
+    def apply_summed(
+        optimizer: OptimizerSpec, lr: float, table: np.ndarray, slots: Mapping[str, np.ndarray], summed: Summed
+    ) -> None:
         """`apply_in_place` on the regions of a `Summed`; writes in place (see `fused.apply`)."""
         with one_thread_below(_update_work(optimizer, table, summed)):
             fused.apply(optimizer, lr, table, slots, summed.unique_ids, summed.grads, summed.starts, summed.stops)
@@ -415,9 +446,15 @@ class FastPath:
     @classmethod
     def apply_all(cls, updates: Sequence[Update]) -> None:
         """`apply_summed` for each update (different tables), small ones side by side."""
-        run_each([(_update_work(u.optimizer, u.table, u.summed),
-                   functools.partial(cls.apply_summed, u.optimizer, u.lr, u.table, u.slots, u.summed))
-                  for u in updates])
+        run_each(
+            [
+                (
+                    _update_work(u.optimizer, u.table, u.summed),
+                    functools.partial(cls.apply_summed, u.optimizer, u.lr, u.table, u.slots, u.summed),
+                )
+                for u in updates
+            ]
+        )
 
 
 def _update_work(optimizer: OptimizerSpec, table: np.ndarray, summed: Summed) -> int:

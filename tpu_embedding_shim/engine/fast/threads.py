@@ -31,8 +31,9 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import TypeVar
 
 import numba
 
@@ -67,7 +68,7 @@ def _threads(count: int) -> Iterator[None]:
         numba.set_num_threads(saved)
 
 
-def run_each(calls: Sequence[Tuple[int, Callable[[], T]]]) -> List[T]:
+def run_each(calls: Sequence[tuple[int, Callable[[], T]]]) -> list[T]:
     """The results of independent `(work, call)` pairs, in order; small calls run side by side.
 
     The first error in call order is raised. Run one after another, the
@@ -75,14 +76,15 @@ def run_each(calls: Sequence[Tuple[int, Callable[[], T]]]) -> List[T]:
     its end first (none is left half done on another thread)."""
     threads = numba.get_num_threads()
     small = [i for i, (work, _) in enumerate(calls) if work < SERIAL_WORK]
-    spread = (threads > 1 and len(small) > 1 and sum(calls[i][0] for i in small) >= SERIAL_WORK
-              and _layer_is_thread_safe())
+    spread = (
+        threads > 1 and len(small) > 1 and sum(calls[i][0] for i in small) >= SERIAL_WORK and _layer_is_thread_safe()
+    )
     if not spread:
         if small and len(small) == len(calls) and threads > 1:  # all small: one thread count change, not one each
             with _threads(1):
                 return [call() for _, call in calls]
         return [call() for _, call in calls]
-    outcomes: List[Optional[Tuple[bool, object]]] = [None] * len(calls)
+    outcomes: dict[int, T | _Failed] = {}  # call index -> its result or error (each thread writes its own)
     for i, (work, call) in enumerate(calls):  # the large ones first, each on every thread
         if work >= SERIAL_WORK:
             outcomes[i] = _outcome(call)
@@ -92,31 +94,41 @@ def run_each(calls: Sequence[Tuple[int, Callable[[], T]]]) -> List[T]:
     _run_share(calls, shares[0], outcomes)
     for future in futures:
         future.result()  # `_run_share` catches the calls' errors: this only waits
-    results = []
-    for ok, value in outcomes:
-        if not ok:
-            raise value
-        results.append(value)
+    results: list[T] = []
+    for i in range(len(calls)):
+        outcome = outcomes[i]
+        if isinstance(outcome, _Failed):
+            raise outcome.error
+        results.append(outcome)
     return results
 
 
-def _outcome(call: Callable[[], T]) -> Tuple[bool, object]:
+class _Failed:
+    """A call's error, kept to be raised in call order by `run_each`."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+def _outcome(call: Callable[[], T]) -> T | _Failed:
     try:
-        return True, call()
-    except BaseException as error:  # kept, raised in call order by `run_each`
-        return False, error
+        return call()
+    except BaseException as error:
+        return _Failed(error)
 
 
-def _run_share(calls, share: List[int], outcomes: list) -> None:
+def _run_share(
+    calls: Sequence[tuple[int, Callable[[], T]]], share: list[int], outcomes: dict[int, T | _Failed]
+) -> None:
     """Runs the calls at `share` on this thread, one numba thread; records each result or error."""
     with _threads(1):
         for i in share:
             outcomes[i] = _outcome(calls[i][1])
 
 
-def _balance(indices: List[int], works: List[int], parts: int) -> List[List[int]]:
+def _balance(indices: list[int], works: list[int], parts: int) -> list[list[int]]:
     """`indices` in `parts` shares of about equal work (largest first to the lightest share), each in order."""
-    shares: List[List[int]] = [[] for _ in range(parts)]
+    shares: list[list[int]] = [[] for _ in range(parts)]
     loads = [0] * parts
     for work, i in sorted(zip(works, indices), key=lambda pair: -pair[0]):
         lightest = loads.index(min(loads))
@@ -133,8 +145,8 @@ def _layer_is_thread_safe() -> bool:
 
 
 _lock = threading.Lock()
-_executor: Optional[ThreadPoolExecutor] = None
-_executor_key: Tuple[int, int] = (-1, 0)  # (process id, workers): a forked child gets its own pool
+_executor: ThreadPoolExecutor | None = None
+_executor_key: tuple[int, int] = (-1, 0)  # (process id, workers): a forked child gets its own pool
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:

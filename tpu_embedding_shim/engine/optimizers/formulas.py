@@ -37,13 +37,20 @@ zeros when there is none) after the slots.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
 from ...spec.checks import fail
 from ...spec.optimizers import (
-    AdagradMomentumSpec, AdagradSpec, AdamSpec, FtrlSpec, MomentumSpec, ProximalAdagradSpec, RMSPropSpec, SGDSpec,
+    AdagradMomentumSpec,
+    AdagradSpec,
+    AdamSpec,
+    FtrlSpec,
+    MomentumSpec,
+    ProximalAdagradSpec,
+    RMSPropSpec,
+    SGDSpec,
 )
 
 _F32 = np.float32
@@ -54,7 +61,7 @@ _TWO = _F32(2.0)
 # How a formula gets its power P(x) (FTRL, AdagradMomentum): always 1, a square root, or given (np.power).
 POWER_ONE, POWER_SQRT, POWER_GIVEN = 0, 1, 2
 
-Values = Tuple[Any, ...]
+Values = tuple[Any, ...]
 
 
 # --------------------------------------------------------------------------
@@ -138,8 +145,16 @@ def _moving_sum(a, g2, beta2, one_minus_beta2, plain_sum):
 
 def adagrad_momentum_hyperparameters(optimizer: AdagradMomentumSpec, lr: float) -> Values:
     beta2 = _F32(optimizer.beta2)
-    return (_F32(lr), _F32(optimizer.momentum), _F32(optimizer.epsilon), optimizer.exponent == 2.0,
-            bool(optimizer.use_nesterov), beta2, _ONE - beta2, optimizer.beta2 == 1.0)
+    return (
+        _F32(lr),
+        _F32(optimizer.momentum),
+        _F32(optimizer.epsilon),
+        optimizer.exponent == 2.0,
+        bool(optimizer.use_nesterov),
+        beta2,
+        _ONE - beta2,
+        optimizer.beta2 == 1.0,
+    )
 
 
 def adagrad_momentum_power_bases(g, a, hp):
@@ -148,7 +163,7 @@ def adagrad_momentum_power_bases(g, a, hp):
     return (_moving_sum(a, g * g, beta2, one_minus_beta2, plain_sum) + epsilon,)
 
 
-def adagrad_momentum_power_exponent(optimizer: AdagradMomentumSpec) -> Optional[float]:
+def adagrad_momentum_power_exponent(optimizer: AdagradMomentumSpec) -> float | None:
     return None if optimizer.exponent == 2.0 else -1.0 / optimizer.exponent
 
 
@@ -173,8 +188,15 @@ def adam(w, g, m, v, hp):
 
 def adam_hyperparameters(optimizer: AdamSpec, lr: float) -> Values:
     beta1, beta2 = _F32(optimizer.beta1), _F32(optimizer.beta2)
-    return (_F32(lr), beta1, _ONE - beta1, beta2, _ONE - beta2, _F32(optimizer.epsilon),
-            bool(optimizer.sum_inside_sqrt))
+    return (
+        _F32(lr),
+        beta1,
+        _ONE - beta1,
+        beta2,
+        _ONE - beta2,
+        _F32(optimizer.epsilon),
+        bool(optimizer.sum_inside_sqrt),
+    )
 
 
 def ftrl(w, g, a, n, p_old, p_new, hp):
@@ -225,14 +247,22 @@ def ftrl_hyperparameters(optimizer: FtrlSpec, lr: float) -> Values:
     by_learning_rate = bool(optimizer.multiply_linear_by_learning_rate)
     if not by_learning_rate and lr == 0.0:
         raise fail(
-            "learning_rate", "> 0 for FtrlSpec with multiply_linear_by_learning_rate=False",
-            lr, owner="FtrlSpec",
+            "learning_rate",
+            "> 0 for FtrlSpec with multiply_linear_by_learning_rate=False",
+            lr,
+            owner="FtrlSpec",
             hint="That form divides by the learning rate; pass "
-                 "multiply_linear_by_learning_rate=True to allow a learning rate of 0.",
+            "multiply_linear_by_learning_rate=True to allow a learning rate of 0.",
         )
     power = {0.0: POWER_ONE, -0.5: POWER_SQRT}.get(optimizer.learning_rate_power, POWER_GIVEN)
-    return (power, by_learning_rate, _F32(lr), _F32(optimizer.l1_regularization_strength),
-            _F32(optimizer.l2_regularization_strength), _F32(optimizer.beta))
+    return (
+        power,
+        by_learning_rate,
+        _F32(lr),
+        _F32(optimizer.l1_regularization_strength),
+        _F32(optimizer.l2_regularization_strength),
+        _F32(optimizer.beta),
+    )
 
 
 def ftrl_power_bases(g, a, hp):
@@ -240,7 +270,7 @@ def ftrl_power_bases(g, a, hp):
     return a, a + g * g
 
 
-def ftrl_power_exponent(optimizer: FtrlSpec) -> Optional[float]:
+def ftrl_power_exponent(optimizer: FtrlSpec) -> float | None:
     """`-learning_rate_power` (>= 0: a zero accumulator gives 0, never `0 ** negative = inf`)."""
     power = optimizer.learning_rate_power
     return None if power in (0.0, -0.5) else -power
@@ -249,9 +279,9 @@ def ftrl_power_exponent(optimizer: FtrlSpec) -> Optional[float]:
 def momentum(w, g, m, hp):
     """Momentum, TensorFlow's `ApplyMomentum` kernel.
 
-        m <- momentum * m + g
-        w <- w - lr * m                          (plain)
-        w <- w - lr * g - lr * momentum * m      (use_nesterov)
+    m <- momentum * m + g
+    w <- w - lr * m                          (plain)
+    w <- w - lr * g - lr * momentum * m      (use_nesterov)
     """
     lr, momentum, use_nesterov = hp
     m = m * momentum + g
@@ -265,9 +295,9 @@ def momentum_hyperparameters(optimizer: MomentumSpec, lr: float) -> Values:
 def rmsprop(w, g, ms, mom, hp):
     """RMSProp, TensorFlow's `ApplyRMSProp` kernel.
 
-        ms  <- ms + (g**2 - ms) * (1 - rho)      (= rho ms + (1 - rho) g**2)
-        mom <- momentum * mom + lr * g / sqrt(ms + epsilon)
-        w   <- w - mom
+    ms  <- ms + (g**2 - ms) * (1 - rho)      (= rho ms + (1 - rho) g**2)
+    mom <- momentum * mom + lr * g / sqrt(ms + epsilon)
+    w   <- w - mom
     """
     lr, one_minus_rho, momentum, epsilon = hp
     ms = ms + (g * g - ms) * one_minus_rho

@@ -43,7 +43,7 @@ are the oracles the tests and docs compare the engine with.
 
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional, Tuple
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -54,13 +54,19 @@ from ..lookup import sum_duplicates
 from . import formulas
 from .registry import Optimizer, optimizer_for
 
-Slots = Dict[str, np.ndarray]
+Slots = dict[str, np.ndarray]
 
 _F32 = np.float32
 
 __all__ = [
-    "apply_update", "touches_all_rows", "initial_slots", "clip_gradients", "decay_weights", "clip_weights",
-    "apply_sparse_update", "apply_sequentially",
+    "apply_update",
+    "touches_all_rows",
+    "initial_slots",
+    "clip_gradients",
+    "decay_weights",
+    "clip_weights",
+    "apply_sparse_update",
+    "apply_sequentially",
 ]
 
 
@@ -69,7 +75,7 @@ __all__ = [
 # --------------------------------------------------------------------------
 
 
-def _clip(values: np.ndarray, low: Optional[float], high: Optional[float]) -> np.ndarray:
+def _clip(values: np.ndarray, low: float | None, high: float | None) -> np.ndarray:
     if low is None and high is None:
         return values
     low = -np.inf if low is None else low
@@ -108,7 +114,7 @@ def clip_weights(optimizer: OptimizerSpec, rows: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------
 
 
-def initial_slots(optimizer: Optional[OptimizerSpec], shape) -> Slots:
+def initial_slots(optimizer: OptimizerSpec | None, shape) -> Slots:
     """float32 slot arrays of `shape`, each filled with its initial value.
 
     >>> from tpu_embedding_shim.spec import FtrlSpec
@@ -120,8 +126,7 @@ def initial_slots(optimizer: Optional[OptimizerSpec], shape) -> Slots:
     if optimizer is None:
         return {}
     return {  # cache-line aligned, like the tables (see aligned.py)
-        name: aligned.full(shape, value, np.float32)
-        for name, value in optimizer.slot_initial_values().items()
+        name: aligned.full(shape, value, np.float32) for name, value in optimizer.slot_initial_values().items()
     }
 
 
@@ -161,15 +166,16 @@ def _check_inputs(optimizer, rows, slots, grads):
     if not isinstance(slots, Mapping) or sorted(slots) != expected:
         received = sorted(slots) if isinstance(slots, Mapping) else slots
         raise fail(
-            "slots", f"a dict with exactly the keys {expected} for {type(optimizer).__name__}",
-            received, error=TypeError if not isinstance(slots, Mapping) else ValueError,
+            "slots",
+            f"a dict with exactly the keys {expected} for {type(optimizer).__name__}",
+            received,
+            error=TypeError if not isinstance(slots, Mapping) else ValueError,
         )
     checked = {}
     for name in expected:
         array = _as_float32(f"slots[{name!r}]", slots[name])
         if array.shape != rows.shape:
-            raise fail(f"slots[{name!r}]", f"an array of the shape of `rows` {rows.shape}",
-                       f"shape {array.shape}")
+            raise fail(f"slots[{name!r}]", f"an array of the shape of `rows` {rows.shape}", f"shape {array.shape}")
         checked[name] = array
     return rows, checked, grads
 
@@ -182,7 +188,7 @@ def _fresh(result: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
     return result
 
 
-def _powers(row: Optimizer, optimizer: OptimizerSpec, grads: np.ndarray, slots: Slots, hp) -> Tuple:
+def _powers(row: Optimizer, optimizer: OptimizerSpec, grads: np.ndarray, slots: Slots, hp) -> tuple:
     """The powers the formula takes from outside (`registry.Powers`), with numpy's float32 `np.power`."""
     if row.powers is None:
         return ()
@@ -208,8 +214,9 @@ def _apply(optimizer, rows, slots, grads, lr, hp):
     )
 
 
-def apply_update(optimizer: OptimizerSpec, rows: np.ndarray, slots: Slots, grads: np.ndarray,
-                 step: int) -> Tuple[np.ndarray, Slots]:
+def apply_update(
+    optimizer: OptimizerSpec, rows: np.ndarray, slots: Slots, grads: np.ndarray, step: int
+) -> tuple[np.ndarray, Slots]:
     """One optimizer step on the rows a step touched.
 
     Args:
@@ -256,8 +263,9 @@ def _check_ids(ids, grads, num_rows: int):
     return ids, grads
 
 
-def apply_sparse_update(optimizer: OptimizerSpec, table: np.ndarray, slots: Slots, ids, grads,
-                        step: int) -> Tuple[np.ndarray, Slots]:
+def apply_sparse_update(
+    optimizer: OptimizerSpec, table: np.ndarray, slots: Slots, ids, grads, step: int
+) -> tuple[np.ndarray, Slots]:
     """One training step on a whole table: sum duplicates, update, scatter.
 
     The reference for what the engine does per table: duplicate ids are summed
@@ -278,8 +286,7 @@ def apply_sparse_update(optimizer: OptimizerSpec, table: np.ndarray, slots: Slot
         raise fail("table", "a 2-D array [V, D]", f"shape {table.shape}")
     ids, grads = _check_ids(ids, grads, table.shape[0])
     if grads.shape[1] != table.shape[1]:
-        raise fail("grads", f"rows of width {table.shape[1]} (the table's dimension)",
-                   f"shape {grads.shape}")
+        raise fail("grads", f"rows of width {table.shape[1]} (the table's dimension)", f"shape {grads.shape}")
     unique_ids, summed = sum_duplicates(ids, grads)
     if touches_all_rows(optimizer):
         dense = np.zeros_like(table)
@@ -298,8 +305,9 @@ def apply_sparse_update(optimizer: OptimizerSpec, table: np.ndarray, slots: Slot
     return new_table, new_slots
 
 
-def apply_sequentially(optimizer: OptimizerSpec, rows: np.ndarray, slots: Slots, ids, grads, step: int, *,
-                       epsilon: float = 0.0) -> Tuple[np.ndarray, Slots]:
+def apply_sequentially(
+    optimizer: OptimizerSpec, rows: np.ndarray, slots: Slots, ids, grads, step: int, *, epsilon: float = 0.0
+) -> tuple[np.ndarray, Slots]:
     """Duplicates applied one after another: TensorFlow's raw-kernel behaviour.
 
     NOT the TPU rule. `tf.raw_ops.ResourceSparseApplyAdagradV2` does not sum
@@ -321,8 +329,12 @@ def apply_sequentially(optimizer: OptimizerSpec, rows: np.ndarray, slots: Slots,
     ids, grads = _check_ids(ids, grads, table.shape[0])
     step = _check_step(step)
     if epsilon and not isinstance(optimizer, AdagradSpec):
-        raise fail("epsilon", "0 unless the optimizer is an AdagradSpec", epsilon,
-                   hint=f"Received optimizer {type(optimizer).__name__}.")
+        raise fail(
+            "epsilon",
+            "0 unless the optimizer is an AdagradSpec",
+            epsilon,
+            hint=f"Received optimizer {type(optimizer).__name__}.",
+        )
     lr = optimizer.learning_rate_at(step)
     if isinstance(optimizer, AdagradSpec):
         hp = formulas.adagrad_hyperparameters(optimizer, lr, epsilon=epsilon)
@@ -331,9 +343,9 @@ def apply_sequentially(optimizer: OptimizerSpec, rows: np.ndarray, slots: Slots,
     table = table.copy()
     new_slots = {name: values.copy() for name, values in checked_slots.items()}
     for position, row_id in enumerate(ids):
-        one_row = table[row_id:row_id + 1]
-        one_slots = {name: values[row_id:row_id + 1] for name, values in new_slots.items()}
-        new_row, new_slot_row = _apply(optimizer, one_row, one_slots, grads[position:position + 1], lr, hp)
+        one_row = table[row_id : row_id + 1]
+        one_slots = {name: values[row_id : row_id + 1] for name, values in new_slots.items()}
+        new_row, new_slot_row = _apply(optimizer, one_row, one_slots, grads[position : position + 1], lr, hp)
         table[row_id] = new_row[0]
         for name in new_slots:
             new_slots[name][row_id] = new_slot_row[name][0]

@@ -9,12 +9,20 @@ kernels (`fast/fused.py`). Adding an optimizer is a spec class
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, Generic, Optional, Protocol, Tuple, Type, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar
 
 from ...spec.checks import fail
 from ...spec.optimizers import (
-    AdagradMomentumSpec, AdagradSpec, AdamSpec, FtrlSpec, MomentumSpec, OptimizerSpec,
-    ProximalAdagradSpec, RMSPropSpec, SGDSpec,
+    AdagradMomentumSpec,
+    AdagradSpec,
+    AdamSpec,
+    FtrlSpec,
+    MomentumSpec,
+    OptimizerSpec,
+    ProximalAdagradSpec,
+    RMSPropSpec,
+    SGDSpec,
 )
 from . import formulas as f
 
@@ -27,13 +35,13 @@ S_contra = TypeVar("S_contra", bound=OptimizerSpec, contravariant=True)
 class Formula(Protocol):
     """`formula(w, g, *slots, *powers, hp) -> (w, *slots)`, element-wise (see `formulas`)."""
 
-    def __call__(self, *values: Any) -> Tuple[Any, ...]: ...
+    def __call__(self, *values: Any) -> tuple[Any, ...]: ...
 
 
 class Hyperparameters(Protocol[S_contra]):
     """`(spec, lr) -> hp`: the formula's float32 hyper-parameters for one step; raises for an lr it refuses."""
 
-    def __call__(self, optimizer: S_contra, lr: float) -> Tuple[Any, ...]: ...
+    def __call__(self, optimizer: S_contra, lr: float) -> tuple[Any, ...]: ...
 
 
 def _never(optimizer: Any) -> bool:
@@ -54,9 +62,9 @@ class Powers:
     passed zeros)."""
 
     bases: Formula
-    exponent: Callable[[Any], Optional[float]]
+    exponent: Callable[[Any], float | None]
     count: int
-    slots: Tuple[str, ...]
+    slots: tuple[str, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,12 +84,12 @@ class Optimizer(Generic[S]):
         the step's checks and cannot fail then (FTRL's paper form refuses a learning rate of 0).
     """
 
-    spec: Type[S]
+    spec: type[S]
     formula: Formula
-    slots: Tuple[str, ...]
+    slots: tuple[str, ...]
     hyperparameters: Hyperparameters[S]
     constants: int = 0
-    powers: Optional[Powers] = None
+    powers: Powers | None = None
     touches_all_rows: Callable[[S], bool] = _never
     fusable: Callable[[S], bool] = _always
 
@@ -92,21 +100,39 @@ def _ftrl_fusable(optimizer: FtrlSpec) -> bool:
     return optimizer.multiply_linear_by_learning_rate or (not callable(lr) and lr > 0)
 
 
-OPTIMIZERS: Dict[type, Optimizer[Any]] = {row.spec: row for row in (
-    Optimizer(SGDSpec, f.sgd, (), f.sgd_hyperparameters),
-    Optimizer(AdagradSpec, f.adagrad, ("accumulators",), f.adagrad_hyperparameters, constants=1),
-    Optimizer(AdagradMomentumSpec, f.adagrad_momentum, ("accumulators", "momenta"),
-              f.adagrad_momentum_hyperparameters,
-              powers=Powers(f.adagrad_momentum_power_bases, f.adagrad_momentum_power_exponent, 1, ("accumulators",))),
-    Optimizer(AdamSpec, f.adam, ("momenta", "velocities"), f.adam_hyperparameters,
-              touches_all_rows=lambda optimizer: not optimizer.lazy_adam),
-    Optimizer(FtrlSpec, f.ftrl, ("accumulators", "linears"), f.ftrl_hyperparameters, constants=2,
-              powers=Powers(f.ftrl_power_bases, f.ftrl_power_exponent, 2, ("accumulators",)),
-              fusable=_ftrl_fusable),
-    Optimizer(MomentumSpec, f.momentum, ("momenta",), f.momentum_hyperparameters),
-    Optimizer(RMSPropSpec, f.rmsprop, ("ms", "mom"), f.rmsprop_hyperparameters),
-    Optimizer(ProximalAdagradSpec, f.proximal_adagrad, ("accumulators",), f.proximal_adagrad_hyperparameters),
-)}
+OPTIMIZERS: dict[type, Optimizer[Any]] = {
+    row.spec: row
+    for row in (
+        Optimizer(SGDSpec, f.sgd, (), f.sgd_hyperparameters),
+        Optimizer(AdagradSpec, f.adagrad, ("accumulators",), f.adagrad_hyperparameters, constants=1),
+        Optimizer(
+            AdagradMomentumSpec,
+            f.adagrad_momentum,
+            ("accumulators", "momenta"),
+            f.adagrad_momentum_hyperparameters,
+            powers=Powers(f.adagrad_momentum_power_bases, f.adagrad_momentum_power_exponent, 1, ("accumulators",)),
+        ),
+        Optimizer(
+            AdamSpec,
+            f.adam,
+            ("momenta", "velocities"),
+            f.adam_hyperparameters,
+            touches_all_rows=lambda optimizer: not optimizer.lazy_adam,
+        ),
+        Optimizer(
+            FtrlSpec,
+            f.ftrl,
+            ("accumulators", "linears"),
+            f.ftrl_hyperparameters,
+            constants=2,
+            powers=Powers(f.ftrl_power_bases, f.ftrl_power_exponent, 2, ("accumulators",)),
+            fusable=_ftrl_fusable,
+        ),
+        Optimizer(MomentumSpec, f.momentum, ("momenta",), f.momentum_hyperparameters),
+        Optimizer(RMSPropSpec, f.rmsprop, ("ms", "mom"), f.rmsprop_hyperparameters),
+        Optimizer(ProximalAdagradSpec, f.proximal_adagrad, ("accumulators",), f.proximal_adagrad_hyperparameters),
+    )
+}
 
 
 def register(optimizer: Optimizer[Any]) -> Optimizer[Any]:
@@ -126,4 +152,3 @@ def optimizer_for(optimizer: Any) -> Optimizer[Any]:
             return OPTIMIZERS[cls]
     names = ", ".join(cls.__name__ for cls in OPTIMIZERS)
     raise fail("optimizer", f"one of {names}", optimizer, error=TypeError)
-

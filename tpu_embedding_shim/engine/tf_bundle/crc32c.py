@@ -29,7 +29,8 @@ True
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Optional, Union
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,7 @@ from ..fast import available
 
 __all__ = ["crc32c", "mask", "unmask", "backend", "crc32c_numpy", "crc32c_numba"]
 
-Bytes = Union[bytes, bytearray, memoryview, np.ndarray]
+Bytes = bytes | bytearray | memoryview | np.ndarray
 
 POLYNOMIAL = 0x82F63B78  # CRC-32C, bit-reflected
 _MASK_DELTA = 0xA282EAD8
@@ -104,8 +105,16 @@ def _lanes_zero_start(lanes: np.ndarray) -> np.ndarray:
     for j in range(0, width // 4, 2):
         low = register ^ words[:, j]
         high = words[:, j + 1]
-        register = (t[7][low & 0xFF] ^ t[6][(low >> 8) & 0xFF] ^ t[5][(low >> 16) & 0xFF] ^ t[4][low >> 24]
-                    ^ t[3][high & 0xFF] ^ t[2][(high >> 8) & 0xFF] ^ t[1][(high >> 16) & 0xFF] ^ t[0][high >> 24])
+        register = (
+            t[7][low & 0xFF]
+            ^ t[6][(low >> 8) & 0xFF]
+            ^ t[5][(low >> 16) & 0xFF]
+            ^ t[4][low >> 24]
+            ^ t[3][high & 0xFF]
+            ^ t[2][(high >> 8) & 0xFF]
+            ^ t[1][(high >> 16) & 0xFF]
+            ^ t[0][high >> 24]
+        )
     return register
 
 
@@ -176,7 +185,7 @@ def crc32c_numpy(data: Bytes, crc: int = 0) -> int:
     view = _as_bytes(data)
     register = (crc ^ _M32) & _M32
     for start in range(0, view.size, _PIECE):
-        register = _register_numpy(register, view[start:start + _PIECE])
+        register = _register_numpy(register, view[start : start + _PIECE])
     return register ^ _M32
 
 
@@ -189,9 +198,16 @@ def _register_kernel(register, data, tables):  # pragma: no cover - compiled by 
     i = 0
     while i + 8 <= n:
         low = register ^ (data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24))
-        register = (tables[7, low & 0xFF] ^ tables[6, (low >> 8) & 0xFF] ^ tables[5, (low >> 16) & 0xFF]
-                    ^ tables[4, (low >> 24) & 0xFF] ^ tables[3, data[i + 4]] ^ tables[2, data[i + 5]]
-                    ^ tables[1, data[i + 6]] ^ tables[0, data[i + 7]])
+        register = (
+            tables[7, low & 0xFF]
+            ^ tables[6, (low >> 8) & 0xFF]
+            ^ tables[5, (low >> 16) & 0xFF]
+            ^ tables[4, (low >> 24) & 0xFF]
+            ^ tables[3, data[i + 4]]
+            ^ tables[2, data[i + 5]]
+            ^ tables[1, data[i + 6]]
+            ^ tables[0, data[i + 7]]
+        )
         i += 8
     while i < n:
         register = tables[0, (register ^ data[i]) & 0xFF] ^ (register >> 8)
@@ -200,7 +216,7 @@ def _register_kernel(register, data, tables):  # pragma: no cover - compiled by 
 
 
 @functools.lru_cache(maxsize=1)
-def _numba_kernel() -> Optional[Callable[..., Any]]:
+def _numba_kernel() -> Callable[..., Any] | None:
     if not available():
         return None
     import numba  # optional (the `fast` extra): imported only where it is installed

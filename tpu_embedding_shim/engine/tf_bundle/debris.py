@@ -39,7 +39,7 @@ import contextlib
 import os
 import re
 import threading
-from typing import Callable, Dict, Iterator, List, Optional
+from collections.abc import Callable, Iterator
 
 from .naming import index_file
 from .state import STATE_FILE
@@ -49,8 +49,15 @@ try:
 except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["writing", "remove_debris", "LOCK_FILE", "DirectoryInUseError", "sole_writer", "acquire_writer",
-           "release_writer"]
+__all__ = [
+    "writing",
+    "remove_debris",
+    "LOCK_FILE",
+    "DirectoryInUseError",
+    "sole_writer",
+    "acquire_writer",
+    "release_writer",
+]
 
 LOCK_FILE = ".tpu_embedding_shim.lock"
 
@@ -59,7 +66,7 @@ class DirectoryInUseError(RuntimeError):
     """Another process is writing checkpoints in this directory (it holds its `LOCK_FILE`)."""
 
 
-_held: Dict[str, List[int]] = {}  # real path of a directory -> [descriptor of its locked LOCK_FILE, users]
+_held: dict[str, list[int]] = {}  # real path of a directory -> [descriptor of its locked LOCK_FILE, users]
 _held_guard = threading.Lock()
 
 
@@ -88,7 +95,7 @@ def _holder(path: str) -> str:
     return f"process {pid}" if pid.isdigit() else "another process"
 
 
-def _take(directory: str, what: str) -> Optional[int]:
+def _take(directory: str, what: str) -> int | None:
     """A descriptor of `directory`'s lock file, locked exclusively; None where locks can't be had."""
     path = os.path.join(directory, LOCK_FILE)
     while True:
@@ -104,7 +111,8 @@ def _take(directory: str, what: str) -> Optional[int]:
                 f"{what}: {_holder(path)} is writing checkpoints in {directory!r} (it holds {path}). Two writers "
                 "in one directory would delete each other's checkpoints: wait for it to end, or write to another "
                 "directory. Reading (evaluate, predict, export, restore, tf.train.load_checkpoint) works beside "
-                "it.") from None
+                "it."
+            ) from None
         except OSError:  # a filesystem without locks
             os.close(fd)
             return None
@@ -119,7 +127,7 @@ def _take(directory: str, what: str) -> Optional[int]:
         os.close(fd)
 
 
-def acquire_writer(directory: str, what: str) -> Optional[str]:
+def acquire_writer(directory: str, what: str) -> str | None:
     """Makes this process the only writer of `directory` (created if missing); returns a key for `release_writer`.
 
     `what` names the caller in the error. None: nothing to release (no
@@ -143,7 +151,7 @@ def acquire_writer(directory: str, what: str) -> Optional[str]:
         return key
 
 
-def release_writer(key: Optional[str]) -> None:
+def release_writer(key: str | None) -> None:
     """Ends one `acquire_writer`; the last one removes the lock file and unlocks it."""
     if key is None:
         return
@@ -170,7 +178,7 @@ def sole_writer(directory: str, what: str) -> Iterator[None]:
         release_writer(key)
 
 
-def _lock(directory: str) -> Optional[int]:
+def _lock(directory: str) -> int | None:
     """A descriptor of `directory` to lock, or None where directories can't be opened or locked."""
     if fcntl is None:
         return None
@@ -209,7 +217,7 @@ def writing(directory: str, clean: Callable[[], object] = lambda: None) -> Itera
             os.close(fd)
 
 
-def remove_debris(directory: str, checkpoint_names: str, latest_filename: Optional[str] = None) -> List[str]:
+def remove_debris(directory: str, checkpoint_names: str, latest_filename: str | None = None) -> list[str]:
     """Removes the leftovers of killed saves of checkpoints named like `checkpoint_names`; returns their names.
 
     Call it only from `writing`'s `clean`. Removed:

@@ -15,31 +15,64 @@ to even, as TensorFlow casts. Strings are `strings.py`'s business.
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Literal
 
 import numpy as np
 
 __all__ = [
-    "BFLOAT16", "STRING", "CODES", "code_of", "name_of", "numpy_dtype", "stored_dtype", "to_bfloat16", "from_bfloat16",
+    "BFLOAT16",
+    "STRING",
+    "CODES",
+    "code_of",
+    "name_of",
+    "numpy_dtype",
+    "stored_dtype",
+    "to_bfloat16",
+    "from_bfloat16",
 ]
 
 BFLOAT16 = 14
 STRING = 7
 
+ByteOrder = Literal["<", ">"]
+"""A bundle's byte order: '<' little-endian (what TensorFlow writes), '>' big-endian."""
+
 # code -> TensorFlow's name, for the dtypes this package reads and writes. A numeric tensor is stored as the
 # bytes of the numpy dtype of the same name, little-endian; bfloat16 as its 16 bits (uint16).
-_SUPPORTED: Dict[int, str] = {
-    1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 7: "string", 8: "complex64",
-    9: "int64", 10: "bool", 14: "bfloat16", 17: "uint16", 18: "complex128", 19: "float16", 22: "uint32",
+_SUPPORTED: dict[int, str] = {
+    1: "float32",
+    2: "float64",
+    3: "int32",
+    4: "uint8",
+    5: "int16",
+    6: "int8",
+    7: "string",
+    8: "complex64",
+    9: "int64",
+    10: "bool",
+    14: "bfloat16",
+    17: "uint16",
+    18: "complex128",
+    19: "float16",
+    22: "uint32",
     23: "uint64",
 }
 # Codes TensorFlow has that this reader does not (quantized, resource, variant, float8, int4, ...).
 _KNOWN_UNSUPPORTED = {
-    11: "qint8", 12: "quint8", 13: "qint32", 15: "qint16", 16: "quint16", 20: "resource", 21: "variant",
-    24: "float8_e5m2", 25: "float8_e4m3fn", 29: "int4", 30: "uint4",
+    11: "qint8",
+    12: "quint8",
+    13: "qint32",
+    15: "qint16",
+    16: "quint16",
+    20: "resource",
+    21: "variant",
+    24: "float8_e5m2",
+    25: "float8_e4m3fn",
+    29: "int4",
+    30: "uint4",
 }
 
-CODES: Dict[str, int] = {name: code for code, name in _SUPPORTED.items()}
+CODES: dict[str, int] = {name: code for code, name in _SUPPORTED.items()}
 """TensorFlow's dtype name -> code, for the dtypes this package reads and writes."""
 
 
@@ -59,10 +92,12 @@ def _numeric(code: int) -> np.dtype:
     return np.dtype(np.uint16 if code == BFLOAT16 else _SUPPORTED[code])
 
 
-def stored_dtype(code: int, byteorder: str = "<") -> Optional[np.dtype]:
-    """The numpy dtype of the stored bytes (None for strings); `byteorder` '>' for a big-endian bundle."""
+def stored_dtype(code: int, byteorder: ByteOrder = "<") -> np.dtype:
+    """The numpy dtype of a numeric tensor's stored bytes; `byteorder` '>' for a big-endian bundle.
+
+    Strings have none (`strings.py` lays them out)."""
     if code == STRING:
-        return None
+        raise ValueError("a string tensor is stored as lengths and bytes, not as a numpy dtype")
     dtype = _numeric(code)
     return dtype.newbyteorder(byteorder) if dtype.itemsize > 1 else dtype
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import glob
 import os
 import re
-from typing import Callable, List, Optional
+from collections.abc import Callable
 
 __all__ = ["index_file", "data_file", "data_files", "is_bundle", "newest_complete"]
 
@@ -22,7 +22,7 @@ def data_file(prefix: str, shard: int, num_shards: int) -> str:
     return f"{prefix}.data-{shard:05d}-of-{num_shards:05d}"
 
 
-def data_files(prefix: str) -> List[str]:
+def data_files(prefix: str) -> list[str]:
     """Every `P.data-*-of-*` file on disk, of any shard count (debris of an earlier save included)."""
     pattern = re.compile(re.escape(os.path.basename(prefix)) + r"\.data-\d{5}-of-\d{5}$")
     found = glob.glob(glob.escape(prefix) + ".data-*-of-*")
@@ -34,7 +34,7 @@ def is_bundle(prefix: str) -> bool:
     return os.path.isfile(index_file(prefix))
 
 
-def newest_complete(directory: str, basename: str, complete: Callable[[str], bool] = is_bundle) -> Optional[str]:
+def newest_complete(directory: str, basename: str, complete: Callable[[str], bool] = is_bundle) -> str | None:
     """The `<directory>/<basename>-<n>` of highest n for which `complete(path)` holds, or None.
 
     What a reader falls back to when a checkpoint state file is missing, empty,

@@ -43,14 +43,25 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from .wire import WireError, as_int32, field_bytes, field_varint, iter_fields
 
 __all__ = [
-    "OBJECT_GRAPH_KEY", "VARIABLE_VALUE", "ObjectReference", "SerializedTensor", "SlotVariableReference",
-    "RegisteredSaver", "TrackableObject", "TrackableObjectGraph", "Node", "build_graph", "escape_local_name",
-    "unescape_local_name", "checkpoint_key",
+    "OBJECT_GRAPH_KEY",
+    "VARIABLE_VALUE",
+    "ObjectReference",
+    "SerializedTensor",
+    "SlotVariableReference",
+    "RegisteredSaver",
+    "TrackableObject",
+    "TrackableObjectGraph",
+    "Node",
+    "build_graph",
+    "escape_local_name",
+    "unescape_local_name",
+    "checkpoint_key",
 ]
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -80,7 +91,7 @@ def unescape_local_name(escaped: str) -> str:
             out.append(char)
             i += 1
             continue
-        following = escaped[i + 1:i + 2]
+        following = escaped[i + 1 : i + 2]
         if following == ".":
             out.append(".")
         elif following == "S":
@@ -138,7 +149,7 @@ class ObjectReference:
         return _int_field(1, self.node_id) + _string_field(2, self.local_name)
 
     @classmethod
-    def decode(cls, data: bytes) -> "ObjectReference":
+    def decode(cls, data: bytes) -> ObjectReference:
         node_id, name = 0, ""
         for number, value in iter_fields(data):
             if number == 1:
@@ -160,7 +171,7 @@ class SerializedTensor:
         return _string_field(1, self.name) + _string_field(2, self.full_name) + _string_field(3, self.checkpoint_key)
 
     @classmethod
-    def decode(cls, data: bytes) -> "SerializedTensor":
+    def decode(cls, data: bytes) -> SerializedTensor:
         fields = ["", "", ""]
         for number, value in iter_fields(data):
             if 1 <= number <= 3:
@@ -177,11 +188,14 @@ class SlotVariableReference:
     slot_variable_node_id: int
 
     def encode(self) -> bytes:
-        return (_int_field(1, self.original_variable_node_id) + _string_field(2, self.slot_name)
-                + _int_field(3, self.slot_variable_node_id))
+        return (
+            _int_field(1, self.original_variable_node_id)
+            + _string_field(2, self.slot_name)
+            + _int_field(3, self.slot_variable_node_id)
+        )
 
     @classmethod
-    def decode(cls, data: bytes) -> "SlotVariableReference":
+    def decode(cls, data: bytes) -> SlotVariableReference:
         original, name, slot = 0, "", 0
         for number, value in iter_fields(data):
             if number == 1:
@@ -204,7 +218,7 @@ class RegisteredSaver:
         return _string_field(1, self.name) + _string_field(2, self.object_name)
 
     @classmethod
-    def decode(cls, data: bytes) -> "RegisteredSaver":
+    def decode(cls, data: bytes) -> RegisteredSaver:
         name, object_name = "", ""
         for number, value in iter_fields(data):
             if number == 1:
@@ -221,11 +235,11 @@ class TrackableObject:
     `has_checkpoint_values` None means the field is absent (graphs of TF < 2.6).
     """
 
-    children: Tuple[ObjectReference, ...] = ()
-    attributes: Tuple[SerializedTensor, ...] = ()
-    slot_variables: Tuple[SlotVariableReference, ...] = ()
-    registered_saver: Optional[RegisteredSaver] = None
-    has_checkpoint_values: Optional[bool] = None
+    children: tuple[ObjectReference, ...] = ()
+    attributes: tuple[SerializedTensor, ...] = ()
+    slot_variables: tuple[SlotVariableReference, ...] = ()
+    registered_saver: RegisteredSaver | None = None
+    has_checkpoint_values: bool | None = None
 
     def encode(self) -> bytes:
         out = b"".join(field_bytes(1, child.encode()) for child in self.children)
@@ -238,7 +252,7 @@ class TrackableObject:
         return out
 
     @classmethod
-    def decode(cls, data: bytes) -> "TrackableObject":
+    def decode(cls, data: bytes) -> TrackableObject:
         children, attributes, slots = [], [], []
         saver, has_values = None, None
         for number, value in iter_fields(data):
@@ -262,65 +276,69 @@ class TrackableObject:
 class TrackableObjectGraph:
     """The whole graph: `nodes[0]` is the root."""
 
-    nodes: Tuple[TrackableObject, ...] = ()
+    nodes: tuple[TrackableObject, ...] = ()
 
     def encode(self) -> bytes:
         return b"".join(field_bytes(1, node.encode()) for node in self.nodes)
 
     @classmethod
-    def decode(cls, data: bytes) -> "TrackableObjectGraph":
+    def decode(cls, data: bytes) -> TrackableObjectGraph:
         """The graph in `data`.
 
         Raises:
           WireError: bytes that are not a TrackableObjectGraph, or an edge to
             a node that does not exist.
         """
-        nodes = tuple(TrackableObject.decode(_message(value, "nodes")) for number, value in iter_fields(bytes(data))
-                      if number == 1)
+        nodes = tuple(
+            TrackableObject.decode(_message(value, "nodes"))
+            for number, value in iter_fields(bytes(data))
+            if number == 1
+        )
         for node_id, node in enumerate(nodes):
             for child in node.children:
                 if not 0 <= child.node_id < len(nodes):
-                    raise WireError(f"node {node_id} has child {child.local_name!r} -> node {child.node_id}, but the "
-                                    f"graph has {len(nodes)} nodes")
+                    raise WireError(
+                        f"node {node_id} has child {child.local_name!r} -> node {child.node_id}, but the "
+                        f"graph has {len(nodes)} nodes"
+                    )
         return cls(nodes)
 
-    def child(self, node_id: int, local_name: str) -> Optional[int]:
+    def child(self, node_id: int, local_name: str) -> int | None:
         """The node id of child `local_name` of node `node_id`, or None."""
         for reference in self.nodes[node_id].children:
             if reference.local_name == local_name:
                 return reference.node_id
         return None
 
-    def resolve(self, path: Iterable[str], start: int = 0) -> Optional[int]:
+    def resolve(self, path: Iterable[str], start: int = 0) -> int | None:
         """The node reached from `start` (the root) through the local names of `path`, or None."""
-        node_id: Optional[int] = start if self.nodes else None
+        node_id: int | None = start if self.nodes else None
         for name in path:
             if node_id is None:
                 return None
             node_id = self.child(node_id, name)
         return node_id
 
-    def attribute(self, node_id: int, name: str = VARIABLE_VALUE) -> Optional[SerializedTensor]:
+    def attribute(self, node_id: int, name: str = VARIABLE_VALUE) -> SerializedTensor | None:
         """Attribute `name` of a node, or None."""
         for attribute in self.nodes[node_id].attributes:
             if attribute.name == name:
                 return attribute
         return None
 
-    def paths(self) -> List[Tuple[str, ...]]:
+    def paths(self) -> list[tuple[str, ...]]:
         """Each node's first breadth-first path from the root (local names); () for the root and unreachable ones."""
-        paths: List[Optional[Tuple[str, ...]]] = [None] * len(self.nodes)
         if not self.nodes:
             return []
-        paths[0] = ()
+        paths: dict[int, tuple[str, ...]] = {0: ()}
         queue = collections.deque([0])
         while queue:
             node_id = queue.popleft()
             for child in self.nodes[node_id].children:
-                if paths[child.node_id] is None:
+                if child.node_id not in paths:
                     paths[child.node_id] = paths[node_id] + (child.local_name,)
                     queue.append(child.node_id)
-        return [p if p is not None else () for p in paths]
+        return [paths.get(node_id, ()) for node_id in range(len(self.nodes))]
 
 
 # Building a graph --------------------------------------------------------------------------
@@ -334,17 +352,17 @@ class Node:
     it becomes one graph node.
     """
 
-    def __init__(self, attributes: Sequence[Tuple[str, str, Any]] = (), registered_saver: Optional[str] = None):
-        self.children: List[Tuple[str, "Node"]] = []
-        self.attributes: List[Tuple[str, str, Any]] = list(attributes)  # (name, full_name, value)
+    def __init__(self, attributes: Sequence[tuple[str, str, Any]] = (), registered_saver: str | None = None):
+        self.children: list[tuple[str, Node]] = []
+        self.attributes: list[tuple[str, str, Any]] = list(attributes)  # (name, full_name, value)
         self.registered_saver = registered_saver
 
     @classmethod
-    def variable(cls, full_name: str, value: Any) -> "Node":
+    def variable(cls, full_name: str, value: Any) -> Node:
         """A variable: one VARIABLE_VALUE attribute holding `value`."""
         return cls([(VARIABLE_VALUE, full_name, value)])
 
-    def add(self, local_name: str, child: "Node") -> "Node":
+    def add(self, local_name: str, child: Node) -> Node:
         """Adds `child` under `local_name`; returns the child.
 
         Raises:
@@ -356,7 +374,7 @@ class Node:
         return child
 
 
-def build_graph(root: Node) -> Tuple[TrackableObjectGraph, Dict[str, Any]]:
+def build_graph(root: Node) -> tuple[TrackableObjectGraph, dict[str, Any]]:
     """(graph, {checkpoint_key: value}) of the objects reachable from `root`, numbered as TensorFlow does.
 
     Nodes are numbered breadth first, children in the order they were
@@ -367,9 +385,9 @@ def build_graph(root: Node) -> Tuple[TrackableObjectGraph, Dict[str, Any]]:
     Raises:
       ValueError: two attributes with one key.
     """
-    order: List[Node] = [root]
-    ids: Dict[int, int] = {id(root): 0}
-    paths: List[Tuple[str, ...]] = [()]
+    order: list[Node] = [root]
+    ids: dict[int, int] = {id(root): 0}
+    paths: list[tuple[str, ...]] = [()]
     queue = collections.deque([root])
     while queue:
         node = queue.popleft()
@@ -379,7 +397,7 @@ def build_graph(root: Node) -> Tuple[TrackableObjectGraph, Dict[str, Any]]:
                 order.append(child)
                 paths.append(paths[ids[id(node)]] + (name,))
                 queue.append(child)
-    values: Dict[str, Any] = {}
+    values: dict[str, Any] = {}
     nodes = []
     for node, path in zip(order, paths):
         attributes = []
@@ -399,7 +417,7 @@ def build_graph(root: Node) -> Tuple[TrackableObjectGraph, Dict[str, Any]]:
 
 def with_checkpoint_values(graph: TrackableObjectGraph) -> TrackableObjectGraph:
     """`graph` with `has_checkpoint_values` set on every node (TensorFlow's rule, see `build_graph`)."""
-    parents: Dict[int, set] = collections.defaultdict(set)
+    parents: dict[int, set] = collections.defaultdict(set)
     marked = set()
     for node_id, node in enumerate(graph.nodes):
         if node.attributes or node.slot_variables or node.registered_saver is not None:
@@ -412,5 +430,9 @@ def with_checkpoint_values(graph: TrackableObjectGraph) -> TrackableObjectGraph:
             if parent not in marked:
                 marked.add(parent)
                 queue.append(parent)
-    return TrackableObjectGraph(tuple(dataclasses.replace(node, has_checkpoint_values=node_id in marked)
-                                      for node_id, node in enumerate(graph.nodes)))
+    return TrackableObjectGraph(
+        tuple(
+            dataclasses.replace(node, has_checkpoint_values=node_id in marked)
+            for node_id, node in enumerate(graph.nodes)
+        )
+    )

@@ -26,8 +26,6 @@ b'\\x00t\\x00\\x01\\x01\\x02\\x80\\x84\\x80\\x7f'
 
 from __future__ import annotations
 
-from typing import Tuple
-
 from .protos import Slice
 
 __all__ = ["slice_key", "decode_slice_key", "encode_signed", "decode_signed"]
@@ -64,18 +62,18 @@ def encode_signed(value: int) -> bytes:
     return flipped.to_bytes(length, "big")
 
 
-def decode_signed(data: bytes, pos: int) -> Tuple[int, int]:
+def decode_signed(data: bytes, pos: int) -> tuple[int, int]:
     """(value, position after it) of the SignedNumIncreasing at `pos`."""
     if pos >= len(data):
         raise ValueError("a signed number runs past the end of the key")
-    head = int.from_bytes(data[pos:pos + 2].ljust(2, b"\xff" if data[pos] & 0x80 == 0 else b"\x00"), "big")
+    head = int.from_bytes(data[pos : pos + 2].ljust(2, b"\xff" if data[pos] & 0x80 == 0 else b"\x00"), "big")
     negative = not head & 0x8000
     length = 0
     while length < 10 and bool(head & (0x8000 >> length)) != negative:
         length += 1
     if length == 0 or pos + length > len(data):
         raise ValueError("a malformed signed number in a slice key")
-    raw = int.from_bytes(data[pos:pos + length], "big") ^ (((1 << length) - 1) << (8 * length - length))
+    raw = int.from_bytes(data[pos : pos + length], "big") ^ (((1 << length) - 1) << (8 * length - length))
     if negative:
         raw -= 1 << (8 * length)
     return raw, pos + length
@@ -90,7 +88,7 @@ def slice_key(name: str, extents: Slice) -> bytes:
     return out
 
 
-def decode_slice_key(key: bytes) -> Tuple[str, Slice]:
+def decode_slice_key(key: bytes) -> tuple[str, Slice]:
     """(tensor name, extents) of a slice key (ValueError if `key` is not one)."""
     if not key.startswith(b"\x00"):
         raise ValueError("a slice key starts with \\x00")
@@ -100,7 +98,7 @@ def decode_slice_key(key: bytes) -> Tuple[str, Slice]:
             raise ValueError("the tensor name in a slice key is not terminated")
         byte = key[pos]
         if byte == 0x00 or byte == 0xFF:
-            pair = key[pos:pos + 2]
+            pair = key[pos : pos + 2]
             pos += 2
             if pair == b"\x00\x01":
                 break
@@ -116,7 +114,7 @@ def decode_slice_key(key: bytes) -> Tuple[str, Slice]:
     rank_length = key[pos] if pos < len(key) else 9
     if rank_length > 8 or pos + 1 + rank_length > len(key):
         raise ValueError("a malformed rank in a slice key")
-    rank = int.from_bytes(key[pos + 1:pos + 1 + rank_length], "big")
+    rank = int.from_bytes(key[pos + 1 : pos + 1 + rank_length], "big")
     pos += 1 + rank_length
     extents = []
     for _ in range(rank):

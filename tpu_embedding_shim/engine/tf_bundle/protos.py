@@ -21,10 +21,16 @@ True
 from __future__ import annotations
 
 import dataclasses
-from typing import Tuple
 
 from .wire import (
-    WireError, as_int32, as_int64, decode_varint, field_bytes, field_fixed32, field_varint, iter_fields,
+    WireError,
+    as_int32,
+    as_int64,
+    decode_varint,
+    field_bytes,
+    field_fixed32,
+    field_varint,
+    iter_fields,
 )
 
 __all__ = ["FULL", "Extent", "Slice", "BundleHeader", "BundleEntry", "LITTLE", "BIG"]
@@ -32,10 +38,10 @@ __all__ = ["FULL", "Extent", "Slice", "BundleHeader", "BundleEntry", "LITTLE", "
 FULL = -1
 """The length of an extent that is the whole dimension (TF's kFullExtent)."""
 
-Extent = Tuple[int, int]
+Extent = tuple[int, int]
 """(start, length) along one dimension; length FULL means start 0 and the whole dimension."""
 
-Slice = Tuple[Extent, ...]
+Slice = tuple[Extent, ...]
 """One extent per dimension of the full tensor."""
 
 LITTLE, BIG = 0, 1
@@ -47,7 +53,7 @@ def _message(value) -> bytes:
     return value
 
 
-def _int_list(value) -> Tuple[int, ...]:
+def _int_list(value) -> tuple[int, ...]:
     """A repeated int32 field value, packed (bytes) or not (int)."""
     if isinstance(value, int):
         return (as_int32(value),)
@@ -66,7 +72,7 @@ class BundleHeader:
     endianness: int = LITTLE
     producer: int = 1
     min_consumer: int = 0
-    bad_consumers: Tuple[int, ...] = ()
+    bad_consumers: tuple[int, ...] = ()
 
     def encode(self) -> bytes:
         version = b""
@@ -84,31 +90,32 @@ class BundleHeader:
         return out + field_bytes(3, version)
 
     @classmethod
-    def decode(cls, data: bytes) -> "BundleHeader":
-        fields = dict(num_shards=0, endianness=LITTLE, producer=0, min_consumer=0, bad_consumers=())
+    def decode(cls, data: bytes) -> BundleHeader:
+        num_shards, endianness, producer, min_consumer = 0, LITTLE, 0, 0
+        bad_consumers: tuple[int, ...] = ()
         for number, value in iter_fields(data):
             if number == 1:
-                fields["num_shards"] = as_int32(value)
+                num_shards = as_int32(value)
             elif number == 2:
-                fields["endianness"] = as_int32(value)
+                endianness = as_int32(value)
             elif number == 3:
                 for sub, item in iter_fields(_message(value)):
                     if sub == 1:
-                        fields["producer"] = as_int32(item)
+                        producer = as_int32(item)
                     elif sub == 2:
-                        fields["min_consumer"] = as_int32(item)
+                        min_consumer = as_int32(item)
                     elif sub == 3:
-                        fields["bad_consumers"] += _int_list(item)
-        return cls(**fields)
+                        bad_consumers += _int_list(item)
+        return cls(num_shards, endianness, producer, min_consumer, bad_consumers)
 
 
-def encode_shape(shape: Tuple[int, ...]) -> bytes:
+def encode_shape(shape: tuple[int, ...]) -> bytes:
     return b"".join(field_bytes(2, field_varint(1, size) if size else b"") for size in shape)
 
 
-def decode_shape(data: bytes) -> Tuple[int, ...]:
+def decode_shape(data: bytes) -> tuple[int, ...]:
     """The dims of a TensorShapeProto; an unknown rank or a negative size is refused (no stored tensor has one)."""
-    dims = []
+    dims: list[int] = []
     for number, value in iter_fields(data):
         if number == 2:
             size = 0
@@ -158,12 +165,12 @@ class BundleEntry:
     """
 
     dtype: int
-    shape: Tuple[int, ...] = ()
+    shape: tuple[int, ...] = ()
     shard_id: int = 0
     offset: int = 0
     size: int = 0
     crc32c: int = 0  # masked, as stored
-    slices: Tuple[Slice, ...] = ()
+    slices: tuple[Slice, ...] = ()
 
     def encode(self) -> bytes:
         out = field_varint(1, self.dtype) + field_bytes(2, encode_shape(self.shape))
@@ -180,25 +187,25 @@ class BundleEntry:
         return out
 
     @classmethod
-    def decode(cls, data: bytes) -> "BundleEntry":
-        fields = dict(dtype=0, shape=(), shard_id=0, offset=0, size=0, crc32c=0)
+    def decode(cls, data: bytes) -> BundleEntry:
+        dtype = shard_id = offset = size = crc32c = 0
+        shape: tuple[int, ...] = ()
         slices = []
         for number, value in iter_fields(data):
             if number == 1:
-                fields["dtype"] = as_int32(value)
+                dtype = as_int32(value)
             elif number == 2:
-                fields["shape"] = decode_shape(_message(value))
+                shape = decode_shape(_message(value))
             elif number == 3:
-                fields["shard_id"] = as_int32(value)
+                shard_id = as_int32(value)
             elif number == 4:
-                fields["offset"] = as_int64(value)
+                offset = as_int64(value)
             elif number == 5:
-                fields["size"] = as_int64(value)
+                size = as_int64(value)
             elif number == 6:
                 if isinstance(value, bytes):
                     raise WireError("crc32c is not a fixed32")
-                fields["crc32c"] = value & 0xFFFFFFFF
+                crc32c = value & 0xFFFFFFFF
             elif number == 7:
                 slices.append(decode_slice(_message(value)))
-        return cls(slices=tuple(slices), **fields)
-
+        return cls(dtype, shape, shard_id, offset, size, crc32c, tuple(slices))

@@ -33,12 +33,11 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from .crc32c import crc32c, unmask
-from .dtypes import BFLOAT16, STRING, from_bfloat16, is_supported, name_of, numpy_dtype, stored_dtype
+from .dtypes import BFLOAT16, STRING, ByteOrder, from_bfloat16, is_supported, name_of, numpy_dtype, stored_dtype
 from .errors import DataLossError, NotFoundError, UnimplementedError
 from .naming import data_file, index_file
 from .ordered_code import slice_key
@@ -85,8 +84,7 @@ class BundleReader:
       UnimplementedError: the index was written by a newer format version.
     """
 
-    def __init__(self, prefix: "str | os.PathLike[str]", *, verify: bool = True,
-                 mmap_threshold: int = MMAP_THRESHOLD):
+    def __init__(self, prefix: str | os.PathLike[str], *, verify: bool = True, mmap_threshold: int = MMAP_THRESHOLD):
         self.prefix = os.fspath(prefix)
         self.verify = verify
         self.mmap_threshold = mmap_threshold
@@ -95,25 +93,30 @@ class BundleReader:
             with open(self.index_path, "rb") as file:
                 data = file.read()
         except (FileNotFoundError, NotADirectoryError):
-            raise NotFoundError(f"No checkpoint at {self.prefix!r}: {self.index_path} does not exist (a checkpoint is "
-                                "<prefix>.index plus <prefix>.data-* files).") from None
+            raise NotFoundError(
+                f"No checkpoint at {self.prefix!r}: {self.index_path} does not exist (a checkpoint is "
+                "<prefix>.index plus <prefix>.data-* files)."
+            ) from None
         pairs = read_table(data, self.index_path)
         if not pairs or pairs[0][0] != b"":
-            raise DataLossError(f"{self.index_path}: the index has no header entry (the empty key): the file is "
-                                "corrupt or not a checkpoint index.")
+            raise DataLossError(
+                f"{self.index_path}: the index has no header entry (the empty key): the file is "
+                "corrupt or not a checkpoint index."
+            )
         try:
             self.header = BundleHeader.decode(pairs[0][1])
         except WireError as error:
             raise DataLossError(f"{self.index_path}: the header entry is not parseable ({error}).") from None
         self._check_header()
-        self.byteorder = ">" if self.header.endianness == BIG else "<"
-        self._entries: Dict[bytes, BundleEntry] = {}
+        self.byteorder: ByteOrder = ">" if self.header.endianness == BIG else "<"
+        self._entries: dict[bytes, BundleEntry] = {}
         for key, value in pairs[1:]:
             try:
                 self._entries[key] = BundleEntry.decode(value)
             except WireError as error:
-                raise DataLossError(f"{self.index_path}: the entry for key {_decode_key(key)!r} is not parseable "
-                                    f"({error}).") from None
+                raise DataLossError(
+                    f"{self.index_path}: the entry for key {_decode_key(key)!r} is not parseable ({error})."
+                ) from None
         slice_keys = set()
         for key, entry in self._entries.items():
             for extents in entry.slices:
@@ -131,11 +134,12 @@ class BundleReader:
             raise UnimplementedError(
                 f"{self.index_path}: the checkpoint needs bundle format consumer version >= {header.min_consumer} "
                 f"(and not {list(header.bad_consumers)}); this reader is version {CONSUMER_VERSION}: it was written by "
-                "a newer TensorFlow.")
+                "a newer TensorFlow."
+            )
 
     # What is in the checkpoint --------------------------------------------------------------
 
-    def names(self) -> List[str]:
+    def names(self) -> list[str]:
         """The tensor names, in key order (slices of partitioned tensors are not names)."""
         return list(self._names)
 
@@ -161,12 +165,12 @@ class BundleReader:
         self._check_dtype(name, entry)
         return numpy_dtype(entry.dtype)
 
-    def shape(self, name: str) -> Tuple[int, ...]:
+    def shape(self, name: str) -> tuple[int, ...]:
         return tuple(self.entry(name).shape)
 
     # Reading values -------------------------------------------------------------------------
 
-    def read(self, name: str, *, mmap: Optional[bool] = None) -> np.ndarray:
+    def read(self, name: str, *, mmap: bool | None = None) -> np.ndarray:
         """The value of tensor `name` (a partitioned one assembled from its slices).
 
         Args:
@@ -186,7 +190,7 @@ class BundleReader:
             return self._assemble(name, entry, mmap)
         return self._read_entry(entry, f"tensor {name!r}", mmap)
 
-    def read_all(self) -> Dict[str, np.ndarray]:
+    def read_all(self) -> dict[str, np.ndarray]:
         return {name: self.read(name) for name in self._names}
 
     def _check_dtype(self, name: str, entry: BundleEntry) -> None:
@@ -194,12 +198,15 @@ class BundleReader:
             raise UnimplementedError(
                 f"Checkpoint {self.prefix!r}: tensor {name!r} has dtype {name_of(entry.dtype)} (DataType "
                 f"{entry.dtype}), which this reader does not read. Readable: float16/32/64, bfloat16 (as float32), "
-                "int8/16/32/64, uint8/16/32/64, bool, complex64/128, string.")
+                "int8/16/32/64, uint8/16/32/64, bool, complex64/128, string."
+            )
 
     def _data_path(self, entry: BundleEntry, where: str) -> str:
         if not 0 <= entry.shard_id < self.header.num_shards:
-            raise DataLossError(f"{self.index_path}: {where} is in data shard {entry.shard_id}, but the checkpoint "
-                                f"has {self.header.num_shards}.")
+            raise DataLossError(
+                f"{self.index_path}: {where} is in data shard {entry.shard_id}, but the checkpoint "
+                f"has {self.header.num_shards}."
+            )
         path = data_file(self.prefix, entry.shard_id, self.header.num_shards)
         if not os.path.isfile(path):
             raise NotFoundError(f"Checkpoint {self.prefix!r}: the data file {path} of {where} does not exist.")
@@ -210,11 +217,13 @@ class BundleReader:
             file.seek(offset)
             data = file.read(size)
         if len(data) != size:
-            raise DataLossError(f"{path}: {where} needs bytes [{offset}, {offset + size}), the file has "
-                                f"{offset + len(data)}: the data file is truncated.")
+            raise DataLossError(
+                f"{path}: {where} needs bytes [{offset}, {offset + size}), the file has "
+                f"{offset + len(data)}: the data file is truncated."
+            )
         return data
 
-    def _read_entry(self, entry: BundleEntry, where: str, mmap: Optional[bool]) -> np.ndarray:
+    def _read_entry(self, entry: BundleEntry, where: str, mmap: bool | None) -> np.ndarray:
         count = math.prod(entry.shape)
         code = entry.dtype
         if code == STRING:
@@ -222,18 +231,23 @@ class BundleReader:
         stored = stored_dtype(code, self.byteorder)
         expected = count * stored.itemsize
         if entry.size != expected:
-            raise DataLossError(f"{self.index_path}: {where} ({name_of(code)} {list(entry.shape)}) has a stored size "
-                                f"of {entry.size} bytes, expected {expected}: the index is corrupt.")
+            raise DataLossError(
+                f"{self.index_path}: {where} ({name_of(code)} {list(entry.shape)}) has a stored size "
+                f"of {entry.size} bytes, expected {expected}: the index is corrupt."
+            )
         if count == 0:
             self._check_crc(entry, 0, where, None)
             return np.zeros(entry.shape, dtype=numpy_dtype(code))
         path = self._data_path(entry, where)
         end = entry.offset + entry.size
         if entry.offset < 0 or os.path.getsize(path) < end:
-            raise DataLossError(f"{path}: {where} needs bytes [{entry.offset}, {end}), the file has "
-                                f"{os.path.getsize(path)}: the data file is truncated.")
+            raise DataLossError(
+                f"{path}: {where} needs bytes [{entry.offset}, {end}), the file has "
+                f"{os.path.getsize(path)}: the data file is truncated."
+            )
         mapped = mmap if mmap is not None else expected >= self.mmap_threshold
         mapped = mapped and self.byteorder == "<" and code != BFLOAT16
+        raw: np.ndarray
         if mapped:
             raw = np.memmap(path, dtype=stored, mode="c", offset=entry.offset, shape=(count,))
         else:
@@ -242,7 +256,7 @@ class BundleReader:
             flat = raw.view(np.uint8)
             crc = 0
             for start in range(0, flat.size, _CRC_CHUNK):
-                crc = crc32c(flat[start:start + _CRC_CHUNK], crc)
+                crc = crc32c(flat[start : start + _CRC_CHUNK], crc)
             self._check_crc(entry, crc, where, path)
         if code == BFLOAT16:
             raw = from_bfloat16(raw)
@@ -255,8 +269,10 @@ class BundleReader:
         if count == 0 and entry.size == 0:
             return out.reshape(entry.shape)
         if entry.size < count:
-            raise DataLossError(f"{self.index_path}: {where} (string {list(entry.shape)}) has a stored size of "
-                                f"{entry.size} bytes, less than one per element: the index is corrupt.")
+            raise DataLossError(
+                f"{self.index_path}: {where} (string {list(entry.shape)}) has a stored size of "
+                f"{entry.size} bytes, less than one per element: the index is corrupt."
+            )
         path = self._data_path(entry, where)
         data = self._read_bytes(path, entry.offset, entry.size, where)
         try:
@@ -266,56 +282,64 @@ class BundleReader:
         out[:] = values
         return out.reshape(entry.shape)
 
-    def _check_crc(self, entry: BundleEntry, actual: int, where: str, path: Optional[str]) -> None:
+    def _check_crc(self, entry: BundleEntry, actual: int, where: str, path: str | None) -> None:
         if self.verify and unmask(entry.crc32c) != actual:
             raise DataLossError(
                 f"{path or self.index_path}: {where}: checksum does not match (stored {unmask(entry.crc32c):#010x}, "
-                f"computed {actual:#010x} on {entry.size} bytes at offset {entry.offset}): the data is corrupt.")
+                f"computed {actual:#010x} on {entry.size} bytes at offset {entry.offset}): the data is corrupt."
+            )
 
-    def _assemble(self, name: str, entry: BundleEntry, mmap: Optional[bool]) -> np.ndarray:
+    def _assemble(self, name: str, entry: BundleEntry, mmap: bool | None) -> np.ndarray:
         shape = entry.shape
         out = np.empty(shape, dtype=numpy_dtype(entry.dtype))
-        boxes: List[Tuple[Tuple[int, int], ...]] = []
+        boxes: list[tuple[tuple[int, int], ...]] = []
         covered = 0
         for extents in entry.slices:
             label = f"slice {_describe(extents)} of tensor {name!r}"
             if len(extents) != len(shape):
                 raise DataLossError(f"{self.index_path}: {label} has rank {len(extents)}, the tensor {len(shape)}.")
-            box = []
+            fitted = []
             for dim, (start, length) in enumerate(extents):
                 if length == FULL:
                     start, length = 0, shape[dim]
                 if start < 0 or length < 0 or start + length > shape[dim]:
                     raise DataLossError(f"{self.index_path}: {label} is outside the tensor's shape {list(shape)}.")
-                box.append((start, length))
-            box = tuple(box)
+                fitted.append((start, length))
+            box = tuple(fitted)
             for other in boxes:
-                if all(a < c + m and c < a + n for (a, n), (c, m) in zip(box, other)) and math.prod(
-                        n for _, n in box) and math.prod(m for _, m in other):
+                if (
+                    all(a < c + m and c < a + n for (a, n), (c, m) in zip(box, other))
+                    and math.prod(n for _, n in box) > 0
+                    and math.prod(m for _, m in other) > 0
+                ):
                     raise DataLossError(f"{self.index_path}: {label} overlaps another slice of the tensor.")
             boxes.append(box)
             key = slice_key(name, extents)
             part = self._entries.get(key)
             if part is None:
-                raise DataLossError(f"{self.index_path}: the index lists {label} but holds no entry for it: the "
-                                    "index is corrupt.")
+                raise DataLossError(
+                    f"{self.index_path}: the index lists {label} but holds no entry for it: the index is corrupt."
+                )
             if part.dtype != entry.dtype or tuple(part.shape) != tuple(n for _, n in box):
-                raise DataLossError(f"{self.index_path}: {label} is stored as {name_of(part.dtype)} "
-                                    f"{list(part.shape)}, expected {name_of(entry.dtype)} {[n for _, n in box]}.")
+                raise DataLossError(
+                    f"{self.index_path}: {label} is stored as {name_of(part.dtype)} "
+                    f"{list(part.shape)}, expected {name_of(entry.dtype)} {[n for _, n in box]}."
+                )
             out[tuple(slice(a, a + n) for a, n in box)] = self._read_entry(part, label, mmap)
             covered += math.prod(n for _, n in box)
         if covered != math.prod(shape):
-            raise DataLossError(f"{self.index_path}: the slices of tensor {name!r} cover {covered} of its "
-                                f"{math.prod(shape)} elements.")
+            raise DataLossError(
+                f"{self.index_path}: the slices of tensor {name!r} cover {covered} of its {math.prod(shape)} elements."
+            )
         return out
 
 
-def read_bundle(prefix: "str | os.PathLike[str]", *, verify: bool = True) -> Dict[str, np.ndarray]:
+def read_bundle(prefix: str | os.PathLike[str], *, verify: bool = True) -> dict[str, np.ndarray]:
     """Every tensor of the checkpoint at `prefix`, by name."""
     return BundleReader(prefix, verify=verify).read_all()
 
 
-def list_bundle(prefix: "str | os.PathLike[str]") -> List[Tuple[str, str, Tuple[int, ...]]]:
+def list_bundle(prefix: str | os.PathLike[str]) -> list[tuple[str, str, tuple[int, ...]]]:
     """(name, TensorFlow dtype name, shape) of every tensor of the checkpoint at `prefix`, in key order."""
     reader = BundleReader(prefix)
     return [(name, reader.dtype_name(name), reader.shape(name)) for name in reader.names()]

@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 from ..files import replace_file
 from .errors import DataLossError
@@ -50,9 +50,9 @@ class CheckpointState:
     """The latest checkpoint and every kept one (oldest first), as absolute or directory-relative paths."""
 
     model_checkpoint_path: str
-    all_model_checkpoint_paths: Tuple[str, ...] = ()
-    all_model_checkpoint_timestamps: Tuple[float, ...] = ()
-    last_preserved_timestamp: Optional[float] = None
+    all_model_checkpoint_paths: tuple[str, ...] = ()
+    all_model_checkpoint_timestamps: tuple[float, ...] = ()
+    last_preserved_timestamp: float | None = None
 
 
 def escape(text: str) -> str:
@@ -92,30 +92,33 @@ def unescape(body: str) -> str:
             out.append(_SIMPLE[code])
             i += 2
         elif code in "01234567":
-            digits = re.match(r"[0-7]{1,3}", body[i + 1:]).group(0)
+            octal = re.match(r"[0-7]{1,3}", body[i + 1 :])
+            assert octal is not None  # `code`, its first character, is an octal digit
+            digits = octal.group(0)
             out.append(int(digits, 8) & 0xFF)
             i += 1 + len(digits)
         elif code in "xX":
-            digits = re.match(r"[0-9A-Fa-f]{1,2}", body[i + 2:])
-            if not digits:
+            hexadecimal = re.match(r"[0-9A-Fa-f]{1,2}", body[i + 2 :])
+            if not hexadecimal:
                 raise ValueError("\\x without hex digits")
-            out.append(int(digits.group(0), 16))
-            i += 2 + len(digits.group(0))
+            digits = hexadecimal.group(0)
+            out.append(int(digits, 16))
+            i += 2 + len(digits)
         else:
             raise ValueError(f"unknown escape \\{code}")
     return out.decode("utf-8", "surrogateescape")
 
 
-def _parse(text: str, path: str) -> Tuple[Optional[str], List[str], List[float], Optional[float]]:
+def _parse(text: str, path: str) -> tuple[str | None, list[str], list[float], float | None]:
     latest, paths, pos = None, [], 0
-    timestamps: List[float] = []
-    preserved: Optional[float] = None
+    timestamps: list[float] = []
+    preserved: float | None = None
     while pos < len(text):
         match = _FIELD.match(text, pos)
         if not match or match.end() == pos:
             if text[pos:].strip() == "":
                 break
-            raise DataLossError(f"{path}: not a checkpoint state file (cannot parse {text[pos:pos + 40]!r}).")
+            raise DataLossError(f"{path}: not a checkpoint state file (cannot parse {text[pos : pos + 40]!r}).")
         pos = match.end()
         name, value = match.group(1), match.group(2)
         if name in ("all_model_checkpoint_timestamps", "last_preserved_timestamp"):
@@ -143,7 +146,7 @@ def _parse(text: str, path: str) -> Tuple[Optional[str], List[str], List[float],
     return latest, paths, timestamps, preserved
 
 
-def read_state(directory: "str | os.PathLike[str]", latest_filename: Optional[str] = None) -> Optional[CheckpointState]:
+def read_state(directory: str | os.PathLike[str], latest_filename: str | None = None) -> CheckpointState | None:
     """The state recorded in `directory` (None when there is no state file or it names no checkpoint).
 
     Relative paths are joined to `directory`, as TensorFlow's `get_checkpoint_state` does.
@@ -168,10 +171,15 @@ def read_state(directory: "str | os.PathLike[str]", latest_filename: Optional[st
     return CheckpointState(resolve(latest), tuple(resolve(p) for p in paths), tuple(timestamps), preserved)
 
 
-def write_state(directory: "str | os.PathLike[str]", model_checkpoint_path: str,
-                all_model_checkpoint_paths: Sequence[str] = (), latest_filename: Optional[str] = None, *,
-                all_model_checkpoint_timestamps: Sequence[float] = (),
-                last_preserved_timestamp: Optional[float] = None) -> None:
+def write_state(
+    directory: str | os.PathLike[str],
+    model_checkpoint_path: str,
+    all_model_checkpoint_paths: Sequence[str] = (),
+    latest_filename: str | None = None,
+    *,
+    all_model_checkpoint_timestamps: Sequence[float] = (),
+    last_preserved_timestamp: float | None = None,
+) -> None:
     """Writes the state file of `directory` atomically.
 
     Paths inside `directory` are written relative to it (the directory can
@@ -189,7 +197,7 @@ def write_state(directory: "str | os.PathLike[str]", model_checkpoint_path: str,
             return os.path.basename(p)
         return p
 
-    kept: List[str] = []
+    kept: list[str] = []
     for p in list(all_model_checkpoint_paths) + [model_checkpoint_path]:
         if relative(p) not in kept:
             kept.append(relative(p))
@@ -205,7 +213,7 @@ def write_state(directory: "str | os.PathLike[str]", model_checkpoint_path: str,
     replace_file(os.path.join(directory, latest_filename or STATE_FILE), ("\n".join(lines) + "\n").encode("ascii"))
 
 
-def record_latest(prefix: "str | os.PathLike[str]", latest_filename: Optional[str] = None) -> CheckpointState:
+def record_latest(prefix: str | os.PathLike[str], latest_filename: str | None = None) -> CheckpointState:
     """Records `prefix` as the latest checkpoint of its directory, keeping the ones already listed."""
     prefix = os.path.abspath(os.fspath(prefix))
     directory = os.path.dirname(prefix)

@@ -18,7 +18,7 @@ b'\\x01\\x02\\xbf\\xdf\\xdbzxyz'
 from __future__ import annotations
 
 import struct
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 from .crc32c import crc32c, mask, unmask
 from .wire import WireError, decode_varint, encode_varint
@@ -30,7 +30,7 @@ def _length_bytes(length: int, byteorder: str) -> bytes:
     return struct.pack(f"{byteorder}I", length) if length <= 0xFFFFFFFF else struct.pack(f"{byteorder}Q", length)
 
 
-def encode_strings(values: Sequence[bytes], byteorder: str = "<") -> Tuple[bytes, int]:
+def encode_strings(values: Sequence[bytes], byteorder: str = "<") -> tuple[bytes, int]:
     """(bytes to store, the entry's CRC-32C unmasked) of the string elements `values`."""
     if not values:
         return b"", 0
@@ -42,8 +42,7 @@ def encode_strings(values: Sequence[bytes], byteorder: str = "<") -> Tuple[bytes
     return lengths + checksum + payload, crc32c(payload, crc)
 
 
-def decode_strings(data: bytes, count: int, stored_crc: Optional[int], where: str,
-                   byteorder: str = "<") -> List[bytes]:
+def decode_strings(data: bytes, count: int, stored_crc: int | None, where: str, byteorder: str = "<") -> list[bytes]:
     """The `count` strings stored in `data`; checks both checksums (`stored_crc` None: only the lengths').
 
     Raises:
@@ -62,11 +61,13 @@ def decode_strings(data: bytes, count: int, stored_crc: Optional[int], where: st
     crc = crc32c(b"".join(_length_bytes(n, byteorder) for n in lengths))
     if pos + 4 > len(data):
         raise ValueError(f"{where}: the string length checksum is missing (truncated)")
-    checksum = data[pos:pos + 4]
+    checksum = data[pos : pos + 4]
     (stored_length_crc,) = struct.unpack(f"{byteorder}I", checksum)
     if unmask(stored_length_crc) != crc:
-        raise ValueError(f"{where}: the string length checksum does not match "
-                         f"(stored {unmask(stored_length_crc):#010x}, computed {crc:#010x})")
+        raise ValueError(
+            f"{where}: the string length checksum does not match "
+            f"(stored {unmask(stored_length_crc):#010x}, computed {crc:#010x})"
+        )
     pos += 4
     if pos + sum(lengths) != len(data):
         raise ValueError(f"{where}: the string bytes take {sum(lengths)} bytes, the entry holds {len(data) - pos}")
@@ -76,6 +77,6 @@ def decode_strings(data: bytes, count: int, stored_crc: Optional[int], where: st
             raise ValueError(f"{where}: checksum does not match (stored {stored_crc:#010x}, computed {actual:#010x})")
     out = []
     for length in lengths:
-        out.append(bytes(data[pos:pos + length]))
+        out.append(bytes(data[pos : pos + length]))
         pos += length
     return out

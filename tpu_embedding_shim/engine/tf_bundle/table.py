@@ -26,8 +26,9 @@ True
 
 from __future__ import annotations
 
+import itertools
 import struct
-from typing import Iterable, List, Tuple
+from collections.abc import Iterable
 
 from .crc32c import crc32c, mask, unmask
 from .errors import DataLossError, UnimplementedError
@@ -41,13 +42,13 @@ BLOCK_SIZE = 4096  # a data block is closed once it reaches this many bytes
 RESTART_INTERVAL = 16
 NO_COMPRESSION = 0
 
-Pair = Tuple[bytes, bytes]
+Pair = tuple[bytes, bytes]
 
 
 # Reading ----------------------------------------------------------------------------------------
 
 
-def _block_entries(block: bytes) -> List[Pair]:
+def _block_entries(block: bytes) -> list[Pair]:
     """The (key, value) pairs of one block's contents (trailer removed)."""
     if len(block) < 4:
         raise WireError("a block is shorter than its restart count")
@@ -62,38 +63,44 @@ def _block_entries(block: bytes) -> List[Pair]:
         value_length, pos = decode_varint(block, pos)
         if shared > len(key) or pos + unshared + value_length > limit:
             raise WireError("a block entry runs past its block")
-        key = key[:shared] + block[pos:pos + unshared]
+        key = key[:shared] + block[pos : pos + unshared]
         pos += unshared
-        entries.append((key, block[pos:pos + value_length]))
+        entries.append((key, block[pos : pos + value_length]))
         pos += value_length
     return entries
 
 
-def _read_block(data: bytes, handle: Tuple[int, int], filename: str, what: str) -> bytes:
+def _read_block(data: bytes, handle: tuple[int, int], filename: str, what: str) -> bytes:
     offset, size = handle
     if offset < 0 or offset + size + 5 > len(data):
-        raise DataLossError(f"{filename}: the {what} block [{offset}, {offset + size + 5}) runs past the end of the "
-                            f"file ({len(data)} bytes): the file is truncated or corrupt.")
-    block = data[offset:offset + size]
+        raise DataLossError(
+            f"{filename}: the {what} block [{offset}, {offset + size + 5}) runs past the end of the "
+            f"file ({len(data)} bytes): the file is truncated or corrupt."
+        )
+    block = data[offset : offset + size]
     kind = data[offset + size]
     (stored,) = struct.unpack_from("<I", data, offset + size + 1)
-    actual = crc32c(data[offset:offset + size + 1])
+    actual = crc32c(data[offset : offset + size + 1])
     if unmask(stored) != actual:
-        raise DataLossError(f"{filename}: block checksum mismatch in the {what} block at offset {offset} "
-                            f"(stored {unmask(stored):#010x}, computed {actual:#010x}): the file is corrupt.")
+        raise DataLossError(
+            f"{filename}: block checksum mismatch in the {what} block at offset {offset} "
+            f"(stored {unmask(stored):#010x}, computed {actual:#010x}): the file is corrupt."
+        )
     if kind != NO_COMPRESSION:
-        raise UnimplementedError(f"{filename}: the {what} block at offset {offset} is compressed (type {kind}); "
-                                 "only uncompressed tables are supported (TensorFlow writes no other kind).")
+        raise UnimplementedError(
+            f"{filename}: the {what} block at offset {offset} is compressed (type {kind}); "
+            "only uncompressed tables are supported (TensorFlow writes no other kind)."
+        )
     return block
 
 
-def _decode_handle(data: bytes, pos: int) -> Tuple[Tuple[int, int], int]:
+def _decode_handle(data: bytes, pos: int) -> tuple[tuple[int, int], int]:
     offset, pos = decode_varint(data, pos)
     size, pos = decode_varint(data, pos)
     return (offset, size), pos
 
 
-def read_table(data: bytes, filename: str) -> List[Pair]:
+def read_table(data: bytes, filename: str) -> list[Pair]:
     """Every (key, value) of the table in `data`, in key order.
 
     Raises:
@@ -101,27 +108,32 @@ def read_table(data: bytes, filename: str) -> List[Pair]:
         block's checksum differs, or a block cannot be parsed.
     """
     if len(data) < FOOTER_SIZE:
-        raise DataLossError(f"{filename}: the file is too short to be an index ({len(data)} bytes, a table ends with "
-                            f"a {FOOTER_SIZE}-byte footer): it is truncated or not a checkpoint index.")
+        raise DataLossError(
+            f"{filename}: the file is too short to be an index ({len(data)} bytes, a table ends with "
+            f"a {FOOTER_SIZE}-byte footer): it is truncated or not a checkpoint index."
+        )
     footer = data[-FOOTER_SIZE:]
     (magic,) = struct.unpack_from("<Q", footer, 40)
     if magic != MAGIC:
-        raise DataLossError(f"{filename}: not a checkpoint index (bad magic number {magic:#018x}); the file is "
-                            "truncated, corrupt, or another kind of file.")
+        raise DataLossError(
+            f"{filename}: not a checkpoint index (bad magic number {magic:#018x}); the file is "
+            "truncated, corrupt, or another kind of file."
+        )
     try:
         _metaindex, pos = _decode_handle(footer, 0)
         index_handle, _ = _decode_handle(footer, pos)
         index = _block_entries(_read_block(data, index_handle, filename, "index"))
-        pairs: List[Pair] = []
+        pairs: list[Pair] = []
         for _separator, handle_bytes in index:
             handle, _ = _decode_handle(handle_bytes, 0)
             pairs.extend(_block_entries(_read_block(data, handle, filename, "data")))
     except WireError as error:
         raise DataLossError(f"{filename}: the index is corrupt ({error}).") from None
-    for (before, _), (after, _) in zip(pairs, pairs[1:]):
+    for (before, _), (after, _) in itertools.pairwise(pairs):
         if not before < after:
-            raise DataLossError(f"{filename}: index keys are not in increasing order ({before!r}, {after!r}): the "
-                                "file is corrupt.")
+            raise DataLossError(
+                f"{filename}: index keys are not in increasing order ({before!r}, {after!r}): the file is corrupt."
+            )
     return pairs
 
 
@@ -156,8 +168,11 @@ class _BlockBuilder:
         return len(self.buffer) + 4 * len(self.restarts) + 4
 
     def finish(self) -> bytes:
-        return bytes(self.buffer) + b"".join(struct.pack("<I", r) for r in self.restarts) \
+        return (
+            bytes(self.buffer)
+            + b"".join(struct.pack("<I", r) for r in self.restarts)
             + struct.pack("<I", len(self.restarts))
+        )
 
 
 def build_table(pairs: Iterable[Pair]) -> bytes:
@@ -169,14 +184,14 @@ def build_table(pairs: Iterable[Pair]) -> bytes:
     out = bytearray()
     index = _BlockBuilder(restart_interval=1)
 
-    def emit(contents: bytes) -> Tuple[int, int]:
+    def emit(contents: bytes) -> tuple[int, int]:
         handle = (len(out), len(contents))
         out.extend(contents)
         out.append(NO_COMPRESSION)
         out.extend(struct.pack("<I", mask(crc32c(contents + bytes([NO_COMPRESSION])))))
         return handle
 
-    def encode_handle(handle: Tuple[int, int]) -> bytes:
+    def encode_handle(handle: tuple[int, int]) -> bytes:
         return encode_varint(handle[0]) + encode_varint(handle[1])
 
     block = _BlockBuilder(RESTART_INTERVAL)

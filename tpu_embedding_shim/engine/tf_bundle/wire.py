@@ -16,11 +16,18 @@ b'\\xac\\x02'
 from __future__ import annotations
 
 import struct
-from typing import Iterator, Tuple, Union
+from collections.abc import Iterator
 
 __all__ = [
-    "WireError", "encode_varint", "decode_varint", "iter_fields", "field_varint", "field_bytes", "field_fixed32",
-    "as_int64", "as_int32",
+    "WireError",
+    "encode_varint",
+    "decode_varint",
+    "iter_fields",
+    "field_varint",
+    "field_bytes",
+    "field_fixed32",
+    "as_int64",
+    "as_int32",
 ]
 
 VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
@@ -45,7 +52,7 @@ def encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
-def decode_varint(data: bytes, pos: int) -> Tuple[int, int]:
+def decode_varint(data: bytes, pos: int) -> tuple[int, int]:
     """(value, position after it) of the varint at `pos`."""
     result = shift = 0
     while True:
@@ -61,7 +68,7 @@ def decode_varint(data: bytes, pos: int) -> Tuple[int, int]:
             raise WireError("a varint is longer than 10 bytes")
 
 
-def iter_fields(data: bytes) -> Iterator[Tuple[int, Union[int, bytes]]]:
+def iter_fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
     """(field number, value) for each field: an int for varint / fixed fields, bytes for length-delimited."""
     pos, end = 0, len(data)
     while pos < end:
@@ -69,6 +76,7 @@ def iter_fields(data: bytes) -> Iterator[Tuple[int, Union[int, bytes]]]:
         number, wire_type = key >> 3, key & 7
         if number == 0:
             raise WireError("field number 0")
+        value: int | bytes
         if wire_type == VARINT:
             value, pos = decode_varint(data, pos)
         elif wire_type == FIXED64:
@@ -79,7 +87,7 @@ def iter_fields(data: bytes) -> Iterator[Tuple[int, Union[int, bytes]]]:
             length, pos = decode_varint(data, pos)
             if pos + length > end:
                 raise WireError("a length-delimited field runs past the end")
-            value, pos = bytes(data[pos:pos + length]), pos + length
+            value, pos = bytes(data[pos : pos + length]), pos + length
         elif wire_type == FIXED32:
             if pos + 4 > end:
                 raise WireError("a fixed32 field runs past the end")
@@ -89,7 +97,7 @@ def iter_fields(data: bytes) -> Iterator[Tuple[int, Union[int, bytes]]]:
         yield number, value
 
 
-def as_int64(value: Union[int, bytes]) -> int:
+def as_int64(value: int | bytes) -> int:
     """A varint field read as a signed int64."""
     if not isinstance(value, int):
         raise WireError("expected a varint, found a length-delimited field")
@@ -97,7 +105,7 @@ def as_int64(value: Union[int, bytes]) -> int:
     return value - (1 << 64) if value >> 63 else value
 
 
-def as_int32(value: Union[int, bytes]) -> int:
+def as_int32(value: int | bytes) -> int:
     """A varint field read as a signed int32 (protobuf sign-extends negative int32s to 64 bits)."""
     value = as_int64(value)
     value &= (1 << 32) - 1

@@ -1,7 +1,10 @@
 """`tf.compat.v1.tpu.experimental`: TPU embedding columns and the v1 optimizer parameters."""
 
 from ...tpu_embedding_v1 import (  # noqa: F401
-    AdagradParameters, AdamParameters, FtrlParameters, StochasticGradientDescentParameters,
+    AdagradParameters,
+    AdamParameters,
+    FtrlParameters,
+    StochasticGradientDescentParameters,
 )
 from ...tpu_feature_columns import embedding_column, shared_embedding_columns  # noqa: F401
 from ...v2.tpu.experimental import embedding  # noqa: F401

@@ -1,7 +1,10 @@
 """`tf.compat.v1.estimator.tpu`."""
 
-from . import experimental  # noqa: F401
-from .....estimator import (  # noqa: F401,E402
-    InputPipelineConfig, TPUConfig, TPUEstimator, TPUEstimatorSpec,
+from .....estimator import (  # noqa: F401
+    InputPipelineConfig,
+    TPUConfig,
+    TPUEstimator,
+    TPUEstimatorSpec,
 )
-from .....estimator import TPURunConfig as RunConfig  # noqa: F401,E402
+from .....estimator import TPURunConfig as RunConfig  # noqa: F401
+from . import experimental  # noqa: F401

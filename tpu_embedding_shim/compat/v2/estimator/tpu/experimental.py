@@ -2,6 +2,11 @@
 
 from ....embedding_config_spec import EmbeddingConfigSpec  # noqa: F401
 from ....tpu_embedding_v1 import (  # noqa: F401
-    AdagradParameters, AdamParameters, FtrlParameters, MomentumParameters, ProximalAdagradParameters,
-    RMSPropParameters, StochasticGradientDescentParameters,
+    AdagradParameters,
+    AdamParameters,
+    FtrlParameters,
+    MomentumParameters,
+    ProximalAdagradParameters,
+    RMSPropParameters,
+    StochasticGradientDescentParameters,
 )
