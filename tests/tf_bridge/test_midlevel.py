@@ -603,3 +603,20 @@ def test_a_bridge_checkpoint_restores_into_the_numpy_api_with_the_step(tmp_path)
     np.testing.assert_array_equal(
         numpy_side.embedding_tables[next(iter(numpy_side.embedding_tables))], bridged.embedding_tables[table]
     )
+
+
+def test_tensorflows_global_seed_makes_the_initial_tables_reproducible():
+    """As TensorFlow's own initializers: the same tables after tf.random.set_seed, fresh ones without it."""
+
+    def tables(seed):
+        if seed is not None:
+            real_tf.random.set_seed(seed)
+        config = tf.tpu.experimental.embedding.FeatureConfig(
+            table=tf.tpu.experimental.embedding.TableConfig(vocabulary_size=16, dim=4), name="f"
+        )
+        embedding = tf.tpu.experimental.embedding.TPUEmbedding(config, tf.tpu.experimental.embedding.SGD(0.1))
+        embedding.build(per_replica_input_shapes=real_tf.TensorShape([2]))
+        return next(iter(embedding.embedding_tables.values())).copy()
+
+    np.testing.assert_array_equal(tables(7), tables(7))
+    assert not np.array_equal(tables(7), tables(8))

@@ -158,10 +158,14 @@ class MidLevelBase:
 
     # Building ------------------------------------------------------------------------------
 
+    # Seeds the tables' random initializers that have no seed of their own; None: fresh entropy, as TensorFlow
+    # without a seed. The TensorFlow bridge sets it from TensorFlow's global seed (tf.random.set_seed).
+    initializer_seed: int | None = None
+
     def _build_engine(self) -> Engine:
         """Creates the tables and slots (once), honouring `slot_variable_creation_fn`."""
         if self._engine is None:
-            engine = Engine(self._engine_spec)
+            engine = Engine(self._engine_spec, seed=self.initializer_seed)
             custom = [
                 t
                 for t in self._table_config

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import random_seed  # TF's global-seed rule (what its initializers use)
 
 from ..compat import tpu_embedding_for_serving as serving
 from ..compat import tpu_embedding_v2 as v2
@@ -68,6 +69,15 @@ def _partial_output_shape(known: tuple | None, leaf: Leaf, path: Any, config: An
     return v2.TPUEmbedding._output_shape_from_input_shape(leaf.shape, config, path)
 
 
+def _initializer_seed() -> int | None:
+    """A seed for the tables' unseeded initializers from TensorFlow's global seed, as TensorFlow's own
+    initializers take theirs: None (fresh) without `tf.random.set_seed`, else the same tables on every run."""
+    global_seed, op_seed = random_seed.get_seed(None)
+    if global_seed is None:
+        return None
+    return (int(global_seed) * 1_000_003 + int(op_seed or 0)) % 2**31
+
+
 class _Bridge(CheckpointedEmbedding):
     """What the three classes share: the project's object, the nest of features, the trace-time checks."""
 
@@ -77,6 +87,7 @@ class _Bridge(CheckpointedEmbedding):
         self._init_checkpointing()
         with tf.init_scope():  # TensorFlow initializers run eagerly, as TensorFlow creates its tables
             self._embedding = self._compat_class(*args, **kwargs)
+            self._embedding.initializer_seed = _initializer_seed()
 
     def __getattr__(self, name: str) -> Any:
         """The project object's public attributes (`embedding_tables`, `variables`, `engine`, `build`...)."""
