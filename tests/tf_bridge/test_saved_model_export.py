@@ -375,3 +375,34 @@ def test_ragged_features_are_served_as_predict_reads_them(trained):
     out, _, _ = serve_with_tf1_loader(export_dir, served)
     for key in predictions:
         np.testing.assert_array_equal(out[key], predictions[key], err_msg=key)
+
+
+def test_export_outputs_follow_tensorflows_rule(trained, tmp_path):
+    """The spec's export_outputs become the signatures; several without a default are TensorFlow's ValueError."""
+    estimator, _, _, _ = trained
+    original = estimator._model_fn
+    PredictOutput = tf.estimator.export.PredictOutput
+
+    def with_outputs(outputs):
+        def model_fn(features, labels, mode, params):
+            spec = original(features, labels, mode, params)
+            if mode != tf.estimator.ModeKeys.PREDICT:
+                return spec
+            p = spec.predictions
+            return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+                mode, predictions=p, export_outputs={k: PredictOutput({k: p[k]}) for k in outputs}
+            )
+
+        return model_fn
+
+    estimator._model_fn = with_outputs(["probability"])
+    try:
+        export_dir = estimator.export_saved_model(str(tmp_path / "one"), raw_receiver_fn).decode()
+        signatures = real_tf.saved_model.load(export_dir).signatures
+        assert sorted(signatures) == ["probability", "serving_default"]
+        estimator._model_fn = with_outputs(["probability", "lengths"])
+        with pytest.raises(ValueError, match="none of them are specified as the default"):
+            estimator.export_saved_model(str(tmp_path / "two"), raw_receiver_fn)
+        assert not (tmp_path / "two").exists() or os.listdir(tmp_path / "two") == []
+    finally:
+        estimator._model_fn = original

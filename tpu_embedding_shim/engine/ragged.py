@@ -222,9 +222,6 @@ def is_ragged_tensor(x: Any) -> bool:
     return hasattr(x, "values") and hasattr(x, "row_splits")
 
 
-_is_sparse, _is_ragged_tensor = is_sparse, is_ragged_tensor  # the names engine/fast/path.py still imports
-
-
 def _is_row(x: Any) -> bool:
     return isinstance(x, (list, tuple)) or (isinstance(x, np.ndarray) and x.ndim >= 1)
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.saved_model.model_utils import export_utils  # TF core: what its Estimator exports with
 
 from ..compat.feature_layers import LookupScope
 from ..spec import FeatureSpec
@@ -38,7 +39,6 @@ from .tf_bridge import GraphLayers, refuse_keras_3
 
 __all__ = ["ServingScope", "write_saved_model"]
 
-DEFAULT_SIGNATURE = "serving_default"
 SINGLE_FEATURE = "feature"  # the key TensorFlow gives a receiver's features that are not a dict
 
 
@@ -281,44 +281,13 @@ class ServingScope(GraphLayers):
 # Signatures -----------------------------------------------------------------------------------
 
 
-def _receiver_tensors(tensors: Any) -> dict[str, Any]:
-    return dict(tensors) if isinstance(tensors, Mapping) else {"input": tensors}
-
-
 def _signature_defs(receiver: Any, spec: Any) -> dict[str, Any]:
-    """TensorFlow's rule: the spec's export_outputs (one is the default), else the predictions as the default."""
-    outputs = getattr(spec, "export_outputs", None)
-    if not outputs:
-        predictions = spec.predictions if isinstance(spec.predictions, Mapping) else {"output": spec.predictions}
-        outputs = {DEFAULT_SIGNATURE: _PredictOutput(predictions)}
-    outputs = dict(outputs)
-    if DEFAULT_SIGNATURE not in outputs:
-        if len(outputs) > 1:
-            raise ValueError(
-                "Multiple export_outputs were provided, but none of them is specified as the default. "
-                f"Do this by naming one of them with the key {DEFAULT_SIGNATURE!r}. "
-                f"Received keys: {sorted(outputs)}."
-            )
-        outputs[DEFAULT_SIGNATURE] = next(iter(outputs.values()))
-    receivers = {None: _receiver_tensors(receiver.receiver_tensors)}
-    for name, tensors in (getattr(receiver, "receiver_tensors_alternatives", None) or {}).items():
-        receivers[name] = _receiver_tensors(tensors)
-    signatures = {}
-    for receiver_name, tensors in receivers.items():
-        for key, output in outputs.items():
-            name = key if receiver_name is None else f"{receiver_name}:{key}"
-            signatures[name] = output.as_signature_def(tensors)
-    return signatures
-
-
-class _PredictOutput:
-    """The default export output: every prediction, as TensorFlow's `PredictOutput` builds it."""
-
-    def __init__(self, outputs: Mapping[str, Any]):
-        self.outputs = {str(k): tf.convert_to_tensor(v) for k, v in outputs.items()}
-
-    def as_signature_def(self, receiver_tensors: Mapping[str, Any]) -> Any:
-        return tf.compat.v1.saved_model.predict_signature_def(receiver_tensors, self.outputs)
+    """TensorFlow's own rule (what its Estimator calls): the spec's export_outputs, one of them the default, else
+    every prediction as the default; one signature per output and receiver alternative."""
+    outputs = export_utils.get_export_outputs(getattr(spec, "export_outputs", None), spec.predictions)
+    return export_utils.build_all_signature_defs(
+        receiver.receiver_tensors, outputs, getattr(receiver, "receiver_tensors_alternatives", None)
+    )
 
 
 # The export ------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ import numpy as np
 from ...spec import OptimizerSpec, parse_combiner
 from .. import aligned
 from ..optimizers import touches_all_rows
-from ..ragged import Ragged, _is_ragged_tensor, _is_sparse
+from ..ragged import Ragged, is_ragged_tensor, is_sparse
 from . import coefficients, forward, fused, owner
 from .threads import one_thread_below, run_each
 
@@ -199,11 +199,11 @@ class FastPath:
         sequence lookup asks)."""
         if isinstance(ids, np.ndarray):
             return FastPath._dense_ids(ids, feature, weights, copy)
-        if feature.id_source != "identity" or _is_sparse(ids) or not _is_ragged_tensor(ids):
+        if feature.id_source != "identity" or is_sparse(ids) or not is_ragged_tensor(ids):
             return None
         w = None
         if weights is not None:
-            if _is_sparse(weights) or not _is_ragged_tensor(weights):
+            if is_sparse(weights) or not is_ragged_tensor(weights):
                 return None
             w, w_splits = weights.values, weights.row_splits
             if not (
