@@ -406,3 +406,10 @@ def test_export_outputs_follow_tensorflows_rule(trained, tmp_path):
         assert not (tmp_path / "two").exists() or os.listdir(tmp_path / "two") == []
     finally:
         estimator._model_fn = original
+
+
+def test_an_untrained_model_is_not_exported(tmp_path):
+    estimator = make_estimator(tmp_path)
+    with pytest.raises(ValueError, match="Could not find trained model in model_dir"):
+        estimator.export_saved_model(str(tmp_path / "exports"), raw_receiver_fn)
+    assert not (tmp_path / "exports").exists() or os.listdir(tmp_path / "exports") == []
