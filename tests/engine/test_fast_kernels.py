@@ -32,9 +32,9 @@ if not _fast.available():
 from tpu_embedding_shim.engine import lookup  # noqa: E402
 from tpu_embedding_shim.engine.engine import Engine  # noqa: E402
 from tpu_embedding_shim.engine.fast import fused, owner  # noqa: E402
-from tpu_embedding_shim.engine.fast import path as fast_path  # noqa: E402
+from tpu_embedding_shim.engine.fast import kernels as fast_kernels  # noqa: E402
 from tpu_embedding_shim.engine.fast import threads as fast_threads  # noqa: E402
-from tpu_embedding_shim.engine.fast.path import FastPath  # noqa: E402
+from tpu_embedding_shim.engine.fast.kernels import FastKernels  # noqa: E402
 from tpu_embedding_shim.engine.optimizers import apply_update, initial_slots  # noqa: E402
 from tpu_embedding_shim.engine.ragged import Ragged  # noqa: E402
 from tpu_embedding_shim.spec import (  # noqa: E402
@@ -126,7 +126,7 @@ def test_forward_kernels_are_exactly_the_reference(dim, num_bags):
 def test_pooled_forward_is_exactly_the_reference(case, combiner, safe):
     table, batch = case
     want = lookup.pooled_lookup(table, batch, combiner, safe=safe)
-    got = FastPath().pooled_lookup(table, batch, combiner, safe=safe)
+    got = FastKernels().pooled_lookup(table, batch, combiner, safe=safe)
     np.testing.assert_array_equal(got, want)
 
 
@@ -136,7 +136,7 @@ def test_long_bags_forward_is_exactly_the_reference(case, combiner):
     """Long bags: the reference finishes its last running sums one by one (`lookup._FEW`)."""
     table, batch = case
     np.testing.assert_array_equal(
-        FastPath().pooled_lookup(table, batch, combiner), lookup.pooled_lookup(table, batch, combiner)
+        FastKernels().pooled_lookup(table, batch, combiner), lookup.pooled_lookup(table, batch, combiner)
     )
 
 
@@ -147,7 +147,7 @@ def test_generic_and_per_width_forward_kernels_agree_exactly(case, combiner):
     from tpu_embedding_shim.engine.fast import forward
 
     table, batch = case
-    ids, splits, _, coef = FastPath()._pooled_entries(batch, combiner, True, table.shape[1])
+    ids, splits, _, coef = FastKernels().coefficients(batch, combiner, True, table.shape[1])
     if coef.size == 0:  # an unweighted sum: no coefficients; the generic kernel takes them all
         coef = np.ones(ids.shape[0], np.float32)
     generic = np.empty((batch.batch_size, table.shape[1]), np.float32)
@@ -179,7 +179,7 @@ def test_sequence_forward_is_exactly_the_reference(case, length, gaps, seed):
         )
         batch = dataclasses.replace(batch, positions=positions.astype(np.int64))
     want, want_lengths = lookup.sequence_lookup(table, batch, length)
-    got, got_lengths = FastPath().sequence_lookup(table, batch, length)
+    got, got_lengths = FastKernels().sequence_lookup(table, batch, length)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got_lengths, want_lengths)
 
@@ -190,13 +190,13 @@ def test_owner_computes_backward_sums_duplicates_like_the_reference(case, combin
     table, batch = case
     grad = np.random.default_rng(seed).standard_normal((batch.batch_size, table.shape[1])).astype(np.float32)
     want_ids, want_rows = lookup.pooled_backward(batch, combiner, grad, safe=safe)
-    fast = FastPath()
+    fast = FastKernels()
     entries = fast.pooled_entries(batch, combiner, grad, safe=safe)
     ids, rows = fast.sum_rows("t", table.shape[0], table.shape[1], [entries])
     ids, rows = _sorted(ids, rows)
     np.testing.assert_array_equal(ids, want_ids)
     np.testing.assert_array_equal(rows, want_rows)  # the same running sums, in entry order
-    assert np.all(fast._slot_maps["t"] == -1), "the id -> slot map must be clean after a step"
+    assert fast.slot_maps_clean(), "the id -> slot map must be clean after a step"
 
 
 @SETTINGS
@@ -206,7 +206,7 @@ def test_owner_kernels_with_any_partition_count(case, parts, seed, reset):
     table, batch = case
     grad = np.random.default_rng(seed).standard_normal((batch.batch_size, table.shape[1])).astype(np.float32)
     want_ids, want_rows = lookup.pooled_backward(batch, "sum", grad)
-    e = FastPath().pooled_entries(batch, "sum", grad)
+    e = FastKernels().pooled_entries(batch, "sum", grad)
     owned = np.zeros(parts, dtype=np.int64)
     owner.count_owned(e.ids, owned)
     np.testing.assert_array_equal(owned, np.bincount(e.ids % parts, minlength=parts))
@@ -257,7 +257,7 @@ def test_sequence_backward_agrees(case, length, seed):
     table, batch = case
     grad = np.random.default_rng(seed).standard_normal((batch.batch_size, length, table.shape[1]))
     want_ids, want_rows = lookup.sequence_backward(batch, length, grad)
-    fast = FastPath()
+    fast = FastKernels()
     entries = fast.sequence_entries(batch, length, grad)
     ids, rows = _sorted(*fast.sum_rows("t", table.shape[0], table.shape[1], [entries]))
     np.testing.assert_array_equal(ids, want_ids)
@@ -278,7 +278,7 @@ def test_two_features_of_one_table_get_one_row_per_id(first, second, seed):
     if rows2.shape[1] != dim:
         return
     want_ids, want_rows = lookup.sum_duplicates(np.concatenate([ids1, ids2]), np.concatenate([rows1, rows2]))
-    fast = FastPath()
+    fast = FastKernels()
     both = [fast.pooled_entries(b1, "sum", g1), fast.pooled_entries(b2, "mean", g2)]
     got = fast.sum_rows("t", 20, dim, both)
     ids, rows = _sorted(*got)
@@ -319,7 +319,7 @@ def test_each_fused_optimizer_equals_apply_update(optimizer, vocab, dim, step, s
     grads = rng.standard_normal((ids.shape[0], dim)).astype(np.float32)
     want_rows, want_slots = apply_update(optimizer, table[ids], {k: v[ids] for k, v in slots.items()}, grads, step)
     got_table, got_slots = table.copy(), {k: v.copy() for k, v in slots.items()}
-    FastPath.apply_in_place(optimizer, optimizer.learning_rate_at(step), got_table, got_slots, ids, grads)
+    FastKernels.apply_in_place(optimizer, optimizer.learning_rate_at(step), got_table, got_slots, ids, grads)
     np.testing.assert_allclose(got_table[ids], want_rows, **TOL)
     untouched = np.setdiff1d(np.arange(vocab), ids)
     np.testing.assert_array_equal(got_table[untouched], table[untouched])
@@ -393,7 +393,7 @@ def test_small_calls_run_on_one_thread_and_give_the_same_bits():
     spec = _spec(AdagradSpec(learning_rate=0.1), vocab=30)
     threads = numba.get_num_threads()
     seen = []
-    real = fast_path.forward.pooled
+    real = fast_kernels.forward.pooled
 
     def spy(*args):
         seen.append(numba.get_num_threads())
@@ -403,7 +403,7 @@ def test_small_calls_run_on_one_thread_and_give_the_same_bits():
     for serial_work in (0, 10**9):  # every call on all threads, then every call on one
         engine = Engine(spec, kernels="fast")
         rng = np.random.default_rng(5)
-        with _serial_work(serial_work), mock.patch.object(fast_path.forward, "pooled", spy):
+        with _serial_work(serial_work), mock.patch.object(fast_kernels.forward, "pooled", spy):
             for _ in range(3):
                 ids = [list(rng.integers(0, 30, rng.integers(0, 6))) for _ in range(8)]
                 result = engine.forward({"f": ids})
@@ -434,7 +434,7 @@ def test_a_failed_fast_step_changes_nothing():
     np.testing.assert_array_equal(engine.table("t"), before)
     np.testing.assert_array_equal(engine.slots("t")["accumulators"], slots_before["accumulators"])
     assert engine.global_step == 0
-    assert np.all(engine._fast._slot_maps.get("t", np.array([-1])) == -1)
+    assert engine.kernels.slot_maps_clean()
     engine.apply_gradients(result, {"f": np.ones((2, 3))})  # the same lookup still trains
     assert engine.global_step == 1
 
@@ -452,7 +452,7 @@ def test_a_failing_learning_rate_function_changes_no_table():
     with pytest.raises(RuntimeError, match="schedule broke"):
         engine.apply_gradients(result, {"f": np.ones((1, 3))})
     np.testing.assert_array_equal(engine.table("t"), before)
-    assert np.all(engine._fast._slot_maps["t"] == -1)
+    assert engine.kernels.slot_maps_clean()
 
 
 @pytest.mark.parametrize("strategy", ["div", "mod"])
@@ -466,7 +466,7 @@ def test_sharded_tables_use_the_fast_kernels_on_one_storage_array(strategy):
     engine.apply_gradients(result, {"f": np.ones((2, 3))})
     full = engine.table("t")[:, 0]
     assert full[4] < 4.0 and full[10] < 10.0 and full[[0, 1, 5]].tolist() == [0.0, 1.0, 5.0]
-    assert engine._fast._slot_maps["t"].min() == -1 and engine._fast._slot_maps["t"].max() == -1
+    assert engine.kernels.slot_maps_clean()
 
 
 def test_kernels_argument_is_checked():
@@ -521,9 +521,7 @@ def test_memory_mapped_tables_need_the_id_order(tmp_path):
 
 
 def test_slot_map_is_reset_after_an_interrupted_sum():
-    slot_map = owner.new_slot_map(5)
-    fast = FastPath()
-    fast._slot_maps["t"] = slot_map
+    fast = FastKernels()
 
     class BoomError(Exception):
         pass
@@ -537,7 +535,7 @@ def test_slot_map_is_reset_after_an_interrupted_sum():
 
     with pytest.raises(BoomError):
         fast.sum_rows("t", 5, 2, [BadEntries()])
-    assert np.all(slot_map == -1)
+    assert fast.slot_maps_clean()
 
 
 @SETTINGS
@@ -545,7 +543,7 @@ def test_slot_map_is_reset_after_an_interrupted_sum():
 def test_persistent_scratch_is_reused_across_steps_of_any_size(cases, seed):
     """The one-pass backward writes into per-table scratch kept between steps (high-water mark):
     steps of growing and shrinking sizes, and several dims, each still agree with the reference."""
-    fast = FastPath()
+    fast = FastKernels()
     rng = np.random.default_rng(seed)
     for table, batch in cases:
         grad = rng.standard_normal((batch.batch_size, table.shape[1])).astype(np.float32)
@@ -555,7 +553,7 @@ def test_persistent_scratch_is_reused_across_steps_of_any_size(cases, seed):
         ids, rows = _sorted(*summed.compact())
         np.testing.assert_array_equal(ids, want_ids)
         np.testing.assert_array_equal(rows, want_rows)
-        assert np.all(fast._slot_maps["t"] == -1)
+        assert fast.slot_maps_clean()
 
 
 def test_prefetch_is_only_a_hint():
@@ -591,7 +589,7 @@ class _RaggedInput:
     seed=st.integers(0, 99),
 )
 def test_fast_ragged_conversion_is_to_ragged_or_declines(lengths, low, high, buckets, bad_splits, seed):
-    """`FastPath.ragged_ids` gives exactly `to_ragged`'s batch, or None (then the engine runs `to_ragged`)."""
+    """`FastKernels.ragged_ids` gives exactly `to_ragged`'s batch, or None (then the engine runs `to_ragged`)."""
     from tpu_embedding_shim.engine.ragged import to_ragged
 
     rng = np.random.default_rng(seed)
@@ -600,7 +598,7 @@ def test_fast_ragged_conversion_is_to_ragged_or_declines(lengths, low, high, buc
     if bad_splits and splits.shape[0] > 2:
         splits[1], splits[2] = splits[2] + 1, splits[1]
     feature = FeatureSpec(name="f", table="t", num_buckets=buckets)
-    got = FastPath.ragged_ids(_RaggedInput(values, splits), feature)
+    got = FastKernels.ragged_ids(_RaggedInput(values, splits), feature)
     in_range = values.size > 0 and values.min() >= 0 and values.max() < buckets
     valid = splits[0] == 0 and splits[-1] == values.shape[0] and np.all(np.diff(splits) >= 0)
     if not (in_range and valid):
@@ -617,14 +615,14 @@ def test_fast_ragged_conversion_is_to_ragged_or_declines(lengths, low, high, buc
 def test_fast_ragged_conversion_declines_what_it_does_not_cover():
     feature = FeatureSpec(name="f", table="t", num_buckets=10)
     splits = np.array([0, 2], dtype=np.int64)
-    assert FastPath.ragged_ids(_RaggedInput(np.array([1, 2], np.int32), splits), feature) is None
-    assert FastPath.ragged_ids(_RaggedInput([1, 2], splits), feature) is None
-    assert FastPath.ragged_ids(np.array([[1, -1]]), feature) is None  # dense padding: to_ragged's
-    assert FastPath.ragged_ids(np.array([[1, 2]], np.int32), feature) is None
-    assert FastPath.ragged_ids([[1, 2]], feature) is None
-    assert FastPath.ragged_ids(_RaggedInput(np.zeros(0, np.int64), np.zeros(1, np.int64)), feature) is None
+    assert FastKernels.ragged_ids(_RaggedInput(np.array([1, 2], np.int32), splits), feature) is None
+    assert FastKernels.ragged_ids(_RaggedInput([1, 2], splits), feature) is None
+    assert FastKernels.ragged_ids(np.array([[1, -1]]), feature) is None  # dense padding: to_ragged's
+    assert FastKernels.ragged_ids(np.array([[1, 2]], np.int32), feature) is None
+    assert FastKernels.ragged_ids([[1, 2]], feature) is None
+    assert FastKernels.ragged_ids(_RaggedInput(np.zeros(0, np.int64), np.zeros(1, np.int64)), feature) is None
     vocab = FeatureSpec(name="f", table="t", num_buckets=2, id_source="vocabulary_list", vocabulary=("a", "b"))
-    assert FastPath.ragged_ids(_RaggedInput(np.array([1, 0], np.int64), splits), vocab) is None
+    assert FastKernels.ragged_ids(_RaggedInput(np.array([1, 0], np.int64), splits), vocab) is None
 
 
 @pytest.mark.parametrize("splits", [[0, 100, 5], [0, 3, 1, 5], [0, -2, 5], [0, 5, 5, 6]])
@@ -633,7 +631,7 @@ def test_fast_ragged_conversion_never_reads_past_the_ids(splits):
     (numba does not check bounds: reading `values[5:100]` would read or write foreign memory)."""
     feature = FeatureSpec(name="f", table="t", num_buckets=10)
     values = np.array([1, 2, 3, 4, 5], np.int64)
-    assert FastPath.ragged_ids(_RaggedInput(values, np.array(splits, np.int64)), feature) is None
+    assert FastKernels.ragged_ids(_RaggedInput(values, np.array(splits, np.int64)), feature) is None
 
 
 def test_fast_ragged_conversion_stays_in_bounds_under_numba_boundscheck(tmp_path):
@@ -644,14 +642,14 @@ def test_fast_ragged_conversion_stays_in_bounds_under_numba_boundscheck(tmp_path
 
     code = (
         "import numpy as np\n"
-        "from tpu_embedding_shim.engine.fast.path import FastPath\n"
+        "from tpu_embedding_shim.engine.fast.kernels import FastKernels\n"
         "from tpu_embedding_shim.spec import FeatureSpec\n"
         "class R:\n"
         "    def __init__(self, values, splits): self.values, self.row_splits = values, splits\n"
         "f = FeatureSpec(name='f', table='t', num_buckets=10)\n"
         "for splits in ([0, 100, 5], [0, 3, 1, 5], [0, -2, 5], [0, 5, 5, 6]):\n"
         "    for copy in (True, False):\n"
-        "        assert FastPath.ragged_ids(R(np.arange(1, 6), np.array(splits)), f, copy=copy) is None\n"
+        "        assert FastKernels.ragged_ids(R(np.arange(1, 6), np.array(splits)), f, copy=copy) is None\n"
         "print('ok')\n"
     )
     env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=str(tmp_path))
@@ -668,18 +666,18 @@ def test_fast_ragged_conversion_of_long_batches(seed, rows, bad_at):
     splits = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     values = rng.integers(0, 10, int(splits[-1])).astype(np.int64)
     feature = FeatureSpec(name="f", table="t", num_buckets=10)
-    batch = FastPath.ragged_ids(_RaggedInput(values, splits), feature)
+    batch = FastKernels.ragged_ids(_RaggedInput(values, splits), feature)
     np.testing.assert_array_equal(batch.values, values)
     assert not np.shares_memory(batch.values, values) and not np.shares_memory(batch.row_splits, splits)
     assert batch.positions is None  # computed when asked for:
     np.testing.assert_array_equal(batch.row_positions(), np.arange(values.size) - np.repeat(splits[:-1], lengths))
     if values.size:  # an inference lookup checks the caller's arrays and uses them as they are
-        inference = FastPath.ragged_ids(_RaggedInput(values, splits), feature, copy=False)
+        inference = FastKernels.ragged_ids(_RaggedInput(values, splits), feature, copy=False)
         assert inference.values is values and inference.row_splits is splits
         broken = values.copy()
         broken[bad_at % values.size] = 10
-        assert FastPath.ragged_ids(_RaggedInput(broken, splits), feature) is None
-        assert FastPath.ragged_ids(_RaggedInput(broken, splits), feature, copy=False) is None
+        assert FastKernels.ragged_ids(_RaggedInput(broken, splits), feature) is None
+        assert FastKernels.ragged_ids(_RaggedInput(broken, splits), feature, copy=False) is None
 
 
 def test_many_duplicates_with_cancellation_are_the_same_running_sum():
@@ -690,7 +688,7 @@ def test_many_duplicates_with_cancellation_are_the_same_running_sum():
     batch = Ragged(np.zeros(34, np.int64), splits, None, positions)
     grad = np.random.default_rng(0).standard_normal((batch.batch_size, 3)).astype(np.float32)
     want_ids, want_rows = lookup.pooled_backward(batch, "sum", grad, safe=False)
-    fast = FastPath()
+    fast = FastKernels()
     entries = fast.pooled_entries(batch, "sum", grad, safe=False)
     ids, rows = fast.sum_rows("t", 1, 3, [entries])
     np.testing.assert_array_equal(ids, want_ids)
@@ -757,7 +755,7 @@ def test_compiled_coefficients_over_many_blocks_of_examples(seed, num_examples, 
     )
     example, ids, coef = _assert_compiled_coefficients_are_the_reference(batch, combiner, safe)
     # the fast path's entries: a sum's coefficients are the weights themselves, with no pass at all
-    path_ids, _, path_example, path_coef = FastPath()._pooled_entries(batch, combiner, safe, 4)
+    path_ids, _, path_example, path_coef = FastKernels().coefficients(batch, combiner, safe, 4)
     if path_coef.size == 0:  # an unweighted sum: no coefficient array, every coefficient 1
         assert combiner == "sum" and not weighted
         path_coef = np.ones(n, np.float32)
@@ -807,7 +805,7 @@ def test_fast_ragged_conversion_with_weights_is_to_ragged_or_declines(lengths, d
         w_splits[1] = w_splits[2]
     feature = FeatureSpec(name="f", table="t", num_buckets=10)
     ids, weights = _RaggedInput(values, splits), _RaggedInput(w_values, w_splits)
-    got = FastPath.ragged_ids(ids, feature, weights)
+    got = FastKernels.ragged_ids(ids, feature, weights)
     lines_up = w_values.shape[0] == n and np.array_equal(w_splits, splits)
     if n == 0 or not lines_up:
         assert got is None
@@ -881,9 +879,9 @@ def test_all_finite_is_numpys_isfinite_all(values, order):
         array = np.repeat(array, 2)[::2]
     elif order == "float64":
         array = array.astype(np.float64)
-    assert FastPath.all_finite(array) == bool(np.isfinite(array).all())
+    assert FastKernels.all_finite(array) == bool(np.isfinite(array).all())
     if array.size:  # and as the engine shapes a gradient: [B, D]
-        assert FastPath.all_finite(array.reshape(-1, 1)) == bool(np.isfinite(array).all())
+        assert FastKernels.all_finite(array.reshape(-1, 1)) == bool(np.isfinite(array).all())
 
 
 @SETTINGS
@@ -908,7 +906,7 @@ def test_fast_dense_conversion_is_to_ragged_or_declines(
     ids = rng.integers(low, high, shape).astype(np.int64)
     weights = rng.uniform(0, 2, shape).astype(np.float32) if weighted else None
     feature = FeatureSpec(name="f", table="t", num_buckets=buckets, dense_zero_is_padding=zero_is_padding)
-    got = FastPath.ragged_ids(ids, feature, weights, copy=training)
+    got = FastKernels.ragged_ids(ids, feature, weights, copy=training)
     lowest = 1 if zero_is_padding else 0
     if not (ids.size and ids.min() >= lowest and ids.max() < buckets):
         assert got is None
@@ -930,7 +928,7 @@ def test_fast_dense_conversion_copies_every_training_batch():
     feature = FeatureSpec(name="f", table="t", num_buckets=10)
     full = np.arange(1, 9, dtype=np.int64).reshape(4, 2)
     for ids in (full, np.asfortranarray(full), full[:, :1], full[::2]):
-        got = FastPath.ragged_ids(ids, feature, copy=True)
+        got = FastKernels.ragged_ids(ids, feature, copy=True)
         np.testing.assert_array_equal(got.values, ids.reshape(-1))
         assert not np.shares_memory(got.values, ids)
-        np.testing.assert_array_equal(FastPath.ragged_ids(ids, feature, copy=False).values, ids.reshape(-1))
+        np.testing.assert_array_equal(FastKernels.ragged_ids(ids, feature, copy=False).values, ids.reshape(-1))

@@ -189,7 +189,7 @@ def test_small_tables_side_by_side_give_the_numpy_engines_bits(optimizer, pipeli
         np.testing.assert_array_equal(fast.table(table.name), slow.table(table.name))
         for name, values in slow.slots(table.name).items():
             np.testing.assert_array_equal(fast.slots(table.name)[name], values)
-        assert np.all(fast._fast._slot_maps[table.name] == -1)
+        assert fast.kernels.slot_maps_clean()
 
 
 @two_threads
@@ -211,7 +211,7 @@ def test_a_failing_step_over_small_tables_side_by_side_changes_nothing():
         for name, (table, slots) in before.items():
             np.testing.assert_array_equal(engine.table(name), table)
             np.testing.assert_array_equal(engine.slots(name)["accumulators"], slots)
-            assert np.all(engine._fast._slot_maps.get(name, np.array([-1])) == -1)
+            assert engine.kernels.slot_maps_clean()
         engine.apply_gradients(result, grads)
     assert engine.global_step == 1
     assert any(not np.array_equal(engine.table(name), table) for name, (table, _) in before.items())

@@ -80,7 +80,10 @@ def test_bad_table_or_feature_is_refused_naming_the_argument(build, overrides, e
 
 
 def test_table_default_initializer_is_truncated_normal_one_over_sqrt_dim():
-    assert table(dim=16).initializer == TruncatedNormal(mean=0.0, stddev=0.25)
+    assert table(dim=16).initializer is None  # resolved when used, from the dim at that time
+    assert table(dim=16).effective_initializer() == TruncatedNormal(mean=0.0, stddev=0.25)
+    wider = dataclasses.replace(table(dim=16), dim=4)
+    assert wider.effective_initializer() == TruncatedNormal(mean=0.0, stddev=0.5)
 
 
 BAD_OPTIMIZERS = [

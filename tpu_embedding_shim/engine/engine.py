@@ -44,11 +44,12 @@ from typing import Any
 import numpy as np
 
 from ..spec import EmbeddingSpec, FeatureSpec, TableSpec
-from . import aligned, fast, lookup
+from . import aligned, fast
 from .checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
+from .kernels import Kernels, Lookup, NumpyKernels, Update
 from .memmap import open_table
 from .optimizers import apply_update, initial_slots, touches_all_rows
-from .ragged import Ragged, check_nan_weights_dropped, to_ragged
+from .ragged import Ragged, check_nan_weights_dropped
 from .sharding import ShardedTable
 from .statistics import LookupStatistics
 
@@ -117,7 +118,7 @@ class Engine:
         if not isinstance(spec, EmbeddingSpec):
             raise TypeError(f"Engine needs an EmbeddingSpec. Received: {spec!r}.")
         self.spec = spec
-        self._fast_kernels = _fast_path(kernels)
+        self._chosen_kernels = _choose_kernels(kernels)
         self._warned_fork = False
         table_files = _check_table_files(spec, table_files)
         self.check_numerics = check_numerics
@@ -147,13 +148,11 @@ class Engine:
             log.info(line)
 
     @property
-    def _fast(self):
-        """The fast kernels, or None for the numpy ones (also in a child forked after they ran: see
-        `fast.forked_after_parallel_use`; the numbers are the same)."""
-        if self._fast_kernels is None:
-            return None
-        if not fast.forked_after_parallel_use():
-            return self._fast_kernels
+    def kernels(self) -> Kernels:
+        """The kernels the next step runs: the chosen ones, or numpy's in a child forked after numba's
+        parallel kernels ran (see `fast.forked_after_parallel_use`; the numbers are the same)."""
+        if isinstance(self._chosen_kernels, NumpyKernels) or not fast.forked_after_parallel_use():
+            return self._chosen_kernels
         if not self._warned_fork:
             self._warned_fork = True
             warnings.warn(
@@ -164,7 +163,7 @@ class Engine:
                 RuntimeWarning,
                 stacklevel=3,
             )
-        return None
+        return _NUMPY_KERNELS
 
     # Introspection ------------------------------------------------------------------
 
@@ -195,21 +194,7 @@ class Engine:
             )
         if spec.clipping_limit is not None:
             lines.append(f"  clipping_limit={spec.clipping_limit} is ignored, as in TensorFlow.")
-        if self._fast is None:
-            lines.append(f"  kernels: numpy reference ({fast.unavailable_reason() or 'kernels=numpy'}).")
-        else:
-            numpy_updates = sorted(
-                {
-                    t.name
-                    for t in spec.tables
-                    if spec.optimizer_for(t.name) is not None and not fast_fusable(spec.optimizer_for(t.name))
-                }
-            )
-            rest = f" (numpy updates for tables {numpy_updates})" if numpy_updates else ""
-            lines.append(
-                f"  kernels: numba, {self._fast.threads()} thread(s): parallel gather-pool, owner-computes "
-                f"backward, fused optimizer updates{rest}."
-            )
+        lines.append(self.kernels.describe(spec))
         for name, path in self._table_files.items():
             lines.append(f"  table {name}: memory-mapped from {path}.")
         return lines
@@ -258,7 +243,8 @@ class Engine:
             raise TypeError(
                 f"Argument `features` must be a dict of feature name -> ids. Received: {type(features).__name__}."
             )
-        batches = {f.name: self._convert(f, features, weights, training) for f in self.spec.features}
+        kernels = self.kernels
+        batches = {f.name: self._convert(kernels, f, features, weights, training) for f in self.spec.features}
         sizes = {name: batch.batch_size for name, batch in batches.items()}
         if same_batch_size and len(set(sizes.values())) > 1:
             raise ValueError(f"All features of one step must have the same batch size. Received: {sizes}.")
@@ -267,33 +253,8 @@ class Engine:
         activations: dict[str, np.ndarray] = {}
         lengths: dict[str, np.ndarray] = {}
         storage_batches: dict[str, Ragged] = {}
-        if self._fast is not None:
-            self._fast_lookups(batches, activations, lengths, storage_batches)
-        else:
-            for feature in self.spec.features:
-                table = self._tables[feature.table]
-                batch = batches[feature.name]
-                if feature.is_sequence:
-                    activations[feature.name], lengths[feature.name] = lookup.sequence_lookup(
-                        table, batch, feature.max_sequence_length
-                    )
-                else:
-                    activations[feature.name] = lookup.pooled_lookup(
-                        table, batch, self.spec.table(feature.table).combiner, safe=feature.safe_lookup
-                    )
-        if training:
-            self._record_statistics(batches)
-            self.flush()
-        return LookupResult(activations, lengths, batches, training, self.global_step, storage_batches)
-
-    def _fast_lookups(
-        self, batches: dict[str, Ragged], activations: dict, lengths: dict, storage_batches: dict
-    ) -> None:
-        """Every feature's lookup on the fast kernels (side by side when small), by rows of `storage`."""
-        from .fast.path import Lookup  # imports numba: only once the fast kernels are in use
-
         requests = []
-        for feature in self.spec.features:
+        for feature in self.spec.features:  # the kernels address rows of each table's `storage`
             table = self._tables[feature.table]
             batch = batches[feature.name]
             if not table.in_id_order:
@@ -302,14 +263,19 @@ class Engine:
             requests.append(
                 Lookup(table.storage, batch, self.spec.table(feature.table).combiner, feature.safe_lookup, length)
             )
-        for feature, value in zip(self.spec.features, self._fast.lookups(requests)):
+        for feature, value in zip(self.spec.features, kernels.lookups(requests)):
             if feature.is_sequence:
                 activations[feature.name], lengths[feature.name] = value
             else:
                 activations[feature.name] = value
+        if training:
+            self._record_statistics(batches)
+            self.flush()
+        return LookupResult(activations, lengths, batches, training, self.global_step, storage_batches)
 
     def _convert(
         self,
+        kernels: Kernels,
         feature: FeatureSpec,
         features: Mapping[str, Any],
         weights: Mapping[str, Any] | None,
@@ -330,11 +296,7 @@ class Engine:
                     f"from the features. Received keys: {sorted(features)}."
                 )
             weight = features[feature.weight_key]
-        batch = None
-        if self._fast is not None:  # the common case in one compiled pass, else None
-            batch = self._fast.ragged_ids(features[feature.name], feature, weight, copy=training)
-        if batch is None:
-            batch = to_ragged(features[feature.name], weight, feature=feature)
+        batch = kernels.to_batch(features[feature.name], feature, weight, copy=training)
         if batch.weights is not None and not feature.is_sequence:
             check_nan_weights_dropped(batch, feature, self.spec.table(feature.table).combiner)
         return batch
@@ -387,69 +349,49 @@ class Engine:
             )
         step = self.global_step
         multiplier = self._gradient_multiplier(step)
-        fast = self._fast
-        per_table: dict[str, tuple[list[Any], list[np.ndarray]]] = {t.name: ([], []) for t in self.spec.tables}
+        kernels = self.kernels
+        entries: dict[str, list[Any]] = {t.name: [] for t in self.spec.tables}
         for feature in self.spec.features:
-            grad = self._check_gradient(feature, result, gradients.get(feature.name))
+            grad = self._check_gradient(kernels, feature, result, gradients.get(feature.name))
             if grad is None:
                 continue
             if multiplier != 1:
                 grad = grad * multiplier
-            batch = result.batches[feature.name]
-            if fast is not None:  # the fast kernels address rows of `storage`
-                batch = result.storage_batches.get(feature.name) or _on_storage(batch, self._tables[feature.table])
-            if fast is not None and feature.is_sequence:
-                per_table[feature.table][0].append(fast.sequence_entries(batch, feature.max_sequence_length, grad))
-                continue
-            if fast is not None:
-                combiner = self.spec.table(feature.table).combiner
-                per_table[feature.table][0].append(fast.pooled_entries(batch, combiner, grad, safe=feature.safe_lookup))
-                continue
-            if feature.is_sequence:  # entries, summed per table in `_plan_update` (the fast path's order)
-                ids, rows = lookup.sequence_entries(batch, feature.max_sequence_length, grad)
+            # the kernels address rows of `storage`
+            batch = result.storage_batches.get(feature.name) or _on_storage(
+                result.batches[feature.name], self._tables[feature.table]
+            )
+            if feature.is_sequence:
+                entries[feature.table].append(kernels.sequence_entries(batch, feature.max_sequence_length, grad))
             else:
                 combiner = self.spec.table(feature.table).combiner
-                ids, rows = lookup.pooled_entries(batch, combiner, grad, safe=feature.safe_lookup)
-            per_table[feature.table][0].append(ids)
-            per_table[feature.table][1].append(rows)
-        for table in self.spec.tables:  # checked for every table before any table is planned
-            if self.spec.optimizer_for(table.name) is None and per_table[table.name][0]:
+                entries[feature.table].append(kernels.pooled_entries(batch, combiner, grad, safe=feature.safe_lookup))
+        trained = []
+        for table in self.spec.tables:  # checked for every table before anything is computed
+            optimizer = self.spec.optimizer_for(table.name)
+            if optimizer is not None:
+                trained.append((table, optimizer))
+            elif entries[table.name]:
                 raise RuntimeError(
                     f"Table {table.name!r} has no optimizer (an inference-only spec); it can't be trained."
                 )
+        all_summed = kernels.sum_tables(
+            [(table.name, table.vocabulary_size, table.dim, entries[table.name]) for table, _ in trained]
+        )
         pending = _PendingUpdate({}, {})
-        in_place = []  # fused updates (`Update`), written after every check
-        if fast is None:
-            for table in self.spec.tables:
-                self._plan_update(table, step, *per_table[table.name], pending)
-        else:
-            from .fast.path import Update  # imports numba: only once the fast kernels are in use
-
-            trained = []
-            for table in self.spec.tables:
-                optimizer = self.spec.optimizer_for(table.name)
-                if optimizer is not None:
-                    trained.append((table, optimizer))
-            all_summed = fast.sum_tables(
-                [(table.name, table.vocabulary_size, table.dim, per_table[table.name][0]) for table, _ in trained]
-            )
-            for (table, optimizer), summed in zip(trained, all_summed):
-                if fast_fusable(optimizer) and not self.spec.pipeline_execution_with_tensor_core:
-                    slots = {slot: values.storage for slot, values in self._slots[table.name].items()}
-                    in_place.append(
-                        Update(
-                            optimizer, optimizer.learning_rate_at(step), self._tables[table.name].storage, slots, summed
-                        )
-                    )
-                else:
-                    rows, grads = summed.compact()
-                    self._plan_update(
-                        table, step, [], [], pending, summed=(self._tables[table.name].logical(rows), grads)
-                    )
+        in_place = []  # fused updates, written after every check
+        for (table, optimizer), summed in zip(trained, all_summed):
+            storage = self._tables[table.name]
+            if kernels.fuses(optimizer) and not self.spec.pipeline_execution_with_tensor_core:
+                slots = {slot: values.storage for slot, values in self._slots[table.name].items()}
+                in_place.append(Update(optimizer, optimizer.learning_rate_at(step), storage.storage, slots, summed))
+            else:
+                rows, grads = summed.compact()
+                self._plan_update(table, optimizer, step, storage.logical(rows), grads, pending)
         # Every check has passed and every new value is computed: from here on, nothing fails.
         self.flush()  # the previous step's update, if pipelining deferred it
         if in_place:
-            fast.apply_all(in_place)
+            kernels.apply_all(in_place)
         self._pending = pending
         self.global_step += 1
         if not self.spec.pipeline_execution_with_tensor_core:
@@ -468,7 +410,9 @@ class Engine:
             raise ValueError(f"gradient_multiplier_fn({step}) must return a finite number. Received: {value!r}.")
         return np.float32(value)
 
-    def _check_gradient(self, feature: FeatureSpec, result: LookupResult, grad: Any) -> np.ndarray | None:
+    def _check_gradient(
+        self, kernels: Kernels, feature: FeatureSpec, result: LookupResult, grad: Any
+    ) -> np.ndarray | None:
         expected = result.activations[feature.name].shape
         if grad is None:
             return None
@@ -484,9 +428,7 @@ class Engine:
                 f"The gradient of feature {feature.name!r} must have the shape of its activation, "
                 f"{list(expected)}. Received shape {list(array.shape)}."
             )
-        if self.check_numerics and not (
-            np.all(np.isfinite(array)) if self._fast is None else self._fast.all_finite(array)
-        ):
+        if self.check_numerics and not kernels.all_finite(array):
             raise ValueError(
                 f"The gradient of feature {feature.name!r} holds NaN or infinite values; no table was changed."
             )
@@ -495,31 +437,18 @@ class Engine:
     def _plan_update(
         self,
         table: TableSpec,
+        optimizer: Any,
         step: int,
-        ids: list[np.ndarray],
-        rows: list[np.ndarray],
+        unique: np.ndarray,
+        row_grads: np.ndarray,
         pending: _PendingUpdate,
-        *,
-        summed: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         """Computes the new rows of `table` into `pending` without writing them.
 
-        `summed`: (unique ids, summed gradients) already computed (the fast
-        backward); then `ids` and `rows` are ignored.
+        `unique` / `row_grads`: the touched ids (no repeats, any order) and
+        their summed gradients; an optimizer that touches every row (non-lazy
+        Adam) updates the others with a zero gradient.
         """
-        optimizer = self.spec.optimizer_for(table.name)
-        if optimizer is None:
-            if ids:
-                raise RuntimeError(
-                    f"Table {table.name!r} has no optimizer (an inference-only spec); it can't be trained."
-                )
-            return
-        if summed is not None:
-            unique, row_grads = summed
-        elif ids:
-            unique, row_grads = lookup.sum_duplicates(np.concatenate(ids), np.concatenate(rows))
-        else:
-            unique, row_grads = np.zeros(0, np.int64), np.zeros((0, table.dim), np.float32)
         if touches_all_rows(optimizer):
             every_row = np.zeros((table.vocabulary_size, table.dim), np.float32)
             every_row[unique] = row_grads
@@ -634,29 +563,25 @@ def _on_storage(batch: Ragged, table: ShardedTable) -> Ragged:
     return dataclasses.replace(batch, values=table.physical(batch.values))
 
 
-def _fast_path(kernels: str):
-    """A `fast.path.FastPath`, or None for the numpy kernels."""
+def _choose_kernels(kernels: str) -> Kernels:
+    """The kernels `Engine(kernels=...)` asks for: numba's `FastKernels` where they can run, else numpy's."""
     if kernels not in ("auto", "numpy", "fast"):
         raise ValueError(f"Argument `kernels` must be one of 'auto', 'numpy', 'fast'. Received: {kernels!r}.")
     if kernels == "numpy":
-        return None
+        return _NUMPY_KERNELS
     if not fast.available():
         if kernels == "fast":
             raise ImportError(
                 f"kernels='fast' needs numba: {fast.unavailable_reason()}. Install it with "
                 "`pip install 'tpu-embedding-shim[fast]'`, or pass kernels='auto'."
             )
-        return None
-    from .fast.path import FastPath  # imports numba: only once numba is known to be there
+        return _NUMPY_KERNELS
+    from .fast.kernels import FastKernels  # imports numba: only once numba is known to be there
 
-    return FastPath()
+    return FastKernels()
 
 
-def fast_fusable(optimizer) -> bool:
-    """True when a fused in-place kernel implements `optimizer` (see `fast.fused.fusable`)."""
-    from .fast.fused import fusable  # imports numba: only where the fast kernels are used
-
-    return fusable(optimizer)
+_NUMPY_KERNELS = NumpyKernels()
 
 
 def _check_table_files(spec: EmbeddingSpec, table_files: Mapping[str, str] | None) -> dict[str, str]:
@@ -681,10 +606,7 @@ def _check_table_files(spec: EmbeddingSpec, table_files: Mapping[str, str] | Non
 
 def _initial_table(table: TableSpec, rng: np.random.Generator) -> np.ndarray:
     """The table's initial values, checked: [V, D], finite, float32."""
-    initializer: Any = table.initializer  # any callable; the built-in random ones are dataclasses with a `seed`
-    seeded = getattr(initializer, "seed", "absent")
-    if seeded is None:  # a built-in random initializer without a seed: derive one from the engine's
-        initializer = dataclasses.replace(initializer, seed=int(rng.integers(2**31)))
+    initializer = table.seeded_initializer(rng)
     values = np.asarray(initializer((table.vocabulary_size, table.dim), np.float32), dtype=np.float32)
     if values.shape != (table.vocabulary_size, table.dim):
         raise ValueError(
@@ -694,7 +616,7 @@ def _initial_table(table: TableSpec, rng: np.random.Generator) -> np.ndarray:
     if not np.all(np.isfinite(values)):
         raise ValueError(f"The initializer of table {table.name!r} returned NaN or infinite values.")
     if (
-        type(table.initializer).__module__ == _BUILTIN_INITIALIZERS
+        type(initializer).__module__ == _BUILTIN_INITIALIZERS
         and values.flags.owndata
         and values.flags.c_contiguous
         and values.flags.writeable

@@ -150,7 +150,7 @@ def open_table(
             for name, initial in initial_slots.items()
         }
         return _open_existing(path, shape), slots
-    constant = table.initializer
+    constant = table.effective_initializer()
     if isinstance(constant, Constant) and _values_per_entry(constant) is not None:
         constant.check_shape(shape)  # a wrong size raises here, before any file is created
     # A new table: slot files left from an older one are replaced; the table file comes last.
@@ -172,7 +172,7 @@ def _initialize(full: np.ndarray, table: TableSpec, rng: np.random.Generator) ->
     base_rng = np.random.default_rng(int(rng.integers(2**31)))
     for block, start in enumerate(range(0, full.shape[0], BLOCK_ROWS)):
         stop = min(start + BLOCK_ROWS, full.shape[0])
-        init = _block_initializer(table.initializer, start, stop, block, full.shape[1], base_rng)
+        init = _block_initializer(table.effective_initializer(), start, stop, block, full.shape[1], base_rng)
         values = np.asarray(init((stop - start, full.shape[1]), np.float32), dtype=np.float32)
         if values.shape != (stop - start, full.shape[1]) or not np.all(np.isfinite(values)):
             raise ValueError(f"The initializer of table {table.name!r} returned bad values for rows {start}..{stop}.")

@@ -8,8 +8,8 @@ sequence (one row per position, padded or truncated to
 `max_sequence_length`) or is pooled by the table's combiner.
 
 >>> t = TableSpec(name="tbl_movie", vocabulary_size=1682, dim=16)
->>> t.combiner, t.initializer.stddev
-('mean', 0.25)
+>>> t.combiner, t.initializer, t.effective_initializer().stddev
+('mean', None, 0.25)
 >>> f = FeatureSpec(name="movie", table="tbl_movie", num_buckets=1682)
 >>> f.is_sequence
 False
@@ -46,7 +46,9 @@ class TableSpec:
       vocabulary_size: number of rows, >= 1.
       dim: width of a row, >= 1.
       initializer: `init(shape, dtype) -> array`; None means TensorFlow's
-        default, truncated normal with stddev 1/sqrt(dim).
+        default, truncated normal with stddev 1/sqrt(dim), resolved when used
+        (`effective_initializer`), so `dataclasses.replace(table, dim=...)`
+        gives the new dim's default.
       combiner: how a bag of rows is pooled: 'sum', 'mean' or 'sqrtn'.
       optimizer: this table's optimizer, overriding the embedding spec's
         (None: use the spec's).
@@ -68,8 +70,22 @@ class TableSpec:
         parse_combiner(self.combiner, owner=owner)
         if self.optimizer is not None and not isinstance(self.optimizer, OptimizerSpec):
             raise fail("optimizer", "an OptimizerSpec or None", self.optimizer, error=TypeError, owner=owner)
+
+    def effective_initializer(self) -> Callable[..., Any]:
+        """The initializer the table is built with: the given one, else TensorFlow's default for `dim`."""
         if self.initializer is None:
-            object.__setattr__(self, "initializer", default_table_initializer(self.dim))
+            return default_table_initializer(self.dim)
+        return self.initializer
+
+    def seeded_initializer(self, rng: Any) -> Callable[..., Any]:
+        """`effective_initializer()`; a built-in random one without a seed gets one drawn from `rng`
+        (a numpy Generator), so a seeded engine builds the same tables every run. Other callables are
+        returned as they are, and draw nothing from `rng`."""
+        initializer = self.effective_initializer()
+        if getattr(initializer, "seed", "absent") is None:  # the built-in random ones are dataclasses with a `seed`
+            seeded: Callable[..., Any] = dataclasses.replace(initializer, seed=int(rng.integers(2**31)))  # type: ignore[type-var]
+            return seeded
+        return initializer
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

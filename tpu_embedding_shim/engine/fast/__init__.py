@@ -26,8 +26,8 @@ One idea per module:
 - `threads.py`: which thread runs what: small calls on the calling
   thread alone, small independent calls (features, tables) side by side
   on Python threads.
-- `path.py`: the glue the engine calls (tables as one storage array of
-  any sharding).
+- `kernels.py`: `FastKernels`, the engine's `Kernels` (`engine/kernels.py`)
+  on these kernels (tables as one storage array of any sharding).
 
 Compiled kernels are cached on disk (`cache=True`): only the first run on a
 machine pays the compile time.

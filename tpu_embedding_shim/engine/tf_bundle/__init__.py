@@ -28,11 +28,23 @@ The byte layout was measured against TensorFlow 2.15
 """
 
 from .crc32c import crc32c, mask, unmask
+from .debris import acquire_writer, release_writer, remove_debris, sole_writer, writing
+from .dtypes import CODES, code_of, name_of
 from .errors import BundleError, DataLossError, NotFoundError, UnimplementedError
 from .naming import data_file, data_files, index_file, is_bundle, newest_complete
+from .object_graph import (
+    OBJECT_GRAPH_KEY,
+    VARIABLE_VALUE,
+    Node,
+    TrackableObjectGraph,
+    build_graph,
+    checkpoint_key,
+    escape_local_name,
+)
 from .protos import FULL, BundleEntry, BundleHeader
 from .reader import BundleReader, list_bundle, read_bundle
 from .state import STATE_FILE, CheckpointState, read_state, record_latest, write_state
+from .wire import WireError
 from .writer import SlicedTensor, delete_bundle, write_bundle
 
 __all__ = [
@@ -62,4 +74,20 @@ __all__ = [
     "SlicedTensor",
     "delete_bundle",
     "write_bundle",
+    "acquire_writer",
+    "release_writer",
+    "remove_debris",
+    "sole_writer",
+    "writing",
+    "CODES",
+    "code_of",
+    "name_of",
+    "OBJECT_GRAPH_KEY",
+    "VARIABLE_VALUE",
+    "Node",
+    "TrackableObjectGraph",
+    "build_graph",
+    "checkpoint_key",
+    "escape_local_name",
+    "WireError",
 ]

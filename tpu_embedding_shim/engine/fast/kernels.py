@@ -1,24 +1,22 @@
-"""The glue between `Engine` and the fast kernels: what a step hands them.
+"""`FastKernels`: the engine's kernels (`engine/kernels.Kernels`) on numba, the same bits as numpy's.
 
-The engine asks `FastPath` three things per step:
+Per step the engine asks:
 
-- `pooled_lookup` / `sequence_lookup`: activations, as `lookup.py` computes
-  them (coefficients for mean, sqrtn and weights from
-  `coefficients.py`, the bits of `lookup.pooled_coefficients`);
-- `entries`: one feature's gradient as (ids, source rows, coefficients,
-  gradient matrix) for the owner-computes backward;
-- `sum_table`: one table's entries summed to one gradient per touched row
+- `to_batch`: the ids checked (and copied, for training) in one compiled
+  pass for the common inputs, else `to_ragged`;
+- `lookups`: activations, as `lookup.py` computes them (coefficients for
+  mean, sqrtn and weights from `coefficients.py`, the bits of
+  `lookup.pooled_coefficients`);
+- `pooled_entries` / `sequence_entries`: one feature's gradient as (ids,
+  source rows, coefficients, gradient matrix) for the owner-computes
+  backward;
+- `sum_tables`: each table's entries summed to one gradient per touched row
   (`owner.bucket_owned` lists each partition's entries, then
-  `owner.sum_owned` walks them: one pass per feature, into per-table scratch kept
-  between steps and grown to the high-water mark); the id -> slot map is
-  clean again when it returns (the last pass resets it), even on error.
-  `sum_rows` is the same as compact (ids, rows) copies;
-- `apply_summed` / `apply_in_place`: the fused optimizer update, once every
-  check of the step has passed.
-
-Tables are the `storage` array of a `ShardedTable` (every shard, one after
-another) and ids are rows of it: the engine maps ids first for `mod`
-sharding (`ShardedTable.physical`).
+  `owner.sum_owned` walks them: one pass per feature, into per-table scratch
+  kept between steps and grown to the high-water mark); the id -> slot map
+  is clean again when it returns (the last pass resets it), even on error;
+- `apply_all`: the fused optimizer updates (`fused.py`), once every check
+  of the step has passed.
 
 A call too small to be worth a parallel launch runs its kernels on the
 calling thread alone, and several such calls (`lookups`, `sum_tables`,
@@ -37,14 +35,15 @@ from collections.abc import Mapping, Sequence
 import numba
 import numpy as np
 
-from ...spec import OptimizerSpec, parse_combiner
+from ...spec import EmbeddingSpec, FeatureSpec, OptimizerSpec, parse_combiner
 from .. import aligned
+from ..kernels import Lookup, Update
 from ..optimizers import touches_all_rows
-from ..ragged import Ragged, is_ragged_tensor, is_sparse
+from ..ragged import Ragged, is_ragged_tensor, is_sparse, to_ragged
 from . import coefficients, forward, fused, owner
 from .threads import one_thread_below, run_each
 
-__all__ = ["FastPath", "Entries", "Summed", "Lookup", "Update"]
+__all__ = ["Entries", "FastKernels", "Summed"]
 
 _F32 = np.float32
 _NO_COEF = np.zeros(0, dtype=_F32)
@@ -81,28 +80,6 @@ class Summed:
     def compact(self) -> tuple[np.ndarray, np.ndarray]:
         parts = [slice(int(a), int(b)) for a, b in zip(self.starts, self.stops)]
         return (np.concatenate([self.unique_ids[p] for p in parts]), np.concatenate([self.grads[p] for p in parts]))
-
-
-@dataclasses.dataclass(frozen=True)
-class Lookup:
-    """One feature's lookup: pooled by `combiner`, or a sequence when `max_sequence_length` is set."""
-
-    table: np.ndarray
-    batch: Ragged
-    combiner: str = "sum"
-    safe: bool = True
-    max_sequence_length: int | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Update:
-    """One table's fused update (`FastPath.apply_summed`'s arguments)."""
-
-    optimizer: OptimizerSpec
-    lr: float
-    table: np.ndarray
-    slots: Mapping[str, np.ndarray]
-    summed: Summed
 
 
 def _segments(n: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -161,7 +138,7 @@ def _no_full_exponent(bits):
     return smallest != 0
 
 
-class FastPath:
+class FastKernels:
     """Fast kernels for the tables of one engine (one persistent slot map per table)."""
 
     def __init__(self):
@@ -175,7 +152,30 @@ class FastPath:
     def threads() -> int:
         return int(numba.get_num_threads())
 
+    def describe(self, spec: EmbeddingSpec) -> str:
+        numpy_updates = sorted(
+            t.name for t in spec.tables if (o := spec.optimizer_for(t.name)) is not None and not self.fuses(o)
+        )
+        rest = f" (numpy updates for tables {numpy_updates})" if numpy_updates else ""
+        return (
+            f"  kernels: numba, {self.threads()} thread(s): parallel gather-pool, owner-computes "
+            f"backward, fused optimizer updates{rest}."
+        )
+
+    @staticmethod
+    def fuses(optimizer: OptimizerSpec) -> bool:
+        return fused.fusable(optimizer)
+
+    def slot_maps_clean(self) -> bool:
+        """True when every table's id -> slot map is reset, as it must be between steps (even after an error)."""
+        return all(bool(np.all(slot_map == -1)) for slot_map in self._slot_maps.values())
+
     # Input ------------------------------------------------------------------------
+
+    def to_batch(self, ids, feature: FeatureSpec, weights, *, copy: bool) -> Ragged:
+        """`to_ragged(ids, weights, feature=feature)`: `ragged_ids` for the common inputs, else `to_ragged`."""
+        batch = self.ragged_ids(ids, feature, weights, copy=copy)
+        return batch if batch is not None else to_ragged(ids, weights, feature=feature)
 
     @staticmethod
     def ragged_ids(ids, feature, weights=None, *, copy: bool = True) -> Ragged | None:
@@ -198,7 +198,7 @@ class FastPath:
         they are. Positions are left to `Ragged.row_positions()` (only a
         sequence lookup asks)."""
         if isinstance(ids, np.ndarray):
-            return FastPath._dense_ids(ids, feature, weights, copy)
+            return FastKernels._dense_ids(ids, feature, weights, copy)
         if feature.id_source != "identity" or is_sparse(ids) or not is_ragged_tensor(ids):
             return None
         w = None
@@ -276,7 +276,7 @@ class FastPath:
 
     # Forward ----------------------------------------------------------------------
 
-    def _pooled_entries(self, batch: Ragged, combiner: str, safe: bool, dim: int):
+    def coefficients(self, batch: Ragged, combiner: str, safe: bool, dim: int):
         """(ids, row_splits, example or None, coef float32, empty for all ones) of the kept entries.
 
         A sum keeps every entry, and its coefficient is the weight itself
@@ -300,7 +300,7 @@ class FastPath:
     def pooled_lookup(self, table: np.ndarray, batch: Ragged, combiner: str, *, safe: bool = True) -> np.ndarray:
         """`lookup.pooled_lookup(table, batch, combiner, safe=safe)`, in parallel."""
         combiner = parse_combiner(combiner)
-        ids, splits, _, coef = self._pooled_entries(batch, combiner, safe, table.shape[1])
+        ids, splits, _, coef = self.coefficients(batch, combiner, safe, table.shape[1])
         out = aligned.empty((batch.batch_size, table.shape[1]), _F32)
         with one_thread_below(ids.shape[0] * table.shape[1]):
             forward.pooled(table, ids, splits, coef, out)
@@ -332,7 +332,7 @@ class FastPath:
     def pooled_entries(self, batch: Ragged, combiner: str, grad: np.ndarray, *, safe: bool = True) -> Entries:
         """The entries of a pooled feature's gradient `grad` [B, D]."""
         combiner = parse_combiner(combiner)
-        ids, _, example, coef = self._pooled_entries(batch, combiner, safe, grad.shape[-1])
+        ids, _, example, coef = self.coefficients(batch, combiner, safe, grad.shape[-1])
         src = batch.row_ids() if example is None else example
         return Entries(ids, src, coef, np.ascontiguousarray(grad, dtype=_F32))
 
