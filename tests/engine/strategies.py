@@ -3,6 +3,9 @@
 import numpy as np
 from hypothesis import strategies as st
 
+from tpu_embedding_shim import spec
+from tpu_embedding_shim.engine import Ragged
+
 
 def shared_options(draw):
     """Keyword arguments for the options every optimizer shares, drawn with `draw` (call it inside an
@@ -55,3 +58,120 @@ def step_both(fast, slow, features, grads):
         assert_same_bits(r_fast.activations[name], r_slow.activations[name])
     fast.apply_gradients(r_fast, grads)
     slow.apply_gradients(r_slow, grads)
+
+
+@st.composite
+def batches(draw, vocab=None, max_len=12, weights=True):
+    """(table [V, D], Ragged batch): duplicates, empty rows, and weights <= 0 included."""
+    vocab = vocab or draw(st.integers(1, 30))
+    dim = draw(st.integers(1, 9))
+    lengths = draw(st.lists(st.integers(0, max_len), min_size=1, max_size=12))
+    n = sum(lengths)
+    ids = np.array(draw(st.lists(st.integers(0, vocab - 1), min_size=n, max_size=n)), dtype=np.int64)
+    splits = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    positions = np.concatenate([np.arange(k) for k in lengths]).astype(np.int64) if n else np.zeros(0, np.int64)
+    w = None
+    if weights and draw(st.booleans()):
+        w = np.array(draw(st.lists(st.floats(-1.0, 2.0, width=32), min_size=n, max_size=n)), dtype=np.float32)
+    seed = draw(st.integers(0, 2**16))
+    table = np.random.default_rng(seed).standard_normal((vocab, dim)).astype(np.float32)
+    return table, Ragged(ids, splits, w, positions)
+
+
+FUSED_KINDS = [
+    "sgd",
+    "adagrad",
+    "lazy_adam",
+    "adagrad_momentum",
+    "ftrl",
+    "momentum",
+    "rmsprop",
+    "proximal_adagrad",
+    "dense_adam",
+]
+
+
+def schedule(step):
+    """A learning rate that falls with the step (a callable learning rate)."""
+    return 0.3 / (1 + step)
+
+
+@st.composite
+def fused_optimizers(draw, kind=None):
+    """One of the fused optimizers, over its own options, the shared ones, and a constant or scheduled
+    learning rate."""
+    kind = kind or draw(st.sampled_from(FUSED_KINDS))
+    lr = draw(st.sampled_from([0.1, 0.5, 0.0, schedule]))
+    opts = dict(learning_rate=lr, **shared_options(draw))
+    if kind == "sgd":
+        return spec.SGDSpec(**opts)
+    if kind == "adagrad":
+        return spec.AdagradSpec(initial_accumulator=draw(st.sampled_from([0.1, 1.0])), **opts)
+    if kind == "adagrad_momentum":
+        return spec.AdagradMomentumSpec(
+            momentum=draw(st.sampled_from([0.0, 0.5, 0.9])),
+            use_nesterov=draw(st.booleans()),
+            exponent=draw(st.sampled_from([2.0, 2.0, 1.0, 1.7, 3.0])),
+            beta2=draw(st.sampled_from([1.0, 0.9, 0.0])),
+            epsilon=draw(st.sampled_from([1e-10, 1e-3, 0.5])),
+            **opts,
+        )
+    if kind == "ftrl":
+        by_lr = draw(st.booleans())
+        if not by_lr and (lr == 0.0 or callable(lr)):  # the paper form: a constant lr > 0 (see `fusable`)
+            opts["learning_rate"] = 0.2
+        return spec.FtrlSpec(
+            learning_rate_power=draw(st.sampled_from([-0.5, -0.5, 0.0, -0.25, -1.0, -0.7])),
+            initial_accumulator_value=draw(st.sampled_from([0.0, 0.1, 1.0])),
+            l1_regularization_strength=draw(st.sampled_from([0.0, 0.01, 0.5])),
+            l2_regularization_strength=draw(st.sampled_from([0.0, 0.1])),
+            beta=draw(st.sampled_from([0.0, 0.5])),
+            multiply_linear_by_learning_rate=by_lr,
+            allow_zero_accumulator=draw(st.booleans()),
+            initial_linear_value=draw(st.sampled_from([0.0, 0.2])),
+            **opts,
+        )
+    if kind == "momentum":
+        return spec.MomentumSpec(
+            momentum=draw(st.sampled_from([0.0, 0.5, 0.9])), use_nesterov=draw(st.booleans()), **opts
+        )
+    if kind == "rmsprop":
+        return spec.RMSPropSpec(
+            rho=draw(st.sampled_from([0.0, 0.5, 0.9, 1.0])),
+            momentum=draw(st.sampled_from([0.0, 0.7])),
+            epsilon=draw(st.sampled_from([1e-10, 1e-3])),
+            **opts,
+        )
+    if kind == "proximal_adagrad":
+        return spec.ProximalAdagradSpec(
+            initial_accumulator=draw(st.sampled_from([0.1, 1.0])),
+            l1_regularization_strength=draw(st.sampled_from([0.0, 0.05, 1.0])),
+            l2_regularization_strength=draw(st.sampled_from([0.0, 0.3])),
+            **opts,
+        )
+    return spec.AdamSpec(
+        lazy_adam=kind == "lazy_adam",
+        beta1=draw(st.sampled_from([0.9, 0.0, 0.5])),
+        beta2=draw(st.sampled_from([0.999, 0.9])),
+        epsilon=draw(st.sampled_from([1e-8, 1e-3])),
+        sum_inside_sqrt=draw(st.booleans()),
+        **opts,
+    )
+
+
+def row_id_spec(optimizer, *, vocab=10, dim=3, combiner="sum", features="f", **options):
+    """An EmbeddingSpec of one table 't' whose row i is [i, ..., i] (RowIdInitializer), read by one
+    feature 'f' (`features="f"`), by 'a' alone ("a"), or by the three of `step_inputs` ("abs": a; b,
+    weighted by b_w; s, a sequence of length 3). `options` go to EmbeddingSpec."""
+    readers = {
+        "a": spec.FeatureSpec(name="a", table="t", num_buckets=vocab),
+        "b": spec.FeatureSpec(name="b", table="t", num_buckets=vocab, weight_key="b_w"),
+        "s": spec.FeatureSpec(name="s", table="t", num_buckets=vocab, max_sequence_length=3),
+        "f": spec.FeatureSpec(name="f", table="t", num_buckets=vocab),
+    }
+    table = spec.TableSpec(
+        name="t", vocabulary_size=vocab, dim=dim, combiner=combiner, initializer=spec.RowIdInitializer()
+    )
+    return spec.EmbeddingSpec(
+        tables=(table,), features=tuple(readers[name] for name in features), optimizer=optimizer, **options
+    )

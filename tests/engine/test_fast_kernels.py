@@ -22,75 +22,34 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-numba = pytest.importorskip("numba", reason="needs numba: the `fast` extra, pip install -e '.[fast]'")
+from .fast_only import require_fast_kernels
 
-from tpu_embedding_shim.engine import fast as _fast  # noqa: E402
-
-if not _fast.available():
-    pytest.skip(f"fast kernels off: {_fast.unavailable_reason()}", allow_module_level=True)
+require_fast_kernels()
+import numba  # noqa: E402
 
 from tpu_embedding_shim.engine import lookup  # noqa: E402
 from tpu_embedding_shim.engine.engine import Engine  # noqa: E402
-from tpu_embedding_shim.engine.fast import fused, owner  # noqa: E402
 from tpu_embedding_shim.engine.fast import kernels as fast_kernels  # noqa: E402
+from tpu_embedding_shim.engine.fast import owner  # noqa: E402
 from tpu_embedding_shim.engine.fast import threads as fast_threads  # noqa: E402
 from tpu_embedding_shim.engine.fast.kernels import FastKernels  # noqa: E402
-from tpu_embedding_shim.engine.optimizers import apply_update, initial_slots  # noqa: E402
 from tpu_embedding_shim.engine.ragged import Ragged  # noqa: E402
 from tpu_embedding_shim.spec import (  # noqa: E402
     AdagradSpec,
-    AdamSpec,
-    EmbeddingSpec,
     FeatureSpec,
-    FtrlSpec,
-    RowIdInitializer,
     SGDSpec,
-    TableSpec,
 )
 
-from .strategies import shared_options, step_both, step_inputs  # noqa: E402
+from .strategies import batches, fused_optimizers, row_id_spec, step_both, step_inputs  # noqa: E402
 
 SETTINGS = settings(max_examples=40, deadline=None)
 COMBINERS = st.sampled_from(["sum", "mean", "sqrtn"])
 TOL = dict(rtol=1e-5, atol=1e-6)
 
 
-@st.composite
-def batches(draw, vocab=None, max_len=12, weights=True):
-    """(table [V, D], Ragged batch): duplicates, empty rows, and weights <= 0 included."""
-    vocab = vocab or draw(st.integers(1, 30))
-    dim = draw(st.integers(1, 9))
-    lengths = draw(st.lists(st.integers(0, max_len), min_size=1, max_size=12))
-    n = sum(lengths)
-    ids = np.array(draw(st.lists(st.integers(0, vocab - 1), min_size=n, max_size=n)), dtype=np.int64)
-    splits = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    positions = np.concatenate([np.arange(k) for k in lengths]).astype(np.int64) if n else np.zeros(0, np.int64)
-    w = None
-    if weights and draw(st.booleans()):
-        w = np.array(draw(st.lists(st.floats(-1.0, 2.0, width=32), min_size=n, max_size=n)), dtype=np.float32)
-    seed = draw(st.integers(0, 2**16))
-    table = np.random.default_rng(seed).standard_normal((vocab, dim)).astype(np.float32)
-    return table, Ragged(ids, splits, w, positions)
-
-
 def _sorted(ids, rows):
     order = np.argsort(ids)
     return ids[order], rows[order]
-
-
-def _assert_sums_close(rows, want_rows, entries, unique_ids):
-    """Equal up to float32 rounding of the summation order: TOL, or n * eps * sum |terms| per id
-    (the bound on the rounding of a sum of n terms; many duplicates with cancellation exceed TOL)."""
-    magnitude = np.zeros(want_rows.shape, dtype=np.float64)
-    count = np.zeros((unique_ids.shape[0], 1), dtype=np.int64)
-    for e in entries if isinstance(entries, (list, tuple)) else [entries]:
-        where = np.searchsorted(unique_ids, e.ids)
-        coef = e.coef.astype(np.float64) if e.coef.size else np.ones(e.ids.shape[0])  # empty: all ones
-        np.add.at(magnitude, where, np.abs(coef[:, None] * e.grads[e.src]))
-        count[:, 0] += np.bincount(where, minlength=unique_ids.shape[0])
-    slack = 2 * count * np.finfo(np.float32).eps * magnitude
-    diff = np.abs(rows.astype(np.float64) - want_rows)
-    assert np.all(diff <= TOL["atol"] + TOL["rtol"] * np.abs(want_rows) + slack), diff.max()
 
 
 @pytest.mark.parametrize("dim", [16, 32, 64, 300])
@@ -119,15 +78,6 @@ def test_forward_kernels_are_exactly_the_reference(dim, num_bags):
     generic = np.empty_like(got)
     forward.pooled_forward(table, ids, splits, w, generic)
     np.testing.assert_array_equal(got, generic)
-
-
-@SETTINGS
-@given(case=batches(), combiner=COMBINERS, safe=st.booleans())
-def test_pooled_forward_is_exactly_the_reference(case, combiner, safe):
-    table, batch = case
-    want = lookup.pooled_lookup(table, batch, combiner, safe=safe)
-    got = FastKernels().pooled_lookup(table, batch, combiner, safe=safe)
-    np.testing.assert_array_equal(got, want)
 
 
 @settings(max_examples=10, deadline=None)
@@ -185,21 +135,6 @@ def test_sequence_forward_is_exactly_the_reference(case, length, gaps, seed):
 
 
 @SETTINGS
-@given(case=batches(), combiner=COMBINERS, safe=st.booleans(), seed=st.integers(0, 99))
-def test_owner_computes_backward_sums_duplicates_like_the_reference(case, combiner, safe, seed):
-    table, batch = case
-    grad = np.random.default_rng(seed).standard_normal((batch.batch_size, table.shape[1])).astype(np.float32)
-    want_ids, want_rows = lookup.pooled_backward(batch, combiner, grad, safe=safe)
-    fast = FastKernels()
-    entries = fast.pooled_entries(batch, combiner, grad, safe=safe)
-    ids, rows = fast.sum_rows("t", table.shape[0], table.shape[1], [entries])
-    ids, rows = _sorted(ids, rows)
-    np.testing.assert_array_equal(ids, want_ids)
-    np.testing.assert_array_equal(rows, want_rows)  # the same running sums, in entry order
-    assert fast.slot_maps_clean(), "the id -> slot map must be clean after a step"
-
-
-@SETTINGS
 @given(case=batches(vocab=40), parts=st.integers(1, 6), seed=st.integers(0, 99), reset=st.booleans())
 def test_owner_kernels_with_any_partition_count(case, parts, seed, reset):
     """Powers of two partition by a bit mask, other counts by `%`: same rows, same owners."""
@@ -221,21 +156,9 @@ def test_owner_kernels_with_any_partition_count(case, parts, seed, reset):
     for p in range(parts):  # each partition's entries, in entry order
         mine = order[starts[p] : starts[p] + owned[p]]
         np.testing.assert_array_equal(mine, np.flatnonzero(e.ids % parts == p))
-    owner.sum_owned(
-        e.ids,
-        e.src,
-        e.coef,
-        e.grads,
-        slot_map,
-        starts,
-        counts,
-        unique_ids,
-        summed,
-        order,
-        starts,
-        starts + owned,
-        reset,
-    )  # reset: the map is cleaned in the same pass
+    stops = starts + owned
+    # reset: the map is cleaned in the same pass
+    owner.sum_owned(*e, slot_map, starts, counts, unique_ids, summed, order, starts, stops, reset)
     regions = [slice(int(a), int(a + c)) for a, c in zip(starts, counts)]
     for p, region in enumerate(regions):
         assert np.all(unique_ids[region] % parts == p)
@@ -251,82 +174,6 @@ def test_owner_kernels_with_any_partition_count(case, parts, seed, reset):
     np.testing.assert_array_equal(rows, want_rows)
 
 
-@SETTINGS
-@given(case=batches(weights=False), length=st.integers(1, 8), seed=st.integers(0, 99))
-def test_sequence_backward_agrees(case, length, seed):
-    table, batch = case
-    grad = np.random.default_rng(seed).standard_normal((batch.batch_size, length, table.shape[1]))
-    want_ids, want_rows = lookup.sequence_backward(batch, length, grad)
-    fast = FastKernels()
-    entries = fast.sequence_entries(batch, length, grad)
-    ids, rows = _sorted(*fast.sum_rows("t", table.shape[0], table.shape[1], [entries]))
-    np.testing.assert_array_equal(ids, want_ids)
-    np.testing.assert_array_equal(rows, want_rows)
-
-
-@SETTINGS
-@given(first=batches(vocab=20), second=batches(vocab=20), seed=st.integers(0, 99))
-def test_two_features_of_one_table_get_one_row_per_id(first, second, seed):
-    (t1, b1), (_, b2) = first, second
-    dim = t1.shape[1]
-    rng = np.random.default_rng(seed)
-    g1 = rng.standard_normal((b1.batch_size, dim)).astype(np.float32)
-    g2 = rng.standard_normal((b2.batch_size, dim)).astype(np.float32)
-    ids1, rows1 = lookup.pooled_backward(b1, "sum", g1)
-    b2 = dataclasses.replace(b2, weights=None)
-    ids2, rows2 = lookup.pooled_backward(b2, "mean", g2[:, :dim] if g2.shape[1] >= dim else g2)
-    if rows2.shape[1] != dim:
-        return
-    want_ids, want_rows = lookup.sum_duplicates(np.concatenate([ids1, ids2]), np.concatenate([rows1, rows2]))
-    fast = FastKernels()
-    both = [fast.pooled_entries(b1, "sum", g1), fast.pooled_entries(b2, "mean", g2)]
-    got = fast.sum_rows("t", 20, dim, both)
-    ids, rows = _sorted(*got)
-    np.testing.assert_array_equal(ids, want_ids)
-    _assert_sums_close(rows, want_rows, both, want_ids)
-
-
-@st.composite
-def optimizers(draw):
-    kind = draw(st.sampled_from(["sgd", "adagrad", "adam", "adam_outside"]))
-    lr = draw(st.sampled_from([0.1, 0.5, "schedule"]))
-    lr = (lambda step: 0.3 / (1 + step)) if lr == "schedule" else lr
-    opts = shared_options(draw)
-    if kind == "sgd":
-        return SGDSpec(learning_rate=lr, **opts)
-    if kind == "adagrad":
-        return AdagradSpec(learning_rate=lr, initial_accumulator=draw(st.sampled_from([0.1, 1.0])), **opts)
-    return AdamSpec(learning_rate=lr, lazy_adam=True, sum_inside_sqrt=kind == "adam", **opts)
-
-
-@SETTINGS
-@given(
-    optimizer=optimizers(),
-    vocab=st.integers(1, 40),
-    dim=st.integers(1, 9),
-    step=st.integers(0, 5),
-    seed=st.integers(0, 999),
-)
-def test_each_fused_optimizer_equals_apply_update(optimizer, vocab, dim, step, seed):
-    assert fused.fusable(optimizer)
-    rng = np.random.default_rng(seed)
-    table = rng.standard_normal((vocab, dim)).astype(np.float32)
-    slots = {
-        name: np.abs(values + rng.standard_normal(values.shape).astype(np.float32))
-        for name, values in initial_slots(optimizer, table.shape).items()
-    }
-    ids = rng.permutation(vocab)[: max(1, vocab // 2)].astype(np.int64)
-    grads = rng.standard_normal((ids.shape[0], dim)).astype(np.float32)
-    want_rows, want_slots = apply_update(optimizer, table[ids], {k: v[ids] for k, v in slots.items()}, grads, step)
-    got_table, got_slots = table.copy(), {k: v.copy() for k, v in slots.items()}
-    FastKernels.apply_in_place(optimizer, optimizer.learning_rate_at(step), got_table, got_slots, ids, grads)
-    np.testing.assert_allclose(got_table[ids], want_rows, **TOL)
-    untouched = np.setdiff1d(np.arange(vocab), ids)
-    np.testing.assert_array_equal(got_table[untouched], table[untouched])
-    for name in slots:
-        np.testing.assert_allclose(got_slots[name][ids], want_slots[name], **TOL)
-
-
 # Engine level: the fast engine and the numpy engine, step by step.
 
 
@@ -335,19 +182,13 @@ def engine_cases(draw):
     vocab = draw(st.integers(2, 25))
     dim = draw(st.integers(1, 6))
     combiner = draw(COMBINERS)
-    optimizer = draw(
-        optimizers() | st.just(AdamSpec(learning_rate=0.1, lazy_adam=False)) | st.just(FtrlSpec(learning_rate=0.1))
-    )
-    spec = EmbeddingSpec(
-        tables=(
-            TableSpec(name="t", vocabulary_size=vocab, dim=dim, combiner=combiner, initializer=RowIdInitializer()),
-        ),
-        features=(
-            FeatureSpec(name="a", table="t", num_buckets=vocab),
-            FeatureSpec(name="b", table="t", num_buckets=vocab, weight_key="b_w"),
-            FeatureSpec(name="s", table="t", num_buckets=vocab, max_sequence_length=3),
-        ),
-        optimizer=optimizer,
+    optimizer = draw(fused_optimizers())  # every fused optimizer, over its options and the shared ones
+    spec = row_id_spec(
+        optimizer,
+        vocab=vocab,
+        dim=dim,
+        combiner=combiner,
+        features="abs",
         pipeline_execution_with_tensor_core=draw(st.booleans()),
         num_shards=draw(st.sampled_from([1, 1, 2, 3, 8])),
         partition_strategy=draw(st.sampled_from(["div", "mod"])),
@@ -366,7 +207,7 @@ def _serial_work(value):
         fast_threads.SERIAL_WORK = saved
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(case=engine_cases(), serial_work=st.sampled_from([0, 16, fast_threads.SERIAL_WORK]))
 def test_fast_engine_equals_numpy_engine(case, serial_work):
     """Every thread mode: 0 runs every kernel on every thread; 16 makes some calls small and spreads
@@ -416,13 +257,8 @@ def test_small_calls_run_on_one_thread_and_give_the_same_bits():
 
 
 def _spec(optimizer=None, num_shards=1, vocab=10, strategy="div"):
-    return EmbeddingSpec(
-        tables=(TableSpec(name="t", vocabulary_size=vocab, dim=3, combiner="sum", initializer=RowIdInitializer()),),
-        features=(FeatureSpec(name="f", table="t", num_buckets=vocab),),
-        optimizer=optimizer or AdagradSpec(learning_rate=0.1),
-        num_shards=num_shards,
-        partition_strategy=strategy,
-    )
+    optimizer = optimizer or AdagradSpec(learning_rate=0.1)
+    return row_id_spec(optimizer, vocab=vocab, num_shards=num_shards, partition_strategy=strategy)
 
 
 def test_a_failed_fast_step_changes_nothing():
@@ -475,13 +311,7 @@ def test_kernels_argument_is_checked():
 
 
 def test_a_ten_million_row_table_trains_without_full_size_temporaries():
-    spec = EmbeddingSpec(
-        tables=(
-            TableSpec(name="t", vocabulary_size=10_000_000, dim=1, combiner="sum", initializer=RowIdInitializer()),
-        ),
-        features=(FeatureSpec(name="f", table="t", num_buckets=10_000_000),),
-        optimizer=SGDSpec(learning_rate=1.0),
-    )
+    spec = row_id_spec(SGDSpec(learning_rate=1.0), vocab=10_000_000, dim=1)
     engine = Engine(spec, kernels="fast")
     result = engine.forward({"f": [[9_999_999, 5], [5, -1]]})
     assert result.activations["f"][:, 0].tolist() == [10_000_004.0, 5.0]
@@ -529,8 +359,7 @@ def test_slot_map_is_reset_after_an_interrupted_sum():
     class BadEntries:
         ids = np.array([1, 2], np.int64)
 
-        @property
-        def src(self):
+        def __iter__(self):  # the summing pass reads the entries' arrays: fail there
             raise BoomError
 
     with pytest.raises(BoomError):
@@ -768,11 +597,7 @@ def test_compiled_coefficients_over_many_blocks_of_examples(seed, num_examples, 
 def test_a_lookup_and_its_gradient_share_one_coefficient_pass():
     from tpu_embedding_shim.engine.fast import coefficients
 
-    spec = EmbeddingSpec(
-        tables=(TableSpec(name="t", vocabulary_size=10, dim=3, combiner="mean", initializer=RowIdInitializer()),),
-        features=(FeatureSpec(name="f", table="t", num_buckets=10),),
-        optimizer=AdagradSpec(learning_rate=0.1),
-    )
+    spec = row_id_spec(AdagradSpec(learning_rate=0.1), combiner="mean")
     engine = Engine(spec, kernels="fast")
     real = coefficients.pooled_coefficients
     with mock.patch.object(coefficients, "pooled_coefficients", side_effect=real) as spy:
@@ -830,15 +655,7 @@ def test_ragged_tensor_inputs_on_the_fast_path_give_the_numpy_engines_bits(train
     """RaggedTensor-like int64 inputs take the compiled input pass (no positions written): a pooled, a
     weighted and a sequence feature (whose positions are computed when asked for) give the numpy
     engine's activations; an inference lookup uses the caller's ids as they are, a training one copies."""
-    spec = EmbeddingSpec(
-        tables=(TableSpec(name="t", vocabulary_size=40, dim=4, combiner="mean", initializer=RowIdInitializer()),),
-        features=(
-            FeatureSpec(name="a", table="t", num_buckets=40),
-            FeatureSpec(name="b", table="t", num_buckets=40, weight_key="b_w"),
-            FeatureSpec(name="s", table="t", num_buckets=40, max_sequence_length=3),
-        ),
-        optimizer=AdagradSpec(learning_rate=0.1),
-    )
+    spec = row_id_spec(AdagradSpec(learning_rate=0.1), vocab=40, dim=4, combiner="mean", features="abs")
     fast, slow = Engine(spec, kernels="fast"), Engine(spec, kernels="numpy")
     rng = np.random.default_rng(11)
     for _ in range(3):

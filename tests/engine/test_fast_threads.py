@@ -12,12 +12,11 @@ import threading
 import numpy as np
 import pytest
 
-numba = pytest.importorskip("numba", reason="needs numba: the `fast` extra, pip install -e '.[fast]'")
+from .fast_only import require_fast_kernels
 
-from tpu_embedding_shim.engine import fast as _fast  # noqa: E402
+require_fast_kernels()
+import numba  # noqa: E402
 
-if not _fast.available():
-    pytest.skip(f"fast kernels off: {_fast.unavailable_reason()}", allow_module_level=True)
 from tpu_embedding_shim.engine.engine import Engine  # noqa: E402
 from tpu_embedding_shim.engine.fast import owner, threads  # noqa: E402
 from tpu_embedding_shim.spec import (  # noqa: E402

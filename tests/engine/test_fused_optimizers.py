@@ -16,16 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("numba", reason="needs numba: the `fast` extra, pip install -e '.[fast]'")
+from .fast_only import require_fast_kernels
 
-from tpu_embedding_shim.engine import fast as _fast
-
-if not _fast.available():
-    pytest.skip(f"fast kernels off: {_fast.unavailable_reason()}", allow_module_level=True)
-from tpu_embedding_shim.engine.engine import Engine
-from tpu_embedding_shim.engine.fast import fused
-from tpu_embedding_shim.engine.optimizers import apply_update, initial_slots, touches_all_rows
-from tpu_embedding_shim.spec import (
+require_fast_kernels()
+from tpu_embedding_shim.engine.engine import Engine  # noqa: E402
+from tpu_embedding_shim.engine.fast import fused  # noqa: E402
+from tpu_embedding_shim.engine.optimizers import apply_update, initial_slots, touches_all_rows  # noqa: E402
+from tpu_embedding_shim.spec import (  # noqa: E402
     AdagradMomentumSpec,
     AdagradSpec,
     AdamSpec,
@@ -39,74 +36,10 @@ from tpu_embedding_shim.spec import (
     TableSpec,
 )
 
-from .strategies import assert_same_bits as _assert_same_bits
-from .strategies import shared_options, step_both, step_inputs
+from .strategies import assert_same_bits as _assert_same_bits  # noqa: E402
+from .strategies import fused_optimizers, row_id_spec, schedule, step_both  # noqa: E402
 
 SETTINGS = settings(max_examples=100, deadline=None)
-KINDS = ["adagrad_momentum", "ftrl", "momentum", "rmsprop", "proximal_adagrad", "dense_adam"]
-
-
-def _schedule(step):
-    return 0.3 / (1 + step)
-
-
-@st.composite
-def optimizers(draw, kind=None):
-    """One of the newly fused optimizers, over its own options, the shared ones, and a constant or
-    scheduled learning rate."""
-    kind = kind or draw(st.sampled_from(KINDS))
-    lr = draw(st.sampled_from([0.1, 0.5, 0.0, _schedule]))
-    opts = dict(learning_rate=lr, **shared_options(draw))
-    if kind == "adagrad_momentum":
-        return AdagradMomentumSpec(
-            momentum=draw(st.sampled_from([0.0, 0.5, 0.9])),
-            use_nesterov=draw(st.booleans()),
-            exponent=draw(st.sampled_from([2.0, 2.0, 1.0, 1.7, 3.0])),
-            beta2=draw(st.sampled_from([1.0, 0.9, 0.0])),
-            epsilon=draw(st.sampled_from([1e-10, 1e-3, 0.5])),
-            **opts,
-        )
-    if kind == "ftrl":
-        by_lr = draw(st.booleans())
-        if not by_lr and (lr == 0.0 or callable(lr)):  # the paper form: a constant lr > 0 (see `fusable`)
-            opts["learning_rate"] = 0.2
-        return FtrlSpec(
-            learning_rate_power=draw(st.sampled_from([-0.5, -0.5, 0.0, -0.25, -1.0, -0.7])),
-            initial_accumulator_value=draw(st.sampled_from([0.0, 0.1, 1.0])),
-            l1_regularization_strength=draw(st.sampled_from([0.0, 0.01, 0.5])),
-            l2_regularization_strength=draw(st.sampled_from([0.0, 0.1])),
-            beta=draw(st.sampled_from([0.0, 0.5])),
-            multiply_linear_by_learning_rate=by_lr,
-            allow_zero_accumulator=draw(st.booleans()),
-            initial_linear_value=draw(st.sampled_from([0.0, 0.2])),
-            **opts,
-        )
-    if kind == "momentum":
-        return MomentumSpec(momentum=draw(st.sampled_from([0.0, 0.5, 0.9])), use_nesterov=draw(st.booleans()), **opts)
-    if kind == "rmsprop":
-        return RMSPropSpec(
-            rho=draw(st.sampled_from([0.0, 0.5, 0.9, 1.0])),
-            momentum=draw(st.sampled_from([0.0, 0.7])),
-            epsilon=draw(st.sampled_from([1e-10, 1e-3])),
-            **opts,
-        )
-    if kind == "proximal_adagrad":
-        return ProximalAdagradSpec(
-            initial_accumulator=draw(st.sampled_from([0.1, 1.0])),
-            l1_regularization_strength=draw(st.sampled_from([0.0, 0.05, 1.0])),
-            l2_regularization_strength=draw(st.sampled_from([0.0, 0.3])),
-            **opts,
-        )
-    return AdamSpec(
-        lazy_adam=False,
-        beta1=draw(st.sampled_from([0.9, 0.0, 0.5])),
-        beta2=draw(st.sampled_from([0.999, 0.9])),
-        epsilon=draw(st.sampled_from([1e-8, 1e-3])),
-        sum_inside_sqrt=draw(st.booleans()),
-        **opts,
-    )
-
-
 _NON_NEGATIVE = ("accumulators", "ms", "velocities")
 
 
@@ -165,7 +98,7 @@ def _numpy_engine_update(optimizer, table, slots, ids, grads, step):
 
 @SETTINGS
 @given(
-    optimizer=optimizers(),
+    optimizer=fused_optimizers(),
     vocab=st.integers(1, 60),
     dim=st.integers(1, 9),
     touched=st.floats(0, 1),
@@ -174,7 +107,7 @@ def _numpy_engine_update(optimizer, table, slots, ids, grads, step):
     fresh=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_each_new_fused_optimizer_gives_the_reference_bits(optimizer, vocab, dim, touched, parts, step, fresh, seed):
+def test_each_fused_optimizer_gives_the_reference_bits(optimizer, vocab, dim, touched, parts, step, fresh, seed):
     assert fused.fusable(optimizer)
     rng = np.random.default_rng(seed)
     table = rng.standard_normal((vocab, dim)).astype(np.float32)
@@ -234,7 +167,7 @@ _SHARED = dict(
 REPRESENTATIVES = {
     "adagrad_momentum": AdagradMomentumSpec(learning_rate=0.1, momentum=0.9, epsilon=1e-3, **_SHARED),
     "adagrad_momentum_power": AdagradMomentumSpec(
-        learning_rate=_schedule, momentum=0.5, use_nesterov=True, exponent=1.7, beta2=0.9, epsilon=1e-3, **_SHARED
+        learning_rate=schedule, momentum=0.5, use_nesterov=True, exponent=1.7, beta2=0.9, epsilon=1e-3, **_SHARED
     ),
     "ftrl": FtrlSpec(
         learning_rate=0.2,
@@ -245,7 +178,7 @@ REPRESENTATIVES = {
         **_SHARED,
     ),
     "ftrl_power_by_lr": FtrlSpec(
-        learning_rate=_schedule,
+        learning_rate=schedule,
         learning_rate_power=-0.7,
         initial_accumulator_value=0.0,
         l1_regularization_strength=0.01,
@@ -254,12 +187,12 @@ REPRESENTATIVES = {
         **_SHARED,
     ),
     "momentum": MomentumSpec(learning_rate=0.1, momentum=0.9, **_SHARED),
-    "momentum_nesterov": MomentumSpec(learning_rate=_schedule, momentum=0.5, use_nesterov=True, **_SHARED),
-    "rmsprop": RMSPropSpec(learning_rate=_schedule, rho=0.9, momentum=0.7, epsilon=1e-3, **_SHARED),
+    "momentum_nesterov": MomentumSpec(learning_rate=schedule, momentum=0.5, use_nesterov=True, **_SHARED),
+    "rmsprop": RMSPropSpec(learning_rate=schedule, rho=0.9, momentum=0.7, epsilon=1e-3, **_SHARED),
     "proximal_adagrad": ProximalAdagradSpec(
         learning_rate=0.3, l1_regularization_strength=0.05, l2_regularization_strength=0.3, **_SHARED
     ),
-    "dense_adam": AdamSpec(learning_rate=_schedule, lazy_adam=False, **_SHARED),
+    "dense_adam": AdamSpec(learning_rate=schedule, lazy_adam=False, **_SHARED),
     "dense_adam_outside": AdamSpec(
         learning_rate=0.1, lazy_adam=False, sum_inside_sqrt=False, beta1=0.5, **dict(_SHARED, clip_gradient_min=0.01)
     ),
@@ -270,10 +203,10 @@ def test_fused_optimizers_and_what_stays_on_the_numpy_path():
     for optimizer in REPRESENTATIVES.values():
         assert fused.fusable(optimizer)
     assert fused.fusable(AdamSpec(learning_rate=0.1, lazy_adam=True))
-    assert fused.fusable(FtrlSpec(learning_rate=_schedule, multiply_linear_by_learning_rate=True))
+    assert fused.fusable(FtrlSpec(learning_rate=schedule, multiply_linear_by_learning_rate=True))
     assert fused.fusable(FtrlSpec(learning_rate=0.1))
     # The paper form of FTRL raises for lr == 0 before any write; a fused update runs after the checks.
-    assert not fused.fusable(FtrlSpec(learning_rate=_schedule))
+    assert not fused.fusable(FtrlSpec(learning_rate=schedule))
     assert not fused.fusable(FtrlSpec(learning_rate=0.0))
     assert not fused.fusable(None)
 
@@ -301,59 +234,10 @@ def test_a_power_is_numpys_float32_power():
 # Engine level: the fast engine and the numpy engine, step by step.
 
 
-def _spec(optimizer, vocab, dim, combiner="sum", pipelining=False, num_shards=1, strategy="div", only_a=False):
-    features = [FeatureSpec(name="a", table="t", num_buckets=vocab)]
-    if not only_a:
-        features += [
-            FeatureSpec(name="b", table="t", num_buckets=vocab, weight_key="b_w"),
-            FeatureSpec(name="s", table="t", num_buckets=vocab, max_sequence_length=3),
-        ]
-    return EmbeddingSpec(
-        tables=(
-            TableSpec(name="t", vocabulary_size=vocab, dim=dim, combiner=combiner, initializer=RowIdInitializer()),
-        ),
-        features=tuple(features),
-        optimizer=optimizer,
-        pipeline_execution_with_tensor_core=pipelining,
-        num_shards=num_shards,
-        partition_strategy=strategy,
-    )
-
-
 def _assert_engines_agree(fast, slow):
     _assert_same_bits(fast.table("t"), slow.table("t"))
     for name, values in slow.slots("t").items():
         _assert_same_bits(fast.slots("t")[name], values)
-
-
-@st.composite
-def engine_cases(draw):
-    optimizer = draw(optimizers())
-    vocab, dim = draw(st.integers(2, 25)), draw(st.integers(1, 6))
-    spec = _spec(
-        optimizer,
-        vocab,
-        dim,
-        combiner=draw(st.sampled_from(["sum", "mean", "sqrtn"])),
-        pipelining=draw(st.booleans()),
-        num_shards=draw(st.sampled_from([1, 1, 2, 3])),
-        strategy=draw(st.sampled_from(["div", "mod"])),
-    )
-    return spec, draw(st.integers(0, 999))
-
-
-@settings(max_examples=30, deadline=None)
-@given(case=engine_cases())
-def test_fast_engine_equals_numpy_engine_for_the_new_fused_optimizers(case):
-    """Duplicate ids, two features and a sequence feature on one table: both engines sum a table's
-    entries in the same order (running sums, feature after feature), so they agree bit for bit."""
-    spec, seed = case
-    fast, slow = Engine(spec, kernels="fast"), Engine(spec, kernels="numpy")
-    rng = np.random.default_rng(seed)
-    table = spec.tables[0]
-    for _ in range(3):
-        step_both(fast, slow, *step_inputs(rng, table.vocabulary_size, table.dim))
-    _assert_engines_agree(fast, slow)
 
 
 @pytest.mark.parametrize("pipelining", [False, True])
@@ -363,7 +247,9 @@ def test_fast_engine_gives_the_numpy_engines_bits_when_ids_do_not_repeat(name, p
     both engines, so, step after step, the tables and slots must be too (with pipelining the fast
     engine updates through numpy)."""
     vocab, dim = 40, 5
-    spec = _spec(REPRESENTATIVES[name], vocab, dim, pipelining=pipelining, only_a=True)
+    spec = row_id_spec(
+        REPRESENTATIVES[name], vocab=vocab, dim=dim, features="a", pipeline_execution_with_tensor_core=pipelining
+    )
     fast, slow = Engine(spec, kernels="fast"), Engine(spec, kernels="numpy")
     rng = np.random.default_rng(7)
     for _ in range(4):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -62,6 +62,7 @@ class SummedRows:
         return self.ids, self.grads
 
 
+@runtime_checkable
 class Kernels(Protocol):
     """What `Engine` asks of a kernel set, once per step."""
 

@@ -252,12 +252,7 @@ def pooled_lookup(
 
 
 def pooled_entries(
-    batch: Ragged,
-    combiner: str,
-    grad: np.ndarray,
-    *,
-    safe: bool = True,
-    default_id: int | None = None,
+    batch: Ragged, combiner: str, grad: np.ndarray, *, safe: bool = True, default_id: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The gradient of each entry of a pooled lookup, duplicates NOT summed.
 
@@ -283,12 +278,7 @@ def pooled_entries(
 
 
 def pooled_backward(
-    batch: Ragged,
-    combiner: str,
-    grad: np.ndarray,
-    *,
-    safe: bool = True,
-    default_id: int | None = None,
+    batch: Ragged, combiner: str, grad: np.ndarray, *, safe: bool = True, default_id: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Row gradients of a pooled lookup.
 

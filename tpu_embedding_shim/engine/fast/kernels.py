@@ -31,6 +31,7 @@ import dataclasses
 import functools
 import weakref
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -49,10 +50,10 @@ _F32 = np.float32
 _NO_COEF = np.zeros(0, dtype=_F32)
 
 
-@dataclasses.dataclass(frozen=True)
-class Entries:
+class Entries(NamedTuple):
     """Entry k adds `coef[k] * grads[src[k]]` to row `ids[k]`; all contiguous, int64 / float32.
-    An empty `coef` means every coefficient is 1 (an unweighted sum, a sequence feature)."""
+    An empty `coef` means every coefficient is 1 (an unweighted sum, a sequence feature).
+    A tuple, so that `*entries` are the first four arguments of `owner.sum_owned`."""
 
     ids: np.ndarray
     src: np.ndarray
@@ -207,9 +208,7 @@ class FastKernels:
                 return None
             w, w_splits = weights.values, weights.row_splits
             if not (
-                isinstance(w, np.ndarray)
-                and isinstance(w_splits, np.ndarray)
-                and w.ndim == 1
+                _vectors(w, w_splits)
                 and w.dtype.kind in "iuf"
                 and w.shape == np.shape(ids.values)
                 and (w_splits is ids.row_splits or np.array_equal(w_splits, ids.row_splits))
@@ -217,13 +216,7 @@ class FastKernels:
                 return None
         values, splits = ids.values, ids.row_splits
         if not (
-            isinstance(values, np.ndarray)
-            and isinstance(splits, np.ndarray)
-            and values.ndim == 1
-            and splits.ndim == 1
-            and values.dtype == np.int64
-            and splits.dtype == np.int64
-            and values.shape[0] > 0
+            _vectors(values, splits) and values.dtype == np.int64 and splits.dtype == np.int64 and values.shape[0] > 0
         ):
             return None
         copy = copy or not (values.flags.c_contiguous and splits.flags.c_contiguous)
@@ -390,21 +383,9 @@ class FastKernels:
                     np.cumsum(own[:-1], out=ostarts[1:])
                     order = self._order(table, e.ids.shape[0])
                     owner.bucket_owned(e.ids, ostarts, order)
-                    owner.sum_owned(
-                        e.ids,
-                        e.src,
-                        e.coef,
-                        e.grads,
-                        slot_map,
-                        starts,
-                        counts,
-                        unique_ids,
-                        grads,
-                        order,
-                        ostarts,
-                        ostarts + own,
-                        number == len(entries) - 1,
-                    )  # last: reset the map
+                    stops = ostarts + own
+                    last = number == len(entries) - 1  # the last pass resets the map
+                    owner.sum_owned(*e, slot_map, starts, counts, unique_ids, grads, order, ostarts, stops, last)
         except BaseException:
             slot_map.fill(-1)  # never leave the map dirty, whatever failed
             raise
@@ -455,6 +436,11 @@ class FastKernels:
                 for u in updates
             ]
         )
+
+
+def _vectors(*arrays) -> bool:
+    """True when every argument is a 1-D numpy array."""
+    return all(isinstance(a, np.ndarray) and a.ndim == 1 for a in arrays)
 
 
 def _update_work(optimizer: OptimizerSpec, table: np.ndarray, summed: Summed) -> int:

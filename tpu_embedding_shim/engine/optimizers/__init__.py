@@ -14,28 +14,12 @@ into one row loop and give the same bits.
 
 from ...spec.optimizers import bias_corrected_learning_rate
 from ..lookup import sum_duplicates
-from . import formulas
-from .reference import (
-    apply_sequentially,
-    apply_sparse_update,
-    apply_update,
-    clip_gradients,
-    clip_weights,
-    decay_weights,
-    initial_slots,
-    touches_all_rows,
-)
+from . import formulas, reference
+from .reference import *  # noqa: F403 (re-exports reference.__all__)
 from .registry import OPTIMIZERS, Optimizer, Powers, optimizer_for, register
 
 __all__ = [
-    "apply_update",
-    "touches_all_rows",
-    "initial_slots",
-    "clip_gradients",
-    "decay_weights",
-    "clip_weights",
-    "apply_sparse_update",
-    "apply_sequentially",
+    *reference.__all__,
     "sum_duplicates",
     "bias_corrected_learning_rate",
     "OPTIMIZERS",

@@ -41,17 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from ...spec import optimizers as specs
 from ...spec.checks import fail
-from ...spec.optimizers import (
-    AdagradMomentumSpec,
-    AdagradSpec,
-    AdamSpec,
-    FtrlSpec,
-    MomentumSpec,
-    ProximalAdagradSpec,
-    RMSPropSpec,
-    SGDSpec,
-)
 
 _F32 = np.float32
 _ZERO = _F32(0.0)
@@ -95,7 +86,7 @@ def sgd(w, g, hp):
     return (w - lr * g,)
 
 
-def sgd_hyperparameters(optimizer: SGDSpec, lr: float) -> Values:
+def sgd_hyperparameters(optimizer: specs.SGDSpec, lr: float) -> Values:
     return (_F32(lr),)
 
 
@@ -113,7 +104,7 @@ def adagrad(w, g, a, hp):
     return w - lr * g / (np.sqrt(a) + epsilon if with_epsilon else np.sqrt(a)), a
 
 
-def adagrad_hyperparameters(optimizer: AdagradSpec, lr: float, *, epsilon: float = 0.0) -> Values:
+def adagrad_hyperparameters(optimizer: specs.AdagradSpec, lr: float, *, epsilon: float = 0.0) -> Values:
     return (bool(epsilon), _F32(lr), _F32(epsilon))
 
 
@@ -143,7 +134,7 @@ def _moving_sum(a, g2, beta2, one_minus_beta2, plain_sum):
     return a + g2 if plain_sum else beta2 * a + one_minus_beta2 * g2
 
 
-def adagrad_momentum_hyperparameters(optimizer: AdagradMomentumSpec, lr: float) -> Values:
+def adagrad_momentum_hyperparameters(optimizer: specs.AdagradMomentumSpec, lr: float) -> Values:
     beta2 = _F32(optimizer.beta2)
     return (
         _F32(lr),
@@ -163,7 +154,7 @@ def adagrad_momentum_power_bases(g, a, hp):
     return (_moving_sum(a, g * g, beta2, one_minus_beta2, plain_sum) + epsilon,)
 
 
-def adagrad_momentum_power_exponent(optimizer: AdagradMomentumSpec) -> float | None:
+def adagrad_momentum_power_exponent(optimizer: specs.AdagradMomentumSpec) -> float | None:
     return None if optimizer.exponent == 2.0 else -1.0 / optimizer.exponent
 
 
@@ -186,7 +177,7 @@ def adam(w, g, m, v, hp):
     return w - lr * m / denominator, m, v
 
 
-def adam_hyperparameters(optimizer: AdamSpec, lr: float) -> Values:
+def adam_hyperparameters(optimizer: specs.AdamSpec, lr: float) -> Values:
     beta1, beta2 = _F32(optimizer.beta1), _F32(optimizer.beta2)
     return (
         _F32(lr),
@@ -241,16 +232,16 @@ def ftrl(w, g, a, n, p_old, p_new, hp):
     return select(shrink, numerator, _ZERO) / select(shrink, denominator, _ONE), a_new, n
 
 
-def ftrl_hyperparameters(optimizer: FtrlSpec, lr: float) -> Values:
+def ftrl_hyperparameters(optimizer: specs.FtrlSpec, lr: float) -> Values:
     """Raises ValueError for lr == 0 with `multiply_linear_by_learning_rate=False`: the paper form
     divides by the learning rate (TensorFlow would produce NaN)."""
     by_learning_rate = bool(optimizer.multiply_linear_by_learning_rate)
     if not by_learning_rate and lr == 0.0:
         raise fail(
             "learning_rate",
-            "> 0 for FtrlSpec with multiply_linear_by_learning_rate=False",
+            "> 0 for specs.FtrlSpec with multiply_linear_by_learning_rate=False",
             lr,
-            owner="FtrlSpec",
+            owner="specs.FtrlSpec",
             hint="That form divides by the learning rate; pass "
             "multiply_linear_by_learning_rate=True to allow a learning rate of 0.",
         )
@@ -270,7 +261,7 @@ def ftrl_power_bases(g, a, hp):
     return a, a + g * g
 
 
-def ftrl_power_exponent(optimizer: FtrlSpec) -> float | None:
+def ftrl_power_exponent(optimizer: specs.FtrlSpec) -> float | None:
     """`-learning_rate_power` (>= 0: a zero accumulator gives 0, never `0 ** negative = inf`)."""
     power = optimizer.learning_rate_power
     return None if power in (0.0, -0.5) else -power
@@ -288,7 +279,7 @@ def momentum(w, g, m, hp):
     return (w - (g * lr + m * momentum * lr) if use_nesterov else w - m * lr), m
 
 
-def momentum_hyperparameters(optimizer: MomentumSpec, lr: float) -> Values:
+def momentum_hyperparameters(optimizer: specs.MomentumSpec, lr: float) -> Values:
     return (_F32(lr), _F32(optimizer.momentum), bool(optimizer.use_nesterov))
 
 
@@ -305,7 +296,7 @@ def rmsprop(w, g, ms, mom, hp):
     return w - mom, ms, mom
 
 
-def rmsprop_hyperparameters(optimizer: RMSPropSpec, lr: float) -> Values:
+def rmsprop_hyperparameters(optimizer: specs.RMSPropSpec, lr: float) -> Values:
     return (_F32(lr), _ONE - _F32(optimizer.rho), _F32(optimizer.momentum), _F32(optimizer.epsilon))
 
 
@@ -328,5 +319,5 @@ def proximal_adagrad(w, g, a, hp):
     return sign(prox) * positive_part(np.abs(prox) - rate * l1) / (_ONE + rate * l2), a
 
 
-def proximal_adagrad_hyperparameters(optimizer: ProximalAdagradSpec, lr: float) -> Values:
+def proximal_adagrad_hyperparameters(optimizer: specs.ProximalAdagradSpec, lr: float) -> Values:
     return (_F32(lr), _F32(optimizer.l1_regularization_strength), _F32(optimizer.l2_regularization_strength))

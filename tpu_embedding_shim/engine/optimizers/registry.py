@@ -12,24 +12,14 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
+from ...spec import optimizers as specs
 from ...spec.checks import fail
-from ...spec.optimizers import (
-    AdagradMomentumSpec,
-    AdagradSpec,
-    AdamSpec,
-    FtrlSpec,
-    MomentumSpec,
-    OptimizerSpec,
-    ProximalAdagradSpec,
-    RMSPropSpec,
-    SGDSpec,
-)
 from . import formulas as f
 
 __all__ = ["Optimizer", "Powers", "Formula", "Hyperparameters", "OPTIMIZERS", "optimizer_for", "register"]
 
-S = TypeVar("S", bound=OptimizerSpec)
-S_contra = TypeVar("S_contra", bound=OptimizerSpec, contravariant=True)
+S = TypeVar("S", bound=specs.OptimizerSpec)
+S_contra = TypeVar("S_contra", bound=specs.OptimizerSpec, contravariant=True)
 
 
 class Formula(Protocol):
@@ -94,7 +84,7 @@ class Optimizer(Generic[S]):
     fusable: Callable[[S], bool] = _always
 
 
-def _ftrl_fusable(optimizer: FtrlSpec) -> bool:
+def _ftrl_fusable(optimizer: specs.FtrlSpec) -> bool:
     """The paper form divides by lr: only a constant lr > 0 (a schedule could return 0)."""
     lr = optimizer.learning_rate
     return optimizer.multiply_linear_by_learning_rate or (not callable(lr) and lr > 0)
@@ -103,24 +93,24 @@ def _ftrl_fusable(optimizer: FtrlSpec) -> bool:
 OPTIMIZERS: dict[type, Optimizer[Any]] = {
     row.spec: row
     for row in (
-        Optimizer(SGDSpec, f.sgd, (), f.sgd_hyperparameters),
-        Optimizer(AdagradSpec, f.adagrad, ("accumulators",), f.adagrad_hyperparameters, constants=1),
+        Optimizer(specs.SGDSpec, f.sgd, (), f.sgd_hyperparameters),
+        Optimizer(specs.AdagradSpec, f.adagrad, ("accumulators",), f.adagrad_hyperparameters, constants=1),
         Optimizer(
-            AdagradMomentumSpec,
+            specs.AdagradMomentumSpec,
             f.adagrad_momentum,
             ("accumulators", "momenta"),
             f.adagrad_momentum_hyperparameters,
             powers=Powers(f.adagrad_momentum_power_bases, f.adagrad_momentum_power_exponent, 1, ("accumulators",)),
         ),
         Optimizer(
-            AdamSpec,
+            specs.AdamSpec,
             f.adam,
             ("momenta", "velocities"),
             f.adam_hyperparameters,
             touches_all_rows=lambda optimizer: not optimizer.lazy_adam,
         ),
         Optimizer(
-            FtrlSpec,
+            specs.FtrlSpec,
             f.ftrl,
             ("accumulators", "linears"),
             f.ftrl_hyperparameters,
@@ -128,9 +118,9 @@ OPTIMIZERS: dict[type, Optimizer[Any]] = {
             powers=Powers(f.ftrl_power_bases, f.ftrl_power_exponent, 2, ("accumulators",)),
             fusable=_ftrl_fusable,
         ),
-        Optimizer(MomentumSpec, f.momentum, ("momenta",), f.momentum_hyperparameters),
-        Optimizer(RMSPropSpec, f.rmsprop, ("ms", "mom"), f.rmsprop_hyperparameters),
-        Optimizer(ProximalAdagradSpec, f.proximal_adagrad, ("accumulators",), f.proximal_adagrad_hyperparameters),
+        Optimizer(specs.MomentumSpec, f.momentum, ("momenta",), f.momentum_hyperparameters),
+        Optimizer(specs.RMSPropSpec, f.rmsprop, ("ms", "mom"), f.rmsprop_hyperparameters),
+        Optimizer(specs.ProximalAdagradSpec, f.proximal_adagrad, ("accumulators",), f.proximal_adagrad_hyperparameters),
     )
 }
 

@@ -31,7 +31,7 @@ from .crc32c import crc32c, mask, unmask
 from .debris import acquire_writer, release_writer, remove_debris, sole_writer, writing
 from .dtypes import CODES, code_of, name_of
 from .errors import BundleError, DataLossError, NotFoundError, UnimplementedError
-from .naming import data_file, data_files, index_file, is_bundle, newest_complete
+from .naming import data_file, data_files, index_file, index_suffix_hint, is_bundle, newest_complete
 from .object_graph import (
     OBJECT_GRAPH_KEY,
     VARIABLE_VALUE,
@@ -59,6 +59,7 @@ __all__ = [
     "data_files",
     "index_file",
     "is_bundle",
+    "index_suffix_hint",
     "newest_complete",
     "FULL",
     "BundleEntry",

@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Callable
 
-__all__ = ["index_file", "data_file", "data_files", "is_bundle", "newest_complete"]
+__all__ = ["index_file", "data_file", "data_files", "is_bundle", "index_suffix_hint", "newest_complete"]
 
 
 def index_file(prefix: str) -> str:
@@ -32,6 +32,15 @@ def data_files(prefix: str) -> list[str]:
 def is_bundle(prefix: str) -> bool:
     """True when `prefix` names a tensor-bundle checkpoint (its `.index` file exists)."""
     return os.path.isfile(index_file(prefix))
+
+
+def index_suffix_hint(path: str) -> str:
+    """For a `path` that names a checkpoint's `.index` file, the hint " Pass the prefix without '.index': ...";
+    else ''."""
+    prefix = path[: -len(".index")]
+    if path.endswith(".index") and is_bundle(prefix):
+        return f" Pass the prefix without '.index': {prefix!r}."
+    return ""
 
 
 def newest_complete(directory: str, basename: str, complete: Callable[[str], bool] = is_bundle) -> str | None:

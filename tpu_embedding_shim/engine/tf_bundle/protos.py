@@ -21,6 +21,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from .wire import (
     WireError,
@@ -33,7 +34,7 @@ from .wire import (
     iter_fields,
 )
 
-__all__ = ["FULL", "Extent", "Slice", "BundleHeader", "BundleEntry", "LITTLE", "BIG"]
+__all__ = ["FULL", "Extent", "Slice", "overlap", "BundleHeader", "BundleEntry", "LITTLE", "BIG"]
 
 FULL = -1
 """The length of an extent that is the whole dimension (TF's kFullExtent)."""
@@ -42,6 +43,17 @@ Extent = tuple[int, int]
 """(start, length) along one dimension; length FULL means start 0 and the whole dimension."""
 
 Slice = tuple[Extent, ...]
+
+
+def overlap(box: Slice, other: Slice) -> bool:
+    """Whether two boxes of (start, length) extents (FULL resolved) share an element; an empty one shares none."""
+    return (
+        all(a < c + m and c < a + n for (a, n), (c, m) in zip(box, other))
+        and math.prod(n for _, n in box) > 0
+        and math.prod(m for _, m in other) > 0
+    )
+
+
 """One extent per dimension of the full tensor."""
 
 LITTLE, BIG = 0, 1

@@ -41,7 +41,7 @@ from .dtypes import BFLOAT16, STRING, ByteOrder, from_bfloat16, is_supported, na
 from .errors import DataLossError, NotFoundError, UnimplementedError
 from .naming import data_file, index_file
 from .ordered_code import slice_key
-from .protos import BIG, FULL, BundleEntry, BundleHeader, Slice
+from .protos import BIG, FULL, BundleEntry, BundleHeader, Slice, overlap
 from .strings import decode_strings
 from .table import read_table
 from .wire import WireError
@@ -306,13 +306,8 @@ class BundleReader:
                     raise DataLossError(f"{self.index_path}: {label} is outside the tensor's shape {list(shape)}.")
                 fitted.append((start, length))
             box = tuple(fitted)
-            for other in boxes:
-                if (
-                    all(a < c + m and c < a + n for (a, n), (c, m) in zip(box, other))
-                    and math.prod(n for _, n in box) > 0
-                    and math.prod(m for _, m in other) > 0
-                ):
-                    raise DataLossError(f"{self.index_path}: {label} overlaps another slice of the tensor.")
+            if any(overlap(box, other) for other in boxes):
+                raise DataLossError(f"{self.index_path}: {label} overlaps another slice of the tensor.")
             boxes.append(box)
             key = slice_key(name, extents)
             part = self._entries.get(key)

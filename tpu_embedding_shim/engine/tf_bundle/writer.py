@@ -50,7 +50,7 @@ from .crc32c import crc32c, mask
 from .dtypes import BFLOAT16, CODES, STRING, ByteOrder, code_of, name_of, stored_dtype, to_bfloat16
 from .naming import data_file, data_files, index_file
 from .ordered_code import slice_key
-from .protos import BIG, FULL, LITTLE, BundleEntry, BundleHeader, Slice
+from .protos import BIG, FULL, LITTLE, BundleEntry, BundleHeader, Slice, overlap
 from .state import record_latest
 from .strings import encode_strings
 from .table import build_table
@@ -187,13 +187,8 @@ def _plan(tensors: Mapping[str, Any], dtypes: Mapping[str, str]) -> list[_Item]:
                     f"({name_of(sliced_code)}, {name_of(part_code)})."
                 )
             sliced_code = part_code
-            for other in boxes:
-                if (
-                    all(a < c + m and c < a + n for (a, n), (c, m) in zip(box, other))
-                    and math.prod(n for _, n in box) > 0
-                    and math.prod(m for _, m in other) > 0
-                ):
-                    raise ValueError(f"write_bundle: {label} overlaps another slice.")
+            if any(overlap(box, other) for other in boxes):
+                raise ValueError(f"write_bundle: {label} overlaps another slice.")
             boxes.append(box)
             slices.append(extents)
             part_key = slice_key(name, extents)
