@@ -13,19 +13,7 @@ import numpy as np
 
 from tpu_embedding_shim.engine.optimizers import bias_corrected_learning_rate
 from tpu_embedding_shim.engine.optimizers import touches_all_rows as _touches_all_rows
-from tpu_embedding_shim.spec import (
-    AdagradMomentumSpec,
-    AdagradSpec,
-    AdamSpec,
-    EmbeddingSpec,
-    FeatureSpec,
-    FtrlSpec,
-    MomentumSpec,
-    ProximalAdagradSpec,
-    RMSPropSpec,
-    SGDSpec,
-    TableSpec,
-)
+from tpu_embedding_shim.spec import OPTIMIZER_SPECS, EmbeddingSpec, FeatureSpec, TableSpec
 
 # The 26 categorical features of Criteo (Kaggle display advertising), vocabulary sizes as in DLRM's
 # preprocessing; capped by `Workload.vocab_cap` so 26 tables fit beside every peer's copy.
@@ -66,17 +54,42 @@ RMSPROP_LR, RMSPROP_RHO, RMSPROP_MOMENTUM, RMSPROP_EPS = 0.001, 0.9, 0.9, 1e-10 
 L1, L2 = 1e-3, 1e-3  # FTRL and proximal Adagrad: small, but every row goes through the shrinkage code
 ADAGRAD_MOMENTUM_EPS = 1e-10
 
-OPTIMIZERS = (
-    "sgd",
-    "adagrad",
-    "adam",
-    "adam-nonlazy",
-    "ftrl",
-    "momentum",
-    "rmsprop",
-    "proximal-adagrad",
-    "adagrad-momentum",
-)
+# torch's Adam corrects the bias; a TPU's Adam doesn't: the correction is folded into the learning rate
+# (optimizers.bias_corrected_learning_rate) and epsilon goes outside the root.
+_ADAM = {
+    "learning_rate": bias_corrected_learning_rate(LR, BETA1, BETA2),
+    "beta1": BETA1,
+    "beta2": BETA2,
+    "epsilon": ADAM_EPS,
+    "sum_inside_sqrt": False,
+}
+_PROXIMAL = {"l1_regularization_strength": L1, "l2_regularization_strength": L2}
+
+# Workload.optimizer -> (the spec's kind, its hyper-parameters): the project's public spec of each.
+_OPTIMIZER_SPECS = {
+    "sgd": ("sgd", {"learning_rate": LR}),
+    "adagrad": ("adagrad", {"learning_rate": LR, "initial_accumulator": ADAGRAD_INITIAL}),
+    "adam": ("adam", {**_ADAM, "lazy_adam": True}),
+    "adam-nonlazy": ("adam", {**_ADAM, "lazy_adam": False}),
+    "ftrl": (
+        "ftrl",
+        {"learning_rate": LR, "learning_rate_power": -0.5, "initial_accumulator_value": ADAGRAD_INITIAL, **_PROXIMAL},
+    ),
+    "momentum": ("momentum", {"learning_rate": LR, "momentum": MOMENTUM}),
+    "rmsprop": (
+        "rmsprop",
+        {"learning_rate": RMSPROP_LR, "rho": RMSPROP_RHO, "momentum": RMSPROP_MOMENTUM, "epsilon": RMSPROP_EPS},
+    ),
+    "proximal-adagrad": (
+        "proximal_adagrad",
+        {"learning_rate": LR, "initial_accumulator": ADAGRAD_INITIAL, **_PROXIMAL},
+    ),
+    "adagrad-momentum": (
+        "adagrad_momentum",
+        {"learning_rate": LR, "momentum": MOMENTUM, "epsilon": ADAGRAD_MOMENTUM_EPS},
+    ),
+}
+OPTIMIZERS = tuple(_OPTIMIZER_SPECS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,43 +174,10 @@ def make_batches(w: Workload, count: int, seed: int = 0) -> list[list[Batch]]:
 
 def optimizer_spec(w: Workload):
     """The workload's optimizer as the project's public spec; its slots (`slot_initial_values()`) size the bound."""
-    if w.optimizer == "sgd":
-        return SGDSpec(learning_rate=LR)
-    if w.optimizer == "adagrad":
-        return AdagradSpec(learning_rate=LR, initial_accumulator=ADAGRAD_INITIAL)
-    if w.optimizer in ("adam", "adam-nonlazy"):
-        # torch's Adam corrects the bias; a TPU's Adam doesn't: fold the correction into the learning rate
-        # (optimizers.bias_corrected_learning_rate) and put epsilon outside the root.
-        return AdamSpec(
-            learning_rate=bias_corrected_learning_rate(LR, BETA1, BETA2),
-            beta1=BETA1,
-            beta2=BETA2,
-            epsilon=ADAM_EPS,
-            lazy_adam=w.optimizer == "adam",
-            sum_inside_sqrt=False,
-        )
-    if w.optimizer == "ftrl":
-        return FtrlSpec(
-            learning_rate=LR,
-            learning_rate_power=-0.5,
-            initial_accumulator_value=ADAGRAD_INITIAL,
-            l1_regularization_strength=L1,
-            l2_regularization_strength=L2,
-        )
-    if w.optimizer == "momentum":
-        return MomentumSpec(learning_rate=LR, momentum=MOMENTUM)
-    if w.optimizer == "rmsprop":
-        return RMSPropSpec(learning_rate=RMSPROP_LR, rho=RMSPROP_RHO, momentum=RMSPROP_MOMENTUM, epsilon=RMSPROP_EPS)
-    if w.optimizer == "proximal-adagrad":
-        return ProximalAdagradSpec(
-            learning_rate=LR,
-            initial_accumulator=ADAGRAD_INITIAL,
-            l1_regularization_strength=L1,
-            l2_regularization_strength=L2,
-        )
-    if w.optimizer == "adagrad-momentum":
-        return AdagradMomentumSpec(learning_rate=LR, momentum=MOMENTUM, epsilon=ADAGRAD_MOMENTUM_EPS)
-    raise ValueError(f"unknown optimizer {w.optimizer!r}; choose from {OPTIMIZERS}")
+    if w.optimizer not in _OPTIMIZER_SPECS:
+        raise ValueError(f"unknown optimizer {w.optimizer!r}; choose from {OPTIMIZERS}")
+    kind, hyperparameters = _OPTIMIZER_SPECS[w.optimizer]
+    return OPTIMIZER_SPECS[kind](**hyperparameters)
 
 
 def num_slots(w: Workload) -> int:

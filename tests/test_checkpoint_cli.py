@@ -42,20 +42,8 @@ def tree(root):
     return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
 
 
-def save(directory, tables, step):
-    structure = {
-        name: {
-            "vocabulary_size": arrays["embedding"].shape[0],
-            "dim": arrays["embedding"].shape[1],
-            "slots": sorted(s for s in arrays if s != "embedding"),
-        }
-        for name, arrays in tables.items()
-    }
-    return save_checkpoint(str(directory), tables, step=step, spec_structure=structure, fingerprint="f")
-
-
 @pytest.fixture
-def engine_ckpt(tmp_path):
+def engine_ckpt(tmp_path, save_arrays):
     """An engine checkpoint (Adagrad) of 2 tables, step 12, with NaN / inf / -0.0 in a table."""
     rng = np.random.default_rng(0)
     users = rng.standard_normal((5, 4)).astype(np.float32)
@@ -68,7 +56,7 @@ def engine_ckpt(tmp_path):
             "accumulators": np.arange(6, 12, dtype=np.float32).reshape(3, 2),
         },
     }
-    return save(tmp_path / "engine", tables, 12)
+    return save_arrays(tmp_path / "engine", tables, 12)
 
 
 def bits(value):
@@ -230,19 +218,22 @@ def test_a_converted_checkpoint_restores_into_an_engine(tmp_path):
             np.testing.assert_array_equal(restored.state()[table][slot], array)
 
 
+def convert_written(directory, tensors, **options):
+    """Writes `tensors` as a TensorFlow checkpoint (prefix `directory/m`; `options` go to write_bundle), then runs
+    `checkpoint convert` on it to `directory/out`; returns the exit status."""
+    prefix = str(directory / "m")
+    write_bundle(prefix, tensors, **options)
+    return run("convert", prefix, directory / "out")
+
+
 def test_a_tensorflow_checkpoint_of_the_engines_form_converts(tmp_path, capsys):
-    prefix = str(tmp_path / "m")
-    write_bundle(
-        prefix,
-        {
-            "t": np.ones((3, 2), np.float32),
-            "t/momenta": np.zeros((3, 2), np.float32),
-            "t/velocities": np.full((3, 2), 0.5, np.float32),
-            "b": np.array([[1.5, 2.0]], np.float32),
-        },
-        dtypes={"b": "bfloat16"},
-    )
-    assert run("convert", prefix, tmp_path / "out") == 0
+    tensors = {
+        "t": np.ones((3, 2), np.float32),
+        "t/momenta": np.zeros((3, 2), np.float32),
+        "t/velocities": np.full((3, 2), 0.5, np.float32),
+        "b": np.array([[1.5, 2.0]], np.float32),
+    }
+    assert convert_written(tmp_path, tensors, dtypes={"b": "bfloat16"}) == 0
     assert "no global_step in the checkpoint: the engine checkpoint gets step 0" in capsys.readouterr().err
     state, step, _ = load_checkpoint(latest_checkpoint(tmp_path / "out"))
     assert step == 0 and sorted(state) == ["b", "t"] and sorted(state["t"]) == ["embedding", "momenta", "velocities"]
@@ -270,18 +261,14 @@ def test_a_tensorflow_checkpoint_of_another_form_is_refused_listing_what_does_no
 
 
 def test_every_unfit_form_is_named(tmp_path, capsys):
-    prefix = str(tmp_path / "m")
-    write_bundle(
-        prefix,
-        {
-            "t": np.ones((3, 2), np.float32),
-            "t/accumulators": np.ones((2, 2), np.float32),
-            "s": np.ones(3, np.float32),
-            "s/accumulators": np.ones((3, 2), np.float32),
-            "global_step": np.float32(3),
-        },
-    )
-    assert run("convert", prefix, tmp_path / "out") == 1
+    tensors = {
+        "t": np.ones((3, 2), np.float32),
+        "t/accumulators": np.ones((2, 2), np.float32),
+        "s": np.ones(3, np.float32),
+        "s/accumulators": np.ones((3, 2), np.float32),
+        "global_step": np.float32(3),
+    }
+    assert convert_written(tmp_path, tensors) == 1
     err = capsys.readouterr().err
     assert "t/accumulators (float32 [2, 2]): a slot must be numbers with the table's 3 rows" in err
     assert "s/accumulators (float32 [3, 2]): a slot of s, which is not a table" in err
@@ -299,8 +286,8 @@ def test_convert_never_overwrites(engine_ckpt, tmp_path, capsys):
     assert tree(tmp_path) == before
 
 
-def test_a_table_nested_in_another_is_announced_and_comes_back_as_its_slot(tmp_path, capsys):
-    path = save(
+def test_a_table_nested_in_another_is_announced_and_comes_back_as_its_slot(tmp_path, capsys, save_arrays):
+    path = save_arrays(
         tmp_path / "e",
         {"a": {"embedding": np.ones((2, 2), np.float32)}, "a/momenta": {"embedding": np.zeros((2, 2), np.float32)}},
         1,
@@ -455,10 +442,10 @@ def test_a_missing_or_truncated_engine_array_and_a_broken_manifest(engine_ckpt, 
     expect_failure(capsys, tmp_path, ["list", engine_ckpt], f"{engine_ckpt}", "manifest.json is not valid JSON")
 
 
-def test_a_table_tensorflow_has_no_dtype_for(tmp_path, capsys):
+def test_a_table_tensorflow_has_no_dtype_for(tmp_path, capsys, save_arrays):
     if np.dtype(np.longdouble).itemsize <= 8:
         pytest.skip("this platform's long double is a double: no numpy dtype without a TensorFlow code")
-    path = save(tmp_path / "e", {"t": {"embedding": np.ones((2, 2), np.longdouble)}}, 1)
+    path = save_arrays(tmp_path / "e", {"t": {"embedding": np.ones((2, 2), np.longdouble)}}, 1)
     expect_failure(capsys, tmp_path, ["convert", path, tmp_path / "tf" / "m"], "tensor 't'", "float128")
 
 
@@ -504,10 +491,10 @@ def engine_states(draw):
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(state=engine_states(), step=st.integers(0, 2**40))
-def test_any_engine_checkpoint_round_trips_through_tensorflows_format(tmp_path, capsys, state, step):
+def test_any_engine_checkpoint_round_trips_through_tensorflows_format(tmp_path, capsys, save_arrays, state, step):
     assume(state)
     case = tmp_path / str(next(CASES))
-    path = save(case / "a", state, step)
+    path = save_arrays(case / "a", state, step)
     assert run("convert", path, case / "tf" / "model") == 0
     assert run("convert", case / "tf" / "model", case / "b") == 0
     capsys.readouterr()

@@ -10,6 +10,7 @@ hides an edge of the graph, it does not remove it.
 from __future__ import annotations
 
 import ast
+import importlib
 import pathlib
 import subprocess
 import sys
@@ -47,23 +48,16 @@ def layer_of(module: str) -> str:
     raise AssertionError(f"module {module!r} is in no layer: add it to LAYERS")
 
 
-def imports_of(path: pathlib.Path, module: str, modules: set[str]) -> set[str]:
-    """The package's modules that `module` imports (package-relative names)."""
+def import_statements(path: pathlib.Path, module: str):
+    """(package-relative module, names) for each `from ... import names` of the package in `path`, and
+    (module, None) for each `import tpu_embedding_shim.x`; at module level or inside a function."""
     is_package = path.name == "__init__.py"
     package = module if is_package else module.rpartition(".")[0]
-    found: set[str] = set()
-
-    def add(name: str) -> None:
-        while name and name not in modules:  # `from .x import y`: y may be a name in x, not a module
-            name = name.rpartition(".")[0]
-        if name != module and (name or module):
-            found.add(name)
-
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name == PACKAGE or alias.name.startswith(PACKAGE + "."):
-                    add(alias.name[len(PACKAGE) + 1 :])
+                    yield alias.name[len(PACKAGE) + 1 :], None
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".") if package else []
@@ -73,9 +67,23 @@ def imports_of(path: pathlib.Path, module: str, modules: set[str]) -> set[str]:
                 target = node.module[len(PACKAGE) + 1 :]
             else:
                 continue
-            for alias in node.names:
-                candidate = f"{target}.{alias.name}" if target else alias.name
-                add(candidate if candidate in modules else target)
+            yield target, [alias.name for alias in node.names]
+
+
+def imports_of(path: pathlib.Path, module: str, modules: set[str]) -> set[str]:
+    """The package's modules that `module` imports (package-relative names)."""
+    found: set[str] = set()
+
+    def add(name: str) -> None:
+        while name and name not in modules:  # `from .x import y`: y may be a name in x, not a module
+            name = name.rpartition(".")[0]
+        if name != module and (name or module):
+            found.add(name)
+
+    for target, names in import_statements(path, module):
+        for name in names or [None]:
+            candidate = target if name is None else (f"{target}.{name}" if target else name)
+            add(candidate if candidate in modules else target)
     return found
 
 
@@ -140,6 +148,33 @@ def test_no_module_imports_a_higher_layer():
 
 def test_no_import_cycle():
     assert cycles(import_graph()) == []
+
+
+# The engine's public API: what the layers above may import of it (docs/architecture.md).
+PUBLIC_ENGINE_PACKAGES = ("engine", "engine.tf_bundle")
+
+
+def private_engine_imports() -> list[str]:
+    out = []
+    public = {name: set(importlib.import_module(f"{PACKAGE}.{name}").__all__) for name in PUBLIC_ENGINE_PACKAGES}
+    for path in sorted(ROOT.rglob("*.py")):
+        module = module_name(path)
+        if layer_of(module) in ("spec", "engine"):
+            continue
+        for target, names in import_statements(path, module):
+            if target != "engine" and not target.startswith("engine."):
+                continue
+            if target not in public:
+                out.append(f"{module} imports {target}: import the engine's public names from {PUBLIC_ENGINE_PACKAGES}")
+                continue
+            for name in names or []:
+                if name not in public[target]:
+                    out.append(f"{module} imports {target}.{name}, which is not in {target}.__all__")
+    return out
+
+
+def test_the_layers_above_the_engine_import_only_its_public_names():
+    assert private_engine_imports() == []
 
 
 def test_the_checker_sees_relative_absolute_and_function_level_imports(tmp_path):

@@ -37,8 +37,8 @@ import numpy as np
 
 from .compat.checkpoint_reader import load_checkpoint
 from .compat.engine_checkpoint_reader import GLOBAL_STEP, EngineCheckpoint
+from .engine import EMBEDDING, CheckpointError
 from .engine import checkpoint as engine_checkpoint
-from .engine.checkpoint import EMBEDDING, CheckpointError
 from .engine.tf_bundle import BundleReader, data_files, index_file, write_bundle
 from .spec.optimizers import OPTIMIZER_SPECS
 

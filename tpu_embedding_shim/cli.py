@@ -11,6 +11,7 @@ engine's) and converts between the two (see `checkpoint_cli.py`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 
@@ -98,19 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         from .movielens.job import JobConfig, run, tf_model_module
 
         logging.basicConfig(level=logging.INFO, format="%(message)s")
+        options = {f.name for f in dataclasses.fields(JobConfig)}  # each option is the field of its name
         try:
-            config = JobConfig(
-                output_dir=args.output_dir,
-                epochs=args.epochs,
-                batch_size=args.batch_size,
-                max_examples=args.max_examples,
-                wheel=args.wheel,
-                partition_strategy=args.partition_strategy,
-                num_shards=args.num_shards,
-                pipelining=args.pipelining,
-                plot=not args.no_plot,
-                dense=args.dense,
-            )
+            config = JobConfig(plot=not args.no_plot, **{k: v for k, v in vars(args).items() if k in options})
         except ValueError as error:
             job.error(re.sub(r"Option `(\w+)`", lambda m: f"`--{m.group(1).replace('_', '-')}`", str(error)))
         if config.dense == "tf":

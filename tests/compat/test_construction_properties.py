@@ -22,6 +22,7 @@ that escaped the property once.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import re
 from collections.abc import Iterable
@@ -442,6 +443,21 @@ def test_embedding_column(a):
         assert table.optimizer is None and spec.optimizer.learning_rate == 0.1
 
 
+def test_tpu_column_arguments_are_read_only():
+    """TensorFlow's TPU columns are namedtuples: setting an argument raises AttributeError (checked on TF 2.15)."""
+    ident, other = fc.categorical_column_with_identity("a", 5), fc.categorical_column_with_identity("b", 5)
+    column = tpu.embedding_column(ident, 4)
+    shared = tpu.shared_embedding_columns([ident, other], 4)[0]
+    for col, names in [
+        (column, ["categorical_column", "dimension", "combiner", "initializer", "use_safe_embedding_lookup"]),
+        (shared, ["categorical_column", "shared_embedding_column_creator", "combiner"]),
+    ]:
+        for name in names:
+            with pytest.raises(AttributeError):
+                setattr(col, name, None)
+    assert shared.get_initializer() is shared.shared_embedding_column_creator.initializer
+
+
 def test_config_whose_only_column_is_tensor_core():
     """The example of test_embedding_column the search rarely reaches: built, or refused with a clear error."""
     column = tpu.embedding_column(
@@ -756,33 +772,34 @@ def test_v1_optimization_parameters(a):
 # 5. v2 optimizers -----------------------------------------------------------------------------------
 
 V2_CLASSES = [v2.SGD, v2.Adagrad, v2.AdagradMomentum, v2.Adam, v2.FTRL]
+
+
+def same_field(**predicates):
+    """{argument: (predicate, spec field)} for arguments whose spec field has the argument's name."""
+    return {name: (predicate, name) for name, predicate in predicates.items()}
+
+
 # class -> {argument: (predicate, spec field)}
 V2_SPECIFIC = {
     v2.SGD: {},
     v2.Adagrad: {"initial_accumulator_value": (POSITIVE, "initial_accumulator")},
-    v2.AdagradMomentum: {
-        "momentum": (is_real, "momentum"),
-        "use_nesterov": (is_bool, "use_nesterov"),
-        "exponent": (POSITIVE, "exponent"),
-        "beta2": (UNIT, "beta2"),
-        "epsilon": (POSITIVE, "epsilon"),
-    },
+    v2.AdagradMomentum: same_field(
+        momentum=is_real, use_nesterov=is_bool, exponent=POSITIVE, beta2=UNIT, epsilon=POSITIVE
+    ),
     v2.Adam: {
         "beta_1": (UNIT_OPEN, "beta1"),
         "beta_2": (UNIT_OPEN, "beta2"),
-        "epsilon": (POSITIVE, "epsilon"),
-        "lazy_adam": (is_bool, "lazy_adam"),
-        "sum_inside_sqrt": (is_bool, "sum_inside_sqrt"),
+        **same_field(epsilon=POSITIVE, lazy_adam=is_bool, sum_inside_sqrt=is_bool),
     },
-    v2.FTRL: {
-        "learning_rate_power": (lambda v: real_in(v, hi=0), "learning_rate_power"),
-        "initial_accumulator_value": (POSITIVE, "initial_accumulator_value"),
-        "l1_regularization_strength": (NONNEG, "l1_regularization_strength"),
-        "l2_regularization_strength": (NONNEG, "l2_regularization_strength"),
-        "beta": (NONNEG, "beta"),
-        "multiply_linear_by_learning_rate": (is_bool, "multiply_linear_by_learning_rate"),
-        "allow_zero_accumulator": (is_bool, "allow_zero_accumulator"),
-    },
+    v2.FTRL: same_field(
+        learning_rate_power=lambda v: real_in(v, hi=0),
+        initial_accumulator_value=POSITIVE,
+        l1_regularization_strength=NONNEG,
+        l2_regularization_strength=NONNEG,
+        beta=NONNEG,
+        multiply_linear_by_learning_rate=is_bool,
+        allow_zero_accumulator=is_bool,
+    ),
 }
 V2 = {
     "cls": P(V2_CLASSES),
@@ -889,6 +906,21 @@ def test_v2_optimizers(a):
         if name in kwargs:
             assert getattr(lowered, field) == kwargs[name]
     assert sorted(optimizer._slot_names()) == sorted(lowered.slot_initial_values())
+
+
+@pytest.mark.parametrize("cls", v1.OPTIMIZATION_PARAMETER_CLASSES + v2.OPTIMIZER_CLASSES, ids=lambda c: c.__name__)
+def test_optimizer_arguments_bind_as_in_tensorflow(cls):
+    """Positional and keyword calls agree; a missing, unknown or extra argument is TensorFlow's TypeError."""
+    parameters = inspect.signature(cls).parameters.values()
+    values = {p.name: 0.1 if p.default is p.empty else p.default for p in parameters}
+    assert vars(cls(*values.values())) == vars(cls(**values))
+    with pytest.raises(TypeError, match="'no_such_option'"):
+        cls(**values, no_such_option=1)
+    with pytest.raises(TypeError, match=f"{cls.__name__}.*positional"):
+        cls(*values.values(), 1)
+    for name in [p.name for p in parameters if p.default is p.empty]:
+        with pytest.raises(TypeError, match=f"'{name}'"):
+            cls(**{k: v for k, v in values.items() if k != name})
 
 
 # 6. v1 TableConfig / FeatureConfig through EmbeddingConfigSpec -------------------------------------

@@ -14,23 +14,10 @@ import pytest
 
 import tpu_embedding_shim as tf
 from tpu_embedding_shim.compat.engine_checkpoint_reader import EngineCheckpoint
-from tpu_embedding_shim.engine.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from tpu_embedding_shim.engine.checkpoint import CheckpointError, load_checkpoint
 from tpu_embedding_shim.engine.engine import Engine
 from tpu_embedding_shim.engine.tf_bundle import NotFoundError, write_bundle
 from tpu_embedding_shim.spec import AdamSpec, EmbeddingSpec, FeatureSpec, TableSpec
-
-
-def save(directory, tables, step):
-    """save_checkpoint of {table: {slot: array}} with the structure taken from the arrays."""
-    structure = {
-        name: {
-            "vocabulary_size": arrays["embedding"].shape[0],
-            "dim": arrays["embedding"].shape[1],
-            "slots": sorted(s for s in arrays if s != "embedding"),
-        }
-        for name, arrays in tables.items()
-    }
-    return save_checkpoint(directory, tables, step=step, spec_structure=structure, fingerprint="f")
 
 
 @pytest.fixture
@@ -100,10 +87,10 @@ def test_a_state_file_wins_over_engine_checkpoints(engine_dir):
     assert tf.train.latest_checkpoint(str(engine_dir), latest_filename="other") is None
 
 
-def test_bit_for_bit_values_and_dtypes(tmp_path):
+def test_bit_for_bit_values_and_dtypes(tmp_path, save_arrays):
     table = np.array([[np.nan, -0.0], [np.inf, 1.5]], np.float32)
     table.view(np.uint32)[0, 0] = 0x7FC12345  # a NaN payload
-    path = save(str(tmp_path), {"t": {"embedding": table, "accumulators": np.arange(2, dtype=np.int64)[:, None]}}, 4)
+    path = save_arrays(tmp_path, {"t": {"embedding": table, "accumulators": np.arange(2, dtype=np.int64)[:, None]}}, 4)
     reader = tf.train.load_checkpoint(path)
     assert reader.get_tensor("t").tobytes() == table.tobytes()
     assert reader.get_tensor("t/accumulators").dtype == np.int64
@@ -123,8 +110,8 @@ def test_bit_for_bit_values_and_dtypes(tmp_path):
         ({"global_step": {"embedding": np.ones((2, 1))}}, "'global_step'"),
     ],
 )
-def test_names_that_would_collide_are_refused(tmp_path, tables, clash):
-    path = save(str(tmp_path), tables, 1)
+def test_names_that_would_collide_are_refused(tmp_path, tables, clash, save_arrays):
+    path = save_arrays(tmp_path, tables, 1)
     with pytest.raises(CheckpointError, match=f"would both be read as tensor {clash}"):
         tf.train.load_checkpoint(path)
     assert load_checkpoint(path)[1] == 1  # the engine reads it as it is
@@ -143,16 +130,16 @@ def test_a_corrupt_array_names_checkpoint_table_slot_and_file(engine_dir):
     assert reader.get_tensor("users").shape == (6, 3)  # the others still read
 
 
-def test_a_broken_manifest_is_a_checkpoint_error(tmp_path):
-    path = save(str(tmp_path), {"t": {"embedding": np.ones((2, 2), np.float32)}}, 1)
+def test_a_broken_manifest_is_a_checkpoint_error(tmp_path, save_arrays):
+    path = save_arrays(tmp_path, {"t": {"embedding": np.ones((2, 2), np.float32)}}, 1)
     with open(os.path.join(path, "manifest.json"), "w") as file:
         file.write("{not json")
     with pytest.raises(CheckpointError, match="manifest.json is not valid JSON"):
         tf.train.load_checkpoint(path)
 
 
-def test_memory_mapped_reads_are_checked_and_never_change_the_checkpoint(tmp_path):
-    path = save(str(tmp_path), {"t": {"embedding": np.arange(6, dtype=np.float32).reshape(3, 2)}}, 2)
+def test_memory_mapped_reads_are_checked_and_never_change_the_checkpoint(tmp_path, save_arrays):
+    path = save_arrays(tmp_path, {"t": {"embedding": np.arange(6, dtype=np.float32).reshape(3, 2)}}, 2)
     value = EngineCheckpoint(path).read("t", mmap=True)
     assert isinstance(value, np.memmap)
     value[0, 0] = 99.0

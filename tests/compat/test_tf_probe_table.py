@@ -39,18 +39,20 @@ fc = tf.feature_column
 tpu = tf.tpu.experimental
 est = tf.estimator.tpu.experimental
 
-ECS_FIELDS = [
-    "feature_columns",
-    "tensor_core_feature_columns",
-    "optimization_parameters",
-    "clipping_limit",
-    "pipeline_execution_with_tensor_core",
-    "experimental_gradient_multiplier_fn",
-    "feature_to_config_dict",
-    "table_to_config_dict",
-    "partition_strategy",
-    "profile_data_directory",
-]
+# TensorFlow's EmbeddingConfigSpec(): its arguments and their defaults, in its order.
+ECS_DEFAULTS = {
+    "feature_columns": "None",
+    "optimization_parameters": "None",
+    "clipping_limit": "None",
+    "pipeline_execution_with_tensor_core": "False",
+    "experimental_gradient_multiplier_fn": "None",
+    "feature_to_config_dict": "None",
+    "table_to_config_dict": "None",
+    "partition_strategy": "'div'",
+    "profile_data_directory": "None",
+}
+# Its _fields: the same names, and second the one it fills in itself.
+ECS_FIELDS = ["feature_columns", "tensor_core_feature_columns", *list(ECS_DEFAULTS)[1:]]
 
 
 def LR_FN(step):
@@ -187,8 +189,36 @@ class Ok(NamedTuple):
     expected: Any
 
 
-def _shared(cls="_TPUSharedEmbeddingColumnV2", **kwargs):
-    return column(cls, **kwargs)
+def shared(var, size, columns, cls="_TPUSharedEmbeddingColumnV2", **common):
+    """TensorFlow's reported attributes of the columns one shared_embedding_columns call returns, in input order.
+
+    `columns`: each categorical column's name -> what differs from `common` for it. Each is named
+    `<name>_shared_embedding`, its feature key is its name unless given, and all share the table `var` of `size`.
+    """
+    return [
+        column(cls, name=f"{name}_shared_embedding", var=var, size=size, **{"key": name, **common, **own})
+        for name, own in columns.items()
+    ]
+
+
+def sequence_row(probe_name, key, buckets):
+    """The probe's `embedding_column(<sequence column>, 3, max_sequence_length=5)` row, over `c.<key>`."""
+    return Ok(
+        "a_valid_embedding_column",
+        f"embedding_column({probe_name}, 3, max_sequence_length=5)",
+        lambda c: tpu.embedding_column(getattr(c, key), 3, max_sequence_length=5),
+        column(name=f"{key}_embedding", var=key, size=(buckets, 3), msl=5, cat="SequenceCategoricalColumn"),
+    )
+
+
+def combiner_row(combiner):
+    """The probe's `embedding_column(identity, 2, combiner=...)` row."""
+    return Ok(
+        "a_valid_embedding_column",
+        f"embedding_column(identity, 2, combiner={combiner!r})",
+        lambda c: tpu.embedding_column(c.ident, 2, combiner=combiner),
+        column(name="ident_embedding", var="ident", size=(10, 2), combiner=combiner),
+    )
 
 
 OK_COLUMN_ROWS = [
@@ -223,42 +253,15 @@ OK_COLUMN_ROWS = [
         lambda c: tpu.embedding_column(c.vfile, dimension=4),
         column(name="vfile_embedding", var="vfile", size=(4, 4), cat="VocabularyFileCategoricalColumn"),
     ),
-    Ok(
-        "a_valid_embedding_column",
-        "embedding_column(seq_identity, 3, max_sequence_length=5)",
-        lambda c: tpu.embedding_column(c.sident, 3, max_sequence_length=5),
-        column(name="sident_embedding", var="sident", size=(10, 3), msl=5, cat="SequenceCategoricalColumn"),
-    ),
-    Ok(
-        "a_valid_embedding_column",
-        "embedding_column(seq_vocab_list, 3, max_sequence_length=5)",
-        lambda c: tpu.embedding_column(c.svlist, 3, max_sequence_length=5),
-        column(name="svlist_embedding", var="svlist", size=(3, 3), msl=5, cat="SequenceCategoricalColumn"),
-    ),
-    Ok(
-        "a_valid_embedding_column",
-        "embedding_column(seq_vocab_file, 3, max_sequence_length=5)",
-        lambda c: tpu.embedding_column(c.svfile, 3, max_sequence_length=5),
-        column(name="svfile_embedding", var="svfile", size=(4, 3), msl=5, cat="SequenceCategoricalColumn"),
-    ),
-    Ok(
-        "a_valid_embedding_column",
-        "embedding_column(identity, 2, combiner='sum')",
-        lambda c: tpu.embedding_column(c.ident, 2, combiner="sum"),
-        column(name="ident_embedding", var="ident", size=(10, 2), combiner="sum"),
-    ),
-    Ok(
-        "a_valid_embedding_column",
-        "embedding_column(identity, 2, combiner='mean')",
-        lambda c: tpu.embedding_column(c.ident, 2, combiner="mean"),
-        column(name="ident_embedding", var="ident", size=(10, 2), combiner="mean"),
-    ),
-    Ok(
-        "a_valid_embedding_column",
-        "embedding_column(identity, 2, combiner='sqrtn')",
-        lambda c: tpu.embedding_column(c.ident, 2, combiner="sqrtn"),
-        column(name="ident_embedding", var="ident", size=(10, 2), combiner="sqrtn"),
-    ),
+    *[
+        sequence_row(probe_name, key, buckets)
+        for probe_name, key, buckets in [
+            ("seq_identity", "sident", 10),
+            ("seq_vocab_list", "svlist", 3),
+            ("seq_vocab_file", "svfile", 4),
+        ]
+    ],
+    *[combiner_row(combiner) for combiner in ("sum", "mean", "sqrtn")],
     Ok(
         "a_valid_embedding_column",
         "embedding_column(identity, 2, initializer=tf.zeros_initializer(), learning_rate_fn=f, "
@@ -323,134 +326,71 @@ def test_tensor_core_column_keeps_its_shape(c):
     assert list(col.tensor_core_shape) == [None, 3]
 
 
+SEQUENCE = "SequenceCategoricalColumn"
 OK_SHARED_ROWS = [
     Ok(
         "a_valid_shared_embedding_columns",
         "shared_embedding_columns([identity a, identity b], 4)",
         lambda c: tpu.shared_embedding_columns([c.zz_b, c.aa_a], 4),
-        [
-            _shared(name="zz_b_shared_embedding", key="zz_b", var="aa_a_zz_b_shared_embedding", size=(10, 4)),
-            _shared(name="aa_a_shared_embedding", key="aa_a", var="aa_a_zz_b_shared_embedding", size=(10, 4)),
-        ],
+        shared("aa_a_zz_b_shared_embedding", (10, 4), {"zz_b": {}, "aa_a": {}}),
     ),
     Ok(
         "a_valid_shared_embedding_columns",
         "shared_embedding_columns([weighted(10), identity(10)], 2, combiner='sum')",
         lambda c: tpu.shared_embedding_columns([c.wid, c.ident], 2, combiner="sum"),
-        [
-            _shared(
-                name="wid_weighted_by_wid_weights_shared_embedding",
-                key="wid",
-                weight_key="wid_weights",
-                var="ident_wid_weighted_by_wid_weights_shared_embedding",
-                size=(10, 2),
-                combiner="sum",
-                cat="WeightedCategoricalColumn",
-            ),
-            _shared(
-                name="ident_shared_embedding",
-                key="ident",
-                var="ident_wid_weighted_by_wid_weights_shared_embedding",
-                size=(10, 2),
-                combiner="sum",
-            ),
-        ],
+        shared(
+            "ident_wid_weighted_by_wid_weights_shared_embedding",
+            (10, 2),
+            {
+                "wid_weighted_by_wid_weights": {
+                    "key": "wid",
+                    "weight_key": "wid_weights",
+                    "cat": "WeightedCategoricalColumn",
+                },
+                "ident": {},
+            },
+            combiner="sum",
+        ),
     ),
     Ok(
         "a_valid_shared_embedding_columns",
         "shared_embedding_columns([vocab_list(3+1oov), vocab_file(4)], 2)  (both 4 buckets)",
         lambda c: tpu.shared_embedding_columns([c.vlist_oov, c.vfile], 2),
-        [
-            _shared(
-                name="vlist_shared_embedding",
-                key="vlist",
-                var="vfile_vlist_shared_embedding",
-                size=(4, 2),
-                cat="VocabularyListCategoricalColumn",
-            ),
-            _shared(
-                name="vfile_shared_embedding",
-                key="vfile",
-                var="vfile_vlist_shared_embedding",
-                size=(4, 2),
-                cat="VocabularyFileCategoricalColumn",
-            ),
-        ],
+        shared(
+            "vfile_vlist_shared_embedding",
+            (4, 2),
+            {"vlist": {"cat": "VocabularyListCategoricalColumn"}, "vfile": {"cat": "VocabularyFileCategoricalColumn"}},
+        ),
     ),
     Ok(
         "a_valid_shared_embedding_columns",
         "shared_embedding_columns([seq_identity(10), identity(10)], 2, max_sequence_lengths=[4, 0])",
         lambda c: tpu.shared_embedding_columns([c.sident, c.ident], 2, max_sequence_lengths=[4, 0]),
-        [
-            _shared(
-                name="sident_shared_embedding",
-                key="sident",
-                var="ident_sident_shared_embedding",
-                size=(10, 2),
-                msl=4,
-                cat="SequenceCategoricalColumn",
-            ),
-            _shared(name="ident_shared_embedding", key="ident", var="ident_sident_shared_embedding", size=(10, 2)),
-        ],
+        shared("ident_sident_shared_embedding", (10, 2), {"sident": {"msl": 4, "cat": SEQUENCE}, "ident": {}}),
     ),
     Ok(
         "a_valid_shared_embedding_columns",
         "shared_embedding_columns([seq_vocab_file(4), seq_vocab_list(3)+?], ...) -> seq_vocab_list has 3 buckets",
         lambda c: tpu.shared_embedding_columns([c.svfile, c.svl4], 2, max_sequence_lengths=[3, 2]),
-        [
-            _shared(
-                name="svfile_shared_embedding",
-                key="svfile",
-                var="svfile_svl4_shared_embedding",
-                size=(4, 2),
-                msl=3,
-                cat="SequenceCategoricalColumn",
-            ),
-            _shared(
-                name="svl4_shared_embedding",
-                key="svl4",
-                var="svfile_svl4_shared_embedding",
-                size=(4, 2),
-                msl=2,
-                cat="SequenceCategoricalColumn",
-            ),
-        ],
+        shared("svfile_svl4_shared_embedding", (4, 2), {"svfile": {"msl": 3}, "svl4": {"msl": 2}}, cat=SEQUENCE),
     ),
     Ok(
         "a_valid_shared_embedding_columns",
         "shared_embedding_columns([a,b], 2, shared_embedding_collection_name='my_shared')",
         lambda c: tpu.shared_embedding_columns([c.c1_5, c.c2_5], 2, shared_embedding_collection_name="my_shared"),
-        [
-            _shared(name="c1_shared_embedding", key="c1", var="my_shared", size=(5, 2)),
-            _shared(name="c2_shared_embedding", key="c2", var="my_shared", size=(5, 2)),
-        ],
+        shared("my_shared", (5, 2), {"c1": {}, "c2": {}}),
     ),
     Ok(
         "a_valid_shared_embedding_columns",
         "shared_embedding_columns([single identity], 3)",
         lambda c: tpu.shared_embedding_columns([c.ident], 3),
-        [_shared(name="ident_shared_embedding", key="ident", var="ident_shared_embedding", size=(10, 3))],
+        shared("ident_shared_embedding", (10, 3), {"ident": {}}),
     ),
     Ok(
         "a_valid_shared_embedding_columns",
         "shared_embedding_columns([a,b], 2, embedding_lookup_device='cpu')",
         lambda c: tpu.shared_embedding_columns([c.d1, c.d2], 2, embedding_lookup_device="cpu"),
-        [
-            _shared(
-                "_TPUSharedDeviceSpecificEmbeddingColumnV2",
-                name="d1_shared_embedding",
-                key="d1",
-                var="d1_d2_shared_embedding",
-                size=(5, 2),
-            ),
-            _shared(
-                "_TPUSharedDeviceSpecificEmbeddingColumnV2",
-                name="d2_shared_embedding",
-                key="d2",
-                var="d1_d2_shared_embedding",
-                size=(5, 2),
-            ),
-        ],
+        shared("d1_d2_shared_embedding", (5, 2), {"d1": {}, "d2": {}}, cls="_TPUSharedDeviceSpecificEmbeddingColumnV2"),
     ),
 ]
 
@@ -590,20 +530,9 @@ def test_tensor_core_columns_are_split_off(c):
 
 def test_embedding_config_spec_defaults():
     """a_valid_EmbeddingConfigSpec: EmbeddingConfigSpec() field defaults (positional order)."""
-    expected = {
-        "feature_columns": "None",
-        "optimization_parameters": "None",
-        "clipping_limit": "None",
-        "pipeline_execution_with_tensor_core": "False",
-        "experimental_gradient_multiplier_fn": "None",
-        "feature_to_config_dict": "None",
-        "table_to_config_dict": "None",
-        "partition_strategy": "'div'",
-        "profile_data_directory": "None",
-    }
     for cls in (est.EmbeddingConfigSpec, tf.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec):
         params = [p for p in inspect.signature(cls).parameters.values() if p.kind is not p.VAR_KEYWORD]
-        assert [(p.name, repr(p.default)) for p in params] == list(expected.items())
+        assert [(p.name, repr(p.default)) for p in params] == list(ECS_DEFAULTS.items())
         assert list(cls._fields) == ECS_FIELDS
 
 

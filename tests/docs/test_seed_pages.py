@@ -30,19 +30,6 @@ E = tf.tpu.experimental.embedding
 B = 16  # train_batch_size
 
 
-def page_tpu_columns(vocabulary_size):
-    """The TPU columns of pages 000 and 002 (the same lines on both): `a` and `b` share a table, `c` has its own.
-
-    The pages' `tf.feature_column.categorical_column_with_identity(...)` is filled in with `vocabulary_size`.
-    """
-    column_a, column_b, column_c = [
-        tf.feature_column.categorical_column_with_identity(key, vocabulary_size) for key in ("a", "b", "c")
-    ]
-    tpu_shared_columns = tf.tpu.experimental.shared_embedding_columns([column_a, column_b], 10)
-    tpu_non_shared_column = tf.tpu.experimental.embedding_column(column_c, 10)
-    return [tpu_non_shared_column] + tpu_shared_columns
-
-
 def regression_input_fn(keys, vocabulary_size, seed, labels=True):
     """input_fn(params): endless batches of one id per key; the label is a sum of per-id targets.
 
@@ -136,8 +123,8 @@ def train_and_check(estimator, input_fn, losses, shapes, width, steps=150):
 # 000: EmbeddingConfigSpec (TF 2.4) ----------------------------------------------------------------------
 
 
-def test_page_000_embedding_config_spec(tmp_path):
-    tpu_columns = page_tpu_columns(20)
+def test_page_000_embedding_config_spec(tmp_path, page_tpu_columns):
+    tpu_columns = page_tpu_columns(tf, 20)
 
     def make_estimator(model_fn, model_dir):
         with pytest.warns(
@@ -205,11 +192,11 @@ def test_page_001_embedding_column(tmp_path):
 # 002: EmbeddingConfigSpec, the later rendering (its example stops at `TPUEstimator(`) ----------------------
 
 
-def test_page_002_embedding_config_spec_filled_from_its_args_table(tmp_path):
+def test_page_002_embedding_config_spec_filled_from_its_args_table(tmp_path, page_tpu_columns):
     # The example is cut off after `estimator = tf.estimator.tpu.TPUEstimator(`; a reader fills it in from the
     # page's Args table (`feature_columns`, `optimization_parameters`), with the compat.v1 names its migration note
     # points at, and an optimizer the page lists (Adam).
-    tpu_columns = page_tpu_columns(30)
+    tpu_columns = page_tpu_columns(tf, 30)
 
     def make_estimator(model_fn, model_dir):
         return tf.compat.v1.estimator.tpu.TPUEstimator(
@@ -238,22 +225,8 @@ def test_page_002_embedding_config_spec_filled_from_its_args_table(tmp_path):
 # 003: TPUEmbeddingV2 (SparseCore) ---------------------------------------------------------------------------
 
 
-def sparse_core_feature_config():
-    table = E.TableConfig(vocabulary_size=40, dim=4, name="items")
-    user_table = E.TableConfig(vocabulary_size=16, dim=4, name="users")
-    return (
-        {
-            "clicked": E.FeatureConfig(table=table),
-            "history": E.FeatureConfig(table=table, max_sequence_length=3),
-            "user": E.FeatureConfig(table=user_table),
-        },
-        table,
-        user_table,
-    )
-
-
-def test_page_003_tpu_embedding_v2():
-    feature_config, table, user_table = sparse_core_feature_config()
+def test_page_003_tpu_embedding_v2(sparse_core_feature_config):
+    feature_config, table, user_table = sparse_core_feature_config(tf)
     # "Raises RuntimeError: If not created under TPUStrategy" -- whatever the optimizer.
     for optimizer in (E.Adagrad(0.5), None):
         with pytest.raises(RuntimeError, match=r"created under TPUStrategy.*with strategy\.scope\(\)"):
@@ -327,7 +300,7 @@ def test_page_004_tf_gradient_tape_points_to_the_numpy_form():
         tf.GradientTape()
 
 
-def test_page_004_tpu_embedding_training_evaluation_checkpoint_and_cpu_tables(tmp_path):
+def test_page_004_tpu_embedding_training_evaluation_checkpoint_and_cpu_tables(tmp_path, page_004_run):
     table_config_one = E.TableConfig(vocabulary_size=32, dim=4)
     table_config_two = E.TableConfig(vocabulary_size=8, dim=4)
     feature_config = {
@@ -369,41 +342,23 @@ def test_page_004_tpu_embedding_training_evaluation_checkpoint_and_cpu_tables(tm
         x = np.concatenate([activations["feature_one"], activations["feature_two"], activations["feature_three"]], 1)
         return x, x @ model["w"]
 
-    @tf.function
-    def training_step(dataset_iterator, num_steps):
-        def tpu_step(tpu_features):  # the page's GradientTape block, its gradients written out
-            activations = embedding.dequeue()
-            x, output = model_output(activations)
-            d_output = 2.0 * (output - tpu_features) / B  # loss = mean((output - labels) ** 2)
-            losses.append(float(np.mean((output - tpu_features) ** 2)))
-            d_x = np.outer(d_output, model["w"]).astype(np.float32)
-            embedding.apply_gradients(
-                {"feature_one": d_x[:, :4], "feature_two": d_x[:, 4:8], "feature_three": d_x[:, 8:]}
-            )
-            model["w"] = model["w"] - 0.1 * x.T @ d_output  # "Insert your model gradient and optimizer here"
+    def training_tpu_step(tpu_features):  # the page's GradientTape block, its gradients written out
+        activations = embedding.dequeue()
+        x, output = model_output(activations)
+        d_output = 2.0 * (output - tpu_features) / B  # loss = mean((output - labels) ** 2)
+        losses.append(float(np.mean((output - tpu_features) ** 2)))
+        d_x = np.outer(d_output, model["w"]).astype(np.float32)
+        embedding.apply_gradients({"feature_one": d_x[:, :4], "feature_two": d_x[:, 4:8], "feature_three": d_x[:, 8:]})
+        model["w"] = model["w"] - 0.1 * x.T @ d_output  # "Insert your model gradient and optimizer here"
 
-        for _ in tf.range(num_steps):
-            embedding_features, tpu_features = next(dataset_iterator)
-            embedding.enqueue(embedding_features, training=True)
-            strategy.run(tpu_step, args=(tpu_features,))
+    def evaluation_tpu_step(tpu_features):
+        activations = embedding.dequeue()
+        _, output = model_output(activations)
+        eval_losses.append(float(np.mean((output - tpu_features) ** 2)))
 
-    @tf.function
-    def evalution_step(dataset_iterator, num_steps):  # sic, the page's name
-        def tpu_step(tpu_features):
-            activations = embedding.dequeue()
-            _, output = model_output(activations)
-            eval_losses.append(float(np.mean((output - tpu_features) ** 2)))
-
-        for _ in tf.range(num_steps):
-            embedding_features, tpu_features = next(dataset_iterator)
-            embedding.enqueue(embedding_features, training=False)
-            strategy.run(tpu_step, args=(tpu_features,))
-
-    evalution_step(dataset_iterator, 10)
-    before = {t.name: v.copy() for t, v in embedding.embedding_tables.items()}
-    training_step(dataset_iterator, 100)
-    tables_after_training = {t.name: v.copy() for t, v in embedding.embedding_tables.items()}
-    evalution_step(dataset_iterator, 10)
+    before, tables_after_training = page_004_run(
+        tf, strategy, embedding, dataset_iterator, training_tpu_step, evaluation_tpu_step
+    )
     assert len(losses) == 100 and np.all(np.isfinite(losses)) and np.all(np.isfinite(eval_losses))
     assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:10])
     assert np.mean(eval_losses[10:]) < 0.5 * np.mean(eval_losses[:10])

@@ -169,34 +169,29 @@ def test_bias_corrected_learning_rate_first_steps():
 # ---------------------------------------------------------------- FTRL
 
 
-def test_ftrl_one_step_standard_linear():
-    # a = 0 + 2**2 = 4; P = sqrt: dP = 2 - 0 = 2; lr = 0.5
-    # linear = 0 + 2 - (2/0.5)*1 = -2
-    # w = (clip(-2, -0.5, 0.5) + 2) / ((2 + 0)/0.5 + 2*0.25) = 1.5 / 4.5 = 1/3
+@pytest.mark.parametrize(
+    "times_learning_rate,linear",
+    [
+        # a = 0 + 2**2 = 4; P = sqrt: dP = 2 - 0 = 2; lr = 0.5
+        # linear = 0 + 2 - (2/0.5)*1 = -2
+        # w = (clip(-2, -0.5, 0.5) + 2) / ((2 + 0)/0.5 + 2*0.25) = 1.5 / 4.5 = 1/3
+        pytest.param(False, -2.0, id="standard_linear"),
+        # linear = 0 + 0.5*2 - 2*1 = -1 (= lr * the standard linear)
+        # w = (clip(-1, -0.25, 0.25) + 1) / (2 + 2*0.5*0.25 + 0) = 0.75 / 2.25 = 1/3
+        pytest.param(True, -1.0, id="linear_times_learning_rate"),
+    ],
+)
+def test_ftrl_one_step(times_learning_rate, linear):
     spec = FtrlSpec(
         learning_rate=0.5,
         initial_accumulator_value=0.0,
         l1_regularization_strength=0.5,
         l2_regularization_strength=0.25,
+        multiply_linear_by_learning_rate=times_learning_rate,
     )
     rows, new = apply_update(spec, f32([1.0]), initial_slots(spec, (1, 1)), f32([2.0]), step=0)
     close(new["accumulators"], [[4.0]])
-    close(new["linears"], [[-2.0]])
-    close(rows, [[1.0 / 3.0]])
-
-
-def test_ftrl_one_step_linear_times_learning_rate():
-    # linear = 0 + 0.5*2 - 2*1 = -1 (= lr * the standard linear)
-    # w = (clip(-1, -0.25, 0.25) + 1) / (2 + 2*0.5*0.25 + 0) = 0.75 / 2.25 = 1/3
-    spec = FtrlSpec(
-        learning_rate=0.5,
-        initial_accumulator_value=0.0,
-        l1_regularization_strength=0.5,
-        l2_regularization_strength=0.25,
-        multiply_linear_by_learning_rate=True,
-    )
-    rows, new = apply_update(spec, f32([1.0]), initial_slots(spec, (1, 1)), f32([2.0]), step=0)
-    close(new["linears"], [[-1.0]])
+    close(new["linears"], [[linear]])
     close(rows, [[1.0 / 3.0]])
 
 
@@ -318,12 +313,17 @@ def test_gradient_clipping_before_the_update():
     close(rows, [[-1.0, 0.5, -0.25]])
 
 
+def adagrad_step(accumulator, gradient, **options):
+    """One Adagrad step from w = 1 and the given accumulator: (w, accumulator) after it."""
+    rows, new = apply_update(
+        AdagradSpec(**options), f32([1.0]), {"accumulators": f32([accumulator])}, f32([gradient]), 0
+    )
+    return rows[0, 0], new["accumulators"][0, 0]
+
+
 def test_gradient_clipping_feeds_the_clipped_gradient_into_the_slots():
     # g = clip(3, None, 1) = 1: a = 3 + 1 = 4, w = 1 - 0.5*1/2 = 0.75
-    spec = AdagradSpec(learning_rate=0.5, clip_gradient_max=1.0)
-    rows, new = apply_update(spec, f32([1.0]), {"accumulators": f32([3.0])}, f32([3.0]), 0)
-    close(new["accumulators"], [[4.0]])
-    close(rows, [[0.75]])
+    close(adagrad_step(3.0, 3.0, learning_rate=0.5, clip_gradient_max=1.0), [0.75, 4.0])
 
 
 def test_weight_decay_before_the_update():
@@ -343,10 +343,7 @@ def test_weight_decay_times_learning_rate():
 def test_weight_decay_is_decoupled_from_adagrad_slots():
     # decay: w = 1 - 0.5*1 = 0.5; the accumulator sees only g: a = 0.75 + 0.25 = 1
     # w = 0.5 - 0.1*0.5/1 = 0.45
-    spec = AdagradSpec(learning_rate=0.1, weight_decay_factor=0.5)
-    rows, new = apply_update(spec, f32([1.0]), {"accumulators": f32([0.75])}, f32([0.5]), 0)
-    close(new["accumulators"], [[1.0]])
-    close(rows, [[0.45]])
+    close(adagrad_step(0.75, 0.5, learning_rate=0.1, weight_decay_factor=0.5), [0.45, 1.0])
 
 
 def test_weight_clipping_after_the_update():

@@ -25,44 +25,20 @@ class RaggedT(NamedTuple):
 IDENT = FeatureSpec(name="movie", table="t", num_buckets=10)
 IDENT_DEFAULT = FeatureSpec(name="movie", table="t", num_buckets=10, default_value=0)
 SEQ = FeatureSpec(name="clicks", table="t", num_buckets=10, max_sequence_length=3)
-WORDS = FeatureSpec(
-    name="word",
-    table="t",
-    num_buckets=5,
-    id_source="vocabulary_list",
-    vocabulary=("a", "b", "c"),
-    num_oov_buckets=2,
-)
-WORDS_NO_OOV = FeatureSpec(
-    name="word",
-    table="t",
-    num_buckets=3,
-    id_source="vocabulary_list",
-    vocabulary=("a", "b", "c"),
-)
-WORDS_DEFAULT = FeatureSpec(
-    name="word",
-    table="t",
-    num_buckets=3,
-    id_source="vocabulary_list",
-    vocabulary=("a", "b", "c"),
-    default_value=1,
-)
-INT_VOCAB = FeatureSpec(
-    name="zip",
-    table="t",
-    num_buckets=3,
-    id_source="vocabulary_list",
-    vocabulary=(10, 20, 30),
-)
-INT_VOCAB_OOV = FeatureSpec(
-    name="zip",
-    table="t",
-    num_buckets=5,
-    id_source="vocabulary_list",
-    vocabulary=(10, 20, 30),
-    num_oov_buckets=2,
-)
+
+
+def vocabulary_feature(name, vocabulary, num_buckets, **kwargs):
+    """A `vocabulary_list` feature of table `t`."""
+    return FeatureSpec(
+        name=name, table="t", num_buckets=num_buckets, id_source="vocabulary_list", vocabulary=vocabulary, **kwargs
+    )
+
+
+WORDS = vocabulary_feature("word", ("a", "b", "c"), 5, num_oov_buckets=2)
+WORDS_NO_OOV = vocabulary_feature("word", ("a", "b", "c"), 3)
+WORDS_DEFAULT = vocabulary_feature("word", ("a", "b", "c"), 3, default_value=1)
+INT_VOCAB = vocabulary_feature("zip", (10, 20, 30), 3)
+INT_VOCAB_OOV = vocabulary_feature("zip", (10, 20, 30), 5, num_oov_buckets=2)
 
 # Buckets of OOV tokens, from TF's rule: len(vocab) + fingerprint64(token) % num_oov_buckets.
 ZZ = 3 + hash_bucket("zz", 2)
@@ -353,7 +329,7 @@ def test_ragged_rejects_inconsistent_shapes():
 
 
 def test_vocabulary_with_mixed_token_types_is_rejected():
-    f = FeatureSpec(name="mixed", table="t", num_buckets=2, id_source="vocabulary_list", vocabulary=("a", 1))
+    f = vocabulary_feature("mixed", ("a", 1), 2)
     with pytest.raises(TypeError, match="'mixed'.*only strings or only ints"):
         to_ragged(["a"], feature=f)
 

@@ -23,7 +23,6 @@ import random
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import time
 
@@ -41,7 +40,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TIMEOUT = 60
 
 CHILD = r"""
 import os, shutil, signal, sys
@@ -84,25 +82,6 @@ else:
 """
 
 
-def child(model_dir, mode="kill", k=0):
-    env = dict(os.environ, TPU_EMBEDDING_SHIM_KERNELS="numpy", PYTHONPATH=ROOT)
-    return subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(model_dir), mode, str(k), ROOT],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def finish(process):
-    if process.stdin is not None and process.stdin.closed:
-        process.stdin = None  # closed on purpose: the child's signal to go on
-    out, err = process.communicate(timeout=TIMEOUT)
-    return process.returncode, out, err
-
-
 def values(est):
     return {name: est.get_variable_value(name) for name in est.get_variable_names()}
 
@@ -143,17 +122,21 @@ def reference(tmp_path_factory):
     return base, values(once)
 
 
-def test_a_kill_before_any_step_of_a_runner_save_loses_nothing(tmp_path, reference, killed_copies):
+def test_a_kill_before_any_step_of_a_runner_save_loses_nothing(tmp_path, reference, killed_copies, python_child):
     base, expected = reference
     dry = tmp_path / "dry"
     shutil.copytree(base, dry)
-    code, out, err = finish(child(dry))
+
+    def kill_at(directory, k):  # a child that dies before the k-th file operation of its save (never for k = 0)
+        return python_child.start(CHILD, directory, "kill", k, ROOT)
+
+    code, out, err = python_child.finish(kill_at(dry, 0))
     assert code == 0, err
     steps = int(out.split()[-1])
     assert 8 <= steps <= 40, steps  # renames, fsyncs and removes of one save, its pruning, the lock
     assert resume_to(dry, 4)[0] == 3
     starts = {}
-    for k, directory in killed_copies(base, steps, lambda directory, k: child(directory, "kill", k), at_once=3):
+    for k, directory in killed_copies(base, steps, kill_at, at_once=3):
         starts[k], est = resume_to(directory, 4)
         assert_same(values(est), expected)  # bit for bit, from whichever checkpoint survived
         assert_clean(directory)  # the resumed run's save removed what the killed one left
@@ -163,19 +146,19 @@ def test_a_kill_before_any_step_of_a_runner_save_loses_nothing(tmp_path, referen
     assert starts[1] == 2 and starts[steps] == 3
 
 
-def test_random_kills_while_the_runner_saves_every_step(tmp_path):
+def test_random_kills_while_the_runner_saves_every_step(tmp_path, python_child):
     directory = tmp_path / "loop"
     rng = random.Random(4321)
     deadline = time.monotonic() + 30
     kills = 0
     while kills < 5 and time.monotonic() < deadline:
-        process = child(directory, "loop")
+        process = python_child.start(CHILD, directory, "loop", 0, ROOT)
         assert process.stdout.readline() == "ready\n", process.stderr.read()
         while read_state(str(directory)) is None and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)  # until its first save
         time.sleep(rng.uniform(0.0, 0.3))
         process.kill()
-        finish(process)
+        python_child.finish(process)
         kills += 1
         state = read_state(str(directory))
         assert state is not None and is_bundle(state.model_checkpoint_path), sorted(os.listdir(directory))
@@ -188,11 +171,11 @@ def test_random_kills_while_the_runner_saves_every_step(tmp_path):
     assert_clean(directory)
 
 
-def test_a_second_trainer_is_refused_while_readers_work(tmp_path, reference):
+def test_a_second_trainer_is_refused_while_readers_work(tmp_path, reference, python_child):
     base, _ = reference
     directory = tmp_path / "shared"
     shutil.copytree(base, directory)
-    trainer = child(directory, "hold")
+    trainer = python_child.start(CHILD, directory, "hold", 0, ROOT)
     try:
         assert trainer.stdout.readline() == "training\n", trainer.stderr.read()
         second = program.shim_estimator(directory, keep=1)
@@ -216,22 +199,22 @@ def test_a_second_trainer_is_refused_while_readers_work(tmp_path, reference):
             tf.train.Checkpoint(model={"w": np.ones(2)}).save(str(directory / "other"))
     finally:
         trainer.stdin.close()
-    code, out, err = finish(trainer)
+    code, out, err = python_child.finish(trainer)
     assert code == 0 and out.split()[-2:] == ["done", "4"], err
     assert LOCK_FILE not in os.listdir(directory)  # a clean exit removes it
     second.train(program.shim_input_fn, steps=1)  # now alone: it resumes from the trainer's last checkpoint
     assert second.global_step == 5
 
 
-def test_a_killed_trainer_leaves_no_lock_that_blocks_the_next_run(tmp_path, reference):
+def test_a_killed_trainer_leaves_no_lock_that_blocks_the_next_run(tmp_path, reference, python_child):
     base, _ = reference
     directory = tmp_path / "killed"
     shutil.copytree(base, directory)
-    trainer = child(directory, "hold")
+    trainer = python_child.start(CHILD, directory, "hold", 0, ROOT)
     assert trainer.stdout.readline() == "training\n", trainer.stderr.read()
     assert (directory / LOCK_FILE).read_text().strip() == str(trainer.pid)
     trainer.kill()
-    finish(trainer)
+    python_child.finish(trainer)
     assert LOCK_FILE in os.listdir(directory)  # the file stays, its lock died with the process
     est = program.shim_estimator(directory, keep=1)
     est.train(program.shim_input_fn, steps=1)

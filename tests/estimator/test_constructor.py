@@ -1,5 +1,7 @@
 """TensorFlow's constructor checks: TPUEstimator, RunConfig, TPUConfig, the specs."""
 
+import inspect
+
 import numpy as np
 import pytest
 
@@ -175,6 +177,30 @@ def test_tpu_config_fields():
     assert config.iterations_per_loop == "30s" and config.num_shards == 4
     assert config.per_host_input_for_training == tf.estimator.tpu.InputPipelineConfig.PER_HOST_V1
     assert config._replace(num_shards=2).num_shards == 2
+    with pytest.raises(ValueError, match="TPUConfig num_shards must be positive"):
+        config._replace(num_shards=0)  # checked again
+    assert isinstance(config, tuple) and config._fields[:2] == ("iterations_per_loop", "num_shards")
+    assert config == tuple(config) and config[1] == 4
+
+
+# str(inspect.signature(...)) of TensorFlow 2.15.1 (tensorflow-estimator 2.15), plus the project's
+# `embedding_gradients` field at the end of each spec.
+TF_SPEC_SIGNATURES = {
+    EstimatorSpec: "(mode, predictions=None, loss=None, train_op=None, eval_metric_ops=None, export_outputs=None, "
+    "training_chief_hooks=None, training_hooks=None, scaffold=None, evaluation_hooks=None, prediction_hooks=None",
+    TPUEstimatorSpec: "(mode, predictions=None, loss=None, train_op=None, eval_metrics=None, export_outputs=None, "
+    "scaffold_fn=None, host_call=None, training_hooks=None, evaluation_hooks=None, prediction_hooks=None",
+}
+
+
+@pytest.mark.parametrize("spec", list(TF_SPEC_SIGNATURES), ids=lambda spec: spec.__name__)
+def test_specs_have_tensorflows_signature_and_fields(spec):
+    assert str(inspect.signature(spec)) == TF_SPEC_SIGNATURES[spec] + ", embedding_gradients=None)"
+    made = spec(ModeKeys.PREDICT, {"p": 1})  # positionally, in TensorFlow's order
+    assert made.predictions == {"p": 1} and made._fields[-1] == "embedding_gradients"
+    assert made == spec(mode=ModeKeys.PREDICT, predictions={"p": 1}) and repr(made).startswith(spec.__name__ + "(")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        spec(ModeKeys.PREDICT, predictions=1, bogus=2)
 
 
 SPEC_CASES = [

@@ -55,17 +55,22 @@ def columns(tf):
     return user, item, hist, shared
 
 
+# name -> (TensorFlow's tf.compat.v1.train optimizer, the port's TPU optimization parameters, their arguments after
+# the learning rate): the same optimizer in both programs.
+OPTIMIZERS = {
+    "sgd": ("GradientDescentOptimizer", "StochasticGradientDescentParameters", ()),
+    "adagrad": ("AdagradOptimizer", "AdagradParameters", ()),
+    "adam": ("AdamOptimizer", "AdamParameters", ()),
+    "ftrl": ("FtrlOptimizer", "FtrlParameters", ()),
+    "momentum": ("MomentumOptimizer", "MomentumParameters", (0.9,)),  # momentum
+    "rmsprop": ("RMSPropOptimizer", "RMSPropParameters", (0.9, 0.5, 1e-10)),  # rho (decay), momentum, epsilon
+    "proximal_adagrad": ("ProximalAdagradOptimizer", "ProximalAdagradParameters", ()),
+}
+
+
 def tf_optimizer(tf, name, lr):
-    v1 = tf.compat.v1.train
-    return {
-        "sgd": lambda: v1.GradientDescentOptimizer(lr),
-        "adagrad": lambda: v1.AdagradOptimizer(lr),
-        "adam": lambda: v1.AdamOptimizer(lr),
-        "ftrl": lambda: v1.FtrlOptimizer(lr),
-        "momentum": lambda: v1.MomentumOptimizer(lr, 0.9),
-        "rmsprop": lambda: v1.RMSPropOptimizer(lr, momentum=0.5),
-        "proximal_adagrad": lambda: v1.ProximalAdagradOptimizer(lr),
-    }[name]()
+    optimizer, _, args = OPTIMIZERS[name]
+    return getattr(tf.compat.v1.train, optimizer)(lr, *args)
 
 
 def tf_estimator(tf, model_dir, *, optimizer="adagrad", lr=0.1, warm_start_from=None, keep=1):
@@ -119,16 +124,8 @@ def shim_columns():
 def shim_optimizer(name, lr):
     import tpu_embedding_shim as tf
 
-    tpu = tf.estimator.tpu.experimental
-    return {
-        "adagrad": lambda: tpu.AdagradParameters(lr),
-        "adam": lambda: tpu.AdamParameters(lr),
-        "ftrl": lambda: tpu.FtrlParameters(lr),
-        "sgd": lambda: tpu.StochasticGradientDescentParameters(lr),
-        "momentum": lambda: tpu.MomentumParameters(lr, 0.9),
-        "rmsprop": lambda: tpu.RMSPropParameters(lr, 0.9, 0.5, 1e-10),
-        "proximal_adagrad": lambda: tpu.ProximalAdagradParameters(lr),
-    }[name]()
+    _, parameters, args = OPTIMIZERS[name]
+    return getattr(tf.estimator.tpu.experimental, parameters)(lr, *args)
 
 
 def shim_model_fn(user, item, hist, shared, *, dense_lr=0.1):

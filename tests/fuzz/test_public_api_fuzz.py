@@ -477,6 +477,28 @@ def ids_verdict(v, rows=8):
     return None  # a negative id is padding
 
 
+def weights_verdict(v):
+    """Weights of the ids [1, 2]: False (refused) for junk, strings, bools and non-finite floats, else None."""
+    if v is not None and (
+        not_a_value(v) or isinstance(v, (str, bool)) or (isinstance(v, float) and not math.isfinite(v))
+    ):
+        return False
+    return None
+
+
+def attempt_lookup(name, lookup, where, value, snapshot):
+    """`lookup(features, weights=None)` (enqueue, embedding_lookup) with `value` as feature f's ids or weights."""
+    if where == "features":
+        return attempt(name, lambda: lookup({"f": value}), names=FEATURE_F, valid=ids_verdict(value), snapshot=snapshot)
+    return attempt(
+        name,
+        lambda: lookup({"f": np.array([1, 2])}, weights={"f": value}),
+        names=["weight"] + FEATURE_F,
+        valid=weights_verdict(value),
+        snapshot=snapshot,
+    )
+
+
 @examples(60, "TPUEmbedding")
 def test_tpu_embedding_enqueue_dequeue_apply_gradients(data):
     embedding, table = mid_level()
@@ -486,25 +508,8 @@ def test_tpu_embedding_enqueue_dequeue_apply_gradients(data):
     state = lambda: [engine_state(embedding), vars_of(table)]  # noqa: E731
     where = data.draw(st.sampled_from(["features", "weights", "gradients", "key", "constructor"]))
     value = data.draw(JUNK)
-    if where == "features":
-        attempt(
-            "TPUEmbedding",
-            lambda: embedding.enqueue({"f": value}),
-            names=FEATURE_F,
-            valid=ids_verdict(value),
-            snapshot=state,
-        )
-    elif where == "weights":
-        valid = None if value is None else False if not_a_value(value) or isinstance(value, (str, bool)) else None
-        if isinstance(value, float) and not math.isfinite(value):
-            valid = False
-        attempt(
-            "TPUEmbedding",
-            lambda: embedding.enqueue({"f": np.array([1, 2])}, weights={"f": value}),
-            names=["weight"] + FEATURE_F,
-            valid=valid,
-            snapshot=state,
-        )
+    if where in ("features", "weights"):
+        attempt_lookup("TPUEmbedding", embedding.enqueue, where, value, snapshot=state)
     elif where == "gradients":
         embedding.enqueue({"f": np.array([1, 2])})
         embedding.dequeue()
@@ -552,35 +557,43 @@ def test_tpu_embedding_v2(data):
             vars_of(table),
         ]
 
+    where = data.draw(st.sampled_from(["features", "weights"]))
     value = data.draw(JUNK)
-    if data.draw(st.booleans()):
-        attempt(
-            "TPUEmbeddingV2",
-            lambda: embedding.embedding_lookup({"f": value}),
-            names=FEATURE_F,
-            valid=ids_verdict(value),
-            snapshot=state,
-        )
-    else:
-        valid = (
-            None
-            if value is None
-            else False
-            if not_a_value(value)
-            or isinstance(value, (str, bool))
-            or (isinstance(value, float) and not math.isfinite(value))
-            else None
-        )
-        attempt(
-            "TPUEmbeddingV2",
-            lambda: embedding.embedding_lookup({"f": np.array([1, 2])}, weights={"f": value}),
-            names=["weight"] + FEATURE_F,
-            valid=valid,
-            snapshot=state,
-        )
+    attempt_lookup("TPUEmbeddingV2", embedding.embedding_lookup, where, value, snapshot=state)
 
 
 # tf.nn lookups ---------------------------------------------------------------------------------------------------
+
+
+def nn_lookups(params, sp_ids):
+    """argument -> (the lookup with that argument, the names its error may give, the verdict on the value)."""
+    return {
+        "ids": (
+            lambda v: tf.nn.embedding_lookup(params, v),
+            ["ids", "id"],
+            lambda v: False if ids_verdict(v) is False else None,
+        ),
+        "max_norm": (
+            lambda v: tf.nn.embedding_lookup(params, [1, 2], max_norm=v),
+            ["max_norm"],
+            lambda v: v is None or number_at_least(v, 0, strict=True),
+        ),
+        "combiner": (
+            lambda v: tf.nn.embedding_lookup_sparse(params, sp_ids, None, combiner=v),
+            ["combiner"],
+            lambda v: v is None or one_of(v, "mean", "sum", "sqrtn"),
+        ),
+        "default_id": (
+            lambda v: tf.nn.safe_embedding_lookup_sparse(params, sp_ids, default_id=v),
+            ["default_id"],
+            lambda v: v is None or (is_int(v) and 0 <= v < 8),
+        ),
+        "params": (
+            lambda v: tf.nn.embedding_lookup(v, [0]),
+            ["params", "ids"],
+            lambda v: False if not_a_value(v) or isinstance(v, (str, bool, float, int)) else None,
+        ),
+    }
 
 
 @examples(60, "tf.nn")
@@ -588,45 +601,11 @@ def test_nn_lookups(data):
     params = np.arange(16, dtype=np.float32).reshape(8, 2)
     sp_ids = tf.SparseTensor(indices=[[0, 0], [1, 0]], values=np.array([1, 3]), dense_shape=[2, 2])
     saved = params.copy()
-    snapshot = lambda: params  # noqa: E731  (compared with `saved` below)
-    which = data.draw(st.sampled_from(["ids", "max_norm", "combiner", "default_id", "params"]))
-    value = data.draw(JUNK)
-    if which == "ids":
-        attempt(
-            "tf.nn",
-            lambda: tf.nn.embedding_lookup(params, value),
-            names=["ids", "id"],
-            valid=ids_verdict(value) if ids_verdict(value) is False else None,
-        )
-    elif which == "max_norm":
-        attempt(
-            "tf.nn",
-            lambda: tf.nn.embedding_lookup(params, [1, 2], max_norm=value),
-            names=["max_norm"],
-            valid=value is None or number_at_least(value, 0, strict=True),
-        )
-    elif which == "combiner":
-        attempt(
-            "tf.nn",
-            lambda: tf.nn.embedding_lookup_sparse(params, sp_ids, None, combiner=value),
-            names=["combiner"],
-            valid=value is None or one_of(value, "mean", "sum", "sqrtn"),
-        )
-    elif which == "default_id":
-        attempt(
-            "tf.nn",
-            lambda: tf.nn.safe_embedding_lookup_sparse(params, sp_ids, default_id=value),
-            names=["default_id"],
-            valid=value is None or (is_int(value) and 0 <= value < 8),
-        )
-    else:
-        attempt(
-            "tf.nn",
-            lambda: tf.nn.embedding_lookup(value, [0]),
-            names=["params", "ids"],
-            valid=False if not_a_value(value) or isinstance(value, (str, bool, float, int)) else None,
-        )
-    assert np.array_equal(snapshot(), saved)
+    lookups = nn_lookups(params, sp_ids)
+    argument, value = pick(data, lookups)
+    call, names, verdict = lookups[argument]
+    attempt("tf.nn", lambda: call(value), names=names, valid=verdict(value))
+    assert np.array_equal(params, saved)
 
 
 # TPUEstimator ----------------------------------------------------------------------------------------------------
@@ -686,52 +665,38 @@ def lengths_verdict(v, n=3):
     return bool(np.all(array >= 0) and array.sum() == n)
 
 
+# argument -> (the call with that argument, the names its error may give, the verdict on the value)
+SPARSE_AND_RAGGED = {
+    "row_splits": (lambda v: tf.RaggedTensor.from_row_splits([1, 2, 3], v), ["row_splits"], splits_verdict),
+    "row_lengths": (lambda v: tf.RaggedTensor.from_row_lengths([1, 2, 3], v), ["row_lengths"], lengths_verdict),
+    "nrows": (
+        lambda v: tf.RaggedTensor.from_value_rowids([1, 2], [0, 1], nrows=v),
+        ["nrows"],
+        lambda v: v is None or (is_int(v) and v >= 2 and (v < 2**20 or None)),
+    ),
+    "values": (
+        lambda v: tf.RaggedTensor.from_row_splits(v, [0, 1, 2]),
+        ["values", "row_splits"],
+        lambda v: None if not not_a_value(v) else False,
+    ),
+    "dense_shape": (
+        lambda v: tf.SparseTensor([[0, 0], [1, 1]], [1, 2], v),
+        ["dense_shape"],
+        lambda v: False if not_a_value(v) or isinstance(v, (str, float)) else None,
+    ),
+    "indices": (
+        lambda v: tf.SparseTensor(v, [1, 2], [2, 2]),
+        ["indices", "index"],
+        lambda v: False if not_a_value(v) or isinstance(v, (str, float)) else None,
+    ),
+}
+
+
 @examples(60, "SparseTensor/RaggedTensor")
 def test_sparse_and_ragged_tensors(data):
-    which = data.draw(st.sampled_from(["row_splits", "row_lengths", "nrows", "values", "dense_shape", "indices"]))
-    value = data.draw(JUNK)
-    if which == "row_splits":
-        attempt(
-            "SparseTensor/RaggedTensor",
-            lambda: tf.RaggedTensor.from_row_splits([1, 2, 3], value),
-            names=["row_splits"],
-            valid=splits_verdict(value),
-        )
-    elif which == "row_lengths":
-        attempt(
-            "SparseTensor/RaggedTensor",
-            lambda: tf.RaggedTensor.from_row_lengths([1, 2, 3], value),
-            names=["row_lengths"],
-            valid=lengths_verdict(value),
-        )
-    elif which == "nrows":
-        attempt(
-            "SparseTensor/RaggedTensor",
-            lambda: tf.RaggedTensor.from_value_rowids([1, 2], [0, 1], nrows=value),
-            names=["nrows"],
-            valid=value is None or (is_int(value) and value >= 2 and (value < 2**20 or None)),
-        )
-    elif which == "values":
-        attempt(
-            "SparseTensor/RaggedTensor",
-            lambda: tf.RaggedTensor.from_row_splits(value, [0, 1, 2]),
-            names=["values", "row_splits"],
-            valid=None if not not_a_value(value) else False,
-        )
-    elif which == "dense_shape":
-        attempt(
-            "SparseTensor/RaggedTensor",
-            lambda: tf.SparseTensor([[0, 0], [1, 1]], [1, 2], value),
-            names=["dense_shape"],
-            valid=False if not_a_value(value) or isinstance(value, (str, float)) else None,
-        )
-    else:
-        attempt(
-            "SparseTensor/RaggedTensor",
-            lambda: tf.SparseTensor(value, [1, 2], [2, 2]),
-            names=["indices", "index"],
-            valid=False if not_a_value(value) or isinstance(value, (str, float)) else None,
-        )
+    argument, value = pick(data, SPARSE_AND_RAGGED)
+    call, names, verdict = SPARSE_AND_RAGGED[argument]
+    attempt("SparseTensor/RaggedTensor", lambda: call(value), names=names, valid=verdict(value))
 
 
 # tf.train.Checkpoint restore of corrupt files ---------------------------------------------------------------------

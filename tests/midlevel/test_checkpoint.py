@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import pathlib
+import runpy
 import shutil
 import tempfile
 
@@ -323,15 +324,9 @@ def fixture_values(directory):
 
 
 def tpu_embedding_like_the_fixture(cls=E.TPUEmbedding):
-    """make_midlevel_fixtures.midlevel_tpu_embedding's configuration."""
-    items = E.TableConfig(vocabulary_size=5, dim=3, name="items.v2")
-    users = E.TableConfig(vocabulary_size=4, dim=2, name="users/x", optimizer=E.FTRL(0.1))
-    config = {
-        "history": [E.FeatureConfig(table=items, max_sequence_length=2)],
-        "item": E.FeatureConfig(table=items),
-        "user": {"id": E.FeatureConfig(table=users)},
-    }
-    return cls(config, optimizer=E.Adagrad(0.1))
+    """make_midlevel_fixtures.midlevel_tpu_embedding's object: its configuration (midlevel_configs.py), built here."""
+    tpu_embedding_config = runpy.run_path(str(FIXTURES / "midlevel_configs.py"))["tpu_embedding_config"]
+    return cls(tpu_embedding_config(E), optimizer=E.Adagrad(0.1))
 
 
 def test_we_write_tensorflows_object_graph_byte_for_byte(tmp_path):

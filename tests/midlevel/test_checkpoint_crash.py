@@ -24,7 +24,6 @@ import random
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import time
 
@@ -40,8 +39,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 E = tf.tpu.experimental.embedding
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TIMEOUT = 60
 
 CHILD = r"""
 import os, shutil, signal, sys
@@ -90,17 +87,6 @@ print(calls[0])
 """
 
 
-def child(directory, mode="kill", k=0, rows=8):
-    env = dict(os.environ, TPU_EMBEDDING_SHIM_KERNELS="numpy", PYTHONPATH=ROOT)
-    return subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(directory), mode, str(k), str(rows)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def fresh(rows=8):
     table = E.TableConfig(vocabulary_size=rows, dim=4, name="items")
     embedding = E.TPUEmbedding({"f": E.FeatureConfig(table=table)}, optimizer=E.Adagrad(0.1))
@@ -144,23 +130,22 @@ def save_first(directory, rows=8):
     manager.save()
 
 
-def finish(process):
-    out, err = process.communicate(timeout=TIMEOUT)
-    return process.returncode, out, err
-
-
-def test_a_kill_before_any_step_of_a_save_loses_nothing(tmp_path, killed_copies):
+def test_a_kill_before_any_step_of_a_save_loses_nothing(tmp_path, killed_copies, python_child):
     base = tmp_path / "base"
     save_first(base)
     dry = tmp_path / "dry"
     shutil.copytree(base, dry)
-    code, out, err = finish(child(dry))
+
+    def kill_at(directory, k):  # a child that dies before the k-th file operation of its save (never for k = 0)
+        return python_child.start(CHILD, directory, "kill", k, 8)
+
+    code, out, err = python_child.finish(kill_at(dry, 0))
     assert code == 0, err
     steps = int(out.split()[-1])
     assert 10 <= steps <= 40, steps  # renames, removes and fsyncs of one save
     assert check(dry)[0] == 2
     outcomes = {}
-    for k, directory in killed_copies(base, steps, lambda directory, k: child(directory, "kill", k), at_once=2):
+    for k, directory in killed_copies(base, steps, kill_at, at_once=2):
         outcomes[k], manager, _embedding, model = check(directory)
         # The next save removes what the killed one left, and is itself complete.
         model["w"][:] = 7
@@ -172,19 +157,19 @@ def test_a_kill_before_any_step_of_a_save_loses_nothing(tmp_path, killed_copies)
     assert outcomes[1] == 1 and outcomes[steps] == 2
 
 
-def test_random_kills_while_saving_in_a_loop(tmp_path):
+def test_random_kills_while_saving_in_a_loop(tmp_path, python_child):
     directory = tmp_path / "loop"
     rows = 40_000  # 0.6 MB per table: a save takes a few milliseconds
     rng = random.Random(1234)
     deadline = time.monotonic() + 40
     kills = 0
     while kills < 8 and time.monotonic() < deadline:
-        process = child(directory, "loop", 0, rows)
+        process = python_child.start(CHILD, directory, "loop", 0, rows)
         first = process.stdout.readline()  # it has saved once: it runs its loop now
         assert first, process.stderr.read()
         time.sleep(rng.uniform(0.0, 0.08))
         process.kill()
-        finish(process)
+        python_child.finish(process)
         kills += 1
         check(directory, rows)
     assert kills == 8
@@ -193,12 +178,12 @@ def test_random_kills_while_saving_in_a_loop(tmp_path):
     assert_clean(directory)
 
 
-def test_debris_is_removed_by_the_next_save_but_a_live_writers_files_are_not(tmp_path):
+def test_debris_is_removed_by_the_next_save_but_a_live_writers_files_are_not(tmp_path, python_child):
     directory = tmp_path / "live"
     save_first(directory)
     # A writer stopped in the middle of its save (before its third file operation: its two files are written
     # and fsynced, not yet renamed): its temporaries exist and it holds the directory's lock.
-    writer = child(directory, "stop", 3)
+    writer = python_child.start(CHILD, directory, "stop", 3, 8)
     _, status = os.waitpid(writer.pid, os.WUNTRACED)
     assert os.WIFSTOPPED(status), writer.stderr.read()
     temporaries = sorted(n for n in os.listdir(directory) if "tempstate" in n)
@@ -217,7 +202,7 @@ def test_debris_is_removed_by_the_next_save_but_a_live_writers_files_are_not(tmp
         assert set(temporaries) <= names and debris <= names  # nothing is removed beside a live writer
     finally:
         os.kill(writer.pid, signal.SIGCONT)
-    code, _, err = finish(writer)
+    code, _, err = python_child.finish(writer)
     assert code == 0, err
     assert check(directory)[0] == 2
 

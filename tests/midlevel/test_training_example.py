@@ -115,7 +115,7 @@ def reference_step(tables, slots, features, model, labels, optimizers, step):
     return new_tables, new_slots, loss
 
 
-def test_the_tpu_embedding_page_example_trains_and_matches_the_reference_kernels(tmp_path):
+def test_the_tpu_embedding_page_example_trains_and_matches_the_reference_kernels(tmp_path, page_004_loop):
     feature_config = page_feature_config(optimizer_one=E.Adagrad(learning_rate=0.2))
     model = LinearModel(3 * D)
 
@@ -129,9 +129,9 @@ def test_the_tpu_embedding_page_example_trains_and_matches_the_reference_kernels
             feature_config=feature_config, batch_size=B, optimizer=tf.tpu.experimental.embedding.SGD(0.1)
         )
 
-    def dataset_fn(context):
+    def dataset_fn(context):  # (embedding features, tpu features): the labels, and the ids again for the reference
         rng = np.random.default_rng(context.input_pipeline_id)
-        return [make_batch(rng) for _ in range(40)]
+        return [(features, (labels, features)) for features, labels in (make_batch(rng) for _ in range(40))]
 
     distributed_dataset = strategy.experimental_distribute_datasets_from_function(
         dataset_fn=dataset_fn, options=tf.distribute.InputOptions(experimental_prefetch_to_device=False)
@@ -140,58 +140,45 @@ def test_the_tpu_embedding_page_example_trains_and_matches_the_reference_kernels
 
     tables_by_name = {t.name: t for t in embedding.embedding_tables}
     optimizers = {"one": optimizer_spec(E.Adagrad(learning_rate=0.2)), "two": optimizer_spec(E.SGD(0.1))}
-    losses = []
+    losses, eval_losses = [], []
 
-    @tf.function
-    def training_step(dataset_iterator, num_steps):
-        def tpu_step(tpu_features):
-            labels = tpu_features
-            # Reference first, from the tables and slots before the step.
-            variables = embedding.variables
-            tables = {
-                "one": variables[tables_by_name["table_0"]]["parameters"],
-                "two": variables[tables_by_name["table_1"]]["parameters"],
-            }
-            slots = {"one": {"accumulators": variables[tables_by_name["table_0"]]["accumulators"]}, "two": {}}
-            want_tables, want_slots, want_loss = reference_step(
-                tables, slots, embedding_features, model, labels, optimizers, step=embedding.engine.global_step
-            )
+    def training_tpu_step(tpu_features):
+        labels, embedding_features = tpu_features
+        # Reference first, from the tables and slots before the step.
+        variables = embedding.variables
+        tables = {
+            "one": variables[tables_by_name["table_0"]]["parameters"],
+            "two": variables[tables_by_name["table_1"]]["parameters"],
+        }
+        slots = {"one": {"accumulators": variables[tables_by_name["table_0"]]["accumulators"]}, "two": {}}
+        want_tables, want_slots, want_loss = reference_step(
+            tables, slots, embedding_features, model, labels, optimizers, step=embedding.engine.global_step
+        )
 
-            activations = embedding.dequeue()  # with tf.GradientTape() as tape: ...
-            loss, embedding_gradients, model_gradients = model.loss_and_gradients(activations, labels)
-            embedding.apply_gradients(embedding_gradients)
-            model.apply(model_gradients)  # "your model gradient and optimizer"
-            losses.append(loss)
+        activations = embedding.dequeue()  # with tf.GradientTape() as tape: ...
+        loss, embedding_gradients, model_gradients = model.loss_and_gradients(activations, labels)
+        embedding.apply_gradients(embedding_gradients)
+        model.apply(model_gradients)  # "your model gradient and optimizer"
+        losses.append(loss)
 
-            assert loss == pytest.approx(want_loss, rel=1e-5)
-            after = embedding.variables
-            np.testing.assert_allclose(
-                after[tables_by_name["table_0"]]["parameters"], want_tables["one"], rtol=1e-6, atol=1e-7
-            )
-            np.testing.assert_allclose(
-                after[tables_by_name["table_0"]]["accumulators"], want_slots["one"]["accumulators"], rtol=1e-6
-            )
-            np.testing.assert_allclose(
-                after[tables_by_name["table_1"]]["parameters"], want_tables["two"], rtol=1e-6, atol=1e-7
-            )
+        assert loss == pytest.approx(want_loss, rel=1e-5)
+        after = embedding.variables
+        np.testing.assert_allclose(
+            after[tables_by_name["table_0"]]["parameters"], want_tables["one"], rtol=1e-6, atol=1e-7
+        )
+        np.testing.assert_allclose(
+            after[tables_by_name["table_0"]]["accumulators"], want_slots["one"]["accumulators"], rtol=1e-6
+        )
+        np.testing.assert_allclose(
+            after[tables_by_name["table_1"]]["parameters"], want_tables["two"], rtol=1e-6, atol=1e-7
+        )
 
-        for _ in tf.range(num_steps):
-            embedding_features, tpu_features = next(dataset_iterator)
-            embedding.enqueue(embedding_features, training=True)
-            strategy.run(tpu_step, args=(tpu_features,))
+    def evaluation_tpu_step(tpu_features):
+        labels, _ = tpu_features
+        eval_losses.append(model.loss_and_gradients(embedding.dequeue(), labels)[0])
 
-    @tf.function
-    def evalution_step(dataset_iterator, num_steps):
-        def tpu_step(tpu_features):
-            activations = embedding.dequeue()
-            return model.loss_and_gradients(activations, tpu_features)[0]
-
-        results = []
-        for _ in tf.range(num_steps):
-            embedding_features, tpu_features = next(dataset_iterator)
-            embedding.enqueue(embedding_features, training=False)
-            results.append(strategy.run(tpu_step, args=(tpu_features,)))
-        return results
+    training_step = tf.function(page_004_loop(tf, strategy, embedding, training_tpu_step, training=True))
+    evalution_step = tf.function(page_004_loop(tf, strategy, embedding, evaluation_tpu_step, training=False))  # sic
 
     before = {t: v.copy() for t, v in embedding.embedding_tables.items()}
     training_step(dataset_iterator, 30)
@@ -199,7 +186,7 @@ def test_the_tpu_embedding_page_example_trains_and_matches_the_reference_kernels
     assert embedding.engine.global_step == 30
 
     tables_after_training = embedding.embedding_tables
-    eval_losses = evalution_step(dataset_iterator, 5)
+    evalution_step(dataset_iterator, 5)
     assert len(eval_losses) == 5 and all(np.isfinite(eval_losses))
     for table, values in embedding.embedding_tables.items():  # evaluation changes nothing
         np.testing.assert_array_equal(values, tables_after_training[table])

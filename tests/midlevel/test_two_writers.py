@@ -10,7 +10,6 @@ blocks the next run. Within one process, saves share the lock.
 
 import os
 import signal
-import subprocess
 import sys
 
 import numpy as np
@@ -23,7 +22,6 @@ pytestmark = pytest.mark.skipif(
     not hasattr(signal, "SIGKILL") or sys.platform == "win32", reason="needs SIGKILL and flock (POSIX)"
 )
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT = 60
 
 HOLDER = r"""
@@ -54,37 +52,18 @@ except RuntimeError as error:
 """
 
 
-def run(script, directory):
-    env = dict(os.environ, TPU_EMBEDDING_SHIM_KERNELS="numpy", PYTHONPATH=ROOT)
-    return subprocess.Popen(
-        [sys.executable, "-c", script, str(directory)],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def holder(directory):
-    process = run(HOLDER, directory)
+def holder(python_child, directory):
+    process = python_child.start(HOLDER, directory)
     assert process.stdout.readline() == "saved\n", process.stderr.read()
     return process
-
-
-def finish(process):
-    if process.stdin is not None and process.stdin.closed:
-        process.stdin = None
-    out, err = process.communicate(timeout=TIMEOUT)
-    return process.returncode, out, err
 
 
 def listing(directory):
     return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory)) if name != LOCK_FILE}
 
 
-def test_a_second_process_saving_is_refused_and_readers_work(tmp_path):
-    first = holder(tmp_path)
+def test_a_second_process_saving_is_refused_and_readers_work(tmp_path, python_child):
+    first = holder(python_child, tmp_path)
     try:
         before = listing(tmp_path)
         model = {"w": np.zeros(3)}
@@ -106,22 +85,22 @@ def test_a_second_process_saving_is_refused_and_readers_work(tmp_path):
             5.0,
         ]
         # Another process is refused the same way.
-        code, out, _ = finish(run(SECOND, tmp_path))
+        code, out, _ = python_child.finish(python_child.start(SECOND, tmp_path))
         assert code == 3 and out.startswith("DirectoryInUseError") and f"process {first.pid}" in out
     finally:
         first.stdin.close()
-    code, out, err = finish(first)
+    code, out, err = python_child.finish(first)
     assert code == 0 and out == "done\n", err
     assert LOCK_FILE not in os.listdir(tmp_path)  # removed when the holder ended
     path = manager.save()  # alone now
     assert path is not None and tf.train.latest_checkpoint(str(tmp_path)) == path
 
 
-def test_a_killed_holder_leaves_no_lock_that_blocks_the_next_run(tmp_path):
-    first = holder(tmp_path)
+def test_a_killed_holder_leaves_no_lock_that_blocks_the_next_run(tmp_path, python_child):
+    first = holder(python_child, tmp_path)
     assert (tmp_path / LOCK_FILE).read_text().strip() == str(first.pid)
     first.kill()
-    finish(first)
+    python_child.finish(first)
     model = {"w": np.zeros(3)}
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(tmp_path), max_to_keep=2)
     manager.restore_or_initialize()
@@ -172,13 +151,13 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def test_a_forked_child_outliving_a_killed_writer_does_not_keep_the_lock(tmp_path):
-    writer = run(FORKING_HOLDER, tmp_path)
+def test_a_forked_child_outliving_a_killed_writer_does_not_keep_the_lock(tmp_path, python_child):
+    writer = python_child.start(FORKING_HOLDER, tmp_path)
     try:
         assert writer.stdout.readline() == "forked\n", writer.stderr.read()
         assert writer.wait(timeout=TIMEOUT) == -signal.SIGKILL
         assert LOCK_FILE in os.listdir(tmp_path)  # the killed writer's file, its lock held by no one
-        code, out, _ = finish(run(SECOND, tmp_path))  # the forked worker is still alive
+        code, out, _ = python_child.finish(python_child.start(SECOND, tmp_path))  # the forked worker is still alive
         assert code == 0, out
     finally:
         writer.stdin.close()  # the worker ends

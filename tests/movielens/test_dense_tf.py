@@ -20,7 +20,7 @@ from tpu_embedding_shim.movielens import data as ml_data
 from tpu_embedding_shim.movielens import job
 from tpu_embedding_shim.movielens import model as ml_model
 
-from .test_movielens import make_wheel
+from .test_movielens import TINY_RUN, make_wheel, quiet_config
 
 EXTRA = "pip install 'tpu-embedding-shim[tensorflow]'"
 
@@ -122,19 +122,7 @@ def test_an_import_error_other_than_a_missing_tensorflow_is_raised_as_it_is(monk
 def test_the_tf_job_trains_evaluates_and_writes_its_outputs(tensorflow, tiny_wheel, tmp_path):
     out = tmp_path / "out"
     lines = []
-    result = job.run(
-        job.JobConfig(
-            output_dir=str(out),
-            wheel=tiny_wheel,
-            epochs=3,
-            batch_size=32,
-            eval_batch_size=64,
-            dense="tf",
-            progress=False,
-            plot=False,
-        ),
-        echo=lines.append,
-    )
+    result = job.run(quiet_config(out, tiny_wheel, **TINY_RUN, dense="tf"), echo=lines.append)
     assert result.dense == "tf"
     assert result.global_step == 3 * int(np.ceil(600 / 32))
     assert result.train_loss[-1] < result.train_loss[0]

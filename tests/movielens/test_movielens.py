@@ -37,6 +37,14 @@ def make_wheel(path, num_users=30, num_items=40, ratings_per_user=25, seed=0):
     return str(path)
 
 
+def quiet_config(output_dir, wheel, **options):
+    """The job over `wheel` into `output_dir`, with no progress lines and no plots; `options`: the rest of JobConfig."""
+    return JobConfig(output_dir=str(output_dir), wheel=wheel, progress=False, plot=False, **options)
+
+
+TINY_RUN = {"epochs": 3, "batch_size": 32, "eval_batch_size": 64}  # on make_wheel's 600 training examples
+
+
 @pytest.fixture(scope="module")
 def tiny_wheel(tmp_path_factory):
     return make_wheel(tmp_path_factory.mktemp("wheel") / "recbole-1.2.1-py3-none-any.whl")
@@ -101,18 +109,7 @@ def test_the_whole_job_on_a_tiny_generated_file(tiny_wheel, tmp_path):
     lines = []
     out = str(tmp_path / "out")
     result = run(
-        JobConfig(
-            output_dir=out,
-            wheel=tiny_wheel,
-            epochs=3,
-            batch_size=32,
-            eval_batch_size=64,
-            partition_strategy="mod",
-            pipelining=True,
-            progress=False,
-            plot=False,
-        ),
-        echo=lines.append,
+        quiet_config(out, tiny_wheel, **TINY_RUN, partition_strategy="mod", pipelining=True), echo=lines.append
     )
     assert result.global_step == 3 * int(np.ceil(600 / 32))
     assert result.train_loss[-1] < result.train_loss[0]
@@ -126,15 +123,7 @@ def test_the_whole_job_on_a_tiny_generated_file(tiny_wheel, tmp_path):
 
 
 def test_the_job_reruns_from_scratch_in_its_own_output_dir(tiny_wheel, tmp_path):
-    config = JobConfig(
-        output_dir=str(tmp_path / "out"),
-        wheel=tiny_wheel,
-        epochs=1,
-        batch_size=64,
-        eval_batch_size=64,
-        progress=False,
-        plot=False,
-    )
+    config = quiet_config(tmp_path / "out", tiny_wheel, epochs=1, batch_size=64, eval_batch_size=64)
     first = run(config, echo=lambda line: None)
     lines = []
     second = run(config, echo=lines.append)  # the estimator alone would resume and refuse the export
@@ -146,10 +135,7 @@ def test_the_job_reruns_from_scratch_in_its_own_output_dir(tiny_wheel, tmp_path)
 def test_the_job_refuses_a_foreign_non_empty_output_dir(tiny_wheel, tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="not written by this job"):
-        run(
-            JobConfig(output_dir=str(tmp_path), wheel=tiny_wheel, epochs=1, progress=False, plot=False),
-            echo=lambda line: None,
-        )
+        run(quiet_config(tmp_path, tiny_wheel, epochs=1), echo=lambda line: None)
     assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
 
 
@@ -162,9 +148,6 @@ def real_wheel():
 
 def test_the_job_on_a_slice_of_the_real_data_beats_the_popularity_baseline(tmp_path):
     wheel = real_wheel()
-    result = run(
-        JobConfig(output_dir=str(tmp_path), wheel=wheel, epochs=2, max_examples=20000, progress=False, plot=False),
-        echo=lambda line: None,
-    )
+    result = run(quiet_config(tmp_path, wheel, epochs=2, max_examples=20000), echo=lambda line: None)
     assert result.test_auc[-1] > result.baseline_auc
     assert result.test_auc[-1] > 0.70

@@ -8,14 +8,6 @@ Runs where TensorFlow is installed (a separate venv):
 import doctest
 import pathlib
 
-import pytest
-
-pytest.importorskip(
-    "tensorflow",
-    reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` extra: "
-    "tensorflow-cpu==2.15.1, in a separate venv)",
-)
-
 PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "tensorflow_bridge.md"
 
 

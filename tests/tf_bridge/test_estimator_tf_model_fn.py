@@ -14,18 +14,14 @@ Runs where TensorFlow is installed (a separate venv):
 
 import numpy as np
 import pytest
+import tensorflow as real_tf
 
-real_tf = pytest.importorskip(
-    "tensorflow",
-    reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
-    "extra: tensorflow-cpu==2.15.1, in a separate venv)",
-)
+import tpu_embedding_shim as shim_np  # the numpy API: a model_fn reading it is not TensorFlow code
+import tpu_embedding_shim.tensorflow as shim_tf  # the program's one changed import
+from tpu_embedding_shim.estimator import tf_bridge
 
-import tpu_embedding_shim as shim_np  # noqa: E402  (the numpy API: a model_fn reading it is not TensorFlow code)
-import tpu_embedding_shim.tensorflow as shim_tf  # noqa: E402  (the program's one changed import)
-from tpu_embedding_shim.estimator import tf_bridge  # noqa: E402
-
-from .tf_versions import needs_estimator, needs_keras_2  # noqa: E402
+from .programs import adagrad_estimator, linear_model_fn
+from .tf_versions import needs_estimator, needs_keras_2
 
 V, D, L, B, H = 40, 8, 5, 16, 16
 _rng = np.random.default_rng(0)
@@ -235,15 +231,7 @@ def test_apis_the_bridge_cannot_serve_are_named(tmp_path, bad, message):
             host_call=host_call,
         )
 
-    tpu = tf.compat.v1.estimator.tpu
-    estimator = tpu.TPUEstimator(
-        model_fn=model_fn,
-        config=tpu.RunConfig(model_dir=str(tmp_path)),
-        train_batch_size=B,
-        embedding_config_spec=tpu.experimental.EmbeddingConfigSpec(
-            feature_columns=[column], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
-        ),
-    )
+    estimator = adagrad_estimator(model_fn, [column], tmp_path, B)
     features, labels = examples(B)
     with pytest.raises(ValueError, match=message):
         estimator.train(make_input_fn({"user": features["user"]}, labels), steps=1)
@@ -276,16 +264,7 @@ def test_tensorflow_numeric_columns_mix_in_and_global_step_is_the_engines(tmp_pa
             train_op = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, step)
         return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
 
-    tpu = tf.compat.v1.estimator.tpu
-    estimator = tpu.TPUEstimator(
-        model_fn=model_fn,
-        config=tpu.RunConfig(model_dir=str(tmp_path)),
-        train_batch_size=B,
-        predict_batch_size=B,
-        embedding_config_spec=tpu.experimental.EmbeddingConfigSpec(
-            feature_columns=[user_col], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
-        ),
-    )
+    estimator = adagrad_estimator(model_fn, [user_col], tmp_path, B, predict_batch_size=B)
     features, labels = examples(B)
     features = {"user": features["user"], "age": np.arange(B, dtype=np.float32)[:, None]}
     estimator.train(make_input_fn(features, labels, repeat=True), steps=3)
@@ -321,22 +300,7 @@ def test_tensor_core_columns_with_a_tensorflow_model_fn_are_refused_naming_them(
         tensor_core_shape=[None, 1],
     )
 
-    def model_fn(features, labels, mode, params):
-        logits = tf.squeeze(tf.keras.layers.Dense(1)(tf.keras.layers.DenseFeatures([column])(features)), -1)
-        loss = tf.reduce_mean(tf.square(logits - labels))
-        return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
-            mode, loss=loss, train_op=tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
-        )
-
-    tpu = tf.compat.v1.estimator.tpu
-    estimator = tpu.TPUEstimator(
-        model_fn=model_fn,
-        config=tpu.RunConfig(model_dir=str(tmp_path)),
-        train_batch_size=B,
-        embedding_config_spec=tpu.experimental.EmbeddingConfigSpec(
-            feature_columns=[column], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
-        ),
-    )
+    estimator = adagrad_estimator(linear_model_fn(column), [column], tmp_path, B)
     features, labels = examples(B)
     with pytest.raises(ValueError, match="tpu_tensor_core"):
         estimator.train(make_input_fn({"user": features["user"]}, labels), steps=1)
@@ -364,16 +328,7 @@ def test_ragged_dataset_ids_input_layer_and_sequence_features_read_the_engines_r
             return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=tf.no_op())
         return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, predictions={"net": net, "seq": seq, "len": lengths})
 
-    tpu = tf.compat.v1.estimator.tpu
-    estimator = tpu.TPUEstimator(
-        model_fn=model_fn,
-        config=tpu.RunConfig(model_dir=str(tmp_path)),
-        train_batch_size=B,
-        predict_batch_size=2,
-        embedding_config_spec=tpu.experimental.EmbeddingConfigSpec(
-            feature_columns=[user_col, history_col], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
-        ),
-    )
+    estimator = adagrad_estimator(model_fn, [user_col, history_col], tmp_path, B, predict_batch_size=2)
     history = [[3, 4], [5, 6, 7, 8]]  # the second is cut to max_sequence_length 3
 
     def input_fn(params):
@@ -407,16 +362,7 @@ def test_numpy_batches_whose_id_width_changes_feed_the_same_graph(tmp_path):
         loss = 0.0 * tf.reduce_sum(net)  # a zero gradient: the table stays TABLE
         return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=tf.no_op())
 
-    tpu = tf.compat.v1.estimator.tpu
-    estimator = tpu.TPUEstimator(
-        model_fn=model_fn,
-        config=tpu.RunConfig(model_dir=str(tmp_path)),
-        train_batch_size=2,
-        predict_batch_size=2,
-        embedding_config_spec=tpu.experimental.EmbeddingConfigSpec(
-            feature_columns=[user_col], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
-        ),
-    )
+    estimator = adagrad_estimator(model_fn, [user_col], tmp_path, 2, predict_batch_size=2)
     batches = [
         {"user": np.array([[1], [2]])},
         {"user": np.array([[1, 3], [2, -1]])},

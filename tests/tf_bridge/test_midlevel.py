@@ -11,17 +11,12 @@ import warnings
 
 import numpy as np
 import pytest
+import tensorflow as real_tf
 
-real_tf = pytest.importorskip(
-    "tensorflow",
-    reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
-    "extra: tensorflow-cpu==2.15.1, in a separate venv)",
-)
+import tpu_embedding_shim as shim
+import tpu_embedding_shim.tensorflow as tf
 
-import tpu_embedding_shim as shim  # noqa: E402
-import tpu_embedding_shim.tensorflow as tf  # noqa: E402
-
-from .tf_versions import KERAS_3  # noqa: E402
+from .tf_versions import KERAS_3
 
 E, SHIM = tf.tpu.experimental.embedding, shim.tpu.experimental.embedding
 
@@ -78,7 +73,7 @@ class Linear(tf.keras.Model):
         return self.dense(activations["watched"])[:, 0]
 
 
-def tensorflow_loop(seed, in_function):
+def tensorflow_loop(seed, in_function, page_004_loop):
     """The same loop as TensorFlow's page writes it: Keras model, GradientTape, the model's optimizer."""
     ids, labels, initial, w0 = loop_data(seed)
     table = E.TableConfig(vocabulary_size=16, dim=4, name="video", initializer=lambda shape, dtype: initial)
@@ -100,24 +95,19 @@ def tensorflow_loop(seed, in_function):
     losses, step = tf.Variable(tf.zeros(STEPS)), tf.Variable(0)
     shapes = []
 
-    def training_step(dataset_iterator, num_steps):
-        def tpu_step(labels):
-            with tf.GradientTape() as tape:
-                activations = embedding.dequeue()
-                tape.watch(activations)
-                loss = tf.reduce_mean((model(activations) - tf.cast(labels, tf.float32)) ** 2)
-            embedding_gradients, model_gradients = tape.gradient(loss, (activations, model.trainable_variables))
-            embedding.apply_gradients(embedding_gradients)
-            model.optimizer.apply_gradients(zip(model_gradients, model.trainable_variables))
-            shapes.append((type(activations["watched"]), activations["watched"].shape.as_list()))
-            losses.assign(tf.tensor_scatter_nd_update(losses, [[step]], [loss]))
-            step.assign_add(1)
+    def tpu_step(labels):
+        with tf.GradientTape() as tape:
+            activations = embedding.dequeue()
+            tape.watch(activations)
+            loss = tf.reduce_mean((model(activations) - tf.cast(labels, tf.float32)) ** 2)
+        embedding_gradients, model_gradients = tape.gradient(loss, (activations, model.trainable_variables))
+        embedding.apply_gradients(embedding_gradients)
+        model.optimizer.apply_gradients(zip(model_gradients, model.trainable_variables))
+        shapes.append((type(activations["watched"]), activations["watched"].shape.as_list()))
+        losses.assign(tf.tensor_scatter_nd_update(losses, [[step]], [loss]))
+        step.assign_add(1)
 
-        for _ in tf.range(num_steps):
-            embedding_features, tpu_features = next(dataset_iterator)
-            embedding.enqueue(embedding_features, training=True)
-            strategy.run(tpu_step, args=(tpu_features,))
-
+    training_step = page_004_loop(tf, strategy, embedding, tpu_step, training=True)
     if in_function:
         tf.function(training_step)(dataset_iterator, STEPS)
     else:
@@ -126,9 +116,9 @@ def tensorflow_loop(seed, in_function):
 
 
 @pytest.mark.parametrize("in_function", [True, False], ids=["tf.function", "eager"])
-def test_the_tensorflow_loop_gives_the_numbers_of_the_numpy_loop(in_function):
+def test_the_tensorflow_loop_gives_the_numbers_of_the_numpy_loop(in_function, page_004_loop):
     losses, table, w = numpy_loop(seed=3)
-    tf_losses, tf_table, tf_w, shapes = tensorflow_loop(seed=3, in_function=in_function)
+    tf_losses, tf_table, tf_w, shapes = tensorflow_loop(seed=3, in_function=in_function, page_004_loop=page_004_loop)
     assert losses[-5:].mean() < 0.2 * losses[:5].mean()  # it trains
     np.testing.assert_allclose(tf_losses, losses, rtol=2e-5, atol=1e-7)
     np.testing.assert_allclose(tf_table, table, rtol=1e-5, atol=1e-6)

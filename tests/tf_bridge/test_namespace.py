@@ -12,19 +12,14 @@ import textwrap
 
 import numpy as np
 import pytest
+import tensorflow
 
-tensorflow = pytest.importorskip(
-    "tensorflow",
-    reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
-    "extra: tensorflow-cpu==2.15.1, in a separate venv)",
-)
+import tpu_embedding_shim as shim
+import tpu_embedding_shim.tensorflow as tf
+from tpu_embedding_shim.tensorflow._namespace import Namespace
+from tpu_embedding_shim.tensorflow._overrides import OVERRIDES
 
-import tpu_embedding_shim as shim  # noqa: E402
-import tpu_embedding_shim.tensorflow as tf  # noqa: E402
-from tpu_embedding_shim.tensorflow._namespace import Namespace  # noqa: E402
-from tpu_embedding_shim.tensorflow._overrides import OVERRIDES  # noqa: E402
-
-from .tf_versions import HAS_ESTIMATOR, KERAS_3  # noqa: E402
+from .tf_versions import HAS_ESTIMATOR, KERAS_3
 
 
 def resolve(root, path):

@@ -4,8 +4,10 @@ The page's training and evaluation steps as printed -- a Keras model,
 `tf.GradientTape`, `tape.watch(activations)`, `embedding.apply_gradients`,
 the model's optimizer, `strategy.run` under `tf.function`, a `tf.range`
 loop over a distributed `tf.data` dataset -- with its `...` filled in
-(a linear model and a squared loss), then its checkpoint and CPU restore. And
-the same loop gives the numbers of its numpy form in docs/mid_level_api.md.
+(a linear model and a squared loss), then its checkpoint and CPU restore. The
+loop both steps share, and their run, are tests/conftest.py's
+`page_004_loop` and `page_004_run`. And the same loop gives the numbers of
+its numpy form in docs/mid_level_api.md.
 
 Runs where TensorFlow is installed (a separate venv):
 
@@ -15,15 +17,9 @@ Runs where TensorFlow is installed (a separate venv):
 import os
 
 import numpy as np
-import pytest
+import tensorflow as real_tf
 
-real_tf = pytest.importorskip(
-    "tensorflow",
-    reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
-    "extra: tensorflow-cpu==2.15.1, in a separate venv)",
-)
-
-import tpu_embedding_shim.tensorflow as tf  # noqa: E402  (the one changed line: was `import tensorflow as tf`)
+import tpu_embedding_shim.tensorflow as tf  # the one changed line: was `import tensorflow as tf`
 
 B = 16
 
@@ -41,7 +37,7 @@ class Model(tf.keras.Model):
         return self.dense(tf.concat([activations[name] for name in self.names], axis=1))[:, 0]
 
 
-def test_page_004_training_and_evaluation_steps_as_printed(tmp_path):
+def test_page_004_training_and_evaluation_steps_as_printed(tmp_path, page_004_run):
     real_tf.keras.utils.set_random_seed(0)  # the model's initial weights; the tables' are random as on the page
     table_config_one = tf.tpu.experimental.embedding.TableConfig(vocabulary_size=32, dim=4)
     table_config_two = tf.tpu.experimental.embedding.TableConfig(vocabulary_size=8, dim=4)
@@ -80,49 +76,31 @@ def test_page_004_training_and_evaluation_steps_as_printed(tmp_path):
     steps, eval_steps = tf.Variable(0), tf.Variable(0)
     seen = []
 
-    @tf.function
-    def training_step(dataset_iterator, num_steps):
-        def tpu_step(tpu_features):
-            with tf.GradientTape(persistent=True) as tape:  # persistent: the model's gradient is taken too
-                activations = embedding.dequeue()
-                tape.watch(activations)
-                model_output = model(activations)
-                loss = tf.reduce_mean((model_output - tf.cast(tpu_features, tf.float32)) ** 2)
-            seen.append(activations)
-
-            embedding_gradients = tape.gradient(loss, activations)
-            embedding.apply_gradients(embedding_gradients)
-            # Insert your model gradient and optimizer application here
-            model_gradients = tape.gradient(loss, model.trainable_variables)
-            model.optimizer.apply_gradients(zip(model_gradients, model.trainable_variables))
-            losses.assign(tf.tensor_scatter_nd_update(losses, [[steps]], [loss]))
-            steps.assign_add(1)
-
-        for _ in tf.range(num_steps):
-            embedding_features, tpu_features = next(dataset_iterator)
-            embedding.enqueue(embedding_features, training=True)
-            strategy.run(tpu_step, args=(tpu_features,))
-
-    @tf.function
-    def evalution_step(dataset_iterator, num_steps):
-        def tpu_step(tpu_features):
+    def training_tpu_step(tpu_features):
+        with tf.GradientTape(persistent=True) as tape:  # persistent: the model's gradient is taken too
             activations = embedding.dequeue()
+            tape.watch(activations)
             model_output = model(activations)
-            # Insert your evaluation code here.
             loss = tf.reduce_mean((model_output - tf.cast(tpu_features, tf.float32)) ** 2)
-            eval_losses.assign(tf.tensor_scatter_nd_update(eval_losses, [[eval_steps]], [loss]))
-            eval_steps.assign_add(1)
+        seen.append(activations)
 
-        for _ in tf.range(num_steps):
-            embedding_features, tpu_features = next(dataset_iterator)
-            embedding.enqueue(embedding_features, training=False)
-            strategy.run(tpu_step, args=(tpu_features,))
+        embedding_gradients = tape.gradient(loss, activations)
+        embedding.apply_gradients(embedding_gradients)
+        # Insert your model gradient and optimizer application here
+        model_gradients = tape.gradient(loss, model.trainable_variables)
+        model.optimizer.apply_gradients(zip(model_gradients, model.trainable_variables))
+        losses.assign(tf.tensor_scatter_nd_update(losses, [[steps]], [loss]))
+        steps.assign_add(1)
 
-    evalution_step(dataset_iterator, 10)
-    before = {t.name: v.copy() for t, v in embedding.embedding_tables.items()}
-    training_step(dataset_iterator, 100)
-    after = {t.name: v.copy() for t, v in embedding.embedding_tables.items()}
-    evalution_step(dataset_iterator, 10)
+    def evaluation_tpu_step(tpu_features):
+        activations = embedding.dequeue()
+        model_output = model(activations)
+        # Insert your evaluation code here.
+        loss = tf.reduce_mean((model_output - tf.cast(tpu_features, tf.float32)) ** 2)
+        eval_losses.assign(tf.tensor_scatter_nd_update(eval_losses, [[eval_steps]], [loss]))
+        eval_steps.assign_add(1)
+
+    before, after = page_004_run(tf, strategy, embedding, dataset_iterator, training_tpu_step, evaluation_tpu_step)
 
     assert [sorted(a) for a in seen] == [["feature_one", "feature_three", "feature_two"]]
     assert all(

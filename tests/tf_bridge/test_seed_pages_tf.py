@@ -29,21 +29,17 @@ import warnings
 
 import numpy as np
 import pytest
+import tensorflow as real_tf
 
-real_tf = pytest.importorskip(
-    "tensorflow",
-    reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
-    "extra: tensorflow-cpu==2.15.1, in a separate venv)",
-)
+import tpu_embedding_shim.tensorflow as tf  # the one changed line: was `import tensorflow as tf`
 
-import tpu_embedding_shim.tensorflow as tf  # noqa: E402  (the one changed line: was `import tensorflow as tf`)
-
-from .tf_versions import needs_estimator, needs_keras_2  # noqa: E402
+from .tf_versions import needs_estimator, needs_keras_2
 
 B, V = 16, 20  # train_batch_size, every categorical column's vocabulary
 _rng = np.random.default_rng(0)
 TABLE = (_rng.normal(size=(V, 10)) * 0.3).astype(np.float32)  # the oracle comparison's initial tables
 KERNEL = (_rng.normal(size=(30, 1)) * 0.3).astype(np.float32)  # the dense layer's initial kernel
+PAGE_KEYS = {"000": ("a", "b", "c"), "001": ("movie",), "002": ("a", "b", "c")}  # each page's features
 
 
 # What fills the pages' `...` ---------------------------------------------------------------------
@@ -134,34 +130,38 @@ def train_and_check(estimator, keys, shapes, width, tables):
 # 000: EmbeddingConfigSpec (TF 2.4) ----------------------------------------------------------------
 
 
-def page_000(model_fn_for, model_dir):
-    """Page 000 as printed (`...` filled): the columns, then TPUEstimator with its EmbeddingConfigSpec.
-
-    `model_fn_for(layer)` gives the model_fn and what it records; returns the estimator and that record.
-    """
-    column_a = tf.feature_column.categorical_column_with_identity("a", V)
-    column_b = tf.feature_column.categorical_column_with_identity("b", V)
-    column_c = tf.feature_column.categorical_column_with_identity("c", V)
-    tpu_shared_columns = tf.tpu.experimental.shared_embedding_columns([column_a, column_b], 10)
-    tpu_non_shared_column = tf.tpu.experimental.embedding_column(column_c, 10)
-    tpu_columns = [tpu_non_shared_column] + tpu_shared_columns
+def misspelled_layer(columns):
+    """The pages' feature layer, made when the model_fn calls it: `tf.keras.layers.DenseFeature(columns)` (sic)."""
 
     def layer():
-        with pytest.warns(UserWarning, match="DenseFeature is not a TensorFlow name"):  # the page's typo
-            return tf.keras.layers.DenseFeature(tpu_columns)
+        with pytest.warns(UserWarning, match="DenseFeature is not a TensorFlow name"):  # the pages' typo
+            return tf.keras.layers.DenseFeature(columns)
 
-    model_fn, record = model_fn_for(layer)
-    with pytest.warns(UserWarning, match="`column=` is not an argument"):  # the page's typo, read as feature_columns
-        estimator = tf.estimator.tpu.TPUEstimator(
+    return layer
+
+
+def misspelled_estimator(model_fn, model_dir, columns, optimization_parameters):
+    """Pages 000 and 001's TPUEstimator: its EmbeddingConfigSpec(column=...) (sic) is read as feature_columns."""
+    with pytest.warns(UserWarning, match="`column=` is not an argument"):  # the pages' typo
+        return tf.estimator.tpu.TPUEstimator(
             model_fn=model_fn,
             config=run_config(model_dir),
             train_batch_size=B,
             eval_batch_size=B,
             embedding_config_spec=tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-                column=tpu_columns, optimization_parameters=(tf.estimator.tpu.experimental.AdagradParameters(0.1))
+                column=columns, optimization_parameters=optimization_parameters
             ),
         )
-    return estimator, record
+
+
+def page_000(model_fn_for, model_dir, tpu_columns):
+    """Page 000 as printed (`...` filled): its columns `tpu_columns`, then TPUEstimator with its EmbeddingConfigSpec.
+
+    `model_fn_for(layer)` gives the model_fn and what it records; returns the estimator and that record.
+    """
+    model_fn, record = model_fn_for(misspelled_layer(tpu_columns))
+    parameters = tf.estimator.tpu.experimental.AdagradParameters(0.1)
+    return misspelled_estimator(model_fn, model_dir, tpu_columns, parameters), record
 
 
 def fixed_model_fn(layer):
@@ -179,14 +179,9 @@ def fixed_model_fn(layer):
 SHARED_TABLE, C_TABLE = "a_b_shared_embedding", "dense_features/c_embedding/embedding_weights"
 
 
-def test_page_000_as_printed_fails_as_tensorflows_when_train_calls_the_model_fn(tmp_path):
-    estimator, called = page_000(page_model_fn_as_printed, tmp_path)
-    assert_refused_as_tensorflow_refuses(estimator, called, ("a", "b", "c"))
-
-
 @needs_keras_2
-def test_page_000_fixed_trains_its_tables_with_the_specs_adagrad(tmp_path):
-    estimator, shapes = page_000(fixed_model_fn, tmp_path)
+def test_page_000_fixed_trains_its_tables_with_the_specs_adagrad(tmp_path, page_tpu_columns):
+    estimator, shapes = page_000(fixed_model_fn, tmp_path, page_tpu_columns(tf, V))
     train_and_check(estimator, ("a", "b", "c"), shapes, 30, [SHARED_TABLE, C_TABLE])
     assert sorted(estimator.get_variable_names()) == sorted(  # a and b share one table; Adagrad's slots
         [
@@ -211,32 +206,12 @@ def page_001(model_fn_for, model_dir):
     """Page 001 as printed (`...` filled): one column, passed to the layer alone (not in a list)."""
     column = tf.feature_column.categorical_column_with_identity("movie", V)
     tpu_column = tf.tpu.experimental.embedding_column(column, 10)
-
-    def layer():
-        with pytest.warns(UserWarning, match="DenseFeature is not a TensorFlow name"):
-            return tf.keras.layers.DenseFeature(tpu_column)
-
-    model_fn, record = model_fn_for(layer)
-    with pytest.warns(UserWarning, match="`column=` is not an argument"):
-        estimator = tf.estimator.tpu.TPUEstimator(
-            model_fn=model_fn,
-            config=run_config(model_dir),
-            train_batch_size=B,
-            eval_batch_size=B,
-            embedding_config_spec=tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-                column=[tpu_column],
-                optimization_parameters=tf.tpu.experimental.StochasticGradientDescentParameters(0.5),
-            ),
-        )
-    return estimator, record
+    model_fn, record = model_fn_for(misspelled_layer(tpu_column))
+    parameters = tf.tpu.experimental.StochasticGradientDescentParameters(0.5)
+    return misspelled_estimator(model_fn, model_dir, [tpu_column], parameters), record
 
 
 MOVIE_TABLE = "dense_features/movie_embedding/embedding_weights"
-
-
-def test_page_001_as_printed_fails_as_tensorflows_when_train_calls_the_model_fn(tmp_path):
-    estimator, called = page_001(page_model_fn_as_printed, tmp_path)
-    assert_refused_as_tensorflow_refuses(estimator, called, ("movie",))
 
 
 @needs_keras_2
@@ -251,22 +226,10 @@ def test_page_001_fixed_trains_its_table_with_the_specs_sgd(tmp_path):
 # 002: EmbeddingConfigSpec, the later rendering (its example stops at `TPUEstimator(`) ------------
 
 
-def page_002(model_fn_for, model_dir):
-    """Page 002's columns and model_fn as printed, the TPUEstimator call filled in from its Args table with the
-    compat.v1 names its migration note points at, and an optimizer it lists (Adam)."""
-    column_a = tf.feature_column.categorical_column_with_identity("a", V)
-    column_b = tf.feature_column.categorical_column_with_identity("b", V)
-    column_c = tf.feature_column.categorical_column_with_identity("c", V)
-    tpu_shared_columns = tf.tpu.experimental.shared_embedding_columns([column_a, column_b], 10)
-    tpu_non_shared_column = tf.tpu.experimental.embedding_column(column_c, 10)
-    tpu_columns = [tpu_non_shared_column] + tpu_shared_columns
-
-    def layer():
-        with pytest.warns(UserWarning, match="DenseFeature is not a TensorFlow name"):
-            return tf.keras.layers.DenseFeature(tpu_columns)
-
-    model_fn, record = model_fn_for(layer)
-
+def page_002(model_fn_for, model_dir, tpu_columns):
+    """Page 002's columns (`tpu_columns`) and model_fn as printed, the TPUEstimator call filled in from its Args
+    table with the compat.v1 names its migration note points at, and an optimizer it lists (Adam)."""
+    model_fn, record = model_fn_for(misspelled_layer(tpu_columns))
     estimator = tf.compat.v1.estimator.tpu.TPUEstimator(
         model_fn=model_fn,
         config=tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(model_dir), tf_random_seed=0),
@@ -279,18 +242,29 @@ def page_002(model_fn_for, model_dir):
     return estimator, record
 
 
-def test_page_002_as_printed_fails_as_tensorflows_when_train_calls_the_model_fn(tmp_path):
-    estimator, called = page_002(page_model_fn_as_printed, tmp_path)
-    assert_refused_as_tensorflow_refuses(estimator, called, ("a", "b", "c"))
-
-
 @needs_keras_2
-def test_page_002_fixed_trains_its_tables_with_the_specs_adam(tmp_path):
-    estimator, shapes = page_002(fixed_model_fn, tmp_path)
+def test_page_002_fixed_trains_its_tables_with_the_specs_adam(tmp_path, page_tpu_columns):
+    estimator, shapes = page_002(fixed_model_fn, tmp_path, page_tpu_columns(tf, V))
     train_and_check(estimator, ("a", "b", "c"), shapes, 30, [SHARED_TABLE, C_TABLE])
     for table in (SHARED_TABLE, C_TABLE):  # Adam's slots, under TensorFlow's names: the spec's optimizer ran
         assert np.abs(estimator.get_variable_value(f"{table}/Adam/m")).max() > 0
         assert estimator.get_variable_value(f"{table}/Adam/v").max() > 0
+
+
+# The pages as printed ----------------------------------------------------------------------------
+
+
+def page_program(page, model_fn_for, model_dir, page_tpu_columns):
+    """Page `page`'s program (000, 001, 002 above) around `model_fn_for`'s model_fn: (estimator, its record)."""
+    if page == "001":
+        return page_001(model_fn_for, model_dir)
+    return (page_000 if page == "000" else page_002)(model_fn_for, model_dir, page_tpu_columns(tf, V))
+
+
+@pytest.mark.parametrize("page", sorted(PAGE_KEYS))
+def test_each_page_as_printed_fails_as_tensorflows_when_train_calls_the_model_fn(tmp_path, page, page_tpu_columns):
+    estimator, called = page_program(page, page_model_fn_as_printed, tmp_path, page_tpu_columns)
+    assert_refused_as_tensorflow_refuses(estimator, called, PAGE_KEYS[page])
 
 
 # TensorFlow 2.15's own TPUEstimator on the pages' programs (use_tpu=False) -------------------------
@@ -335,9 +309,6 @@ def tensorflows_spelling(tf, page, model_dir, model_fn=None, use_tpu=True):
         ),
     )
     return estimator, shapes
-
-
-PAGE_KEYS = {"000": ("a", "b", "c"), "001": ("movie",), "002": ("a", "b", "c")}
 
 
 @needs_estimator
@@ -427,20 +398,6 @@ def test_one_step_dense_update_is_tensorflows_and_tables_take_its_gradient_throu
 E = tf.tpu.experimental.embedding
 
 
-def sparse_core_feature_config():
-    table = E.TableConfig(vocabulary_size=40, dim=4, name="items")
-    user_table = E.TableConfig(vocabulary_size=16, dim=4, name="users")
-    return (
-        {
-            "clicked": E.FeatureConfig(table=table),
-            "history": E.FeatureConfig(table=table, max_sequence_length=3),
-            "user": E.FeatureConfig(table=user_table),
-        },
-        table,
-        user_table,
-    )
-
-
 def sparse_core_examples(n, seed=0):
     """n examples: two clicked items, a history of 1-4 items, a user; the label is the clicked items' mean taste."""
     rng = np.random.default_rng(seed)
@@ -455,8 +412,10 @@ def sparse_core_examples(n, seed=0):
     return features, taste[clicked].mean(axis=1)
 
 
-def test_page_003_raises_runtime_error_unless_created_under_tpu_strategy_and_value_error_for_bad_optimizers():
-    feature_config, table, _ = sparse_core_feature_config()
+def test_page_003_raises_runtime_error_unless_created_under_tpu_strategy_and_value_error_for_bad_optimizers(
+    sparse_core_feature_config,
+):
+    feature_config, table, _ = sparse_core_feature_config(tf)
     # "RuntimeError: If not created under TPUStrategy" -- whatever the optimizer, and under TensorFlow's own
     # (non-TPU) strategies too.
     for optimizer in (E.Adagrad(0.5), None):
@@ -494,8 +453,8 @@ def test_page_003_tensorflows_own_class_raises_the_same_without_a_tpu():
             module.TPUEmbeddingV2(feature_config=feature_config, optimizer="sgd")  # checked first, in both
 
 
-def test_page_003_a_tf_function_training_loop_over_its_lookups_and_apply_gradients():
-    feature_config, table, user_table = sparse_core_feature_config()
+def test_page_003_a_tf_function_training_loop_over_its_lookups_and_apply_gradients(sparse_core_feature_config):
+    feature_config, table, user_table = sparse_core_feature_config(tf)
     strategy = tf.distribute.TPUStrategy()
     with strategy.scope():
         embedding = E.TPUEmbeddingV2(feature_config=feature_config, optimizer=E.Adagrad(0.5))
@@ -552,8 +511,8 @@ def test_page_003_a_tf_function_training_loop_over_its_lookups_and_apply_gradien
         assert embedding.variables[t]["accumulators"].max() > 0.1  # the mid-level Adagrad ran
 
 
-def test_page_003_enqueue_dequeue_and_preprocess_features_give_the_lookup_eagerly():
-    feature_config, table, _ = sparse_core_feature_config()
+def test_page_003_enqueue_dequeue_and_preprocess_features_give_the_lookup_eagerly(sparse_core_feature_config):
+    feature_config, table, _ = sparse_core_feature_config(tf)
     with tf.distribute.TPUStrategy().scope():
         embedding = E.TPUEmbeddingV2(feature_config=feature_config, optimizer=E.SGD(0.5))
     features, _ = sparse_core_examples(B)
@@ -591,8 +550,8 @@ def bad_gradient_cases(activations):
 
 
 @pytest.mark.parametrize("in_function", [True, False], ids=["tf.function", "eager"])
-def test_page_003_the_errors_its_page_lists_change_nothing(in_function):
-    feature_config, table, _ = sparse_core_feature_config()
+def test_page_003_the_errors_its_page_lists_change_nothing(in_function, sparse_core_feature_config):
+    feature_config, table, _ = sparse_core_feature_config(tf)
     with tf.distribute.TPUStrategy().scope():
         embedding = E.TPUEmbeddingV2(feature_config=feature_config, optimizer=E.Adagrad(0.5))
     features, _ = sparse_core_examples(B)

@@ -7,15 +7,10 @@ Runs where TensorFlow is installed (a separate venv):
 
 import numpy as np
 import pytest
+import tensorflow
 
-tensorflow = pytest.importorskip(
-    "tensorflow",
-    reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` "
-    "extra: tensorflow-cpu==2.15.1, in a separate venv)",
-)
-
-import tpu_embedding_shim as shim  # noqa: E402
-import tpu_embedding_shim.tensorflow as tf  # noqa: E402
+import tpu_embedding_shim as shim
+import tpu_embedding_shim.tensorflow as tf
 
 
 @pytest.fixture

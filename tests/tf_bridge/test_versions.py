@@ -17,17 +17,15 @@ Runs in each TensorFlow venv (docs/tensorflow_bridge.md, "Which TensorFlow").
 
 import numpy as np
 import pytest
+import tensorflow
 
-tensorflow = pytest.importorskip(
-    "tensorflow", reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` extra, in a separate venv)"
-)
+import tpu_embedding_shim as shim
+import tpu_embedding_shim.tensorflow as tf
+from tpu_embedding_shim.tensorflow import _serving_input
+from tpu_embedding_shim.tensorflow._overrides import OVERRIDES
 
-import tpu_embedding_shim as shim  # noqa: E402
-import tpu_embedding_shim.tensorflow as tf  # noqa: E402
-from tpu_embedding_shim.tensorflow import _serving_input  # noqa: E402
-from tpu_embedding_shim.tensorflow._overrides import OVERRIDES  # noqa: E402
-
-from .tf_versions import HAS_ESTIMATOR, KERAS_3, VERSION  # noqa: E402
+from .programs import adagrad_estimator, linear_model_fn
+from .tf_versions import HAS_ESTIMATOR, KERAS_3, VERSION
 
 if HAS_ESTIMATOR:  # the oracle of the receivers
     from tensorflow_estimator.python.estimator.export import export as tf_export
@@ -370,22 +368,7 @@ def test_the_feature_layers_are_the_projects_whichever_keras_tf_keras_is():
 def test_a_tensorflow_model_fn_with_keras_layers_trains_with_keras_2_and_is_refused_with_keras_3(tmp_path):
     column = tf.tpu.experimental.embedding_column(tf.feature_column.categorical_column_with_identity("user", 10), 4)
 
-    def model_fn(features, labels, mode, params):
-        logits = tf.squeeze(tf.keras.layers.Dense(1)(tf.keras.layers.DenseFeatures([column])(features)), -1)
-        loss = tf.reduce_mean(tf.square(logits - labels))
-        step = tf.compat.v1.train.get_global_step()
-        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, step)
-        return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
-
-    tpu = tf.compat.v1.estimator.tpu
-    estimator = tpu.TPUEstimator(
-        model_fn=model_fn,
-        config=tpu.RunConfig(model_dir=str(tmp_path)),
-        train_batch_size=4,
-        embedding_config_spec=tpu.experimental.EmbeddingConfigSpec(
-            feature_columns=[column], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
-        ),
-    )
+    estimator = adagrad_estimator(linear_model_fn(column), [column], tmp_path, 4)
 
     def input_fn(params):
         return tf.data.Dataset.from_tensor_slices(({"user": [[1], [2], [3], [4]]}, [1.0, 0.0, 1.0, 0.0])).batch(4)

@@ -9,10 +9,7 @@ without: Keras 3).
 import importlib.util
 
 import pytest
-
-tensorflow = pytest.importorskip(
-    "tensorflow", reason="the TensorFlow bridge tests need TensorFlow (the `tensorflow` extra, in a separate venv)"
-)
+import tensorflow
 
 VERSION = tuple(int(part) for part in tensorflow.__version__.split(".")[:2])
 HAS_ESTIMATOR = VERSION < (2, 16) and importlib.util.find_spec("tensorflow_estimator") is not None

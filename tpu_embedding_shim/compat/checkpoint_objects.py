@@ -41,9 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.checkpoint import CheckpointError
-from ..engine.tf_bundle.dtypes import code_of, name_of
-from ..engine.tf_bundle.object_graph import Node, checkpoint_key
+from ..engine import CheckpointError
+from ..engine.tf_bundle import Node, checkpoint_key, code_of, name_of
 from .checkpoint_sources import shim_key
 from .midlevel_base import MidLevelBase
 

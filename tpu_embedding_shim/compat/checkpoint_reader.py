@@ -50,9 +50,17 @@ import logging
 import os
 from typing import Any, Union
 
+from ..engine import CheckpointError
 from ..engine import checkpoint as _engine_checkpoint
-from ..engine.checkpoint import CheckpointError
-from ..engine.tf_bundle import BundleReader, DataLossError, NotFoundError, index_file, is_bundle, read_state
+from ..engine.tf_bundle import (
+    BundleReader,
+    DataLossError,
+    NotFoundError,
+    index_file,
+    index_suffix_hint,
+    is_bundle,
+    read_state,
+)
 from . import dtypes as _dtypes
 from .engine_checkpoint_reader import EngineCheckpoint, is_engine_checkpoint
 
@@ -118,12 +126,9 @@ def _checkpoint_prefix(ckpt_dir_or_file: PathLike) -> str:
             f"tf.train.Checkpoint(...).restore(path) (or engine.checkpoint.load_checkpoint).{hint}"
         )
     if not is_bundle(path):
-        hint = ""
-        if path.endswith(".index") and is_bundle(path[: -len(".index")]):
-            hint = f" Pass the prefix without '.index': {path[: -len('.index')]!r}."
         raise NotFoundError(
             f"Unsuccessful TensorSliceReader constructor: Failed to find any matching files for "
-            f"{path}: {index_file(path)} does not exist.{hint}"
+            f"{path}: {index_file(path)} does not exist.{index_suffix_hint(path)}"
         )
     return path
 

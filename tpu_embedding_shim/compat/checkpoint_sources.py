@@ -30,12 +30,21 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.checkpoint import CheckpointError
-from ..engine.checkpoint import load_checkpoint as load_engine_checkpoint
-from ..engine.tf_bundle import BundleReader, NotFoundError, is_bundle
-from ..engine.tf_bundle.dtypes import code_of, name_of
-from ..engine.tf_bundle.object_graph import OBJECT_GRAPH_KEY, VARIABLE_VALUE, TrackableObjectGraph, escape_local_name
-from ..engine.tf_bundle.wire import WireError
+from ..engine import CheckpointError
+from ..engine import load_checkpoint as load_engine_checkpoint
+from ..engine.tf_bundle import (
+    OBJECT_GRAPH_KEY,
+    VARIABLE_VALUE,
+    BundleReader,
+    NotFoundError,
+    TrackableObjectGraph,
+    WireError,
+    code_of,
+    escape_local_name,
+    index_suffix_hint,
+    is_bundle,
+    name_of,
+)
 from .checkpoint_reader import latest_checkpoint
 
 __all__ = ["Saved", "BundleSource", "LegacySource", "open_source", "shim_key", "LEGACY_MANIFEST", "SHIM_KEY"]
@@ -207,7 +216,6 @@ def open_source(path: str) -> Any:
         return BundleSource(path)
     if os.path.isfile(os.path.join(path, LEGACY_MANIFEST)):
         return LegacySource(path)
-    hint = ""
     if os.path.isdir(path):
         latest = latest_checkpoint(path)
         hint = (
@@ -215,8 +223,8 @@ def open_source(path: str) -> Any:
             if latest
             else " It is a directory, with no checkpoint recorded in it."
         )
-    elif path.endswith(".index") and is_bundle(path[: -len(".index")]):
-        hint = f" Pass the prefix without '.index': {path[: -len('.index')]!r}."
+    else:
+        hint = index_suffix_hint(path)
     raise NotFoundError(
         f"No checkpoint at {path!r}: neither {path}.index nor {os.path.join(path, LEGACY_MANIFEST)} exists.{hint}"
     )

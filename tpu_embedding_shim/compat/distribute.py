@@ -23,8 +23,8 @@ in the numpy world) so that `iter()` and `next()` work; `reduce`,
 
 What it does not do: no devices, no XLA compilation, no splitting of a
 batch across replicas, no host/device placement (`InputOptions` are checked
-and recorded, never acted on), no `tf.function` tracing (`function` here
-returns the Python function itself).
+and recorded, never acted on). `tf.function` and `tf.range` are in
+control_flow.py, `tf.config`'s device lists in devices.py.
 
 >>> resolver = TPUClusterResolver(tpu="local")
 >>> strategy = TPUStrategy(resolver)
@@ -51,6 +51,8 @@ from typing import Any
 
 import numpy as np
 
+from ..spec.checks import check_bool
+
 log = logging.getLogger("tpu_embedding_shim")
 
 __all__ = [
@@ -70,10 +72,6 @@ __all__ = [
     "experimental_connect_to_cluster",
     "initialize_tpu_system",
     "shutdown_tpu_system",
-    "list_logical_devices",
-    "list_physical_devices",
-    "function",
-    "range",
 ]
 
 _EMULATION = "in-process CPU emulation"
@@ -138,13 +136,12 @@ class TPUClusterResolver:
         return f"<TPUClusterResolver tpu={self.tpu!r}: {_EMULATION}, resolves to this process, no TPU>"
 
 
-@dataclasses.dataclass(frozen=True)
 class EmulatedTopology:
-    """What `initialize_tpu_system` returns here: one task, one emulated replica, no TPU."""
+    """What `initialize_tpu_system` returns here (TensorFlow: a `Topology`): one task, one replica, no TPU."""
 
-    num_tasks: int = 1
-    num_tpus_per_task: int = 0
-    num_replicas: int = 1
+    num_tasks = 1
+    num_tpus_per_task = 0
+    num_replicas = 1
 
     def __repr__(self) -> str:
         return f"<EmulatedTopology: {_EMULATION}, 1 task, 1 replica, no TPU>"
@@ -177,26 +174,6 @@ def shutdown_tpu_system(cluster_resolver: Any = None) -> None:
     log.info("shutdown_tpu_system(%r): %s, nothing to shut down.", cluster_resolver, _EMULATION)
 
 
-@dataclasses.dataclass(frozen=True)
-class LogicalDevice:
-    """`tf.config.LogicalDevice`."""
-
-    name: str
-    device_type: str
-
-
-def list_logical_devices(device_type: str | None = None) -> list[LogicalDevice]:
-    """`tf.config.list_logical_devices`: the one CPU; no TPU or GPU is ever listed."""
-    devices = [LogicalDevice("/job:localhost/replica:0/task:0/device:CPU:0", "CPU")]
-    return [d for d in devices if device_type is None or d.device_type == str(device_type).upper()]
-
-
-def list_physical_devices(device_type: str | None = None) -> list[LogicalDevice]:
-    """`tf.config.list_physical_devices`: the one CPU."""
-    devices = [LogicalDevice("/physical_device:CPU:0", "CPU")]
-    return [d for d in devices if device_type is None or d.device_type == str(device_type).upper()]
-
-
 # ---------------------------------------------------------------------------------------------
 # Input options and distributed datasets
 # ---------------------------------------------------------------------------------------------
@@ -216,10 +193,9 @@ class ReduceOp(enum.Enum):
     MEAN = "MEAN"
 
 
-def _check_bool(name: str, value: Any, owner: str) -> Any:
-    if value is not None and not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"Argument `{name}` of {owner} must be True, False or None. Received: {value!r}.")
-    return value
+def _bool_or_none(name: str, value: Any) -> bool | None:
+    """None (TensorFlow's "default") or a bool; anything else is a ValueError naming the argument."""
+    return None if value is None else check_bool(name, value, owner="InputOptions", error=ValueError)
 
 
 class InputOptions:
@@ -239,12 +215,9 @@ class InputOptions:
         experimental_per_replica_buffer_size: int = 1,
         experimental_prefetch_to_device: bool | None = None,
     ):
-        owner = "InputOptions"
-        self.experimental_fetch_to_device = _check_bool(
-            "experimental_fetch_to_device", experimental_fetch_to_device, owner
-        )
-        self.experimental_prefetch_to_device = _check_bool(
-            "experimental_prefetch_to_device", experimental_prefetch_to_device, owner
+        self.experimental_fetch_to_device = _bool_or_none("experimental_fetch_to_device", experimental_fetch_to_device)
+        self.experimental_prefetch_to_device = _bool_or_none(
+            "experimental_prefetch_to_device", experimental_prefetch_to_device
         )
         if not isinstance(experimental_replication_mode, InputReplicationMode):
             raise ValueError(
@@ -252,8 +225,8 @@ class InputOptions:
                 f"tf.distribute.InputReplicationMode. Received: {experimental_replication_mode!r}."
             )
         self.experimental_replication_mode = experimental_replication_mode
-        self.experimental_place_dataset_on_device = _check_bool(
-            "experimental_place_dataset_on_device", experimental_place_dataset_on_device, owner
+        self.experimental_place_dataset_on_device = _bool_or_none(
+            "experimental_place_dataset_on_device", experimental_place_dataset_on_device
         )
         if not isinstance(experimental_per_replica_buffer_size, int) or experimental_per_replica_buffer_size < 0:
             raise ValueError(
@@ -531,25 +504,3 @@ def get_replica_context() -> ReplicaContext | None:
     if _replica_depth() > 0 or not has_strategy():
         return ReplicaContext(get_strategy())
     return None
-
-
-# ---------------------------------------------------------------------------------------------
-# Control-flow stand-ins used by the training loops on TensorFlow's pages
-# ---------------------------------------------------------------------------------------------
-
-
-def function(func: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
-    """`tf.function`: returns the Python function unchanged (nothing is traced or compiled).
-
-    Works bare (`@tf.function`) and with arguments (`@tf.function(jit_compile=True)`).
-    """
-    if func is None:
-        return lambda f: f
-    return func
-
-
-def range(start: Any, limit: Any = None, delta: Any = 1, dtype: Any = None, name: Any = None) -> np.ndarray:
-    """`tf.range`: `np.arange`, so `for _ in tf.range(n)` loops in Python."""
-    if limit is None:
-        start, limit = 0, start
-    return np.arange(start, limit, delta)

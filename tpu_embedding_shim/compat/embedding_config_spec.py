@@ -24,7 +24,7 @@ import collections
 import warnings
 from typing import Any
 
-from ..spec.checks import check_bool, check_callable, check_real, fail, parse_partition_strategy
+from ..spec.checks import check_bool, check_callable, check_list, check_real, fail, parse_partition_strategy
 from . import lowering
 from .feature_columns import EmbeddingColumn, NumericColumn
 from .tpu_embedding_v1 import OPTIMIZATION_PARAMETER_CLASSES, FeatureConfig, TableConfig
@@ -160,15 +160,8 @@ def _describe(value: Any) -> str:
 
 
 def _split_columns(feature_columns: Any) -> tuple[list, list]:
-    if not isinstance(feature_columns, (list, tuple)):
-        raise fail(
-            "feature_columns",
-            "a list of TPU embedding columns",
-            feature_columns,
-            error=TypeError,
-            owner=_OWNER,
-            hint="Wrap a single column in a list.",
-        )
+    hint = "Wrap a single column in a list."
+    check_list("feature_columns", feature_columns, "a list of TPU embedding columns", owner=_OWNER, hint=hint)
     embedding_columns, tensor_core_columns = [], []
     for column in feature_columns:
         if isinstance(column, EmbeddingColumn):

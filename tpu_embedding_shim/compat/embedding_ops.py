@@ -42,13 +42,13 @@ stricter than TensorFlow are listed in docs/stricter_than_tensorflow.md.
 from __future__ import annotations
 
 import dataclasses
+import inspect
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..engine import lookup
-from ..engine.ragged import Ragged, is_ragged_tensor, is_sparse, to_ragged
-from ..engine.sharding import locate, shard_sizes
+from ..engine import Ragged, is_ragged_tensor, is_sparse, locate, lookup, shard_sizes, to_ragged
 from ..spec import FeatureSpec, parse_combiner, parse_partition_strategy
 from ..spec.checks import check_bool, check_real
 from .tensors import RaggedTensor, SparseTensor
@@ -261,24 +261,35 @@ def _batch(
     return batch, lead
 
 
+class _Pooling(NamedTuple):
+    """The options of a pooled lookup, checked."""
+
+    combiner: str
+    strategy: str
+    max_norm: float | None
+
+
+def _pooling(combiner: Any, partition_strategy: Any, max_norm: Any, allow_fast_lookup: Any) -> _Pooling:
+    """Checks a pooled lookup's options; None is the 'mean' combiner, `allow_fast_lookup` a speed hint (no effect)."""
+    combiner = parse_combiner("mean" if combiner is None else combiner)
+    strategy = parse_partition_strategy(partition_strategy)
+    max_norm = _max_norm(max_norm)
+    check_bool("allow_fast_lookup", allow_fast_lookup)
+    return _Pooling(combiner, strategy, max_norm)
+
+
 def _pooled(
     params: Any,
     sp_ids: Any,
     sp_weights: Any,
+    pooling: _Pooling,
     *,
-    combiner: Any,
-    max_norm: Any,
-    allow_fast_lookup: Any,
-    partition_strategy: Any,
     safe: bool,
     default_id: Any = None,
     names=("params", "sp_ids", "sp_weights"),
 ) -> np.ndarray:
     """The plain (`safe=False`) or safe pooled lookup: float32 `lead + params.shape[1:]`."""
-    combiner = parse_combiner("mean" if combiner is None else combiner)
-    strategy = parse_partition_strategy(partition_strategy)
-    max_norm = _max_norm(max_norm)
-    check_bool("allow_fast_lookup", allow_fast_lookup)  # a speed hint in TensorFlow; no effect here
+    combiner, strategy, max_norm = pooling
     table = _table(params, strategy, names[0])
     if table.dtype.kind not in "iuf":
         raise TypeError(f"Argument `{names[0]}` must hold numbers. Received dtype {table.dtype}.")
@@ -359,17 +370,6 @@ def embedding_lookup(
     return rows.reshape(ids.shape + table.embedding_shape)
 
 
-def embedding_lookup_v2(params: Any, ids: Any, max_norm: float | None = None, name: str | None = None) -> np.ndarray:
-    """`tf.nn.embedding_lookup`: `embedding_lookup` with 'div' shards.
-
-    >>> import numpy as np
-    >>> params = [np.array([[1, 2], [3, 4]]), np.array([[5, 6], [7, 8]]), np.array([[9, 10]])]
-    >>> embedding_lookup_v2(params, [0, 3, 4]).tolist()
-    [[1, 2], [7, 8], [9, 10]]
-    """
-    return embedding_lookup(params, ids, "div", name, max_norm=max_norm)
-
-
 def embedding_lookup_sparse(
     params: Any,
     sp_ids: Any,
@@ -406,40 +406,8 @@ def embedding_lookup_sparse(
       ValueError: a bad combiner, an id out of range (negative ids too),
         rows out of order, weights that do not line up with the ids.
     """
-    return _pooled(
-        params,
-        sp_ids,
-        sp_weights,
-        combiner=combiner,
-        max_norm=max_norm,
-        allow_fast_lookup=allow_fast_lookup,
-        partition_strategy=partition_strategy,
-        safe=False,
-    )
-
-
-def embedding_lookup_sparse_v2(
-    params: Any,
-    sp_ids: Any,
-    sp_weights: Any,
-    combiner: str | None = None,
-    max_norm: float | None = None,
-    name: str | None = None,
-    allow_fast_lookup: bool = False,
-) -> np.ndarray:
-    """`tf.nn.embedding_lookup_sparse`: `embedding_lookup_sparse` with 'div' shards.
-
-    >>> import numpy as np
-    >>> import tpu_embedding_shim as tf
-    >>> params = np.array([[1, 2], [3, 4], [5, 6], [7, 8]], dtype=np.float32)
-    >>> sp_ids = tf.SparseTensor(indices=[[0, 0], [0, 1], [1, 0], [2, 0]], values=[0, 1, 3, 2], dense_shape=[3, 2])
-    >>> weights = sp_ids.with_values(np.array([0.1, 1.0, 0.5, 2.0], dtype=np.float32))
-    >>> print(embedding_lookup_sparse_v2(params, sp_ids, weights, combiner="sum"))
-    [[ 3.1  4.2]
-     [ 3.5  4. ]
-     [10.  12. ]]
-    """
-    return embedding_lookup_sparse(params, sp_ids, sp_weights, "div", name, combiner, max_norm, allow_fast_lookup)
+    pooling = _pooling(combiner, partition_strategy, max_norm, allow_fast_lookup)
+    return _pooled(params, sp_ids, sp_weights, pooling, safe=False)
 
 
 def safe_embedding_lookup_sparse(
@@ -477,30 +445,77 @@ def safe_embedding_lookup_sparse(
       TypeError, ValueError: as `embedding_lookup_sparse`; a kept id >= V
         and a `default_id` outside [0, V) are ValueErrors.
     """
+    pooling = _pooling(combiner, partition_strategy, max_norm, allow_fast_lookup)
+    names = ("embedding_weights", "sparse_ids", "sparse_weights")
     return _pooled(
-        embedding_weights,
-        sparse_ids,
-        sparse_weights,
-        combiner=combiner,
-        max_norm=max_norm,
-        allow_fast_lookup=allow_fast_lookup,
-        partition_strategy=partition_strategy,
-        safe=True,
-        default_id=default_id,
-        names=("embedding_weights", "sparse_ids", "sparse_weights"),
+        embedding_weights, sparse_ids, sparse_weights, pooling, safe=True, default_id=default_id, names=names
     )
 
 
-def safe_embedding_lookup_sparse_v2(
-    embedding_weights: Any,
-    sparse_ids: Any,
-    sparse_weights: Any = None,
-    combiner: str = "mean",
-    default_id: int | None = None,
-    max_norm: float | None = None,
-    name: str | None = None,
-    allow_fast_lookup: bool = False,
-) -> np.ndarray:
+# --------------------------------------------------------------------------
+# TensorFlow 2's forms (`tf.nn`)
+# --------------------------------------------------------------------------
+
+_TF1_ONLY = ("partition_strategy", "validate_indices")
+
+
+def _tf2(v1_function: Callable[..., np.ndarray], doc: str) -> Callable[..., np.ndarray]:
+    """The `tf.nn` form of a `tf.compat.v1.nn` lookup, derived as TensorFlow 2 derives it.
+
+    TensorFlow 2's function takes TensorFlow 1's arguments and defaults but
+    `partition_strategy` (always 'div') and the deprecated
+    `validate_indices`, with `name` moved after `max_norm`. The returned
+    function has that signature (`inspect.signature`, `help()`); a call
+    binds to it, so a missing or unknown argument is a TypeError naming it.
+    """
+    v1_signature = inspect.signature(v1_function)
+    parameters = [p for name, p in v1_signature.parameters.items() if name not in _TF1_ONLY]
+    name = parameters.pop([p.name for p in parameters].index("name"))
+    parameters.insert([p.name for p in parameters].index("max_norm") + 1, name)
+    signature = v1_signature.replace(parameters=parameters)
+
+    def function(*args: Any, **kwargs: Any) -> np.ndarray:
+        try:
+            arguments = signature.bind(*args, **kwargs).arguments
+        except TypeError as error:
+            raise TypeError(f"{function.__name__}() {error}") from None
+        return v1_function(**arguments, partition_strategy="div")
+
+    function.__name__ = function.__qualname__ = v1_function.__name__ + "_v2"
+    function.__doc__ = doc
+    function.__signature__ = signature  # type: ignore[attr-defined]
+    return function
+
+
+embedding_lookup_v2 = _tf2(
+    embedding_lookup,
+    """`tf.nn.embedding_lookup`: `embedding_lookup` with 'div' shards.
+
+    >>> import numpy as np
+    >>> params = [np.array([[1, 2], [3, 4]]), np.array([[5, 6], [7, 8]]), np.array([[9, 10]])]
+    >>> embedding_lookup_v2(params, [0, 3, 4]).tolist()
+    [[1, 2], [7, 8], [9, 10]]
+    """,
+)
+
+embedding_lookup_sparse_v2 = _tf2(
+    embedding_lookup_sparse,
+    """`tf.nn.embedding_lookup_sparse`: `embedding_lookup_sparse` with 'div' shards.
+
+    >>> import numpy as np
+    >>> import tpu_embedding_shim as tf
+    >>> params = np.array([[1, 2], [3, 4], [5, 6], [7, 8]], dtype=np.float32)
+    >>> sp_ids = tf.SparseTensor(indices=[[0, 0], [0, 1], [1, 0], [2, 0]], values=[0, 1, 3, 2], dense_shape=[3, 2])
+    >>> weights = sp_ids.with_values(np.array([0.1, 1.0, 0.5, 2.0], dtype=np.float32))
+    >>> print(embedding_lookup_sparse_v2(params, sp_ids, weights, combiner="sum"))
+    [[ 3.1  4.2]
+     [ 3.5  4. ]
+     [10.  12. ]]
+    """,
+)
+
+safe_embedding_lookup_sparse_v2 = _tf2(
+    safe_embedding_lookup_sparse,
     """`tf.nn.safe_embedding_lookup_sparse`: `safe_embedding_lookup_sparse` with 'div' shards.
 
     >>> import numpy as np
@@ -509,7 +524,5 @@ def safe_embedding_lookup_sparse_v2(
     >>> ids = tf.SparseTensor(indices=[[0, 0], [0, 1], [1, 0]], values=[1, 3, -1], dense_shape=[3, 2])
     >>> safe_embedding_lookup_sparse_v2(params, ids).tolist()  # mean; row 1 has only an invalid id
     [[4.0, 5.0], [0.0, 0.0], [0.0, 0.0]]
-    """
-    return safe_embedding_lookup_sparse(
-        embedding_weights, sparse_ids, sparse_weights, combiner, default_id, name, "div", max_norm, allow_fast_lookup
-    )
+    """,
+)

@@ -34,9 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.checkpoint import EMBEDDING, MANIFEST, CheckpointError, read_array, read_manifest
-from ..engine.tf_bundle import NotFoundError
-from ..engine.tf_bundle.dtypes import CODES, code_of
+from ..engine import EMBEDDING, MANIFEST, CheckpointError, read_array, read_manifest
+from ..engine.tf_bundle import CODES, NotFoundError, code_of
 
 __all__ = ["EngineCheckpoint", "is_engine_checkpoint", "engine_name", "GLOBAL_STEP"]
 

@@ -157,41 +157,49 @@ def _check_key(key: Any, owner: str) -> str:
     return key
 
 
-class OverCategoricalColumn:
-    """A column built over `categorical_column`: it parses what that column parses, and has it as its parent
-    (TensorFlow's `parse_example_spec` and `parents`)."""
+class OverColumn:
+    """A column built over one other column, the field `_over` names: it parses what that column parses, and
+    has it as its parent (TensorFlow's `parse_example_spec` and `parents`)."""
+
+    _over = "categorical_column"
 
     @property
     def parse_example_spec(self) -> dict[str, Any]:
-        return self.categorical_column.parse_example_spec
+        return getattr(self, self._over).parse_example_spec
 
     @property
     def parents(self) -> list[Any]:
-        return [self.categorical_column]
+        return [getattr(self, self._over)]
 
 
-class _KeyedColumn(CategoricalColumn):
-    """A categorical column read from one feature, `key`, of dtype `dtype`: TensorFlow's name,
-    `parse_example_spec` (`{key: VarLenFeature(dtype)}`) and `parents` (`[key]`)."""
+@dataclasses.dataclass(frozen=True, eq=True)
+class _KeyedFeature(FeatureColumn):
+    """A column read from one feature, `key`: its name (TensorFlow's) is the key, its `parents` are `[key]`."""
+
+    key: str
 
     @property
     def name(self) -> str:
         return self.key
 
     @property
-    def parse_example_spec(self) -> dict[str, Any]:
-        return {self.key: VarLenFeature(self.dtype)}
-
-    @property
     def parents(self) -> list[Any]:
         return [self.key]
+
+
+class _KeyedColumn(_KeyedFeature, CategoricalColumn):
+    """A categorical column read from one feature, `key`, of dtype `dtype`: TensorFlow's
+    `parse_example_spec` is `{key: VarLenFeature(dtype)}`."""
+
+    @property
+    def parse_example_spec(self) -> dict[str, Any]:
+        return {self.key: VarLenFeature(self.dtype)}
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
 class IdentityCategoricalColumn(_KeyedColumn):
     """Integer values used directly as ids."""
 
-    key: str
     number_buckets: int
     default_value: int | None = None
     dtype = dtypes.int64  # not a field: TensorFlow's identity column has no dtype argument
@@ -205,7 +213,6 @@ class IdentityCategoricalColumn(_KeyedColumn):
 class VocabularyListCategoricalColumn(_KeyedColumn):
     """Tokens mapped to their index in an in-memory vocabulary."""
 
-    key: str
     vocabulary_list: tuple[Any, ...]
     dtype: Any
     default_value: int = -1
@@ -220,7 +227,6 @@ class VocabularyListCategoricalColumn(_KeyedColumn):
 class VocabularyFileCategoricalColumn(_KeyedColumn):
     """Tokens mapped to their line number in a vocabulary file (one token per line)."""
 
-    key: str
     vocabulary_file: str
     vocabulary_size: int
     num_oov_buckets: int
@@ -266,7 +272,7 @@ class WeightedCategoricalColumn(CategoricalColumn):
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
-class SequenceCategoricalColumn(OverCategoricalColumn, CategoricalColumn):
+class SequenceCategoricalColumn(OverColumn, CategoricalColumn):
     """A categorical column read as a sequence: one id per position, never pooled."""
 
     categorical_column: CategoricalColumn
@@ -284,7 +290,6 @@ class SequenceCategoricalColumn(OverCategoricalColumn, CategoricalColumn):
 class HashedCategoricalColumn(_KeyedColumn):
     """Hash buckets. Exists to be refused by TPU embedding columns."""
 
-    key: str
     hash_bucket_size: int
     dtype: Any = dtypes.string
 
@@ -294,18 +299,13 @@ class HashedCategoricalColumn(_KeyedColumn):
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
-class NumericColumn(DenseColumn):
+class NumericColumn(_KeyedFeature, DenseColumn):
     """A dense numeric input. `EmbeddingConfigSpec` accepts (and ignores) these."""
 
-    key: str
     shape: tuple[int, ...] = (1,)
     default_value: Any = None
     dtype: Any = dtypes.float32
     normalizer_fn: Any = None
-
-    @property
-    def name(self) -> str:
-        return self.key
 
     @property
     def variable_shape(self) -> tuple[int, ...]:
@@ -316,10 +316,6 @@ class NumericColumn(DenseColumn):
     def parse_example_spec(self) -> dict[str, Any]:
         default = _default_tuple(self.shape, self.default_value)
         return {self.key: FixedLenFeature(tuple(self.shape), self.dtype, default)}
-
-    @property
-    def parents(self) -> list[Any]:
-        return [self.key]
 
 
 def _default_tuple(shape: tuple[int, ...], value: Any) -> Any:
@@ -338,11 +334,12 @@ def _default_tuple(shape: tuple[int, ...], value: Any) -> Any:
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
-class BucketizedColumn(DenseColumn, CategoricalColumn):
+class BucketizedColumn(OverColumn, DenseColumn, CategoricalColumn):
     """Buckets of a numeric column. Exists to be refused by TPU embedding columns."""
 
     source_column: NumericColumn
     boundaries: tuple[float, ...]
+    _over = "source_column"  # not a field
 
     @property
     def name(self) -> str:
@@ -355,14 +352,6 @@ class BucketizedColumn(DenseColumn, CategoricalColumn):
     @property
     def variable_shape(self) -> tuple[int, ...]:
         return tuple(self.source_column.shape) + (self.num_buckets,)
-
-    @property
-    def parse_example_spec(self) -> dict[str, Any]:
-        return self.source_column.parse_example_spec
-
-    @property
-    def parents(self) -> list[Any]:
-        return [self.source_column]
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
@@ -395,7 +384,7 @@ class CrossedColumn(CategoricalColumn):
         return list(self.keys)
 
 
-class BaseEmbeddingColumn(OverCategoricalColumn, DenseColumn, SequenceDenseColumn):
+class BaseEmbeddingColumn(OverColumn, DenseColumn, SequenceDenseColumn):
     """What every embedding column has, TPU or not: the name `<categorical column's name>_embedding` (a
     shared TPU column's suffix is `_shared_embedding`) and one example's shape, `(dimension,)` (TensorFlow:
     `TensorShape([dimension])`)."""
@@ -535,9 +524,17 @@ def read_vocabulary_file(path: str, vocabulary_size: int | None, owner: str) -> 
     return tokens
 
 
-def _vocabulary_file_column(
-    owner, key, vocabulary_file, vocabulary_size, num_oov_buckets, default_value, dtype, file_format
+def categorical_column_with_vocabulary_file(
+    key,
+    vocabulary_file,
+    vocabulary_size=None,
+    dtype=dtypes.string,
+    default_value=None,
+    num_oov_buckets=0,
+    file_format=None,
 ):
+    """TF2 argument order. Tokens mapped to their 0-based line number in the file."""
+    owner = "categorical_column_with_vocabulary_file"
     _check_key(key, owner)
     if vocabulary_size is not None:
         check_int("vocabulary_size", vocabulary_size, minimum=1, owner=owner)
@@ -579,28 +576,6 @@ def _vocabulary_file_column(
     )
 
 
-def categorical_column_with_vocabulary_file(
-    key,
-    vocabulary_file,
-    vocabulary_size=None,
-    dtype=dtypes.string,
-    default_value=None,
-    num_oov_buckets=0,
-    file_format=None,
-):
-    """TF2 argument order. Tokens mapped to their 0-based line number in the file."""
-    return _vocabulary_file_column(
-        "categorical_column_with_vocabulary_file",
-        key,
-        vocabulary_file,
-        vocabulary_size,
-        num_oov_buckets,
-        default_value,
-        dtype,
-        file_format,
-    )
-
-
 def categorical_column_with_vocabulary_file_v1(
     key,
     vocabulary_file,
@@ -609,16 +584,9 @@ def categorical_column_with_vocabulary_file_v1(
     default_value=None,
     dtype=dtypes.string,
 ):
-    """TF1 argument order (`tf.compat.v1.feature_column`)."""
-    return _vocabulary_file_column(
-        "categorical_column_with_vocabulary_file",
-        key,
-        vocabulary_file,
-        vocabulary_size,
-        num_oov_buckets,
-        default_value,
-        dtype,
-        None,
+    """TF1 argument order (`tf.compat.v1.feature_column`), without TF2's `file_format`."""
+    return categorical_column_with_vocabulary_file(
+        key, vocabulary_file, vocabulary_size, dtype=dtype, default_value=default_value, num_oov_buckets=num_oov_buckets
     )
 
 

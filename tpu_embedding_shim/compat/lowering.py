@@ -45,6 +45,33 @@ def with_learning_rate(optimizer: OptimizerSpec | None, learning_rate: Any) -> O
     return dataclasses.replace(optimizer, learning_rate=learning_rate)
 
 
+def _table_spec(
+    where: str, name: str, size: tuple[int, int], config: Any, optimizer: OptimizerSpec | None
+) -> TableSpec:
+    """The TableSpec `name` of `size` (vocabulary size, dim), with the initializer and combiner of `config`
+    (a TPU embedding column, or a v1 or v2 `TableConfig`; v1's combiner None is 'sum')."""
+    combiner = "sum" if config.combiner is None else config.combiner
+    spec: TableSpec = build(
+        TableSpec,
+        where,
+        name=name,
+        vocabulary_size=size[0],
+        dim=size[1],
+        initializer=config.initializer,
+        combiner=combiner,
+        optimizer=optimizer,
+    )
+    return spec
+
+
+def _feature_spec(where: str, name: str, table: TableSpec, **fields: Any) -> FeatureSpec:
+    """The FeatureSpec `name`, looked up in `table` (its ids are in [0, table.vocabulary_size))."""
+    spec: FeatureSpec = build(
+        FeatureSpec, where, name=name, table=table.name, num_buckets=table.vocabulary_size, **fields
+    )
+    return spec
+
+
 # Feature columns ----------------------------------------------------------------
 
 
@@ -103,25 +130,15 @@ def specs_from_feature_columns(
                 "Each feature may be embedded once; to look two features up in one table use "
                 "shared_embedding_columns."
             )
+        where = f"embedding column {column.name!r}"
         table_name = "tbl_" + column.get_embedding_var_name()
-        vocabulary_size, dim = column.get_embedding_table_size()
         if table_name not in tables:
-            tables[table_name] = build(
-                TableSpec,
-                f"embedding column {column.name!r}",
-                name=table_name,
-                vocabulary_size=vocabulary_size,
-                dim=dim,
-                initializer=column.initializer,
-                combiner=column.combiner,
-                optimizer=with_learning_rate(optimizer, column.learning_rate_fn) if column.learning_rate_fn else None,
-            )
-        features[key] = build(
-            FeatureSpec,
-            f"embedding column {column.name!r}",
-            name=key,
-            table=table_name,
-            num_buckets=vocabulary_size,
+            own = with_learning_rate(optimizer, column.learning_rate_fn) if column.learning_rate_fn else None
+            tables[table_name] = _table_spec(where, table_name, column.get_embedding_table_size(), column, own)
+        features[key] = _feature_spec(
+            where,
+            key,
+            tables[table_name],
             weight_key=column.get_weight_key_name(),
             max_sequence_length=column.get_max_sequence_length(),
             safe_lookup=column.use_safe_embedding_lookup,
@@ -140,33 +157,21 @@ def specs_from_config_dicts(
         own = optimizer_spec(config.optimization_parameters) if config.optimization_parameters else optimizer
         learning_rate = config.learning_rate if config.learning_rate is not None else config.learning_rate_fn
         table_optimizer = with_learning_rate(own, learning_rate)
-        tables.append(
-            build(
-                TableSpec,
-                f"TableConfig {name!r}",
-                name=name,
-                vocabulary_size=config.vocabulary_size,
-                dim=config.dimension,
-                initializer=config.initializer,
-                combiner="sum" if config.combiner is None else config.combiner,
-                optimizer=None if table_optimizer is optimizer else table_optimizer,
-            )
+        table_optimizer = None if table_optimizer is optimizer else table_optimizer
+        size = (config.vocabulary_size, config.dimension)
+        tables.append(_table_spec(f"TableConfig {name!r}", name, size, config, table_optimizer))
+    by_name = {table.name: table for table in tables}
+    features = [
+        _feature_spec(
+            f"FeatureConfig {name!r}",
+            name,
+            by_name[config.table_id],
+            weight_key=config.weight_key,
+            max_sequence_length=config.max_sequence_length,
+            dense_zero_is_padding=True,
         )
-    features = []
-    for name, config in sorted(feature_to_config_dict.items()):
-        table = table_to_config_dict[config.table_id]
-        features.append(
-            build(
-                FeatureSpec,
-                f"FeatureConfig {name!r}",
-                name=name,
-                table=config.table_id,
-                num_buckets=table.vocabulary_size,
-                weight_key=config.weight_key,
-                max_sequence_length=config.max_sequence_length,
-                dense_zero_is_padding=True,
-            )
-        )
+        for name, config in sorted(feature_to_config_dict.items())
+    ]
     return tuple(tables), tuple(features)
 
 
@@ -223,8 +228,7 @@ def spec_from_feature_config(
     global_optimizer = (
         optimizer_spec(optimizer, learning_rate_memo=learning_rate_memo) if optimizer is not None else None
     )
-    table_names: dict[int, str] = {}
-    tables: list[TableSpec] = []
+    tables: dict[int, TableSpec] = {}  # by the id of the TableConfig, in order of first appearance
     features: list[FeatureSpec] = []
     for path, config in flatten_with_paths(feature_config):
         if not isinstance(config, v2.FeatureConfig):
@@ -238,32 +242,21 @@ def spec_from_feature_config(
                 f"TableConfig {table.name!r}: `quantization_config` is not supported by the CPU engine yet. "
                 "Remove it (it only affects the forward pass on a TPU)."
             )
-        if id(table) not in table_names:
+        if id(table) not in tables:
             name = table.name or f"table_{len(tables)}"
-            table_names[id(table)] = name
-            tables.append(
-                build(
-                    TableSpec,
-                    f"TableConfig {name!r}",
-                    name=name,
-                    vocabulary_size=table.vocabulary_size,
-                    dim=table.dim,
-                    initializer=table.initializer,
-                    combiner=table.combiner,
-                    optimizer=(
-                        optimizer_spec(table.optimizer, learning_rate_memo=learning_rate_memo)
-                        if table.optimizer is not None
-                        else None
-                    ),
-                )
+            own = (
+                optimizer_spec(table.optimizer, learning_rate_memo=learning_rate_memo)
+                if table.optimizer is not None
+                else None
+            )
+            tables[id(table)] = _table_spec(
+                f"TableConfig {name!r}", name, (table.vocabulary_size, table.dim), table, own
             )
         features.append(
-            build(
-                FeatureSpec,
+            _feature_spec(
                 f"FeatureConfig at {'/'.join(map(str, path))!r}",
-                name=feature_name(path, config),
-                table=table_names[id(table)],
-                num_buckets=table.vocabulary_size,
+                feature_name(path, config),
+                tables[id(table)],
                 max_sequence_length=config.max_sequence_length,
                 safe_lookup=config.validate_weights_and_indices,
             )
@@ -271,7 +264,7 @@ def spec_from_feature_config(
     return build(
         EmbeddingSpec,
         "TPUEmbedding",
-        tables=tuple(tables),
+        tables=tuple(tables.values()),
         features=tuple(features),
         optimizer=global_optimizer,
         num_shards=num_shards,

@@ -18,8 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.checkpoint import CheckpointError
-from ..engine.engine import Engine, LookupResult
+from ..engine import CheckpointError, Engine, LookupResult
 from ..spec import FeatureSpec
 from . import distribute, lowering
 from . import tpu_embedding_v2_utils as v2_utils

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.ragged import Ragged, checked_sparse_indices, is_ragged_tensor, is_sparse, to_ragged
+from ..engine import Ragged, checked_sparse_indices, is_ragged_tensor, is_sparse, to_ragged
 from ..spec import FeatureSpec
 from ..spec.checks import is_int
 from . import tpu_embedding_v2_utils as v2_utils

@@ -1,11 +1,13 @@
 """A TensorFlow optimizer object -> its `OptimizerSpec`: the one lowering of optimizers.
 
 Every TensorFlow optimizer class (v1 `*Parameters`, v2 `SGD` / `Adagrad` /
-...) names its spec class and the spec fields it fills with
-`@lowers_to(SpecClass, {spec field: TF attribute})`, next to its own
-definition; `optimizer_spec(obj)` builds the spec. The options every
-optimizer has (`COMMON`) need no row. Errors come out in the user's terms:
-the TensorFlow class and argument names, not the spec's.
+...) names its spec class with `@lowers_to(SpecClass)`, next to its own
+definition: each of the spec's own fields is filled from the constructor
+argument of the same name, or of the name the decorator gives it
+(`@lowers_to(AdamSpec, beta1="beta_1")`). `optimizer_spec(obj)` builds the
+spec. The options every optimizer has (`COMMON`) need no row. Errors come
+out in the user's terms: the TensorFlow class and argument names, not the
+spec's.
 
 This module imports only `spec/`, so the optimizer classes can lower
 themselves when built (a bad value fails at the line that wrote it) without
@@ -15,6 +17,7 @@ an import cycle with `lowering.py`, which imports the classes.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -30,22 +33,34 @@ COMMON = (
     "clip_gradient_max",
 )
 
+# Filled by optimizer_spec itself (None, TensorFlow's default, is False).
+_MULTIPLY = "multiply_weight_decay_factor_by_learning_rate"
+
 # TensorFlow's optimizer class -> (its spec class, {spec field: TF attribute} beyond COMMON): one row each.
 LOWERINGS: dict[type, tuple[type, dict[str, str]]] = {}
 
 _Class = TypeVar("_Class", bound=type)
 
 
-def same(*fields: str) -> dict[str, str]:
-    """Spec field -> TensorFlow attribute, for fields TensorFlow names the same."""
-    return {field: field for field in fields}
+def lowers_to(spec_class: type, **renamed: str) -> Callable[[_Class], _Class]:
+    """Class decorator: this TensorFlow optimizer class lowers to `spec_class`.
 
-
-def lowers_to(spec_class: type, fields: dict[str, str] | None = None) -> Callable[[_Class], _Class]:
-    """Class decorator: this TensorFlow optimizer class lowers to `spec_class`, filling `fields` from it."""
+    The spec's own fields take the constructor arguments of their names;
+    `renamed` maps a spec field to the argument of another name.
+    """
 
     def register(cls: _Class) -> _Class:
-        LOWERINGS[cls] = (spec_class, dict(fields or {}))
+        arguments = inspect.signature(cls).parameters
+        names = [field.name for field in dataclasses.fields(spec_class)]
+        unknown = sorted(set(renamed) - set(names))
+        if unknown:
+            raise TypeError(f"lowers_to({spec_class.__name__}): {unknown} are not fields of it.")
+        fields = {}
+        for name in names:
+            argument = renamed.get(name, name)
+            if name not in (*COMMON, _MULTIPLY) and argument in arguments:
+                fields[name] = argument
+        LOWERINGS[cls] = (spec_class, fields)
         return cls
 
     return register
@@ -107,8 +122,8 @@ def optimizer_spec(params: Any, *, learning_rate_memo: LearningRateMemo | None =
         raise ValueError(f"Unsupported optimizer {params!r}: expected an instance of one of {names}.")
     spec_class, specific = entry
     kwargs = {name: getattr(params, name) for name in COMMON}
-    multiply = params.multiply_weight_decay_factor_by_learning_rate
-    kwargs["multiply_weight_decay_factor_by_learning_rate"] = False if multiply is None else multiply
+    multiply = getattr(params, _MULTIPLY)
+    kwargs[_MULTIPLY] = False if multiply is None else multiply
     if getattr(params, "zero_argument_learning_rate", False) and callable(params.learning_rate):
         kwargs["learning_rate"] = ZeroArgumentLearningRate(params.learning_rate, learning_rate_memo)
     kwargs.update({field: getattr(params, attribute) for field, attribute in specific.items()})

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.ragged import checked_sparse_indices
+from ..engine import checked_sparse_indices
 from ..spec.checks import check_int, fail
 
 

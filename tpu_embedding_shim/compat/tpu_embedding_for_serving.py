@@ -40,8 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import lookup
-from ..engine.ragged import to_ragged
+from ..engine import lookup, to_ragged
 from . import lowering
 from . import tpu_embedding_v2_utils as v2_utils
 from .midlevel_base import MidLevelBase, under_tpu_strategy

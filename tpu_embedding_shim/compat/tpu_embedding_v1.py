@@ -19,42 +19,18 @@ ValueError: Argument `beta1` of AdamParameters must be a finite number >= 0.0 an
 from __future__ import annotations
 
 import collections
+import inspect
+from typing import Any
 
 from ..spec import AdagradSpec, AdamSpec, FtrlSpec, MomentumSpec, ProximalAdagradSpec, RMSPropSpec, SGDSpec
 from ..spec.checks import check_bool, check_callable, check_int, check_name, check_real, fail, parse_combiner
 from ..spec.initializers import default_table_initializer
-from .optimizer_lowering import lowers_to, optimizer_spec, same
+from .optimizer_base import REQUIRED, SHARED_OPTIONS, TensorFlowOptimizer, signature
+from .optimizer_lowering import lowers_to
 
 
-class _OptimizationParameters:
-    """Options shared by every v1 TPU embedding optimizer."""
-
-    def __init__(
-        self,
-        learning_rate,
-        use_gradient_accumulation,
-        clip_weight_min,
-        clip_weight_max,
-        weight_decay_factor,
-        multiply_weight_decay_factor_by_learning_rate,
-        clip_gradient_min=None,
-        clip_gradient_max=None,
-    ):
-        self.learning_rate = learning_rate
-        self.use_gradient_accumulation = use_gradient_accumulation
-        self.clip_weight_min = clip_weight_min
-        self.clip_weight_max = clip_weight_max
-        self.weight_decay_factor = weight_decay_factor
-        self.multiply_weight_decay_factor_by_learning_rate = multiply_weight_decay_factor_by_learning_rate
-        self.clip_gradient_min = clip_gradient_min
-        self.clip_gradient_max = clip_gradient_max
-
-    def _validate(self) -> None:
-        optimizer_spec(self)
-
-    def __repr__(self):
-        fields = ", ".join(f"{k}={v!r}" for k, v in sorted(vars(self).items()))
-        return f"{type(self).__name__}({fields})"
+class _OptimizationParameters(TensorFlowOptimizer):
+    """A v1 TPU embedding optimizer: equal to another of its class with the same attributes."""
 
     def __eq__(self, other):
         return type(self) is type(other) and vars(self) == vars(other)
@@ -62,254 +38,78 @@ class _OptimizationParameters:
     __hash__ = object.__hash__
 
 
-@lowers_to(AdagradSpec, same("initial_accumulator"))
+# The arguments every v1 class ends with (FtrlParameters puts three of its own before them).
+_CLIP = dict(clip_gradient_min=None, clip_gradient_max=None)
+
+
+def _signature(**options: Any) -> inspect.Signature:
+    """TensorFlow's order for every v1 class but FtrlParameters: `learning_rate` (required), the class's own
+    `options`, then the shared ones."""
+    return signature(learning_rate=REQUIRED, **options, **SHARED_OPTIONS, **_CLIP)
+
+
+@lowers_to(AdagradSpec)
 class AdagradParameters(_OptimizationParameters):
     """Adagrad: `a += g**2; w -= lr * g / sqrt(a)`, accumulator starting at `initial_accumulator`."""
 
-    def __init__(
-        self,
-        learning_rate: float,
-        initial_accumulator: float = 0.1,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min=None,
-        clip_weight_max=None,
-        weight_decay_factor=None,
-        multiply_weight_decay_factor_by_learning_rate=None,
-        clip_gradient_min=None,
-        clip_gradient_max=None,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clip_gradient_min,
-            clip_gradient_max,
-        )
-        self.initial_accumulator = initial_accumulator
-        self._validate()
+    __signature__ = _signature(initial_accumulator=0.1)
 
 
-@lowers_to(ProximalAdagradSpec, same("initial_accumulator", "l1_regularization_strength", "l2_regularization_strength"))
+@lowers_to(ProximalAdagradSpec)
 class ProximalAdagradParameters(_OptimizationParameters):
     """Adagrad followed by l1 / l2 proximal shrinkage."""
 
-    def __init__(
-        self,
-        learning_rate: float,
-        initial_accumulator: float = 0.1,
-        l1_regularization_strength: float = 0.0,
-        l2_regularization_strength: float = 0.0,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min=None,
-        clip_weight_max=None,
-        weight_decay_factor=None,
-        multiply_weight_decay_factor_by_learning_rate=None,
-        clip_gradient_min=None,
-        clip_gradient_max=None,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clip_gradient_min,
-            clip_gradient_max,
-        )
-        self.initial_accumulator = initial_accumulator
-        self.l1_regularization_strength = l1_regularization_strength
-        self.l2_regularization_strength = l2_regularization_strength
-        self._validate()
+    __signature__ = _signature(initial_accumulator=0.1, l1_regularization_strength=0.0, l2_regularization_strength=0.0)
 
 
-@lowers_to(AdamSpec, same("beta1", "beta2", "epsilon", "lazy_adam", "sum_inside_sqrt"))
+@lowers_to(AdamSpec)
 class AdamParameters(_OptimizationParameters):
     """Adam without bias correction; lazy (only touched rows) by default."""
 
-    def __init__(
-        self,
-        learning_rate: float,
-        beta1: float = 0.9,
-        beta2: float = 0.999,
-        epsilon: float = 1e-08,
-        lazy_adam: bool = True,
-        sum_inside_sqrt: bool = True,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min=None,
-        clip_weight_max=None,
-        weight_decay_factor=None,
-        multiply_weight_decay_factor_by_learning_rate=None,
-        clip_gradient_min=None,
-        clip_gradient_max=None,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clip_gradient_min,
-            clip_gradient_max,
-        )
-        self.beta1 = beta1
-        self.beta2 = beta2
-        self.epsilon = epsilon
-        self.lazy_adam = lazy_adam
-        self.sum_inside_sqrt = sum_inside_sqrt
-        self._validate()
+    __signature__ = _signature(beta1=0.9, beta2=0.999, epsilon=1e-08, lazy_adam=True, sum_inside_sqrt=True)
 
 
-@lowers_to(
-    FtrlSpec,
-    same(
-        "learning_rate_power",
-        "initial_accumulator_value",
-        "l1_regularization_strength",
-        "l2_regularization_strength",
-        "beta",
-        "multiply_linear_by_learning_rate",
-        "allow_zero_accumulator",
-    ),
-)
+@lowers_to(FtrlSpec)
 class FtrlParameters(_OptimizationParameters):
-    """FTRL-proximal, TensorFlow's TPU formulation."""
+    """FTRL-proximal, TensorFlow's TPU formulation; the `linears` slot starts at `initial_linear_value` (0)."""
 
-    def __init__(
-        self,
-        learning_rate: float,
-        learning_rate_power: float = -0.5,
-        initial_accumulator_value: float = 0.1,
-        l1_regularization_strength: float = 0.0,
-        l2_regularization_strength: float = 0.0,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min=None,
-        clip_weight_max=None,
-        weight_decay_factor=None,
-        multiply_weight_decay_factor_by_learning_rate=None,
-        multiply_linear_by_learning_rate: bool = False,
-        beta: float = 0,
-        allow_zero_accumulator: bool = False,
-        clip_gradient_min=None,
-        clip_gradient_max=None,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clip_gradient_min,
-            clip_gradient_max,
-        )
-        self.learning_rate_power = learning_rate_power
-        self.initial_accumulator_value = initial_accumulator_value
-        self.initial_linear_value = 0.0
-        self.l1_regularization_strength = l1_regularization_strength
-        self.l2_regularization_strength = l2_regularization_strength
-        self.multiply_linear_by_learning_rate = multiply_linear_by_learning_rate
-        self.beta = beta
-        self.allow_zero_accumulator = allow_zero_accumulator
-        self._validate()
+    __signature__ = signature(
+        learning_rate=REQUIRED,
+        learning_rate_power=-0.5,
+        initial_accumulator_value=0.1,
+        l1_regularization_strength=0.0,
+        l2_regularization_strength=0.0,
+        **SHARED_OPTIONS,
+        multiply_linear_by_learning_rate=False,
+        beta=0,
+        allow_zero_accumulator=False,
+        **_CLIP,
+    )
+
+    def _store(self, arguments):
+        super()._store(arguments)
+        self.initial_linear_value = 0.0  # an attribute of TensorFlow's, not an argument
 
 
 @lowers_to(SGDSpec)
 class StochasticGradientDescentParameters(_OptimizationParameters):
     """Plain SGD: `w -= lr * g`."""
 
-    def __init__(
-        self,
-        learning_rate: float,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min=None,
-        clip_weight_max=None,
-        weight_decay_factor=None,
-        multiply_weight_decay_factor_by_learning_rate=None,
-        clip_gradient_min=None,
-        clip_gradient_max=None,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clip_gradient_min,
-            clip_gradient_max,
-        )
-        self._validate()
+    __signature__ = _signature()
 
 
-@lowers_to(MomentumSpec, same("momentum", "use_nesterov"))
+@lowers_to(MomentumSpec)
 class MomentumParameters(_OptimizationParameters):
     """Momentum (optionally Nesterov): `m = momentum * m + g; w -= lr * m`."""
 
-    def __init__(
-        self,
-        learning_rate: float,
-        momentum: float,
-        use_nesterov: bool = False,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min=None,
-        clip_weight_max=None,
-        weight_decay_factor=None,
-        multiply_weight_decay_factor_by_learning_rate=None,
-        clip_gradient_min=None,
-        clip_gradient_max=None,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clip_gradient_min,
-            clip_gradient_max,
-        )
-        self.momentum = momentum
-        self.use_nesterov = use_nesterov
-        self._validate()
+    __signature__ = _signature(momentum=REQUIRED, use_nesterov=False)
 
 
-@lowers_to(RMSPropSpec, same("rho", "momentum", "epsilon"))
+@lowers_to(RMSPropSpec)
 class RMSPropParameters(_OptimizationParameters):
     """RMSProp with momentum."""
 
-    def __init__(
-        self,
-        learning_rate: float,
-        rho: float,
-        momentum: float,
-        epsilon: float,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min=None,
-        clip_weight_max=None,
-        weight_decay_factor=None,
-        multiply_weight_decay_factor_by_learning_rate=None,
-        clip_gradient_min=None,
-        clip_gradient_max=None,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clip_gradient_min,
-            clip_gradient_max,
-        )
-        self.rho = rho
-        self.momentum = momentum
-        self.epsilon = epsilon
-        self._validate()
+    __signature__ = _signature(rho=REQUIRED, momentum=REQUIRED, epsilon=REQUIRED)
 
 
 OPTIMIZATION_PARAMETER_CLASSES = tuple(_OptimizationParameters.__subclasses__())  # every class above

@@ -34,7 +34,7 @@ import dataclasses
 import warnings
 from typing import Any
 
-from ..engine.engine import LookupResult
+from ..engine import LookupResult
 from ..spec.checks import is_int
 from . import tpu_embedding_v2_utils as v2_utils
 from .midlevel_base import MidLevelBase
@@ -219,12 +219,7 @@ class TPUEmbedding(MidLevelBase):
         self._dequeued = None  # a lookup made before a restore can't be trained on after it
 
     def enqueue(
-        self,
-        features: Any,
-        weights: Any = None,
-        training: bool = True,
-        name: str | None = None,
-        device: str | None = None,
+        self, features: Any, weights: Any = None, training: bool = True, name: Any = None, device: str | None = None
     ) -> None:
         """Queues one batch of ids (and weights) for `dequeue`.
 

@@ -16,14 +16,26 @@ ValueError: Argument `beta_1` of Adam must be a finite number >= 0.0 and < 1.0. 
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any
 
 from ..spec import AdagradMomentumSpec, AdagradSpec, AdamSpec, FtrlSpec, SGDSpec
-from ..spec.checks import check_bool, check_callable, check_int, check_name, check_real, fail, is_real, parse_combiner
+from ..spec.checks import (
+    check_bool,
+    check_callable,
+    check_int,
+    check_list,
+    check_name,
+    check_real,
+    fail,
+    is_real,
+    parse_combiner,
+)
 from ..spec.initializers import RowIdInitializer, TruncatedNormal, default_table_initializer  # noqa: F401
-from .optimizer_lowering import lowers_to, optimizer_spec, same
+from .optimizer_base import SHARED_OPTIONS, TensorFlowOptimizer, signature
+from .optimizer_lowering import lowers_to, optimizer_spec
 
 
 def _clip_bounds(clipvalue: Any, owner: str) -> tuple[float | None, float | None]:
@@ -57,24 +69,18 @@ def _clip_bounds(clipvalue: Any, owner: str) -> tuple[float | None, float | None
     return -float(clipvalue), float(clipvalue)
 
 
-class _Optimizer:
-    """Options shared by every v2 TPU embedding optimizer."""
+class _Optimizer(TensorFlowOptimizer):
+    """A v2 TPU embedding optimizer.
+
+    TensorFlow stores `clipvalue` as `clip_gradient_min` / `clip_gradient_max`,
+    and `slot_variable_creation_fn` (None where the class has no such argument).
+    """
 
     zero_argument_learning_rate = True  # a callable learning rate takes no argument (evaluated per update)
 
-    def __init__(
-        self,
-        learning_rate,
-        use_gradient_accumulation,
-        clip_weight_min,
-        clip_weight_max,
-        weight_decay_factor,
-        multiply_weight_decay_factor_by_learning_rate,
-        clipvalue=None,
-        slot_variable_creation_fn=None,
-        low_dimensional_packing_status=False,
-    ):
+    def _store(self, arguments):
         owner = type(self).__name__
+        learning_rate = arguments["learning_rate"]
         if not callable(learning_rate) and not is_real(learning_rate):
             raise fail(
                 "learning_rate",
@@ -83,29 +89,14 @@ class _Optimizer:
                 error=TypeError if isinstance(learning_rate, str) else ValueError,
                 owner=owner,
             )
-        self.learning_rate = learning_rate
-        self.use_gradient_accumulation = use_gradient_accumulation
-        self.clip_weight_min = clip_weight_min
-        self.clip_weight_max = clip_weight_max
-        self.weight_decay_factor = weight_decay_factor
-        self.multiply_weight_decay_factor_by_learning_rate = multiply_weight_decay_factor_by_learning_rate
-        self.clip_gradient_min, self.clip_gradient_max = _clip_bounds(clipvalue, owner)
-        self.slot_variable_creation_fn = check_callable(
-            "slot_variable_creation_fn", slot_variable_creation_fn, owner=owner
-        )
-        self.low_dimensional_packing_status = check_bool(
-            "low_dimensional_packing_status", low_dimensional_packing_status, owner=owner
-        )
-
-    def _validate(self) -> None:
-        optimizer_spec(self)
+        arguments["clip_gradient_min"], arguments["clip_gradient_max"] = _clip_bounds(arguments.pop("clipvalue"), owner)
+        arguments.setdefault("slot_variable_creation_fn", None)
+        check_callable("slot_variable_creation_fn", arguments["slot_variable_creation_fn"], owner=owner)
+        check_bool("low_dimensional_packing_status", arguments["low_dimensional_packing_status"], owner=owner)
+        super()._store(arguments)
 
     def _slot_names(self):
         return list(optimizer_spec(self).slot_initial_values())
-
-    def __repr__(self):
-        fields = ", ".join(f"{k}={v!r}" for k, v in sorted(vars(self).items()))
-        return f"{type(self).__name__}({fields})"
 
     def __eq__(self, other):
         """TensorFlow's rule: an instance of this class with equal attributes (so `SGD(0.1) != SGD(0.2)`)."""
@@ -116,201 +107,68 @@ class _Optimizer:
         return hash(tuple(vars(self).items()))
 
 
+# The arguments after the shared options of every class but SGD (FTRL puts two of its own before `_PACKING`).
+_SLOTS_AND_CLIP = dict(slot_variable_creation_fn=None, clipvalue=None)
+_PACKING = dict(low_dimensional_packing_status=False)
+
+
+def _signature(**options: Any) -> inspect.Signature:
+    """TensorFlow's order for Adagrad, AdagradMomentum and Adam: `learning_rate` (0.001), the class's own
+    `options`, then the shared ones."""
+    return signature(learning_rate=0.001, **options, **SHARED_OPTIONS, **_SLOTS_AND_CLIP, **_PACKING)
+
+
 @lowers_to(SGDSpec)
 class SGD(_Optimizer):
     """Stochastic gradient descent: `w -= lr * g`."""
 
-    def __init__(
-        self,
-        learning_rate: float | Callable[[], float] = 0.01,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min=None,
-        clip_weight_max=None,
-        weight_decay_factor=None,
-        multiply_weight_decay_factor_by_learning_rate=None,
-        clipvalue=None,
-        low_dimensional_packing_status: bool = False,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clipvalue,
-            None,
-            low_dimensional_packing_status,
-        )
-        self._validate()
+    __signature__ = signature(learning_rate=0.01, **SHARED_OPTIONS, clipvalue=None, **_PACKING)
 
 
-@lowers_to(AdagradSpec, {"initial_accumulator": "initial_accumulator_value"})
+@lowers_to(AdagradSpec, initial_accumulator="initial_accumulator_value")
 class Adagrad(_Optimizer):
     """Adagrad; the `accumulators` slot starts at `initial_accumulator_value` (> 0)."""
 
-    def __init__(
-        self,
-        learning_rate=0.001,
-        initial_accumulator_value: float = 0.1,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min=None,
-        clip_weight_max=None,
-        weight_decay_factor=None,
-        multiply_weight_decay_factor_by_learning_rate=None,
-        slot_variable_creation_fn=None,
-        clipvalue=None,
-        low_dimensional_packing_status: bool = False,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clipvalue,
-            slot_variable_creation_fn,
-            low_dimensional_packing_status,
-        )
-        self.initial_accumulator_value = initial_accumulator_value
-        self._validate()
+    __signature__ = _signature(initial_accumulator_value=0.1)
 
 
-@lowers_to(AdagradMomentumSpec, same("momentum", "use_nesterov", "exponent", "beta2", "epsilon"))
+@lowers_to(AdagradMomentumSpec)
 class AdagradMomentum(_Optimizer):
     """Adagrad with momentum; slots `accumulators` and `momenta`, both starting at 0."""
 
-    def __init__(
-        self,
-        learning_rate=0.001,
-        momentum: float = 0.0,
-        use_nesterov: bool = False,
-        exponent: float = 2,
-        beta2: float = 1,
-        epsilon: float = 1e-10,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min=None,
-        clip_weight_max=None,
-        weight_decay_factor=None,
-        multiply_weight_decay_factor_by_learning_rate=None,
-        slot_variable_creation_fn=None,
-        clipvalue=None,
-        low_dimensional_packing_status: bool = False,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clipvalue,
-            slot_variable_creation_fn,
-            low_dimensional_packing_status,
-        )
-        self.momentum = momentum
-        self.use_nesterov = use_nesterov
-        self.exponent = exponent
-        self.beta2 = beta2
-        self.epsilon = epsilon
-        self._validate()
+    __signature__ = _signature(momentum=0.0, use_nesterov=False, exponent=2, beta2=1, epsilon=1e-10)
 
 
-@lowers_to(
-    FtrlSpec,
-    same(
-        "learning_rate_power",
-        "initial_accumulator_value",
-        "l1_regularization_strength",
-        "l2_regularization_strength",
-        "beta",
-        "multiply_linear_by_learning_rate",
-        "allow_zero_accumulator",
-    ),
-)
+@lowers_to(FtrlSpec)
 class FTRL(_Optimizer):
     """FTRL-proximal; slots `accumulators` (initial value > 0) and `linears` (0)."""
 
-    def __init__(
-        self,
+    __signature__ = signature(
         learning_rate=0.001,
-        learning_rate_power: float = -0.5,
-        l1_regularization_strength: float = 0.0,
-        l2_regularization_strength: float = 0.0,
-        beta: float = 0.0,
-        initial_accumulator_value: float = 0.1,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min=None,
-        clip_weight_max=None,
-        weight_decay_factor=None,
-        multiply_weight_decay_factor_by_learning_rate=None,
-        slot_variable_creation_fn=None,
-        clipvalue=None,
-        multiply_linear_by_learning_rate: bool = False,
-        allow_zero_accumulator: bool = False,
-        low_dimensional_packing_status: bool = False,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clipvalue,
-            slot_variable_creation_fn,
-            low_dimensional_packing_status,
+        learning_rate_power=-0.5,
+        l1_regularization_strength=0.0,
+        l2_regularization_strength=0.0,
+        beta=0.0,
+        initial_accumulator_value=0.1,
+        **SHARED_OPTIONS,
+        **_SLOTS_AND_CLIP,
+        multiply_linear_by_learning_rate=False,
+        allow_zero_accumulator=False,
+        **_PACKING,
+    )
+
+    def _store(self, arguments):
+        super()._store(arguments)
+        check_real(
+            "initial_accumulator_value", self.initial_accumulator_value, minimum=0.0, min_open=True, owner="FTRL"
         )
-        check_real("initial_accumulator_value", initial_accumulator_value, minimum=0.0, min_open=True, owner="FTRL")
-        self.learning_rate_power = learning_rate_power
-        self.l1_regularization_strength = l1_regularization_strength
-        self.l2_regularization_strength = l2_regularization_strength
-        self.beta = beta
-        self.initial_accumulator_value = initial_accumulator_value
-        self.multiply_linear_by_learning_rate = multiply_linear_by_learning_rate
-        self.allow_zero_accumulator = allow_zero_accumulator
-        self._validate()
 
 
-@lowers_to(AdamSpec, {"beta1": "beta_1", "beta2": "beta_2", **same("epsilon", "lazy_adam", "sum_inside_sqrt")})
+@lowers_to(AdamSpec, beta1="beta_1", beta2="beta_2")
 class Adam(_Optimizer):
     """Adam without bias correction; slots `momenta` and `velocities`; lazy by default."""
 
-    def __init__(
-        self,
-        learning_rate=0.001,
-        beta_1: float = 0.9,
-        beta_2: float = 0.999,
-        epsilon: float = 1e-07,
-        lazy_adam: bool = True,
-        sum_inside_sqrt: bool = True,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min=None,
-        clip_weight_max=None,
-        weight_decay_factor=None,
-        multiply_weight_decay_factor_by_learning_rate=None,
-        slot_variable_creation_fn=None,
-        clipvalue=None,
-        low_dimensional_packing_status: bool = False,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clipvalue,
-            slot_variable_creation_fn,
-            low_dimensional_packing_status,
-        )
-        self.beta_1 = beta_1
-        self.beta_2 = beta_2
-        self.epsilon = epsilon
-        self.lazy_adam = lazy_adam
-        self.sum_inside_sqrt = sum_inside_sqrt
-        self._validate()
+    __signature__ = _signature(beta_1=0.9, beta_2=0.999, epsilon=1e-07, lazy_adam=True, sum_inside_sqrt=True)
 
 
 OPTIMIZER_CLASSES = (SGD, Adagrad, AdagradMomentum, Adam, FTRL)
@@ -402,8 +260,7 @@ class FeatureConfig:
         if validate_weights_and_indices is not True and validate_weights_and_indices is not False:
             raise fail("validate_weights_and_indices", "True or False", validate_weights_and_indices, owner=owner)
         if output_shape is not None:
-            if not isinstance(output_shape, (list, tuple)):
-                raise fail("output_shape", "None or a list of sizes", output_shape, error=TypeError, owner=owner)
+            check_list("output_shape", output_shape, "None or a list of sizes", owner=owner)
             output_shape = [int(check_int("output_shape", d, minimum=1, owner=owner)) for d in output_shape]
         if name is not None:
             check_name("name", name, owner=owner)

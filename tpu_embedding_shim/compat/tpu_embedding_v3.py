@@ -47,8 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.engine import LookupResult
-from ..engine.lookup import pooled_coefficients
+from ..engine import LookupResult, pooled_coefficients
 from . import tpu_embedding_v2_utils as v2_utils
 from .midlevel_base import MidLevelBase
 from .midlevel_inputs import ConvertedInput

@@ -38,7 +38,7 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..spec.checks import check_bool, check_callable, check_int, check_name, fail, is_int, parse_combiner
+from ..spec.checks import check_bool, check_callable, check_int, check_list, check_name, fail, is_int, parse_combiner
 from ..spec.initializers import default_table_initializer
 from .feature_columns import (
     BaseEmbeddingColumn,
@@ -46,7 +46,7 @@ from .feature_columns import (
     CategoricalColumn,
     CrossedColumn,
     HashedCategoricalColumn,
-    OverCategoricalColumn,
+    OverColumn,
     SequenceCategoricalColumn,
     WeightedCategoricalColumn,
     serialize_column,
@@ -64,30 +64,33 @@ def _read_only(attribute: str) -> property:
     return property(operator.attrgetter(attribute))
 
 
-class _TPUBaseEmbeddingColumn(BaseEmbeddingColumn):
-    """What every TPU embedding column has: the categorical column, sequence length, lookup options."""
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Table:
+    """The table of a column: the table arguments of its call, checked (one object per call)."""
 
-    def __init__(
-        self,
-        categorical_column,
-        dimension,
-        combiner,
-        initializer,
-        max_sequence_length,
-        learning_rate_fn,
-        use_safe_embedding_lookup,
-        embedding_lookup_device=None,
-        tensor_core_shape=None,
-    ):
-        self.categorical_column = categorical_column
-        self._dimension = dimension
-        self.combiner = combiner
-        self.initializer = initializer
+    dimension: int
+    initializer: Any
+    combiner: str
+    learning_rate_fn: Any
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Lookup:
+    """How a column looks its ids up: the lookup arguments of its call, checked."""
+
+    use_safe_embedding_lookup: bool
+    embedding_lookup_device: str | None
+    tensor_core_shape: list[Any] | None
+
+
+class _TPUBaseEmbeddingColumn(BaseEmbeddingColumn):
+    """What every TPU embedding column has: the categorical column, sequence length, table and lookup."""
+
+    def __init__(self, categorical_column: CategoricalColumn, max_sequence_length: int, table: _Table, lookup: _Lookup):
+        self._categorical_column = categorical_column
         self._max_sequence_length = max_sequence_length
-        self._learning_rate_fn = learning_rate_fn
-        self.use_safe_embedding_lookup = use_safe_embedding_lookup
-        self._embedding_lookup_device = embedding_lookup_device
-        self._tensor_core_shape = tensor_core_shape
+        self._table = table
+        self._lookup = lookup
 
     # TensorFlow's accessors ------------------------------------------------------
 
@@ -119,7 +122,11 @@ class _TPUBaseEmbeddingColumn(BaseEmbeddingColumn):
         return (self.categorical_column.num_buckets, self.dimension)
 
     def get_learning_rate_fn(self):
-        return self._learning_rate_fn
+        return self.learning_rate_fn
+
+    def get_initializer(self):
+        """The table's initializer (for shared columns, the same object for every column of the call)."""
+        return self.initializer
 
     def get_combiner(self) -> str:
         return self.combiner
@@ -134,18 +141,22 @@ class _TPUBaseEmbeddingColumn(BaseEmbeddingColumn):
 
     # The TF1 (`_FeatureColumn`) names of the same values, which TensorFlow's own tests still read.
     _variable_shape = BaseEmbeddingColumn.variable_shape
-    _parse_example_spec = OverCategoricalColumn.parse_example_spec
+    _parse_example_spec = OverColumn.parse_example_spec
 
     @property
     def _var_scope_name(self) -> str:
         return self.name
 
     # The constructor's arguments, read-only as TensorFlow's column fields are.
-    dimension = _read_only("_dimension")
+    categorical_column = _read_only("_categorical_column")
     max_sequence_length = _read_only("_max_sequence_length")
-    learning_rate_fn = _read_only("_learning_rate_fn")
-    embedding_lookup_device = _read_only("_embedding_lookup_device")
-    tensor_core_shape = _read_only("_tensor_core_shape")
+    dimension = _read_only("_table.dimension")
+    initializer = _read_only("_table.initializer")
+    combiner = _read_only("_table.combiner")
+    learning_rate_fn = _read_only("_table.learning_rate_fn")
+    use_safe_embedding_lookup = _read_only("_lookup.use_safe_embedding_lookup")
+    embedding_lookup_device = _read_only("_lookup.embedding_lookup_device")
+    tensor_core_shape = _read_only("_lookup.tensor_core_shape")
 
     def __repr__(self):
         return (
@@ -160,9 +171,6 @@ class _TPUEmbeddingColumnV2(_TPUBaseEmbeddingColumn):
 
     def get_embedding_var_name(self) -> str:
         return self.categorical_column.name
-
-    def get_initializer(self):
-        return self.initializer
 
     # EmbeddingColumn's fields that TensorFlow's TPU column fixes (its constructor accepts none of them).
     ckpt_to_load_from = property(lambda self: None, doc="Always None.")
@@ -229,54 +237,22 @@ class _TPUDeviceSpecificEmbeddingColumnV2(_TPUEmbeddingColumnV2):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class SharedEmbeddingColumnCreator:
+class SharedEmbeddingColumnCreator(_Table):
     """What the columns of one `shared_embedding_columns` call share: the table, named `name` (the shared
     embedding collection name). One object per call: compared by identity."""
 
-    dimension: int
-    initializer: Any
     name: str
     num_buckets: int
-    combiner: str
-    learning_rate_fn: Any
 
 
 class _TPUSharedEmbeddingColumnV2(_TPUBaseEmbeddingColumn):
     """A TPU embedding column that shares its table with the other columns of its call."""
 
     _name_suffix = "_shared_embedding"
-
-    def __init__(
-        self,
-        categorical_column,
-        shared_embedding_column_creator,
-        combiner,
-        initializer,
-        max_sequence_length,
-        learning_rate_fn,
-        use_safe_embedding_lookup,
-        embedding_lookup_device=None,
-        tensor_core_shape=None,
-    ):
-        super().__init__(
-            categorical_column,
-            shared_embedding_column_creator.dimension,
-            combiner,
-            initializer,
-            max_sequence_length,
-            learning_rate_fn,
-            use_safe_embedding_lookup,
-            embedding_lookup_device,
-            tensor_core_shape,
-        )
-        self.shared_embedding_column_creator = shared_embedding_column_creator
+    shared_embedding_column_creator = _read_only("_table")
 
     def get_embedding_var_name(self) -> str:
         return self.shared_embedding_column_creator.name
-
-    def get_initializer(self):
-        """The table's initializer, the same object for every column of the call."""
-        return self.shared_embedding_column_creator.initializer
 
     def get_config(self):
         """Raises NotImplementedError, as TensorFlow's shared columns do."""
@@ -327,19 +303,11 @@ def _check_categorical(column: Any, owner: str) -> None:
         )
 
 
-def _check_dimension(dimension: Any, owner: str) -> int:
-    return check_int("dimension", dimension, minimum=1, owner=owner)
-
-
 def _check_device(device: Any, shape: Any, owner: str) -> list[Any] | None:
     if device is not None and (not isinstance(device, str) or device not in LOOKUP_DEVICES):
         raise fail("embedding_lookup_device", f"None or one of {list(LOOKUP_DEVICES)}", device, owner=owner)
     if shape is not None:
-        if not isinstance(shape, (list, tuple)):
-            raise fail(
-                "tensor_core_shape", "a list of 2 sizes [batch, ids per example]", shape, owner=owner, error=TypeError
-            )
-        shape = list(shape)
+        shape = list(check_list("tensor_core_shape", shape, "a list of 2 sizes [batch, ids per example]", owner=owner))
         if len(shape) != 2:
             raise fail("tensor_core_shape", "a list of 2 sizes [batch, ids per example]", shape, owner=owner)
         for size in shape:
@@ -400,11 +368,22 @@ def _check_unsupported(unsupported: dict, owner: str) -> None:
         )
 
 
-def _check_common(owner, combiner, initializer, learning_rate_fn, use_safe_embedding_lookup):
+def _table(owner: str, dimension: Any, combiner: Any, initializer: Any, learning_rate_fn: Any) -> _Table:
+    """The table arguments, checked; the default initializer is truncated normal, stddev 1/sqrt(dimension)."""
+    dimension = check_int("dimension", dimension, minimum=1, owner=owner)
     parse_combiner(combiner, owner=owner)
     check_callable("initializer", initializer, owner=owner)
     check_callable("learning_rate_fn", learning_rate_fn, owner=owner)
+    if initializer is None:
+        initializer = default_table_initializer(dimension)
+    return _Table(dimension, initializer, combiner, learning_rate_fn)
+
+
+def _lookup(owner: str, use_safe_embedding_lookup: Any, device: Any, tensor_core_shape: Any) -> _Lookup:
+    """The lookup arguments, checked."""
+    tensor_core_shape = _check_device(device, tensor_core_shape, owner)
     check_bool("use_safe_embedding_lookup", use_safe_embedding_lookup, owner=owner)
+    return _Lookup(use_safe_embedding_lookup, device, tensor_core_shape)
 
 
 def _check_tensor_core_sequence(device: str | None, column: CategoricalColumn, owner: str) -> None:
@@ -455,25 +434,12 @@ def embedding_column(
     owner = "embedding_column"
     _check_unsupported(unsupported, owner)
     _check_categorical(categorical_column, owner)
-    dimension = _check_dimension(dimension, owner)
-    tensor_core_shape = _check_device(embedding_lookup_device, tensor_core_shape, owner)
-    _check_common(owner, combiner, initializer, learning_rate_fn, use_safe_embedding_lookup)
+    table = _table(owner, dimension, combiner, initializer, learning_rate_fn)
+    lookup = _lookup(owner, use_safe_embedding_lookup, embedding_lookup_device, tensor_core_shape)
     _check_tensor_core_sequence(embedding_lookup_device, categorical_column, owner)
     max_sequence_length = _check_sequence_length(categorical_column, max_sequence_length, owner)
-    if initializer is None:
-        initializer = default_table_initializer(dimension)
     cls = _TPUDeviceSpecificEmbeddingColumnV2 if embedding_lookup_device else _TPUEmbeddingColumnV2
-    return cls(
-        categorical_column,
-        dimension,
-        combiner,
-        initializer,
-        max_sequence_length,
-        learning_rate_fn,
-        use_safe_embedding_lookup,
-        embedding_lookup_device,
-        tensor_core_shape,
-    )
+    return cls(categorical_column, max_sequence_length, table, lookup)
 
 
 def shared_embedding_columns(
@@ -499,26 +465,15 @@ def shared_embedding_columns(
     """
     owner = "shared_embedding_columns"
     _check_unsupported(unsupported, owner)
-    if not isinstance(categorical_columns, (list, tuple)):
-        raise fail(
-            "categorical_columns",
-            "a list of categorical columns",
-            categorical_columns,
-            error=TypeError,
-            owner=owner,
-            hint="Wrap a single column in a list: shared_embedding_columns([column], ...).",
-        )
+    hint = "Wrap a single column in a list: shared_embedding_columns([column], ...)."
+    check_list("categorical_columns", categorical_columns, "a list of categorical columns", owner=owner, hint=hint)
     if not categorical_columns:
         raise fail("categorical_columns", "a non-empty list of categorical columns", categorical_columns, owner=owner)
     for column in categorical_columns:
         _check_categorical(column, owner)
-    if max_sequence_lengths is not None and not isinstance(max_sequence_lengths, (list, tuple)):
-        raise fail(
-            "max_sequence_lengths",
-            "None or a list with one length per column",
-            max_sequence_lengths,
-            error=TypeError,
-            owner=owner,
+    if max_sequence_lengths is not None:
+        check_list(
+            "max_sequence_lengths", max_sequence_lengths, "None or a list with one length per column", owner=owner
         )
     if not max_sequence_lengths:
         max_sequence_lengths = [0] * len(categorical_columns)
@@ -528,9 +483,8 @@ def shared_embedding_columns(
             f"len(max_sequence_lengths)={len(max_sequence_lengths)}, "
             f"len(categorical_columns)={len(categorical_columns)}."
         )
-    dimension = _check_dimension(dimension, owner)
-    tensor_core_shape = _check_device(embedding_lookup_device, tensor_core_shape, owner)
-    _check_common(owner, combiner, initializer, learning_rate_fn, use_safe_embedding_lookup)
+    table = _table(owner, dimension, combiner, initializer, learning_rate_fn)
+    lookup = _lookup(owner, use_safe_embedding_lookup, embedding_lookup_device, tensor_core_shape)
     if shared_embedding_collection_name is not None:
         check_name("shared_embedding_collection_name", shared_embedding_collection_name, owner=owner)
     by_name = sorted(categorical_columns, key=lambda c: c.name)
@@ -551,25 +505,10 @@ def shared_embedding_columns(
     lengths = [_check_sequence_length(c, n, owner) for c, n in zip(categorical_columns, max_sequence_lengths)]
     for column in categorical_columns:
         _check_tensor_core_sequence(embedding_lookup_device, column, owner)
-    if initializer is None:
-        initializer = default_table_initializer(dimension)
     name = shared_embedding_collection_name or "_".join(c.name for c in by_name) + "_shared_embedding"
-    creator = SharedEmbeddingColumnCreator(dimension, initializer, name, first.num_buckets, combiner, learning_rate_fn)
+    creator = SharedEmbeddingColumnCreator(**vars(table), name=name, num_buckets=first.num_buckets)
     cls = _TPUSharedDeviceSpecificEmbeddingColumnV2 if embedding_lookup_device else _TPUSharedEmbeddingColumnV2
-    return [
-        cls(
-            column,
-            creator,
-            combiner,
-            initializer,
-            length,
-            learning_rate_fn,
-            use_safe_embedding_lookup,
-            embedding_lookup_device,
-            tensor_core_shape,
-        )
-        for column, length in zip(categorical_columns, lengths)
-    ]
+    return [cls(column, length, creator, lookup) for column, length in zip(categorical_columns, lengths)]
 
 
 def _feature_key(column: CategoricalColumn) -> str:

@@ -58,19 +58,24 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.checkpoint import CheckpointError
-from ..engine.files import discard_directory
+from ..engine import CheckpointError, discard_directory
 from ..engine.tf_bundle import (
+    OBJECT_GRAPH_KEY,
     DataLossError,
+    Node,
+    acquire_writer,
+    build_graph,
     delete_bundle,
     is_bundle,
     newest_complete,
     read_state,
+    release_writer,
+    remove_debris,
+    sole_writer,
     write_bundle,
     write_state,
+    writing,
 )
-from ..engine.tf_bundle.debris import acquire_writer, release_writer, remove_debris, sole_writer, writing
-from ..engine.tf_bundle.object_graph import OBJECT_GRAPH_KEY, Node, build_graph
 from .checkpoint_objects import Plan, adapter_for
 from .checkpoint_reader import latest_checkpoint
 from .checkpoint_sources import LEGACY_MANIFEST, open_source

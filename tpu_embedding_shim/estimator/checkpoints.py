@@ -30,9 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from ..engine import CheckpointError, shard_sizes
 from ..engine import checkpoint as legacy_lib
-from ..engine.checkpoint import CheckpointError
-from ..engine.sharding import shard_sizes
 from ..engine.tf_bundle import (
     FULL,
     BundleReader,
@@ -41,13 +40,15 @@ from ..engine.tf_bundle import (
     SlicedTensor,
     delete_bundle,
     index_file,
+    index_suffix_hint,
     is_bundle,
     newest_complete,
     read_state,
+    remove_debris,
     write_bundle,
     write_state,
+    writing,
 )
-from ..engine.tf_bundle.debris import remove_debris, writing
 from .state import dense_file_name, dense_steps, read_dense
 from .tf_names import to_mod_layout
 
@@ -293,12 +294,9 @@ def open_source(
         if not os.path.exists(path):
             raise NotFoundError(f"No checkpoint at {path!r}: the file does not exist.")
         return _legacy_source(path, legacy_tensors)
-    hint = ""
-    if path.endswith(".index") and is_bundle(path[: -len(".index")]):
-        hint = f" Pass the prefix without '.index': {path[: -len('.index')]!r}."
     raise NotFoundError(
         f"No checkpoint at {path!r}: {index_file(path)} does not exist (a checkpoint is a prefix "
-        f"such as model_dir/model.ckpt-100, or a directory holding a 'checkpoint' file).{hint}"
+        f"such as model_dir/model.ckpt-100, or a directory holding a 'checkpoint' file).{index_suffix_hint(path)}"
     )
 
 

@@ -31,7 +31,6 @@ rows and 'mean' divides by their count (an empty example gives zeros).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,8 +38,8 @@ import numpy as np
 
 from ..compat import lowering
 from ..compat.tensors import RaggedTensor, SparseTensor
+from ..engine import Ragged, is_ragged_tensor, is_sparse, to_ragged
 from ..engine import lookup as lookup_kernels
-from ..engine.ragged import Ragged, is_ragged_tensor, is_sparse, to_ragged
 
 
 class TPUContext:
@@ -106,9 +105,7 @@ class TensorCoreColumns:
         for name, table in self.tables.items():
             if name in dense_state:
                 continue
-            initializer: Any = table.initializer  # any callable; the built-in random ones are dataclasses with a `seed`
-            if getattr(initializer, "seed", "absent") is None:
-                initializer = dataclasses.replace(initializer, seed=int(rng.integers(2**31)))
+            initializer = table.seeded_initializer(rng)  # a seedless random one seeded from `rng`, as the engine's
             values = np.array(initializer((table.vocabulary_size, table.dim), np.float32), dtype=np.float32)
             if values.shape != (table.vocabulary_size, table.dim):
                 raise ValueError(

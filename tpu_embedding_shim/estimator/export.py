@@ -24,14 +24,14 @@ import dataclasses
 import hashlib
 import json
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from ..engine import lookup as lookup_kernels
-from ..engine.files import new_directory
-from ..engine.ragged import to_ragged
+from ..engine import new_directory, to_ragged
 from ..spec import FeatureSpec
 from .state import DenseState
 
@@ -53,16 +53,46 @@ def _file_stem(name: str) -> str:
     return (stem or "table") + "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
 
 
+@dataclasses.dataclass
+class ServedTables:
+    """What a served model looks up: each table whole and in id order, what trained it, its combiner; the features."""
+
+    tables: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    trained_by: dict[str, str] = dataclasses.field(default_factory=dict)
+    combiners: dict[str, str] = dataclasses.field(default_factory=dict)
+    features: list[FeatureSpec] = dataclasses.field(default_factory=list)
+
+
+def served_tables(engine: Any, tensor_core: Any = None, dense_state: Any = None) -> ServedTables:
+    """The engine's tables (if any), then those of the tensor-core columns (if any), read from `dense_state`."""
+    served = ServedTables()
+    if engine is not None:
+        for table in engine.spec.tables:
+            served.tables[table.name] = engine.table(table.name)
+            served.trained_by[table.name] = "embedding engine"
+            served.combiners[table.name] = table.combiner
+        served.features += list(engine.spec.features)
+    if tensor_core is not None:
+        for name, table in tensor_core.tables.items():
+            served.tables[name] = np.asarray(dense_state[name])
+            served.trained_by[name] = "model (tpu_tensor_core)"
+            served.combiners[name] = table.combiner
+        served.features += list(tensor_core.features)
+    return served
+
+
+def timestamped_dir(export_dir_base: Any) -> str:
+    """A new `<export_dir_base>/<seconds since the epoch>` (the next free second if taken), as TensorFlow names
+    exports."""
+    base = os.fspath(export_dir_base)
+    stamp = int(time.time())
+    while os.path.exists(os.path.join(base, str(stamp))) or os.path.exists(os.path.join(base, f"temp-{stamp}")):
+        stamp += 1
+    return os.path.join(base, str(stamp))
+
+
 def write_export(
-    export_dir: str,
-    *,
-    tables: Mapping[str, np.ndarray],
-    trained_by: Mapping[str, str],
-    combiners: Mapping[str, str],
-    features: list[FeatureSpec],
-    dense_state: DenseState,
-    global_step: int,
-    extra: dict | None = None,
+    export_dir: str, served: ServedTables, *, dense_state: DenseState, global_step: int, extra: dict | None = None
 ) -> str:
     """Writes an export directory (must not exist yet); returns its path."""
     export_dir = os.fspath(export_dir)
@@ -73,7 +103,7 @@ def write_export(
     with new_directory(export_dir, temporary_prefix=".tmp-export-") as tmp:
         os.makedirs(os.path.join(tmp, "tables"))
         entries = []
-        for name, array in tables.items():
+        for name, array in served.tables.items():
             array = np.ascontiguousarray(array, dtype=np.float32)
             relative = f"tables/{_file_stem(name)}.npy"
             np.save(os.path.join(tmp, relative), array, allow_pickle=False)
@@ -84,8 +114,8 @@ def write_export(
                     "shape": list(array.shape),
                     "dtype": array.dtype.str,
                     "sha256": _sha256(os.path.join(tmp, relative)),
-                    "combiner": combiners[name],
-                    "trained_by": trained_by[name],
+                    "combiner": served.combiners[name],
+                    "trained_by": served.trained_by[name],
                 }
             )
         with open(os.path.join(tmp, "dense_state.npz"), "wb") as handle:
@@ -95,7 +125,7 @@ def write_export(
             "format_version": FORMAT_VERSION,
             "global_step": int(global_step),
             "tables": entries,
-            "features": [_feature_to_json(f) for f in features],
+            "features": [_feature_to_json(f) for f in served.features],
             "dense_state": {"file": "dense_state.npz", "sha256": _sha256(os.path.join(tmp, "dense_state.npz"))},
             "extra": extra or {},
         }

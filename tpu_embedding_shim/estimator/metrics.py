@@ -20,6 +20,7 @@ a trapezoidal (or minoring / majoring) sum, the same approximation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -59,87 +60,85 @@ def mean(
     return _div((values * w).sum(), w.sum()), None
 
 
-def accuracy(
-    labels: Any,
-    predictions: Any,
-    weights: Any = None,
-    metrics_collections: Any = None,
-    updates_collections: Any = None,
-    name: str | None = None,
-):
+def _labels_metric(value: Callable[[Any, Any, Any], float]) -> Callable[..., tuple[float, None]]:
+    """The metric `value(labels, predictions, weights)` with TensorFlow's signature, returning `(value, None)`.
+
+    TensorFlow's signature is `(labels, predictions, weights=None,
+    metrics_collections=None, updates_collections=None, name=None)`; the
+    collections and the name are accepted and have no use here.
+    """
+
+    def metric(
+        labels: Any,
+        predictions: Any,
+        weights: Any = None,
+        metrics_collections: Any = None,
+        updates_collections: Any = None,
+        name: str | None = None,
+    ) -> tuple[float, None]:
+        return value(labels, predictions, weights), None
+
+    metric.__name__ = metric.__qualname__ = value.__name__
+    metric.__doc__ = value.__doc__
+    metric.__module__ = value.__module__
+    return metric
+
+
+def _float_pair(labels: Any, predictions: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(labels, predictions) as float64, labels in the predictions' shape."""
+    predictions = np.asarray(predictions, np.float64)
+    return np.asarray(labels, np.float64).reshape(predictions.shape), predictions
+
+
+@_labels_metric
+def accuracy(labels: Any, predictions: Any, weights: Any) -> float:
     """(weighted fraction of predictions equal to labels, None)."""
     labels, predictions = np.asarray(labels), np.asarray(predictions)
     if labels.shape != predictions.shape:
         labels = labels.reshape(predictions.shape)
-    return mean((labels == predictions).astype(np.float64), weights)
+    return mean((labels == predictions).astype(np.float64), weights)[0]
 
 
-def mean_squared_error(
-    labels: Any,
-    predictions: Any,
-    weights: Any = None,
-    metrics_collections: Any = None,
-    updates_collections: Any = None,
-    name: str | None = None,
-):
-    predictions = np.asarray(predictions, np.float64)
-    labels = np.asarray(labels, np.float64).reshape(predictions.shape)
-    return mean((labels - predictions) ** 2, weights)
+@_labels_metric
+def mean_squared_error(labels: Any, predictions: Any, weights: Any) -> float:
+    """(weighted mean of (labels - predictions) ** 2, None)."""
+    labels, predictions = _float_pair(labels, predictions)
+    return mean((labels - predictions) ** 2, weights)[0]
 
 
-def mean_absolute_error(
-    labels: Any,
-    predictions: Any,
-    weights: Any = None,
-    metrics_collections: Any = None,
-    updates_collections: Any = None,
-    name: str | None = None,
-):
-    predictions = np.asarray(predictions, np.float64)
-    labels = np.asarray(labels, np.float64).reshape(predictions.shape)
-    return mean(np.abs(labels - predictions), weights)
+@_labels_metric
+def mean_absolute_error(labels: Any, predictions: Any, weights: Any) -> float:
+    """(weighted mean of |labels - predictions|, None)."""
+    labels, predictions = _float_pair(labels, predictions)
+    return mean(np.abs(labels - predictions), weights)[0]
 
 
-def root_mean_squared_error(
-    labels: Any,
-    predictions: Any,
-    weights: Any = None,
-    metrics_collections: Any = None,
-    updates_collections: Any = None,
-    name: str | None = None,
-):
-    return float(np.sqrt(mean_squared_error(labels, predictions, weights)[0])), None
+@_labels_metric
+def root_mean_squared_error(labels: Any, predictions: Any, weights: Any) -> float:
+    """(square root of the weighted mean squared error, None)."""
+    return float(np.sqrt(mean_squared_error(labels, predictions, weights)[0]))
 
 
 def _counts(labels: Any, predictions: Any, weights: Any):
+    """Weighted (true positives, false positives, false negatives) of boolean labels and predictions."""
     predictions = np.asarray(predictions).astype(bool)
     labels = np.asarray(labels).astype(bool).reshape(predictions.shape)
     w = _weights(weights, predictions.shape)
     return (w * (labels & predictions)).sum(), (w * (~labels & predictions)).sum(), (w * (labels & ~predictions)).sum()
 
 
-def precision(
-    labels: Any,
-    predictions: Any,
-    weights: Any = None,
-    metrics_collections: Any = None,
-    updates_collections: Any = None,
-    name: str | None = None,
-):
+@_labels_metric
+def precision(labels: Any, predictions: Any, weights: Any) -> float:
+    """(true positives / predicted positives, None); 0 when nothing is predicted positive."""
     tp, fp, _ = _counts(labels, predictions, weights)
-    return _div(tp, tp + fp), None
+    return _div(tp, tp + fp)
 
 
-def recall(
-    labels: Any,
-    predictions: Any,
-    weights: Any = None,
-    metrics_collections: Any = None,
-    updates_collections: Any = None,
-    name: str | None = None,
-):
+@_labels_metric
+def recall(labels: Any, predictions: Any, weights: Any) -> float:
+    """(true positives / actual positives, None); 0 when there is no positive label."""
     tp, _, fn = _counts(labels, predictions, weights)
-    return _div(tp, tp + fn), None
+    return _div(tp, tp + fn)
 
 
 def auc(

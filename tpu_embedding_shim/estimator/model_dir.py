@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..compat.embedding_config_spec import EmbeddingConfigSpec
-from ..engine.engine import Engine
+from ..engine import Engine
 from . import checkpoints
 from .context import TensorCoreColumns
 from .model_fn import ModeKeys

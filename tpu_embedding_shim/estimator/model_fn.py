@@ -1,4 +1,9 @@
-"""What a model_fn returns: `EstimatorSpec`, `TPUEstimatorSpec`, and `ModeKeys`; how the runner reads its values.
+"""The model_fn's contract: how the runner calls it, what it returns (`EstimatorSpec`, `TPUEstimatorSpec`).
+
+The runner calls `model_fn(features, labels, mode, params[, config])` as
+TensorFlow's TPUEstimator does, with TensorFlow's checks of its arguments
+(`verify_model_fn` when the estimator is built, `call_model_fn` at each
+call), and reads the values of the spec it returns.
 
 Both specs are TensorFlow's namedtuples with one field added at the end,
 `embedding_gradients`: the numpy stand-in for the backward pass TensorFlow
@@ -23,9 +28,12 @@ In TRAIN mode a numpy model_fn returns
 from __future__ import annotations
 
 import collections
+import inspect
 from typing import Any
 
 import numpy as np
+
+from .inputs import fn_args
 
 
 class ModeKeys:
@@ -53,23 +61,21 @@ def _check_mode(mode: Any, owner: str) -> None:
         )
 
 
+def fields_signature(cls: Any) -> Any:
+    """Class decorator: `inspect.signature(cls)` shows its namedtuple's fields (TensorFlow's arguments), not the
+    `*args, **kwargs` of the `__new__` that checks them."""
+    cls.__signature__ = inspect.signature(cls.__bases__[0])
+    return cls
+
+
+# TensorFlow's namedtuples, in its field order: `mode` is required, every other field is None by default.
+@fields_signature
 class EstimatorSpec(
     collections.namedtuple(
         "EstimatorSpec",
-        (
-            "mode",
-            "predictions",
-            "loss",
-            "train_op",
-            "eval_metric_ops",
-            "export_outputs",
-            "training_chief_hooks",
-            "training_hooks",
-            "scaffold",
-            "evaluation_hooks",
-            "prediction_hooks",
-            "embedding_gradients",
-        ),
+        "mode predictions loss train_op eval_metric_ops export_outputs training_chief_hooks training_hooks scaffold "
+        "evaluation_hooks prediction_hooks embedding_gradients",
+        defaults=(None, None, None, None, None, None, None, None, None, None, None),
     )
 ):
     """`tf.estimator.EstimatorSpec` (+ `embedding_gradients`).
@@ -83,67 +89,30 @@ class EstimatorSpec(
     PREDICT `predictions`.
     """
 
-    def __new__(
-        cls,
-        mode,
-        predictions=None,
-        loss=None,
-        train_op=None,
-        eval_metric_ops=None,
-        export_outputs=None,
-        training_chief_hooks=None,
-        training_hooks=None,
-        scaffold=None,
-        evaluation_hooks=None,
-        prediction_hooks=None,
-        embedding_gradients=None,
-    ):
-        _check_mode(mode, "EstimatorSpec")
-        if mode == ModeKeys.TRAIN and loss is None:
+    def __new__(cls, *args: Any, **kwargs: Any) -> EstimatorSpec:
+        spec = super().__new__(cls, *args, **kwargs)
+        _check_mode(spec.mode, "EstimatorSpec")
+        if spec.mode == ModeKeys.TRAIN and spec.loss is None:
             raise ValueError("Missing loss.")
-        if mode == ModeKeys.TRAIN and train_op is None:
+        if spec.mode == ModeKeys.TRAIN and spec.train_op is None:
             raise ValueError("Missing train_op.")
-        if mode == ModeKeys.EVAL and loss is None:
+        if spec.mode == ModeKeys.EVAL and spec.loss is None:
             raise ValueError("Missing loss.")
-        if mode == ModeKeys.PREDICT and predictions is None:
+        if spec.mode == ModeKeys.PREDICT and spec.predictions is None:
             raise ValueError("Missing predictions.")
-        if eval_metric_ops is not None and not isinstance(eval_metric_ops, dict):
-            raise TypeError(f"eval_metric_ops must be a dict, given: {eval_metric_ops}")
-        _check_train_op(train_op)
-        return super().__new__(
-            cls,
-            mode,
-            predictions,
-            loss,
-            train_op,
-            eval_metric_ops,
-            export_outputs,
-            training_chief_hooks,
-            training_hooks,
-            scaffold,
-            evaluation_hooks,
-            prediction_hooks,
-            embedding_gradients,
-        )
+        if spec.eval_metric_ops is not None and not isinstance(spec.eval_metric_ops, dict):
+            raise TypeError(f"eval_metric_ops must be a dict, given: {spec.eval_metric_ops}")
+        _check_train_op(spec.train_op)
+        return spec
 
 
+@fields_signature
 class TPUEstimatorSpec(
     collections.namedtuple(
         "TPUEstimatorSpec",
-        (
-            "mode",
-            "predictions",
-            "loss",
-            "train_op",
-            "eval_metrics",
-            "export_outputs",
-            "scaffold_fn",
-            "host_call",
-            "training_hooks",
-            "evaluation_hooks",
-            "prediction_hooks",
-            "embedding_gradients",
-        ),
+        "mode predictions loss train_op eval_metrics export_outputs scaffold_fn host_call training_hooks "
+        "evaluation_hooks prediction_hooks embedding_gradients",
+        defaults=(None, None, None, None, None, None, None, None, None, None, None),
     )
 ):
     """`tf.compat.v1.estimator.tpu.TPUEstimatorSpec` (+ `embedding_gradients`).
@@ -157,22 +126,10 @@ class TPUEstimatorSpec(
     `host_call` is accepted and ignored; `scaffold_fn` is called if given.
     """
 
-    def __new__(
-        cls,
-        mode,
-        predictions=None,
-        loss=None,
-        train_op=None,
-        eval_metrics=None,
-        export_outputs=None,
-        scaffold_fn=None,
-        host_call=None,
-        training_hooks=None,
-        evaluation_hooks=None,
-        prediction_hooks=None,
-        embedding_gradients=None,
-    ):
-        _check_mode(mode, "TPUEstimatorSpec")
+    def __new__(cls, *args: Any, **kwargs: Any) -> TPUEstimatorSpec:
+        spec = super().__new__(cls, *args, **kwargs)
+        _check_mode(spec.mode, "TPUEstimatorSpec")
+        eval_metrics = spec.eval_metrics
         if eval_metrics is not None:
             if not isinstance(eval_metrics, (tuple, list)):
                 raise ValueError("eval_metrics should be tuple or list")
@@ -185,22 +142,8 @@ class TPUEstimatorSpec(
                     "eval_metrics[1] should be a list/tuple or a dict of tensors. "
                     f"Received: {type(eval_metrics[1]).__name__}."
                 )
-        _check_train_op(train_op)
-        return super().__new__(
-            cls,
-            mode,
-            predictions,
-            loss,
-            train_op,
-            eval_metrics,
-            export_outputs,
-            scaffold_fn,
-            host_call,
-            training_hooks,
-            evaluation_hooks,
-            prediction_hooks,
-            embedding_gradients,
-        )
+        _check_train_op(spec.train_op)
+        return spec
 
 
 def _check_train_op(train_op: Any) -> None:
@@ -227,3 +170,70 @@ def scalar(value: Any, what: str) -> float:
     if array.size != 1:
         raise ValueError(f"{what} must be a scalar. Received an array of shape {list(array.shape)}.")
     return float(array.reshape(()))
+
+
+# How the runner calls a model_fn ----------------------------------------------------------------------
+
+_MODEL_FN_ARGS = {"features", "labels", "mode", "params", "self", "config"}
+_MODEL_FN_FIX = (
+    "TPUEstimator calls model_fn(features, labels, mode, params[, config]): define it as "
+    "`def model_fn(features, labels, mode, params):` (the examples of TensorFlow's EmbeddingConfigSpec "
+    "and embedding_column pages write `def model_fn(features):`, which TensorFlow refuses too)."
+)
+
+
+def verify_model_fn(model_fn: Any, params: dict | None) -> None:
+    """TensorFlow's construction checks of the model_fn's arguments (`_verify_model_fn_args`).
+
+    A model_fn without `params` is refused here only when params are
+    given; otherwise, as in TensorFlow, when it is first called.
+    """
+    if model_fn is None or not callable(model_fn):
+        raise ValueError(f"model_fn must be provided (a callable). Received: {model_fn!r}.")
+    args = set(fn_args(model_fn))
+    if "features" not in args:
+        raise ValueError(f"model_fn ({model_fn}) must include features argument.")
+    if params is not None and "params" not in args:
+        raise ValueError(
+            f"model_fn ({model_fn}) does not include params argument, but params ({params}) is "
+            f"passed to Estimator. {_MODEL_FN_FIX}"
+        )
+    unexpected = sorted(args - _MODEL_FN_ARGS)
+    if unexpected:
+        raise ValueError(f"model_fn ({model_fn}) has following not expected args: {unexpected}")
+
+
+def call_model_fn(
+    model_fn: Any, features: Any, labels: Any, mode: str, params: dict, config: Any
+) -> EstimatorSpec | TPUEstimatorSpec:
+    """Calls `model_fn` with the arguments it takes and checks the spec it returns for `mode`, as TensorFlow does."""
+    args = fn_args(model_fn)
+    kwargs = {}
+    if "labels" in args:
+        kwargs["labels"] = labels
+    elif labels is not None:
+        raise ValueError(f"model_fn does not take labels, but input_fn returns labels. {_MODEL_FN_FIX}")
+    if "mode" in args:
+        kwargs["mode"] = mode
+    if "params" not in args:  # TensorFlow's TPUEstimator raises here too, when it first calls the model_fn
+        raise ValueError(
+            f"model_fn ({model_fn}) does not include params argument, required by "
+            f"TPUEstimator to pass batch size as params['batch_size']. {_MODEL_FN_FIX}"
+        )
+    kwargs["params"] = params
+    if "config" in args:
+        kwargs["config"] = config
+    spec = model_fn(features=features, **kwargs)
+    if not isinstance(spec, (EstimatorSpec, TPUEstimatorSpec)):
+        raise ValueError(f"model_fn should return an EstimatorSpec or a TPUEstimatorSpec. Given: {spec!r}")
+    if spec.mode != mode:
+        raise ValueError(f"model_fn returned a spec for mode {spec.mode!r} while running mode {mode!r}.")
+    if mode == ModeKeys.TRAIN and (spec.loss is None or spec.train_op is None):
+        raise ValueError("Missing loss." if spec.loss is None else "Missing train_op.")
+    if mode == ModeKeys.EVAL and spec.loss is None:
+        raise ValueError("Missing loss.")
+    if mode == ModeKeys.PREDICT and spec.predictions is None:
+        raise ValueError("Missing predictions.")
+    if isinstance(spec, TPUEstimatorSpec) and spec.scaffold_fn is not None:
+        spec.scaffold_fn()
+    return spec

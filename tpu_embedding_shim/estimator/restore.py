@@ -34,9 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.checkpoint import CheckpointError
-from ..engine.optimizers import initial_slots
-from ..engine.sharding import shard_sizes
+from ..engine import CheckpointError, initial_slots, shard_sizes
 from .checkpoints import Source
 from .state import decode_bytes, decode_tensors
 from .tf_names import CHECKPOINT, LAYER, SOURCE, ProgramNames, from_mod_layout, slot_suffixes

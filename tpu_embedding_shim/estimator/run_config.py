@@ -15,11 +15,14 @@ never depend on it). The rest is accepted and kept for code that reads it.
 
 from __future__ import annotations
 
+import collections
 import copy
 import re
 from typing import Any
 
 import numpy as np
+
+from .model_fn import fields_signature
 
 _USE_DEFAULT = object()
 _ITERATIONS_PER_LOOP = re.compile(r"^(?P<value>[1-9]\d*)((?P<suffix>[s|m|h])$|$)")
@@ -63,106 +66,59 @@ class InputPipelineConfig:
     SLICED = 5
 
 
-_TPU_CONFIG_FIELDS = (
-    "iterations_per_loop",
-    "num_shards",
-    "num_cores_per_replica",
-    "per_host_input_for_training",
-    "tpu_job_name",
-    "initial_infeed_sleep_secs",
-    "input_partition_dims",
-    "eval_training_input_configuration",
-    "experimental_host_call_every_n_steps",
-    "experimental_allow_per_host_v2_parallel_get_next",
-    "experimental_customized_tpu_infeed_outfeed_session_hook_class",
-)
-
-
-class TPUConfig(tuple):
-    """`tf.compat.v1.estimator.tpu.TPUConfig`, a namedtuple with TensorFlow's fields and checks.
+@fields_signature
+class TPUConfig(
+    collections.namedtuple(
+        "TPUConfig",
+        "iterations_per_loop num_shards num_cores_per_replica per_host_input_for_training tpu_job_name "
+        "initial_infeed_sleep_secs input_partition_dims eval_training_input_configuration "
+        "experimental_host_call_every_n_steps experimental_allow_per_host_v2_parallel_get_next "
+        "experimental_customized_tpu_infeed_outfeed_session_hook_class",
+        defaults=(2, None, None, True, None, None, None, InputPipelineConfig.PER_HOST_V1, 1, False, None),
+    )
+):
+    """`tf.compat.v1.estimator.tpu.TPUConfig`, a namedtuple with TensorFlow's fields, defaults and checks.
 
     `num_shards` (None: 1) is how many shards the runner stores each table
     in, split by the EmbeddingConfigSpec's partition_strategy.
     `iterations_per_loop` is validated and kept; the runner works step by
-    step (checkpoints and progress are per step).
+    step (checkpoints and progress are per step). `_replace` checks again.
     """
 
     __slots__ = ()
-    _fields = _TPU_CONFIG_FIELDS
 
-    def __new__(
-        cls,
-        iterations_per_loop=2,
-        num_shards=None,
-        num_cores_per_replica=None,
-        per_host_input_for_training=True,
-        tpu_job_name=None,
-        initial_infeed_sleep_secs=None,
-        input_partition_dims=None,
-        eval_training_input_configuration=InputPipelineConfig.PER_HOST_V1,
-        experimental_host_call_every_n_steps=1,
-        experimental_allow_per_host_v2_parallel_get_next=False,
-        experimental_customized_tpu_infeed_outfeed_session_hook_class=None,
-    ):
-        parse_iterations_per_loop(iterations_per_loop)
-        if num_shards is not None:
-            check_positive_integer(num_shards, "TPUConfig num_shards")
-        if input_partition_dims is not None:
-            if len(input_partition_dims) not in (1, 2):
+    def __new__(cls, *args: Any, **kwargs: Any) -> TPUConfig:
+        config = super().__new__(cls, *args, **kwargs)
+        parse_iterations_per_loop(config.iterations_per_loop)
+        if config.num_shards is not None:
+            check_positive_integer(config.num_shards, "TPUConfig num_shards")
+        per_host, cores = config.per_host_input_for_training, config.num_cores_per_replica
+        if config.input_partition_dims is not None:
+            if len(config.input_partition_dims) not in (1, 2):
                 raise ValueError("input_partition_dims must be a list/tuple with one or two elements.")
-            if per_host_input_for_training is not InputPipelineConfig.PER_HOST_V2:
+            if per_host is not InputPipelineConfig.PER_HOST_V2:
                 raise ValueError("input_partition_dims is only supported in PER_HOST_V2 mode.")
-            if num_cores_per_replica is None:
+            if cores is None:
                 raise ValueError("input_partition_dims requires setting num_cores_per_replica.")
-        if num_cores_per_replica is not None and num_cores_per_replica not in (1, 2, 4, 8, 16, 32, 64, 128):
-            raise ValueError(f"num_cores_per_replica must be 1, 2, 4, 8, 16, 32, 64, 128; got {num_cores_per_replica}")
-        if eval_training_input_configuration not in (InputPipelineConfig.PER_HOST_V1, InputPipelineConfig.SLICED):
+        if cores is not None and cores not in (1, 2, 4, 8, 16, 32, 64, 128):
+            raise ValueError(f"num_cores_per_replica must be 1, 2, 4, 8, 16, 32, 64, 128; got {cores}")
+        if config.eval_training_input_configuration not in (
+            InputPipelineConfig.PER_HOST_V1,
+            InputPipelineConfig.SLICED,
+        ):
             raise ValueError(
                 "eval_training_input_configuration must be PER_HOST_V1 or SLICED; got "
-                f"{eval_training_input_configuration}"
+                f"{config.eval_training_input_configuration}"
             )
-        if per_host_input_for_training is False:
-            per_host_input_for_training = InputPipelineConfig.PER_SHARD_V1
-        elif per_host_input_for_training is True:
-            per_host_input_for_training = InputPipelineConfig.PER_HOST_V1
-        if initial_infeed_sleep_secs:
-            check_positive_integer(initial_infeed_sleep_secs, "TPUConfig initial_infeed_sleep_secs")
-        return tuple.__new__(
-            cls,
-            (
-                iterations_per_loop,
-                num_shards,
-                num_cores_per_replica,
-                per_host_input_for_training,
-                tpu_job_name,
-                initial_infeed_sleep_secs,
-                input_partition_dims,
-                eval_training_input_configuration,
-                experimental_host_call_every_n_steps,
-                experimental_allow_per_host_v2_parallel_get_next,
-                experimental_customized_tpu_infeed_outfeed_session_hook_class,
-            ),
-        )
+        if config.initial_infeed_sleep_secs:
+            check_positive_integer(config.initial_infeed_sleep_secs, "TPUConfig initial_infeed_sleep_secs")
+        if per_host is False or per_host is True:  # TensorFlow's booleans of old: the input pipeline they meant
+            per_host = InputPipelineConfig.PER_HOST_V1 if per_host else InputPipelineConfig.PER_SHARD_V1
+            config = super()._make((*config[:3], per_host, *config[4:]))
+        return config
 
-    def _replace(self, **kwargs):
-        values = dict(zip(self._fields, self))
-        values.update(kwargs)
-        return TPUConfig(**values)
-
-    def _asdict(self):
-        return dict(zip(self._fields, self))
-
-    def __repr__(self):
-        return "TPUConfig(" + ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self)) + ")"
-
-
-def _item(index: int) -> property:
-    """A read-only attribute: item `index` of the tuple."""
-    return property(lambda self: tuple.__getitem__(self, index))
-
-
-for _index, _field in enumerate(_TPU_CONFIG_FIELDS):
-    setattr(TPUConfig, _field, _item(_index))
+    def _replace(self, **kwargs: Any) -> TPUConfig:
+        return TPUConfig(**{**self._asdict(), **kwargs})
 
 
 class RunConfig:

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.files import replace_file
+from ..engine import replace_file
 
 _DENSE_PREFIX = "dense-"
 _DENSE_RE = re.compile(r"^dense-(\d{10,})\.npz$")

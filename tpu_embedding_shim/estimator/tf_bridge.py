@@ -42,7 +42,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..compat.feature_columns import NumericColumn
-from ..compat.feature_layers import LookupScope
+from ..compat.lookup_scope import LookupScope
 from ..compat.tensors import RaggedTensor, SparseTensor
 
 __all__ = ["uses_tensorflow", "as_batches", "GraphLayers", "GraphScope", "GraphModel"]

@@ -55,7 +55,7 @@ import numpy as np
 
 from ..compat.feature_columns import SequenceCategoricalColumn
 from ..compat.tpu_feature_columns import TPU_EMBEDDING_COLUMN_CLASSES, _TPUSharedEmbeddingColumnV2
-from ..engine.sharding import join_shards, shard_sizes, split_table
+from ..engine import join_shards, shard_sizes, split_table
 
 __all__ = [
     "TPU_SLOT_SUFFIXES",

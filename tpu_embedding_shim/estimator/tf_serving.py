@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.saved_model.model_utils import export_utils  # TF core: what its Estimator exports with
 
-from ..compat.feature_layers import LookupScope
+from ..compat.lookup_scope import LookupScope
 from ..spec import FeatureSpec
 from .tf_bridge import GraphLayers, refuse_keras_3
 
@@ -245,19 +245,15 @@ class ServingScope(GraphLayers):
         return self.specs[key]
 
     def _entries(self, feature: FeatureSpec, features: Mapping[str, Any], owner: str) -> Entries:
-        if feature.name not in features:
-            raise ValueError(
-                f"{owner}: feature {feature.name!r} is missing from the serving input's features. "
-                f"Received keys: {sorted(features)}."
-            )
-        weights = None
+        needed = {feature.name: f"feature {feature.name!r}"}
         if feature.weight_key is not None:
-            if feature.weight_key not in features:
+            needed[feature.weight_key] = f"the weight feature {feature.weight_key!r} of feature {feature.name!r}"
+        for key, what in needed.items():
+            if key not in features:
                 raise ValueError(
-                    f"{owner}: the weights {feature.weight_key!r} of feature {feature.name!r} are "
-                    f"missing from the serving input's features. Received keys: {sorted(features)}."
+                    f"{owner}: {what} is missing from the serving input's features. Received keys: {sorted(features)}."
                 )
-            weights = features[feature.weight_key]
+        weights = None if feature.weight_key is None else features[feature.weight_key]
         return entries(features[feature.name], weights, feature)
 
     def _pooled(self, column: Any, features: Mapping[str, Any], owner: str) -> Any:

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..compat.feature_layers import LookupScope, current_scope
+from ..compat.lookup_scope import LookupScope, current_scope
 
 __all__ = ["to_torch", "train_op", "backward"]
 

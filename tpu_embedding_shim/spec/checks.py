@@ -91,13 +91,13 @@ def check_optional_real(name: str, value: Any, **bounds: Any) -> float | None:
     return None if value is None else check_real(name, value, **bounds)
 
 
-def check_bool(name: str, value: Any, *, owner: str | None = None) -> bool:
-    """Accepts only True or False (numpy bools included)."""
+def check_bool(name: str, value: Any, *, owner: str | None = None, error: type[Exception] = TypeError) -> bool:
+    """Accepts only True or False (numpy bools included); `error` is the exception raised otherwise."""
     if value is True or value is False:
         return bool(value)
     if type(value).__name__ == "bool_":
         return bool(value)
-    raise fail(name, "True or False", value, error=TypeError, owner=owner)
+    raise fail(name, "True or False", value, error=error, owner=owner)
 
 
 def check_choice(
@@ -124,6 +124,13 @@ def check_callable(name: str, value: Any, *, owner: str | None = None, allow_non
         return None
     if not callable(value):
         raise fail(name, "callable" + (" or None" if allow_none else ""), value, owner=owner)
+    return value
+
+
+def check_list(name: str, value: Any, expected: str, *, owner: str | None = None, hint: str | None = None) -> Any:
+    """Accepts a list or tuple; anything else is a TypeError saying what was `expected`."""
+    if not isinstance(value, (list, tuple)):
+        raise fail(name, expected, value, error=TypeError, owner=owner, hint=hint)
     return value
 
 

@@ -188,12 +188,7 @@ class TPUEmbedding(_Bridge):
 
     @do_not_convert
     def enqueue(
-        self,
-        features: Any,
-        weights: Any = None,
-        training: bool = True,
-        name: str | None = None,
-        device: str | None = None,
+        self, features: Any, weights: Any = None, training: bool = True, name: Any = None, device: str | None = None
     ) -> None:
         """Queues a batch of `tf.Tensor` / `tf.SparseTensor` / `tf.RaggedTensor` ids (and weights) for `dequeue`."""
         embedding = self._embedding

@@ -1,17 +1,9 @@
-"""`tf.compat.v1.feature_column` (TF1 argument order for the vocabulary-file column)."""
+"""`tf.compat.v1.feature_column`: `tf.feature_column`'s columns with TF1's argument order for the vocabulary-file
+column, and `input_layer`."""
 
-from ..feature_columns import (  # noqa: F401
-    bucketized_column,
-    categorical_column_with_hash_bucket,
-    categorical_column_with_identity,
-    categorical_column_with_vocabulary_list,
-    crossed_column,
-    embedding_column,
-    numeric_column,
-    sequence_categorical_column_with_identity,
-    sequence_categorical_column_with_vocabulary_file,
-    sequence_categorical_column_with_vocabulary_list,
-    weighted_categorical_column,
-)
-from ..feature_columns import categorical_column_with_vocabulary_file_v1 as categorical_column_with_vocabulary_file  # noqa: F401
+from ..feature_columns import categorical_column_with_vocabulary_file_v1 as _vocabulary_file_v1
 from ..feature_layers import input_layer  # noqa: F401
+from ..v2.feature_column import *  # noqa: F403  (the same columns as TensorFlow 2's)
+
+# TF1's arguments (num_oov_buckets before default_value and dtype, no file_format): another signature than TF2's
+categorical_column_with_vocabulary_file = _vocabulary_file_v1  # type: ignore[assignment]

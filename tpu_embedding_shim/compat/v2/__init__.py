@@ -1,7 +1,7 @@
 """`tf.compat.v2`, which is also the top-level `tf` namespace of TensorFlow 2."""
 
 from .. import dtypes as _dtypes
-from ..distribute import function, range  # noqa: F401
+from ..control_flow import function, range  # noqa: F401
 from ..initializers import (  # noqa: F401
     constant_initializer,
     ones_initializer,

@@ -1,8 +1,4 @@
-"""`tf.config`: the TPU set-up calls, as emulated no-ops, and the (CPU-only) device lists."""
+"""`tf.config`: the TPU set-up call, as an emulated no-op, and the (CPU-only) device lists."""
 
-from ..distribute import (  # noqa: F401
-    LogicalDevice,
-    experimental_connect_to_cluster,
-    list_logical_devices,
-    list_physical_devices,
-)
+from ..devices import LogicalDevice, list_logical_devices, list_physical_devices  # noqa: F401
+from ..distribute import experimental_connect_to_cluster  # noqa: F401

@@ -1,0 +1,135 @@
+"""A TensorFlow model_fn in TPUEstimator: one graph per running train / evaluate / predict, and its export.
+
+When TensorFlow is imported and the model_fn reads it (`uses_tensorflow`),
+TPUEstimator runs it through the TensorFlow bridge: the model_fn builds a
+graph at the first batch of a call (tf_bridge.py's `GraphModel`), each
+batch then runs in that graph, and the graph ends with the call (a training
+graph first copies its variables into the dense state). `export` writes its
+PREDICT graph as a SavedModel (tf_serving.py).
+
+TensorFlow itself is never imported here: the bridge modules are, and only
+on this path.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from ..compat.lookup_scope import LookupScope
+from .context import TensorCoreColumns
+from .export import ServedTables
+from .model_fn import ModeKeys
+
+__all__ = ["TFGraphs", "as_batches", "check_export", "export"]
+
+
+def as_batches(result: Any) -> Any:
+    """input_fn's result, a tf.data.Dataset or TF tensors read as numpy batches (when TF is imported)."""
+    if "tensorflow" not in sys.modules:
+        return result
+    from . import tf_bridge
+
+    return tf_bridge.as_batches(result)
+
+
+def _refuse_tensor_core(tensor_core: TensorCoreColumns | None, what: str) -> None:
+    if tensor_core is not None:
+        raise ValueError(
+            f"A TensorFlow model_fn with tensor-core columns (embedding_lookup_device='tpu_tensor_core': features "
+            f"{tensor_core.feature_names}) {what}: their tables would be TF variables. Look them up on the engine "
+            "instead (embedding_lookup_device='tpu_embedding_core', the default); see docs/tensorflow_estimator.md."
+        )
+
+
+class TFGraphs:
+    """The graphs of a TensorFlow model_fn, by mode: one per running train / evaluate / predict call."""
+
+    def __init__(self) -> None:
+        self._graphs: dict[str, Any] = {}
+        self._uses_tensorflow: bool | None = None
+
+    def uses_tensorflow(self, model_fn: Any) -> bool:
+        """Whether `model_fn` is TensorFlow code: TensorFlow is imported and the model_fn reads it (asked once)."""
+        if self._uses_tensorflow is None and "tensorflow" in sys.modules:
+            from . import tf_bridge
+
+            self._uses_tensorflow = tf_bridge.uses_tensorflow(model_fn)
+        return bool(self._uses_tensorflow)
+
+    def get(
+        self,
+        mode: str,
+        features: Any,
+        labels: Any,
+        scope: LookupScope,
+        call: Callable[[Any, Any, LookupScope], Any],
+        dense_state: Any,
+        tensor_core: TensorCoreColumns | None,
+    ) -> Any:
+        """The graph of `mode`, built at the call's first batch: `call(features, labels, scope)` runs the model_fn."""
+        graph = self._graphs.get(mode)
+        if graph is None:
+            _refuse_tensor_core(tensor_core, "is not supported yet")
+            from . import tf_bridge
+
+            graph = tf_bridge.GraphModel(mode, call, features, labels, scope, dense_state)
+            self._graphs[mode] = graph
+        return graph
+
+    def save_dense(self, dense_state: Any) -> None:
+        """A running training graph's dense variables into `dense_state`, before they are saved or read."""
+        if ModeKeys.TRAIN in self._graphs:
+            self._graphs[ModeKeys.TRAIN].save_to(dense_state)
+
+    def metrics(self) -> dict[str, Any]:
+        """The running evaluation graph's `tf.compat.v1.metrics`: their values after all update ops."""
+        graph = self._graphs.get(ModeKeys.EVAL)
+        return {} if graph is None else graph.metrics()
+
+    def close(self, mode: str, dense_state: Any) -> None:
+        """Ends the graph of `mode` (a training graph first copies its variables into `dense_state`)."""
+        graph = self._graphs.pop(mode, None)
+        if graph is not None:
+            if mode == ModeKeys.TRAIN:
+                graph.save_to(dense_state)
+            graph.close()
+
+
+def check_export(experimental_mode: str, serving_input_receiver_fn: Any, tensor_core: TensorCoreColumns | None):
+    """What `export` refuses, checked before the model's state is read."""
+    if experimental_mode != ModeKeys.PREDICT:
+        raise ValueError(
+            f"experimental_mode={experimental_mode!r}: this runner exports the PREDICT graph only "
+            f"(experimental_mode={ModeKeys.PREDICT!r}); a served model has no engine to train with."
+        )
+    if serving_input_receiver_fn is None:
+        raise ValueError("An input_receiver_fn must be defined.")
+    _refuse_tensor_core(tensor_core, "cannot be exported yet")
+
+
+def export(
+    export_dir: str,
+    *,
+    serving_input_receiver_fn: Any,
+    call: Callable[[Any, LookupScope], Any],
+    served: ServedTables,
+    **saved_model: Any,
+) -> str:
+    """Writes the model_fn's PREDICT graph over the receiver's tensors as a SavedModel (tf_serving.py).
+
+    `call(features, scope)` runs the model_fn; `saved_model` holds the rest of
+    `tf_serving.write_saved_model`'s arguments. `check_export` first.
+    """
+    from . import tf_serving
+
+    return tf_serving.write_saved_model(
+        export_dir,
+        serving_input_receiver_fn=serving_input_receiver_fn,
+        call_model_fn=call,
+        features=served.features,
+        tables=served.tables,
+        combiners=served.combiners,
+        **saved_model,
+    )
