@@ -339,7 +339,11 @@ def test_tables_and_slots_start_at_a_cache_line_whatever_the_sharding(shards, st
 
     engine = Engine(make_spec(AdamSpec(learning_rate=0.1), shards=shards, strategy=strategy), kernels=kernels)
     state = engine.state()
-    arrays = lambda: [engine._tables["t"].storage] + [s.storage for s in engine._slots["t"].values()]  # noqa: E731
+
+    def arrays():
+        table, slots = engine.stored("t")
+        return [table.storage] + [s.storage for s in slots.values()]
+
     assert all(a.ctypes.data % ALIGNMENT == 0 for a in arrays())
     engine.load_state(state)  # a restore re-allocates: aligned again
     assert all(a.ctypes.data % ALIGNMENT == 0 for a in arrays())

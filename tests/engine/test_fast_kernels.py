@@ -295,7 +295,7 @@ def test_a_failing_learning_rate_function_changes_no_table():
 def test_sharded_tables_use_the_fast_kernels_on_one_storage_array(strategy):
     engine = Engine(_spec(num_shards=3, vocab=11, strategy=strategy), kernels="fast")
     assert any("numba" in line for line in engine.describe())
-    sharded = engine._tables["t"]
+    sharded, _ = engine.stored("t")
     assert all(np.shares_memory(shard, sharded.storage) for shard in sharded.shards if shard.size)
     result = engine.forward({"f": [[10, 4], [4]]})
     np.testing.assert_array_equal(result.activations["f"][:, 0], [14.0, 4.0])  # RowIdInitializer: row i is i
@@ -316,7 +316,7 @@ def test_a_ten_million_row_table_trains_without_full_size_temporaries():
     result = engine.forward({"f": [[9_999_999, 5], [5, -1]]})
     assert result.activations["f"][:, 0].tolist() == [10_000_004.0, 5.0]
     engine.apply_gradients(result, {"f": [[1.0], [1.0]]})
-    table = engine._tables["t"].shards[0]  # the one stored copy
+    table = engine.stored("t")[0].shards[0]  # the one stored copy
     assert table[5, 0] == 3.0 and table[9_999_999, 0] == 9_999_998.0 and table[6, 0] == 6.0
 
 

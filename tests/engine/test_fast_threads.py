@@ -123,7 +123,7 @@ def test_one_thread_below_restores_the_thread_count():
 
 
 def test_balance_gives_each_share_about_the_same_work():
-    shares = threads._balance([0, 1, 2, 3, 4], [10, 1, 1, 1, 9], 2)
+    shares = threads.balance([0, 1, 2, 3, 4], [10, 1, 1, 1, 9], 2)
     assert sorted(i for share in shares for i in share) == [0, 1, 2, 3, 4]
     loads = [sum([10, 1, 1, 1, 9][i] for i in share) for share in shares]
     assert sorted(loads) == [11, 11]
@@ -131,10 +131,10 @@ def test_balance_gives_each_share_about_the_same_work():
 
 def test_a_forked_child_gets_its_own_pool(monkeypatch):
     """The pool's helper threads do not survive a fork: a child must not submit to its parent's."""
-    parent = threads._pool(1)
-    assert threads._pool(1) is parent
+    parent = threads.worker_pool(1)
+    assert threads.worker_pool(1) is parent
     monkeypatch.setattr(threads.os, "getpid", lambda: -12345)
-    child = threads._pool(1)
+    child = threads.worker_pool(1)
     assert child is not parent
     assert child.submit(lambda: 7).result() == 7
 

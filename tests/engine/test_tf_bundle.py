@@ -157,7 +157,7 @@ def test_crc32c_numpy_equals_the_definition_and_extends(data, extra, seed):
         assert whole == crc_bitwise(data)
     else:
         assert whole == crc_module.crc32c_numpy(bytearray(data))  # and the bytewise path on the tail
-        assert whole == crc_module._register_bytewise(0xFFFFFFFF, np.frombuffer(data, np.uint8)) ^ 0xFFFFFFFF
+        assert whole == crc_module.register_bytewise(0xFFFFFFFF, np.frombuffer(data, np.uint8)) ^ 0xFFFFFFFF
 
 
 @SETTINGS
@@ -437,7 +437,7 @@ def test_fixtures_cover_slices_shards_and_every_dtype():
     sharded = BundleReader(FIXTURES / "sharded_v1" / "model.ckpt-7")
     assert sharded.header.num_shards == 3
     table = sharded.entry("items_shared_embedding")
-    shards = {sharded._entries[slice_key("items_shared_embedding", s)].shard_id for s in table.slices}
+    shards = {sharded.slice_entry("items_shared_embedding", s).shard_id for s in table.slices}
     assert shards == {0, 1, 2}  # one table, assembled from three data files
     assert BundleReader(FIXTURES / "tf2_object" / "ckpt-1").dtype_name("_CHECKPOINTABLE_OBJECT_GRAPH") == "string"
 

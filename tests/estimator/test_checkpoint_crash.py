@@ -47,16 +47,14 @@ sys.path.insert(0, os.path.join(sys.argv[4], "tests", "estimator"))
 import tf_program as program
 
 model_dir, mode, k = sys.argv[1], sys.argv[2], int(sys.argv[3])
-est = program.shim_estimator(model_dir, keep=1)
+est = program.shim_estimator(model_dir, keep=1, save_checkpoints_steps=1 if mode in ("loop", "hold") else None)
 if mode == "loop":  # a checkpoint every step, forever
-    est._config = est.config.replace(save_checkpoints_steps=1)
     def forever(params):
         while True:
             yield program.shim_input_fn(params)
     print("ready", flush=True)
     est.train(forever)
 elif mode == "hold":  # trains one step, then waits (holding the model_dir) until stdin closes
-    est._config = est.config.replace(save_checkpoints_steps=1)
     def held(params):
         yield program.shim_input_fn(params)
         print("training", flush=True)
@@ -73,7 +71,7 @@ else:
                 os.kill(os.getpid(), signal.SIGKILL)
             return function(*args, **kwargs)
         return wrapper
-    est._ensure_state("train")  # restoring is not part of the save
+    est.engine  # builds or restores the model's state: restoring is not part of the save
     for name in ("replace", "rename", "remove", "fsync"):
         setattr(os, name, hooked(getattr(os, name)))
     shutil.rmtree = hooked(shutil.rmtree)

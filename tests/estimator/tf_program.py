@@ -175,6 +175,7 @@ def shim_estimator(
     num_shards=None,
     keep=5,
     seed=0,
+    save_checkpoints_steps=None,
 ):
     import tpu_embedding_shim as tf
 
@@ -188,6 +189,7 @@ def shim_estimator(
         model_dir=str(model_dir),
         tf_random_seed=seed,
         keep_checkpoint_max=keep,
+        save_checkpoints_steps=save_checkpoints_steps,
         tpu_config=tf.estimator.tpu.TPUConfig(num_shards=num_shards),
     )
     return tf.estimator.tpu.TPUEstimator(

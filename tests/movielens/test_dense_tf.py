@@ -175,7 +175,7 @@ def test_the_tf_dense_part_is_the_numpy_mlp_and_its_auc_the_exact_one(tensorflow
         state={name: estimator.get_variable_value(tf_name) for name, tf_name in weights.items()},
     )
     logits = np.concatenate([mlp.forward(b["pooled"], b["sequence"], b["lengths"]) for b in batches])
-    np.testing.assert_allclose(probability, ml_model._sigmoid(logits), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(probability, ml_model.sigmoid(logits), rtol=1e-5, atol=1e-6)
 
     labels = data.label[data.test]
     assert metrics["auc"] == pytest.approx(ml_model.auc(labels, probability), abs=1e-3)  # 2000 thresholds

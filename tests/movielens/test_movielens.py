@@ -80,7 +80,7 @@ def test_dense_model_gradients_match_finite_differences():
         return ml_model.log_loss(labels, model.forward(p, s, lengths))
 
     logits = model.forward(pooled, sequence, lengths)
-    d_pooled, d_sequence, _ = model.backward((ml_model._sigmoid(logits) - labels) / 4, sequence.shape)
+    d_pooled, d_sequence, _ = model.backward((ml_model.sigmoid(logits) - labels) / 4, sequence.shape)
 
     def central_difference(argument, index, eps=1e-6):
         """d loss / d argument[index] (argument 0: pooled, 1: sequence), numerically."""

@@ -215,6 +215,12 @@ class Engine:
         self.flush()
         return [s.copy() for s in self._table(name).shards]
 
+    def stored(self, name: str) -> tuple[ShardedTable, dict[str, ShardedTable]]:
+        """Table `name` and its slots as the engine holds them, not copies (pending updates applied):
+        for inspecting memory layout and sharing. Writing into them bypasses every check."""
+        self.flush()
+        return self._table(name), dict(self._slots[name])
+
     def _table(self, name: str) -> ShardedTable:
         if name not in self._tables:
             raise KeyError(f"No table named {name!r}; tables are {list(self._tables)}.")

@@ -192,7 +192,7 @@ def build_estimator(config: JobConfig, data: ml_data.MovieLens, train_losses: li
         pooled = tf.keras.layers.DenseFeatures(pooled_columns)(features)
         sequence, lengths = tf.keras.experimental.SequenceFeatures(sequence_columns)(features)
         logits = dense.forward(pooled, sequence, lengths)
-        probabilities = ml_model._sigmoid(logits)
+        probabilities = ml_model.sigmoid(logits)
         if mode == tf.estimator.ModeKeys.PREDICT:
             return tf.estimator.tpu.TPUEstimatorSpec(mode, predictions={"probability": probabilities})
         loss = ml_model.log_loss(labels, logits)

@@ -88,8 +88,8 @@ def run_each(calls: Sequence[tuple[int, Callable[[], T]]]) -> list[T]:
     for i, (work, call) in enumerate(calls):  # the large ones first, each on every thread
         if work >= SERIAL_WORK:
             outcomes[i] = _outcome(call)
-    shares = [share for share in _balance(small, [calls[i][0] for i in small], threads) if share]
-    pool = _pool(threads - 1)
+    shares = [share for share in balance(small, [calls[i][0] for i in small], threads) if share]
+    pool = worker_pool(threads - 1)
     futures = [pool.submit(_run_share, calls, share, outcomes) for share in shares[1:]]
     _run_share(calls, shares[0], outcomes)
     for future in futures:
@@ -126,7 +126,7 @@ def _run_share(
             outcomes[i] = _outcome(calls[i][1])
 
 
-def _balance(indices: list[int], works: list[int], parts: int) -> list[list[int]]:
+def balance(indices: list[int], works: list[int], parts: int) -> list[list[int]]:
     """`indices` in `parts` shares of about equal work (largest first to the lightest share), each in order."""
     shares: list[list[int]] = [[] for _ in range(parts)]
     loads = [0] * parts
@@ -149,7 +149,7 @@ _executor: ThreadPoolExecutor | None = None
 _executor_key: tuple[int, int] = (-1, 0)  # (process id, workers): a forked child gets its own pool
 
 
-def _pool(workers: int) -> ThreadPoolExecutor:
+def worker_pool(workers: int) -> ThreadPoolExecutor:
     """The process's pool of helper threads (the calling thread is the other worker)."""
     global _executor, _executor_key
     key = (os.getpid(), workers)

@@ -88,7 +88,7 @@ def _as_bytes(data: Bytes) -> np.ndarray:
 # numpy ------------------------------------------------------------------------------------------
 
 
-def _register_bytewise(register: int, data: np.ndarray) -> int:
+def register_bytewise(register: int, data: np.ndarray) -> int:
     """The raw register after `data`, one byte at a time (short tails only)."""
     table = TABLES[0]
     for byte in data.tolist():
@@ -122,7 +122,7 @@ def _lanes_zero_start(lanes: np.ndarray) -> np.ndarray:
 def _shift_tables(nbytes: int) -> np.ndarray:
     """4 x 256 tables of the linear map 'register -> register after `nbytes` zero bytes'."""
     # The images of the 32 unit registers, by squaring the one-zero-byte operator.
-    one_byte = np.array([_register_bytewise(1 << bit, np.zeros(1, np.uint8)) for bit in range(32)], dtype=np.uint32)
+    one_byte = np.array([register_bytewise(1 << bit, np.zeros(1, np.uint8)) for bit in range(32)], dtype=np.uint32)
     result = np.array([1 << bit for bit in range(32)], dtype=np.uint32)  # identity
     power, n = one_byte, nbytes
     while n:
@@ -164,7 +164,7 @@ def _shift(registers: np.ndarray, nbytes: int) -> np.ndarray:
 def _register_numpy(register: int, data: np.ndarray) -> int:
     """The raw register after `data`, numpy lanes for the bulk and bytes for the tail."""
     if data.size < 8 * 1024:
-        return _register_bytewise(register, data)
+        return register_bytewise(register, data)
     lanes = _LANES
     while lanes > 1 and data.size < lanes * 64:
         lanes //= 2

@@ -152,6 +152,11 @@ class BundleReader:
             raise NotFoundError(f"Key {name!r} not found in checkpoint {self.prefix!r}.")
         return self._entries[_encode_name(name)]
 
+    def slice_entry(self, name: str, extents: Slice) -> BundleEntry | None:
+        """The index entry of one slice of a partitioned tensor `name` (its `shard_id` names the data
+        file), or None when the index holds none for it."""
+        return self._entries.get(slice_key(name, extents))
+
     def dtype_code(self, name: str) -> int:
         return self.entry(name).dtype
 
@@ -309,8 +314,7 @@ class BundleReader:
             if any(overlap(box, other) for other in boxes):
                 raise DataLossError(f"{self.index_path}: {label} overlaps another slice of the tensor.")
             boxes.append(box)
-            key = slice_key(name, extents)
-            part = self._entries.get(key)
+            part = self.slice_entry(name, extents)
             if part is None:
                 raise DataLossError(
                     f"{self.index_path}: the index lists {label} but holds no entry for it: the index is corrupt."
