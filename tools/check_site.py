@@ -36,7 +36,7 @@ from tools import site_browser
 
 # Pages whose failures are known and being fixed elsewhere (issue 21, phase 2): their content is not this
 # tool's to change. Empty this list as they pass.
-KNOWN_FAILING: tuple[str, ...] = ("api/compat", "api/estimator", "benchmarks", "concepts")
+KNOWN_FAILING: tuple[str, ...] = ()
 
 MIN_DIAGRAM_TEXT_PX = 11.0  # Material's body text is 16 px; below 11 px a label is hard to read
 SETTLE_SECONDS = 20  # the longest a page may take to draw its diagrams

@@ -2,12 +2,14 @@
 
 A few public callables get TensorFlow's signature when the package runs, not
 from a `def`: the optimizer classes declare it as `__signature__ =
-signature(...)` (`compat/optimizer_base.py`), and the `tf.nn` lookups are
-built from their `tf.compat.v1.nn` forms (`embedding_ops._tf2`). Griffe reads
-source, so it would show `(*args, **kwargs)`, or a bare attribute. For each
-such object of a module griffe loads, this extension imports the module and
-gives the page what `inspect.signature` and `help()` show: the signature and,
-for a function built at run time, its docstring.
+signature(...)` (`compat/optimizer_base.py`), the `tf.nn` lookups are
+built from their `tf.compat.v1.nn` forms (`embedding_ops._tf2`), and the
+namedtuple classes (`EmbeddingConfigSpec`) take their arguments in `__new__`.
+Griffe reads source, so it would show `(*args, **kwargs)`, a bare attribute,
+or no signature at all (and every argument "required"). For each such object
+of a module griffe loads, this extension imports the module and gives the page
+what `inspect.signature` and `help()` show: the signature and, for a function
+built at run time, its docstring.
 
 Used by mkdocs.yml (`extensions:` of the mkdocstrings python handler), before
 `DoctestFences`. Griffe is a docs-only dependency, so without it this module
@@ -35,6 +37,19 @@ def runtime_parameters(signature: inspect.Signature) -> list[tuple[str, str, str
     ]
 
 
+def _signature_not_in_init(cls: type) -> bool:
+    """Whether `cls`'s signature is not its `__init__`'s: declared as `__signature__`, or `__new__`'s.
+
+    >>> class Point(tuple):
+    ...     def __new__(cls, x, y=0):
+    ...         return super().__new__(cls, (x, y))
+    >>> _signature_not_in_init(Point), str(inspect.signature(Point))
+    (True, '(x, y=0)')
+    """
+    own = vars(cls)
+    return "__signature__" in own or ("__new__" in own and "__init__" not in own)
+
+
 if griffe is not None:
 
     def _parameters(signature: inspect.Signature, *, method: bool) -> "griffe.Parameters":
@@ -44,7 +59,8 @@ if griffe is not None:
         return griffe.Parameters(*parameters)
 
     class RuntimeSignatures(griffe.Extension):
-        """Give classes with a `__signature__`, and functions built at run time, their run-time signature."""
+        """Give classes with a `__signature__` or a `__new__`, and functions built at run time, their run-time
+        signature."""
 
         def on_module_members(self, *, node, mod, agent, **kwargs) -> None:
             if mod.name == "__main__":  # importing the entry point would run it
@@ -57,8 +73,8 @@ if griffe is not None:
                 value = getattr(module, name, None)
                 if member.is_alias or value is None:
                     continue
-                if member.is_class and "__signature__" in vars(value):
-                    parameters = _parameters(value.__signature__, method=True)
+                if member.is_class and _signature_not_in_init(value):
+                    parameters = _parameters(inspect.signature(value), method=True)
                     init = griffe.Function("__init__", lineno=member.lineno, parameters=parameters)
                     member.set_member("__init__", init)
                 elif member.is_attribute and inspect.isfunction(value) and "__signature__" in vars(value):

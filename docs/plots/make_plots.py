@@ -12,13 +12,19 @@ drawing step that needs matplotlib (`pip install -e '.[plot]'`):
   trained with SGD, every id in (almost) every batch, with and without
   `pipeline_execution_with_tensor_core`, at three learning rates.
 
-Run from the repository top to rewrite the PNGs in docs/images/:
+Each plot is drawn twice, for the page's column at a laptop's width and at a
+phone's (`LAYOUTS`), with text that stays 11 px or more on screen.
+
+Run from the repository top to rewrite the PNGs in docs/images/
+(lazy_adam.png, lazy_adam-phone.png, pipelining.png, pipelining-phone.png):
 
     python docs/plots/make_plots.py
 """
 
+import contextlib
 import os
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -114,62 +120,153 @@ def pipelining_data() -> dict:
     return {"steps": list(range(1, PIPE_STEPS + 1)), "curves": curves, "summary": summary}
 
 
-def draw(out_dir: str = IMAGES) -> list[str]:
-    """Write lazy_adam.png and pipelining.png into `out_dir`; return their paths."""
+# Each plot comes in two layouts, one for each width of the page's content column (688 px in a 1280 px
+# window, 358 px on a 390 px phone); semantics.md shows the one that fits with a <picture> whose phone
+# source has the media query PHONE_MEDIA. A layout is drawn at LOGICAL_DPI (one inch of figure is 100
+# CSS px on the page) and saved at DENSITY times that, so the text stays sharp on high-density screens:
+# the page's srcset gives both widths (`lazy_adam.png 1440w`, `sizes="720px"`). Text sizes are in CSS px.
+LOGICAL_DPI, DENSITY = 100, 2
+PHONE_MEDIA = "(max-width: 719px)"  # a narrower window would shrink the wide layout's text under 11 px
+FIGURES = ("lazy_adam", "pipelining")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One plot layout: its width on the page and its text sizes, in CSS px."""
+
+    suffix: str  # the PNG is <figure><suffix>.png
+    width_px: int
+    column_px: int  # the content column it is shown in, at 1280 px or on a 390 px phone
+    text_px: float  # ticks, legends, in-plot labels
+    label_px: float  # axis labels and titles
+    narrow: bool  # panels one under the other, short titles, a one-column legend
+
+
+WIDE = Layout(suffix="", width_px=720, column_px=688, text_px=13, label_px=14, narrow=False)
+PHONE = Layout(suffix="-phone", width_px=360, column_px=358, text_px=12, label_px=12.5, narrow=True)
+LAYOUTS = (WIDE, PHONE)
+
+
+_CACHE: dict = {}
+
+
+def _cached(function):
+    """`function()`, computed once per process (each layout draws the same numbers)."""
+    if function not in _CACHE:
+        _CACHE[function] = function()
+    return _CACHE[function]
+
+
+def _points(px: float) -> float:
+    """A font size in points for `px` CSS px on the page (matplotlib sizes fonts in points)."""
+    return px * 72 / LOGICAL_DPI
+
+
+def on_screen_px(layout: Layout, points: float) -> float:
+    """How tall text of `points` points shows on the page, the picture shrunk to its column if wider."""
+    return points * LOGICAL_DPI / 72 * min(1.0, layout.column_px / layout.width_px)
+
+
+def _font_sizes(layout: Layout) -> dict:
+    """matplotlib's settings for the layout's text sizes."""
+    text, label = _points(layout.text_px), _points(layout.label_px)
+    return {
+        "font.size": text,
+        "xtick.labelsize": text,
+        "ytick.labelsize": text,
+        "legend.fontsize": text,
+        "axes.labelsize": label,
+        "axes.titlesize": label,
+        "figure.titlesize": label,
+    }
+
+
+def _figure(plt, layout: Layout, height_px: int, **subplots):
+    size = (layout.width_px / LOGICAL_DPI, height_px / LOGICAL_DPI)
+    return plt.subplots(figsize=size, dpi=LOGICAL_DPI, layout="constrained", **subplots)
+
+
+def _lazy_adam_figure(plt, layout: Layout):
+    data = _cached(lazy_adam_data)
+    fig, ax = _figure(plt, layout, 440 if layout.narrow else 400)
+    ax.axhline(TARGET, color="0.6", lw=1, ls=":", label="target")
+    ax.plot(data["steps"], data["lazy"]["frequent"], color="0.45", lw=1.2, label="frequent row: lazy = non-lazy")
+    ax.plot(data["steps"], data["non_lazy"]["rare"], color="tab:orange", lw=2, label="rare row, non-lazy Adam")
+    ax.plot(data["steps"], data["lazy"]["rare"], color="tab:blue", lw=2, label="rare row, lazy Adam (TPU default)")
+    for step in range(0, LAZY_STEPS, RARE_EVERY):
+        ax.axvline(step + 1, color="tab:blue", alpha=0.25, lw=1)
+    if layout.narrow:
+        ax.set_title(f"Adam(lr={ADAM_LR}), a rarely seen row")
+        ax.set_xlabel("step (faint lines: rare row looked up)")
+    else:
+        ax.set_title(f"Adam(lr={ADAM_LR}) on a rarely seen row: lazy vs non-lazy")
+        ax.set_xlabel(f"step (faint lines: the rare row is looked up, every {RARE_EVERY} steps)")
+    ax.set_ylabel("row value")
+    ax.set_xlim(0, LAZY_STEPS)
+    ax.set_ylim(0, 1.2)
+    fig.legend(loc="outside lower center", ncols=1 if layout.narrow else 2, frameon=False)
+    return fig
+
+
+def _pipelining_figure(plt, layout: Layout):
+    data = _cached(pipelining_data)
+    rates = PIPE_LEARNING_RATES
+    if layout.narrow:
+        fig, axes = _figure(plt, layout, 620, nrows=len(rates), sharex=True, sharey=True)
+    else:
+        fig, axes = _figure(plt, layout, 340, ncols=len(rates), sharey=True)
+    for ax, lr in zip(axes, rates):
+        curves = data["curves"][lr]
+        ax.semilogy(data["steps"], curves["off"], color="tab:blue", lw=2, label="no pipelining")
+        ax.semilogy(data["steps"], curves["on"], color="tab:red", lw=1.8, ls="--", label="pipelining (one step stale)")
+        ax.set_xlim(1, PIPE_STEPS)
+        ax.set_ylim(1e-8, 1e4)
+        ax.set_yticks([1e-8, 1e-4, 1, 1e4])
+        if layout.narrow:  # the panels are stacked: the learning rate goes in the top left corner
+            ax.text(0.03, 0.92, f"learning rate {lr:g}", transform=ax.transAxes, ha="left", va="top")
+        else:
+            ax.set_title(f"learning rate {lr:g}")
+            ax.set_xlabel("step")
+    if layout.narrow:
+        fig.suptitle("SGD with and without pipelining")
+        axes[-1].set_xlabel("step")
+        axes[len(rates) // 2].set_ylabel("training loss (log scale)")
+    else:
+        fig.suptitle("SGD, with and without pipeline_execution_with_tensor_core")
+        axes[0].set_ylabel("training loss (log scale)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=1 if layout.narrow else 2, frameon=False)
+    return fig
+
+
+@contextlib.contextmanager
+def figures(layout: Layout):
+    """The matplotlib figures of one layout, by name, with its text sizes in effect; closed on exit."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    with plt.rc_context(_font_sizes(layout)):
+        drawn = {"lazy_adam": _lazy_adam_figure(plt, layout), "pipelining": _pipelining_figure(plt, layout)}
+        try:
+            yield drawn
+        finally:
+            for fig in drawn.values():
+                plt.close(fig)
+
+
+def draw(out_dir: str = IMAGES) -> list[str]:
+    """Write every figure in every layout into `out_dir` (lazy_adam.png, lazy_adam-phone.png, ...)."""
     os.makedirs(out_dir, exist_ok=True)
     paths = []
-
-    data = lazy_adam_data()
-    fig, ax = plt.subplots(figsize=(9.5, 3.6), dpi=100)
-    ax.axhline(TARGET, color="0.7", lw=1, ls=":", label="target")
-    ax.plot(
-        data["steps"],
-        data["lazy"]["frequent"],
-        color="0.45",
-        lw=1.2,
-        label="frequent row (every step):\nlazy = non-lazy",
-    )
-    ax.plot(data["steps"], data["non_lazy"]["rare"], color="tab:orange", lw=2, label="rare row, non-lazy Adam")
-    ax.plot(data["steps"], data["lazy"]["rare"], color="tab:blue", lw=2, label="rare row, lazy Adam (TPU default)")
-    for step in range(0, LAZY_STEPS, RARE_EVERY):
-        ax.axvline(step + 1, color="tab:blue", alpha=0.12, lw=1)
-    ax.set_xlabel(f"training step (the rare row is looked up at the faint lines,\nevery {RARE_EVERY} steps)")
-    ax.set_ylabel("row value")
-    ax.set_title(f"Adam(lr={ADAM_LR}) on a rarely seen row: lazy vs non-lazy")
-    ax.set_ylim(0, 1.2)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    fig.tight_layout()
-    paths.append(os.path.join(out_dir, "lazy_adam.png"))
-    fig.savefig(paths[-1])
-    plt.close(fig)
-
-    data = pipelining_data()
-    fig, axes = plt.subplots(1, len(PIPE_LEARNING_RATES), figsize=(9, 3.2), dpi=100, sharey=True)
-    for ax, lr in zip(axes, PIPE_LEARNING_RATES):
-        ax.semilogy(data["steps"], data["curves"][lr]["off"], color="tab:blue", lw=2, label="no pipelining")
-        ax.semilogy(
-            data["steps"],
-            data["curves"][lr]["on"],
-            color="tab:red",
-            lw=1.5,
-            ls="--",
-            label="pipelining (one step stale)",
-        )
-        ax.set_title(f"SGD learning rate {lr:g}")
-        ax.set_xlabel("step")
-        ax.set_ylim(1e-8, 1e4)
-    axes[0].set_ylabel("training loss (log scale)")
-    axes[0].legend(loc="lower left", fontsize=8)
-    fig.suptitle("pipeline_execution_with_tensor_core on a model whose ids repeat every step", fontsize=10)
-    fig.tight_layout()
-    paths.append(os.path.join(out_dir, "pipelining.png"))
-    fig.savefig(paths[-1])
-    plt.close(fig)
+    for layout in LAYOUTS:
+        with figures(layout) as drawn:
+            for name, fig in drawn.items():
+                paths.append(os.path.join(out_dir, f"{name}{layout.suffix}.png"))
+                # The PNG names the matplotlib that drew it (metadata "Software"): with that version the
+                # same numbers give the same bytes, which tests/docs/test_plots.py checks.
+                fig.savefig(paths[-1], dpi=LOGICAL_DPI * DENSITY)
     return paths
 
 

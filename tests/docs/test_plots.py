@@ -23,6 +23,7 @@ def _load():
 
 make_plots = _load()
 SEMANTICS = (DOCS / "semantics.md").read_text(encoding="utf-8")
+SCRIPT = "python docs/plots/make_plots.py"
 
 
 def test_lazy_adam_numbers_match_the_page():
@@ -72,16 +73,67 @@ def test_pipelining_numbers_match_the_page():
     assert "| 20 | 4 | never: the loss grows about 60000-fold in 60 steps |" in SEMANTICS
 
 
-def test_the_committed_plots_exist_and_are_small_pngs():
-    for name in ("lazy_adam.png", "pipelining.png"):
-        path = DOCS / "images" / name
-        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
-        assert path.stat().st_size < 200_000, name
-        assert f"images/{name}" in SEMANTICS, name
+def _png_size(data: bytes) -> tuple[int, int]:
+    """(width, height) of a PNG, from its IHDR chunk."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
 
 
-def test_drawing(tmp_path):
+def _png_text(data: bytes) -> dict[str, str]:
+    """A PNG's tEXt chunks (matplotlib writes "Software": the version that drew it)."""
+    texts, at = {}, 8
+    while at < len(data):
+        length, kind = int.from_bytes(data[at : at + 4], "big"), data[at + 4 : at + 8]
+        if kind == b"tEXt":
+            key, _, value = data[at + 8 : at + 8 + length].partition(b"\0")
+            texts[key.decode("latin-1")] = value.decode("latin-1")
+        at += 12 + length
+    return texts
+
+
+@pytest.mark.parametrize("layout", make_plots.LAYOUTS, ids=lambda layout: layout.suffix or "wide")
+@pytest.mark.parametrize("name", make_plots.FIGURES)
+def test_the_committed_plots_are_small_pngs_that_the_page_shows_at_their_width(name, layout):
+    file = f"{name}{layout.suffix}.png"
+    data = (DOCS / "images" / file).read_bytes()
+    width, _ = _png_size(data)
+    assert width == layout.width_px * make_plots.DENSITY, file
+    assert len(data) < 150_000, file
+    # The page gives the browser the PNG's width in pixels and on the page, so it is drawn at its density.
+    candidate = f'srcset="../images/{file} {width}w" sizes="{layout.width_px}px"'
+    assert candidate in SEMANTICS, candidate
+    if layout is make_plots.PHONE:
+        assert f'<source media="{make_plots.PHONE_MEDIA}" {candidate}>' in SEMANTICS
+
+
+def test_every_text_in_the_plots_is_at_least_11_px_on_the_page():
     pytest.importorskip("matplotlib", reason="needs matplotlib: the `plot` extra, pip install -e '.[plot]'")
+    from matplotlib.text import Text
+
+    for layout in make_plots.LAYOUTS:
+        with make_plots.figures(layout) as drawn:
+            for name, fig in drawn.items():
+                fig.canvas.draw()  # creates the tick labels
+                texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+                assert len(texts) > 10, name
+                for text in texts:
+                    px = make_plots.on_screen_px(layout, text.get_fontsize())
+                    assert px >= 11, (name, layout.suffix, text.get_text(), px)
+
+
+def test_the_committed_plots_are_what_the_script_draws(tmp_path):
+    pytest.importorskip("matplotlib", reason="needs matplotlib: the `plot` extra, pip install -e '.[plot]'")
+    import matplotlib.image
+
     paths = make_plots.draw(str(tmp_path))
-    assert [pathlib.Path(p).name for p in paths] == ["lazy_adam.png", "pipelining.png"]
-    assert all(pathlib.Path(p).stat().st_size > 10_000 for p in paths)
+    names = [f"{name}{layout.suffix}.png" for layout in make_plots.LAYOUTS for name in make_plots.FIGURES]
+    assert [pathlib.Path(p).name for p in paths] == names
+    for path in paths:
+        committed = DOCS / "images" / pathlib.Path(path).name
+        drawn, kept = pathlib.Path(path).read_bytes(), committed.read_bytes()
+        assert _png_size(drawn) == _png_size(kept), f"{committed.name}: run {SCRIPT}"
+        if _png_text(drawn)["Software"] == _png_text(kept)["Software"]:
+            assert drawn == kept, f"{committed.name} is not what the script draws now: run {SCRIPT}"
+        else:  # another matplotlib (or FreeType) draws text a little differently: compare the pixels
+            difference = abs(matplotlib.image.imread(path) - matplotlib.image.imread(committed)).mean()
+            assert difference < 0.01, f"{committed.name} differs from what the script draws: run {SCRIPT}"

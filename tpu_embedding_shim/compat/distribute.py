@@ -3,17 +3,19 @@
 There is no TPU, no cluster and no second device here. `TPUStrategy` runs the
 step function in this process, on the CPU, once: `num_replicas_in_sync` is 1,
 so the global batch is the per-replica batch. It exists so that TensorFlow's
-mid-level training loops run with only the import changed::
+mid-level training loops run with only the import changed (the resolver
+records its arguments; connecting and initializing are no-ops that log that
+they emulate):
 
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")   # records its arguments
-    tf.config.experimental_connect_to_cluster(resolver)                  # no-op (logs that it emulates)
-    tf.tpu.experimental.initialize_tpu_system(resolver)                  # no-op (logs that it emulates)
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
     strategy = tf.distribute.TPUStrategy(resolver)
     with strategy.scope():
         embedding = tf.tpu.experimental.embedding.TPUEmbedding(...)
-    dataset = strategy.experimental_distribute_dataset(batches, options=tf.distribute.InputOptions(
-        experimental_fetch_to_device=False))
-    strategy.run(step, args=(next(iter(dataset)),))                      # calls step(...) here, once
+    options = tf.distribute.InputOptions(experimental_fetch_to_device=False)
+    dataset = strategy.experimental_distribute_dataset(batches, options)
+    strategy.run(step, args=(next(iter(dataset)),))  # step(...), here, once
 
 What it does: `scope()` makes it the current strategy (`get_strategy()`);
 `run` calls the function with its arguments in a replica context and returns

@@ -71,6 +71,9 @@ class EmbeddingConfigSpec(
       table_to_config_dict: table name -> v1 `TableConfig`.
       partition_strategy: 'div' or 'mod'; both work on a CPU here.
       profile_data_directory: where lookup statistics are written.
+
+    Of other keywords (`**unknown`) only `column=`, the typo of TensorFlow's
+    own example, is accepted: read as `feature_columns=`, with a warning.
     """
 
     def __new__(

@@ -389,7 +389,9 @@ def embedding_lookup_sparse(
         RaggedTensor of ids in [0, V).
       sp_weights: None (every weight 1) or a SparseTensor / RaggedTensor of
         the same kind, indices and shape as `sp_ids`.
-      partition_strategy, name: as `embedding_lookup`.
+      partition_strategy: 'mod' (the default) or 'div', as
+        `embedding_lookup`.
+      name: accepted, no effect (TensorFlow's op name).
       combiner: 'sum', 'mean' (the default, also for None) or 'sqrtn':
         sum w e, sum w e / sum w, sum w e / sqrt(sum w^2); a zero
         denominator gives 0.
@@ -435,7 +437,10 @@ def safe_embedding_lookup_sparse(
       combiner: 'mean' (default), 'sum' or 'sqrtn' (None is 'mean').
       default_id: None, or the row an empty row gets (an int in [0, V)).
       name: accepted, no effect.
-      partition_strategy, max_norm, allow_fast_lookup: as `embedding_lookup_sparse`.
+      partition_strategy: 'div' (the default here) or 'mod', as
+        `embedding_lookup`.
+      max_norm: as `embedding_lookup_sparse`.
+      allow_fast_lookup: as `embedding_lookup_sparse`.
 
     Returns:
       float32 `[d0, ..., dn-1] + embedding_weights.shape[1:]`: every row, the

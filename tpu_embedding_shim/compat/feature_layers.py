@@ -244,7 +244,9 @@ class DenseFeatures(_FeatureLayer):
     Args:
       feature_columns: TPU embedding columns (non-sequence) and numeric
         columns; concatenated in name order, as TensorFlow does.
-      trainable, name, partitioner: accepted for compatibility.
+      trainable: accepted for compatibility.
+      name: accepted for compatibility.
+      partitioner: accepted for compatibility.
 
     Calling it with the step's `features` returns an
     `EmbeddingActivations`; pass `{output: d(loss)/d(output)}` back as the

@@ -3,11 +3,13 @@
 TensorFlow's class drives a TPU's embedding engine: `enqueue` sends ids to
 the host, `dequeue` returns activations, `apply_gradients` sends d loss /
 d activations back and the TPU updates its tables. Here the same calls drive
-the CPU engine (`engine.Engine`), inside or outside a strategy scope::
+the CPU engine (`engine.Engine`), inside or outside a strategy scope:
 
-    enqueue(features)    validate and queue the batch (TensorFlow's input rules, midlevel_inputs.py)
-    dequeue()            look the oldest queued batch up -> nest of output_shape + [D]
-    apply_gradients(g)   one optimizer update per touched row, as on a TPU
+- `enqueue(features)`: validate and queue the batch (TensorFlow's input
+  rules, midlevel_inputs.py);
+- `dequeue()`: look the oldest queued batch up -> a nest of
+  `output_shape + [D]`;
+- `apply_gradients(g)`: one optimizer update per touched row, as on a TPU.
 
 What the mid-level classes share (tables, features, the engine) is
 `MidLevelBase` (midlevel_base.py); the `tf.nest` walks are nest.py.

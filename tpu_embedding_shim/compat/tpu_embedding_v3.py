@@ -1,9 +1,9 @@
 """`tf.tpu.experimental.embedding.TPUEmbeddingV2` (the SparseCore mid-level API) on a CPU.
 
 A lookup returns the activations and "preserved outputs"; the update takes
-the gradients and those preserved outputs back::
+the gradients and those preserved outputs back:
 
-    activations, preserved = embedding(features)           # = embedding_lookup(features)
+    activations, preserved = embedding(features)  # embedding_lookup(...)
     ... dense model, d loss / d activations ...
     embedding.apply_gradients(gradients, preserved)
 

@@ -5,14 +5,18 @@ A checkpoint is TensorFlow's object-based one: `<prefix>.index` plus
 variable under TensorFlow's keys, `save_counter`, and the object graph
 (`_CHECKPOINTABLE_OBJECT_GRAPH`). `checkpoint_objects.py` says what each
 object saves; an embedding passed as `embedding=` gives exactly the keys
-and object graph TensorFlow 2.15 writes for its own `TPUEmbedding`::
+and object graph TensorFlow 2.15 writes for its own `TPUEmbedding`:
 
-    embedding/items/.ATTRIBUTES/VARIABLE_VALUE                [vocabulary_size, dim]
-    embedding/items.Saccumulators/.ATTRIBUTES/VARIABLE_VALUE  (one per optimizer slot)
-    embedding/.ATTRIBUTES/TPU_EMBEDDING_SHIM_global_step                 (the engine's step; TensorFlow ignores it)
-    model/w/.ATTRIBUTES/VARIABLE_VALUE                        (a dict of numpy arrays passed as model=)
-    save_counter/.ATTRIBUTES/VARIABLE_VALUE
-    _CHECKPOINTABLE_OBJECT_GRAPH
+- `embedding/items/.ATTRIBUTES/VARIABLE_VALUE`: a table,
+  `[vocabulary_size, dim]`;
+- `embedding/items.Saccumulators/.ATTRIBUTES/VARIABLE_VALUE`: one per
+  optimizer slot;
+- `embedding/.ATTRIBUTES/TPU_EMBEDDING_SHIM_global_step`: the engine's
+  step (TensorFlow ignores it);
+- `model/w/.ATTRIBUTES/VARIABLE_VALUE`: the entry `w` of a dict of numpy
+  arrays passed as `model=`;
+- `save_counter/.ATTRIBUTES/VARIABLE_VALUE` and
+  `_CHECKPOINTABLE_OBJECT_GRAPH`.
 
 So TensorFlow's `tf.train.Checkpoint(embedding=TPUEmbeddingForServing(...))
 .restore(path)` loads the tables saved here, and a checkpoint TensorFlow
@@ -387,9 +391,10 @@ class CheckpointManager:
         them (one per that many hours, kept for good and no longer listed).
       keep_checkpoint_every_n_hours: see `max_to_keep`.
       checkpoint_name: the name of each checkpoint before `-<n>`.
-      step_counter, checkpoint_interval: with both, `save()` saves only
-        when the counter (a callable, an object with `numpy()`, or a 0-d
-        array) moved on by `checkpoint_interval` since the last save.
+      step_counter: the step (a callable, an object with `numpy()`, or a
+        0-d array); with `checkpoint_interval`, `save()` saves only when it
+        moved on by `checkpoint_interval` since the last save.
+      checkpoint_interval: see `step_counter`.
       init_fn: called by `restore_or_initialize` when there is no checkpoint.
 
     The state file records the kept checkpoints with their times, as

@@ -4,8 +4,9 @@ A step is `forward` (ids -> activations) then `apply_gradients`
 (d loss / d activations -> one optimizer update per touched row):
 
     engine = Engine(spec, seed=0)
-    result = engine.forward(features)                 # {feature: [B, D] or [B, L, D]}
-    engine.apply_gradients(result, {f: d_loss_d_activation[f] for f in result.activations})
+    result = engine.forward(features)  # {feature: [B, D] or [B, L, D]}
+    grads = {f: d_loss_d_activation[f] for f in result.activations}
+    engine.apply_gradients(result, grads)
 
 What it emulates of a TPU, and says so in `describe()` and the log:
 

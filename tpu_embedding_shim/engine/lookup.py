@@ -283,9 +283,12 @@ def pooled_backward(
     """Row gradients of a pooled lookup.
 
     Args:
-      batch, combiner, safe, default_id: as given to `pooled_lookup`.
+      batch: as given to `pooled_lookup`.
+      combiner: as given to `pooled_lookup`.
       grad: float [B, D], the gradient of the loss with respect to the
         lookup's output.
+      safe: as given to `pooled_lookup`.
+      default_id: as given to `pooled_lookup`.
 
     Returns:
       (unique_ids int64 [U] sorted, row_grads float32 [U, D]): the gradient

@@ -307,7 +307,9 @@ class GraphModel:
       mode: 'train', 'eval' or 'infer'.
       call_model_fn: `(features, labels, scope) -> spec`; the runner's checked
         call of the user's model_fn inside `scope`.
-      features, labels, scope: the first step's (shapes, feature keys).
+      features: the first step's (shapes, feature keys).
+      labels: the first step's.
+      scope: the first step's `LookupScope`.
       dense_state: where the variables' values come from and go to.
     """
 

@@ -64,18 +64,29 @@ class TPUEstimator:
       config: a `tf.compat.v1.estimator.tpu.RunConfig` (required, as in
         TensorFlow; a plain RunConfig is refused).
       params: your hyper-parameters; must not use the reserved keys.
-      use_tpu, eval_on_tpu: as in TensorFlow for the checks and batch
-        sizes; the embedding engine runs either way (see the module doc).
-      train_batch_size, eval_batch_size, predict_batch_size: passed to
-        input_fn and model_fn as params['batch_size'] (the global batch: the
-        CPU runs one replica). `use_tpu=True` requires train_batch_size.
-      batch_axis, export_to_tpu, export_to_cpu, export_saved_model_api_version: accepted and checked.
+      use_tpu: as in TensorFlow for the checks and batch sizes (True
+        requires `train_batch_size`). The embeddings train on the engine,
+        with the EmbeddingConfigSpec's optimizer, either way (TensorFlow's
+        `use_tpu=False` trains them with the model's optimizer instead).
+      train_batch_size: the global batch of `train`, passed to input_fn and
+        model_fn as params['batch_size'] (the CPU runs one replica).
+      eval_batch_size: the same for `evaluate`; required there when
+        `use_tpu` and `eval_on_tpu`.
+      predict_batch_size: the same for `predict`; required there when
+        `use_tpu`.
+      batch_axis: accepted and kept; the CPU has no shards to split a batch
+        over.
+      eval_on_tpu: as in TensorFlow for the checks of `evaluate`.
+      export_to_tpu: with `export_to_cpu`: `export_saved_model` needs one of
+        them True.
+      export_to_cpu: see `export_to_tpu`.
       warm_start_from: a checkpoint path (or model_dir), or a
         `tf.estimator.WarmStartSettings`: what a fresh model_dir takes from
         another run -- this runner's, or TensorFlow's on a CPU or a TPU
         (by default the tables and dense state; slots and the step start
         fresh). See docs/checkpoints.md.
       embedding_config_spec: the `EmbeddingConfigSpec`.
+      export_saved_model_api_version: 1 or 2 (checked, as in TensorFlow).
     """
 
     def __init__(
