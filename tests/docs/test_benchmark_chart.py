@@ -6,25 +6,17 @@ committed images differ from what the script makes, when the CSV's own ratios do
 times, and when a figure the page's prose quotes no longer follows from the CSV.
 """
 
-import importlib.util
-import pathlib
 import re
 import xml.etree.ElementTree as ET
 
 import pytest
 
-DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
+from .scripts import DOCS, load_script
+
 SVG = "{http://www.w3.org/2000/svg}"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("make_benchmark_chart", DOCS / "plots" / "make_benchmark_chart.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-chart = _load()
+chart = load_script("make_benchmark_chart")
 ROWS = chart.load()
 PAGE = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
 CONTENT_WIDTH = {"benchmark_ratios.svg": 688, "benchmark_ratios_narrow.svg": 358}  # the site's column, px

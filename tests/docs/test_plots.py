@@ -6,22 +6,13 @@ needed) and check the numbers that docs/semantics.md quotes, so the page and
 the committed PNGs cannot drift from the engine without a test failing.
 """
 
-import importlib.util
 import pathlib
 
 import pytest
 
-DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
+from .scripts import DOCS, load_script
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("make_plots", DOCS / "plots" / "make_plots.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-make_plots = _load()
+make_plots = load_script("make_plots")
 SEMANTICS = (DOCS / "semantics.md").read_text(encoding="utf-8")
 SCRIPT = "python docs/plots/make_plots.py"
 

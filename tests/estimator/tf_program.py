@@ -175,8 +175,9 @@ def shim_estimator(
     num_shards=None,
     keep=5,
     seed=0,
-    save_checkpoints_steps=None,
+    **run_config,
 ):
+    """The shim's TPUEstimator of this program; `run_config`: more RunConfig arguments."""
     import tpu_embedding_shim as tf
 
     user, item, hist, shared = shim_columns()
@@ -189,8 +190,8 @@ def shim_estimator(
         model_dir=str(model_dir),
         tf_random_seed=seed,
         keep_checkpoint_max=keep,
-        save_checkpoints_steps=save_checkpoints_steps,
         tpu_config=tf.estimator.tpu.TPUConfig(num_shards=num_shards),
+        **run_config,
     )
     return tf.estimator.tpu.TPUEstimator(
         model_fn=shim_model_fn(user, item, hist, shared),

@@ -24,6 +24,9 @@ _SOURCES: dict[str, str] = {
     "LookupResult": "engine",
     "Kernels": "kernels",
     "NumpyKernels": "kernels",
+    # the engine over several processes (MPI; docs/distributed.md)
+    "DistributedEngine": "distributed",
+    "communicator": "distributed",
     # ids
     "Ragged": "ragged",
     "to_ragged": "ragged",

@@ -44,15 +44,16 @@ from typing import Any
 
 import numpy as np
 
-from ..spec import EmbeddingSpec, FeatureSpec, TableSpec
+from ..spec import EmbeddingSpec, TableSpec
 from . import aligned, fast
 from .checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
 from .kernels import Kernels, Lookup, NumpyKernels, Update
 from .memmap import open_table
 from .optimizers import apply_update, initial_slots, touches_all_rows
-from .ragged import Ragged, check_nan_weights_dropped
+from .ragged import Ragged
 from .sharding import ShardedTable
 from .statistics import LookupStatistics
+from .step_checks import check_state, check_trainable, checked_gradient, feature_batch, gradient_multiplier
 
 log = logging.getLogger("tpu_embedding_shim")
 _warned_clipping_limit = False
@@ -134,7 +135,7 @@ class Engine:
             if table.name in table_files:
                 full, slots = open_table(table_files[table.name], table, optimizer, rng)
             else:
-                full = _initial_table(table, rng)
+                full = initial_table(table, rng)
                 slots = initial_slots(optimizer, full.shape)
             self._tables[table.name] = ShardedTable(full, spec.num_shards, spec.partition_strategy, copy=False)
             self._slots[table.name] = {
@@ -230,12 +231,7 @@ class Engine:
     # Forward ----------------------------------------------------------------------
 
     def forward(
-        self,
-        features: Mapping[str, Any],
-        weights: Mapping[str, Any] | None = None,
-        *,
-        training: bool = True,
-        same_batch_size: bool = True,
+        self, features: Mapping[str, Any], weights: Mapping | None = None, *, training=True, same_batch_size=True
     ) -> LookupResult:
         """Looks up every feature of the spec in `features` (other keys are ignored).
 
@@ -251,7 +247,9 @@ class Engine:
                 f"Argument `features` must be a dict of feature name -> ids. Received: {type(features).__name__}."
             )
         kernels = self.kernels
-        batches = {f.name: self._convert(kernels, f, features, weights, training) for f in self.spec.features}
+        batches = {
+            f.name: feature_batch(self.spec, kernels, f, features, weights, copy=training) for f in self.spec.features
+        }
         sizes = {name: batch.batch_size for name, batch in batches.items()}
         if same_batch_size and len(set(sizes.values())) > 1:
             raise ValueError(f"All features of one step must have the same batch size. Received: {sizes}.")
@@ -279,34 +277,6 @@ class Engine:
             self._record_statistics(batches)
             self.flush()
         return LookupResult(activations, lengths, batches, training, self.global_step, storage_batches)
-
-    def _convert(
-        self,
-        kernels: Kernels,
-        feature: FeatureSpec,
-        features: Mapping[str, Any],
-        weights: Mapping[str, Any] | None,
-        training: bool = True,
-    ):
-        if feature.name not in features:
-            raise ValueError(
-                f"Feature {feature.name!r} is missing from the features; the spec looks up "
-                f"{[f.name for f in self.spec.features]}. Received keys: {sorted(features)}."
-            )
-        weight = None
-        if weights is not None and feature.name in weights:
-            weight = weights[feature.name]
-        elif feature.weight_key is not None:
-            if feature.weight_key not in features:
-                raise ValueError(
-                    f"Feature {feature.name!r} is weighted by {feature.weight_key!r}, which is missing "
-                    f"from the features. Received keys: {sorted(features)}."
-                )
-            weight = features[feature.weight_key]
-        batch = kernels.to_batch(features[feature.name], feature, weight, copy=training)
-        if batch.weights is not None and not feature.is_sequence:
-            check_nan_weights_dropped(batch, feature, self.spec.table(feature.table).combiner)
-        return batch
 
     def _record_statistics(self, batches: dict[str, Ragged]) -> None:
         if self.statistics is None:
@@ -339,27 +309,16 @@ class Engine:
         """
         if not isinstance(result, LookupResult):
             raise TypeError("Argument `result` must be the LookupResult returned by forward().")
-        if not result.training:
-            raise RuntimeError(
-                "apply_gradients() was called after an inference lookup (training=False); "
-                "look up with training=True to train."
-            )
-        if result.step != self.global_step:
-            raise RuntimeError(
-                f"This lookup was made at step {result.step} but the engine is at step "
-                f"{self.global_step}: apply each lookup's gradients once, in order."
-            )
-        unknown = sorted(set(gradients) - set(result.activations))
-        if unknown:
-            raise ValueError(
-                f"Gradients were given for unknown features {unknown}; features are {sorted(result.activations)}."
-            )
         step = self.global_step
-        multiplier = self._gradient_multiplier(step)
+        check_trainable(result, step, gradients)
+        multiplier = gradient_multiplier(self.spec, step)
         kernels = self.kernels
         entries: dict[str, list[Any]] = {t.name: [] for t in self.spec.tables}
         for feature in self.spec.features:
-            grad = self._check_gradient(kernels, feature, result, gradients.get(feature.name))
+            expected = result.activations[feature.name].shape
+            grad = checked_gradient(
+                feature, expected, gradients.get(feature.name), kernels=kernels, check_numerics=self.check_numerics
+            )
             if grad is None:
                 continue
             if multiplier != 1:
@@ -403,43 +362,6 @@ class Engine:
         self.global_step += 1
         if not self.spec.pipeline_execution_with_tensor_core:
             self.flush()
-
-    def _gradient_multiplier(self, step: int) -> np.float32:
-        fn = self.spec.gradient_multiplier_fn
-        if fn is None:
-            return np.float32(1.0)
-        value = fn(step)
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            value = float("nan")
-        if not np.isfinite(value):
-            raise ValueError(f"gradient_multiplier_fn({step}) must return a finite number. Received: {value!r}.")
-        return np.float32(value)
-
-    def _check_gradient(
-        self, kernels: Kernels, feature: FeatureSpec, result: LookupResult, grad: Any
-    ) -> np.ndarray | None:
-        expected = result.activations[feature.name].shape
-        if grad is None:
-            return None
-        try:
-            array = np.asarray(grad, dtype=np.float32)
-        except (TypeError, ValueError):
-            raise TypeError(
-                f"The gradient of feature {feature.name!r} must be a float array of shape "
-                f"{list(expected)}. Received: {type(grad).__name__}."
-            ) from None
-        if array.shape != expected:
-            raise ValueError(
-                f"The gradient of feature {feature.name!r} must have the shape of its activation, "
-                f"{list(expected)}. Received shape {list(array.shape)}."
-            )
-        if self.check_numerics and not kernels.all_finite(array):
-            raise ValueError(
-                f"The gradient of feature {feature.name!r} holds NaN or infinite values; no table was changed."
-            )
-        return array
 
     def _plan_update(
         self,
@@ -491,29 +413,13 @@ class Engine:
 
     def load_state(self, state: Mapping[str, Mapping[str, np.ndarray]], *, step: int | None = None) -> None:
         """Replaces every table and slot (checked whole before anything changes), re-sharding as this spec says."""
-        structure = self.spec.structure()
-        if set(state) != set(structure):
-            raise ValueError(f"The state holds tables {sorted(state)}, the spec {sorted(structure)}.")
+        slot_names = check_state(self.spec, state)
         new_tables, new_slots = {}, {}
-        for name, expected in structure.items():
+        for name, names in slot_names.items():
             arrays = state[name]
-            names = sorted(set(arrays) - {"embedding"})
-            if "embedding" not in arrays or names != expected["slots"]:
-                raise ValueError(
-                    f"Table {name!r}: the state holds {sorted(arrays)}, the spec expects "
-                    f"['embedding'] + {expected['slots']}."
-                )
-            shape = (expected["vocabulary_size"], expected["dim"])
-            for key, value in arrays.items():
-                if np.shape(value) != shape:
-                    raise ValueError(f"Table {name!r}, {key!r}: shape {np.shape(value)}, expected {shape}.")
 
-            def make(a):
-                return ShardedTable(
-                    np.asarray(a, np.float32),
-                    self.spec.num_shards,
-                    self.spec.partition_strategy,
-                )  # an aligned copy
+            def make(a):  # an aligned copy
+                return ShardedTable(np.asarray(a, np.float32), self.spec.num_shards, self.spec.partition_strategy)
 
             new_tables[name] = make(arrays["embedding"])
             new_slots[name] = {slot: make(arrays[slot]) for slot in names}
@@ -611,7 +517,7 @@ def _check_table_files(spec: EmbeddingSpec, table_files: Mapping[str, str] | Non
     return {name: str(path) for name, path in table_files.items()}
 
 
-def _initial_table(table: TableSpec, rng: np.random.Generator) -> np.ndarray:
+def initial_table(table: TableSpec, rng: np.random.Generator) -> np.ndarray:
     """The table's initial values, checked: [V, D], finite, float32."""
     initializer = table.seeded_initializer(rng)
     values = np.asarray(initializer((table.vocabulary_size, table.dim), np.float32), dtype=np.float32)

@@ -1,0 +1,83 @@
+"""A world of one process (no MPI): `DistributedEngine` gives exactly `Engine`'s numbers and errors."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from tpu_embedding_shim.engine import Engine
+from tpu_embedding_shim.engine.distributed import DistributedEngine, SingleProcess
+from tpu_embedding_shim.spec import EmbeddingSpec, FeatureSpec, SGDSpec, TableSpec
+
+from . import cases
+from .strategies import recipes
+from .test_equivalence import assert_same_bits
+
+
+@given(recipe=recipes(1))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_one_rank_gives_the_engines_bits_and_errors(recipe):
+    spec = cases.build_spec(recipe, 1)
+    want, want_errors = cases.run(Engine(spec, seed=recipe["seed"], kernels="numpy"), recipe, spec)
+    got, errors = cases.run(DistributedEngine(spec, SingleProcess(), seed=recipe["seed"]), recipe, spec, rank=0)
+    assert sorted(got) == sorted(want)
+    for key, value in want.items():
+        assert_same_bits(got[key], value, key)
+    assert errors == want_errors
+
+
+def spec(**options):
+    return EmbeddingSpec(
+        tables=(TableSpec(name="t", vocabulary_size=6, dim=2, combiner="sum"),),
+        features=(FeatureSpec(name="f", table="t", num_buckets=6),),
+        optimizer=SGDSpec(learning_rate=0.5),
+        **options,
+    )
+
+
+def test_table_slots_state_and_load_state():
+    engine = DistributedEngine(spec(num_shards=2, partition_strategy="mod"), seed=3)
+    reference = Engine(spec(), seed=3, kernels="numpy")
+    assert_same_bits(engine.table("t"), reference.table("t"), "t")
+    assert engine.slots("t") == {}
+    state = {"t": {"embedding": np.arange(12, dtype=np.float32).reshape(6, 2)}}
+    engine.load_state(state, step=4)
+    assert engine.global_step == 4
+    assert engine.table("t").tolist() == state["t"]["embedding"].tolist()
+    with pytest.raises(KeyError, match="No table named 'u'"):
+        engine.table("u")
+    with pytest.raises(ValueError, match=r"Table 't', 'embedding': shape \(5, 2\), expected \(6, 2\)"):
+        engine.load_state({"t": {"embedding": np.zeros((5, 2), np.float32)}})
+    with pytest.raises(ValueError, match="Argument `step` must be an int >= 0. Received: -1"):
+        engine.load_state(state, step=-1)
+    assert engine.global_step == 4 and engine.table("t").tolist() == state["t"]["embedding"].tolist()
+
+
+def test_communicator_defaults_to_this_process():
+    """Without an MPI launcher, `comm=None` is the one-process world; the seed is drawn when None."""
+    engine = DistributedEngine(spec())
+    assert isinstance(engine.comm, SingleProcess) and engine.world_size == 1
+    assert engine.table("t").shape == (6, 2)
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="DistributedEngine needs an EmbeddingSpec. Received: 'spec'"):
+        DistributedEngine("spec", SingleProcess())
+    with pytest.raises(TypeError, match="Argument `comm` must be a Communicator. Received: int"):
+        DistributedEngine(spec(), 3)
+    with pytest.raises(ValueError, match="Argument `seed` must be an int >= 0 or None. Received: -2"):
+        DistributedEngine(spec(), SingleProcess(), seed=-2)
+    engine = DistributedEngine(spec(), SingleProcess(), seed=0)
+    with pytest.raises(TypeError, match="Argument `features` must be a dict"):
+        engine.forward([[1]])
+    result = engine.forward({"f": [[1]]}, training=False)
+    with pytest.raises(RuntimeError, match="after an inference lookup"):
+        engine.apply_gradients(result, {"f": np.ones((1, 2))})
+    with pytest.raises(TypeError, match="must be the LookupResult returned by this engine's forward"):
+        engine.apply_gradients(Engine(spec(), kernels="numpy").forward({"f": [[1]]}), {"f": np.ones((1, 2))})
+
+
+def test_describe_says_what_each_rank_holds():
+    lines = DistributedEngine(spec(pipeline_execution_with_tensor_core=True), SingleProcess(), seed=0).describe()
+    assert lines[0].startswith("Distributed CPU embedding engine: rank 0 of 1 (SingleProcess()), 1 table(s)")
+    assert "rows per rank [6] (this rank: 6)" in lines[1]
+    assert any("pipeline_execution_with_tensor_core" in line for line in lines)

@@ -1,0 +1,510 @@
+"""`DistributedEngine`: `Engine`'s step over W processes, with the numbers of one process.
+
+Each rank holds its slice of the global batch (data parallel) and its rows
+of every table and slot (model parallel: `ownership.py`, TensorFlow's `div`
+/ `mod` host sharding). One training step, per rank:
+
+1. forward: convert and check its features; the ranks agree (`agreement.py`);
+   every entry's id goes to the rank that owns its row (`exchange.py`:
+   counts, then local rows); owners answer with the rows; the rank pools
+   them with the reference kernels, exactly as `Engine` pools the same ids;
+2. apply_gradients: check the gradients; the ranks agree; each kept entry's
+   gradient (`pooled_entries` / `sequence_entries`, the one-process
+   formulas) goes to its row's owner with the row; the owner lines them up
+   feature by feature, then source rank by source rank (the order one
+   process sees them in), sums duplicates and computes the update; the ranks
+   agree again; then every rank writes (or, with pipelining, defers the
+   write until after the next lookup, as `Engine` does).
+
+Every sum is the same running sum over the same terms in the same order as
+in one process, so activations, tables and slots are the same bits as
+`Engine(spec, kernels="numpy")` running the global batch (rank 0's examples,
+then rank 1's, ...). The owners' math is the numpy reference
+(`NumpyKernels`, `optimizers.apply_update`); the fast kernels are a later
+step.
+
+Every public method is collective: every rank calls it, in the same order.
+
+>>> from tpu_embedding_shim.spec import *
+>>> from tpu_embedding_shim.engine.distributed import SingleProcess
+>>> spec = EmbeddingSpec(
+...     tables=(TableSpec(name="t", vocabulary_size=4, dim=2, initializer=RowIdInitializer(), combiner="sum"),),
+...     features=(FeatureSpec(name="f", table="t", num_buckets=4),),
+...     optimizer=SGDSpec(learning_rate=1.0))
+>>> engine = DistributedEngine(spec, SingleProcess())  # under mpiexec: DistributedEngine(spec)
+>>> result = engine.forward({"f": [[1, 2], [3, -1]]})
+>>> result.activations["f"].tolist()
+[[3.0, 3.0], [3.0, 3.0]]
+>>> engine.apply_gradients(result, {"f": [[1.0, 0.0], [0.0, 1.0]]})
+>>> engine.table("t").tolist()
+[[0.0, 0.0], [0.0, 1.0], [1.0, 2.0], [3.0, 2.0]]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import re
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ...spec import EmbeddingSpec
+from ..engine import LookupResult, initial_table
+from ..kernels import Lookup, NumpyKernels
+from ..optimizers import apply_update, initial_slots, touches_all_rows
+from ..ragged import Ragged
+from ..step_checks import check_state, check_trainable, checked_gradient, feature_batch, gradient_multiplier
+from .agreement import PeerFailedError, agree
+from .communicator import Communicator, communicator
+from .exchange import Segments, pack, send_ids, send_values
+from .ownership import Ownership
+
+__all__ = ["DistributedEngine", "DistributedLookupResult"]
+
+log = logging.getLogger("tpu_embedding_shim")
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedLookupResult(LookupResult):
+    """`LookupResult` for this rank's slice, plus where each entry's row lives (for the backward).
+
+    Attributes:
+      routes: feature -> (owner rank, local row on the owner), int64 [N]
+        each, for every id of `batches[feature]`.
+    """
+
+    routes: dict[str, tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=dict, repr=False)
+
+
+@dataclasses.dataclass
+class _Pending:
+    """Per table: (local rows, new rows, slot -> new slot rows), written at once."""
+
+    updates: dict[str, tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]
+
+
+class DistributedEngine:
+    """The tables and slots of an `EmbeddingSpec`, sharded over the ranks of a communicator.
+
+    Args:
+      spec: what to build; the same on every rank (checked). `num_shards`
+        must be the number of ranks or a multiple of it.
+      comm: a `Communicator`; None for `communicator()` (MPI under mpiexec,
+        else one process).
+      seed: seeds initializers that have no seed of their own; the same on
+        every rank (checked). The joined tables then equal those of
+        `Engine(spec, seed=seed)`. None: rank 0 draws one for all.
+      check_numerics: refuse NaN or infinite gradients (before any change).
+
+    Raises:
+      ValueError: `num_shards` is not a multiple of the world size; the
+        spec or the seed differs between ranks.
+      PeerFailedError: another rank failed to build its part.
+    """
+
+    def __init__(
+        self,
+        spec: EmbeddingSpec,
+        comm: Communicator | None = None,
+        *,
+        seed: int | None = None,
+        check_numerics: bool = True,
+    ):
+        comm = communicator() if comm is None else comm
+        if not isinstance(comm, Communicator):
+            raise TypeError(f"Argument `comm` must be a Communicator. Received: {type(comm).__name__}.")
+        self.comm = comm
+        self.rank, self.world_size = comm.rank, comm.size
+        self.spec = spec
+        self.check_numerics = check_numerics
+        self.kernels = NumpyKernels()
+        self.global_step = 0
+        self.statistics = None
+        self._pending: _Pending | None = None
+        error, views = None, ("", "", seed)
+        try:
+            if not isinstance(spec, EmbeddingSpec):
+                raise TypeError(f"DistributedEngine needs an EmbeddingSpec. Received: {spec!r}.")
+            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+                raise ValueError(f"Argument `seed` must be an int >= 0 or None. Received: {seed!r}.")
+            self._owners = {
+                t.name: Ownership(t.vocabulary_size, spec.num_shards, spec.partition_strategy, self.world_size)
+                for t in spec.tables
+            }
+            views = (spec.fingerprint(), _digest(spec), None if seed is None else int(seed))
+        except Exception as caught:
+            error = caught
+        seed = self._agree_on_build(error, views)
+        error = None
+        try:
+            self._build(seed)
+        except Exception as caught:
+            error = caught
+        agree(comm, error, "DistributedEngine")
+        self._features = {f.name: i for i, f in enumerate(spec.features)}
+        self._dims = np.array([spec.table(f.table).dim for f in spec.features], dtype=np.int64)
+        if self.rank == 0:
+            self._warn_unsupported()
+        for line in self.describe():
+            log.info(line)
+
+    def _agree_on_build(self, error: Exception | None, views: tuple) -> int:
+        """Every rank's error, spec and seed compared in one allgather; returns the common seed."""
+        reason = None if error is None else f"{type(error).__name__}: {error}"
+        gathered = self.comm.allgather_object((reason, *views))
+        failed = [rank for rank, view in enumerate(gathered) if view[0] is not None]
+        if failed:
+            if error is not None:
+                raise error
+            raise PeerFailedError(failed[0], gathered[failed[0]][0])
+        for index, what in ((1, "tables and slots (spec.fingerprint())"), (2, "options"), (3, "seed")):
+            differ = [rank for rank, view in enumerate(gathered) if view[index] != gathered[0][index]]
+            if differ:
+                raise ValueError(
+                    f"Every rank must build the same DistributedEngine: ranks {differ} have other {what} than "
+                    f"rank 0 ({[view[index] for view in gathered]})."
+                )
+        seed = gathered[0][3]
+        if seed is None:
+            fresh = int(np.random.default_rng().integers(2**63)) if self.rank == 0 else None
+            seed = self.comm.bcast_object(fresh)
+        return int(seed)
+
+    def _build(self, seed: int) -> None:
+        """This rank's rows of every table (drawn as one process draws them) and their slots."""
+        rng = np.random.default_rng(seed)
+        self._tables: dict[str, np.ndarray] = {}
+        self._slots: dict[str, dict[str, np.ndarray]] = {}
+        for table in self.spec.tables:
+            full = initial_table(table, rng)  # the whole table, as Engine draws it; this rank keeps its rows
+            mine = self._owners[table.name].take(full, self.rank)
+            del full
+            self._tables[table.name] = mine
+            self._slots[table.name] = initial_slots(self.spec.optimizer_for(table.name), mine.shape)
+
+    def _warn_unsupported(self) -> None:
+        if self.spec.clipping_limit is not None:
+            warnings.warn(
+                f"clipping_limit={self.spec.clipping_limit} has no effect, as in TensorFlow.", UserWarning, stacklevel=3
+            )
+        if self.spec.profile_data_directory:
+            warnings.warn(
+                "profile_data_directory: the distributed engine records no lookup statistics yet.",
+                UserWarning,
+                stacklevel=3,
+            )
+
+    # Introspection ------------------------------------------------------------------
+
+    def describe(self) -> list[str]:
+        """What this rank holds and which TPU behaviours it emulates, one line each."""
+        spec = self.spec
+        lines = [
+            f"Distributed CPU embedding engine: rank {self.rank} of {self.world_size} ({self.comm!r}), "
+            f"{len(spec.tables)} table(s), {len(spec.features)} feature(s), {spec.num_shards} shard(s) per table "
+            f"by '{spec.partition_strategy}', {spec.num_shards // self.world_size} per rank."
+        ]
+        for table in spec.tables:
+            optimizer = spec.optimizer_for(table.name)
+            kind = optimizer.kind if optimizer else "none (inference only)"
+            lines.append(
+                f"  table {table.name}: {table.vocabulary_size} x {table.dim}, combiner {table.combiner}, "
+                f"optimizer {kind}, rows per rank {self._owners[table.name].sizes} "
+                f"(this rank: {self._tables[table.name].shape[0]})."
+            )
+        if spec.pipeline_execution_with_tensor_core:
+            lines.append(
+                "  emulating pipeline_execution_with_tensor_core: each lookup sees the tables "
+                "before the previous step's update (one step stale)."
+            )
+        if spec.gradient_multiplier_fn is not None:
+            lines.append("  emulating experimental_gradient_multiplier_fn: activation gradients are scaled by it.")
+        if spec.clipping_limit is not None:
+            lines.append(f"  clipping_limit={spec.clipping_limit} is ignored, as in TensorFlow.")
+        lines.append("  kernels: numpy reference (owners and requesters alike).")
+        return lines
+
+    def table(self, name: str) -> np.ndarray:
+        """The full table `name` in id order, on every rank (a collective gather), pending updates applied."""
+        return self._gather(name)["embedding"]
+
+    def slots(self, name: str) -> dict[str, np.ndarray]:
+        """Slot name -> the full slot array of table `name`, on every rank (a collective gather)."""
+        return {slot: values for slot, values in self._gather(name).items() if slot != "embedding"}
+
+    def state(self) -> dict[str, dict[str, np.ndarray]]:
+        """Table -> {'embedding': full table, slot: full slot}, in id order, on every rank (collective)."""
+        agree(self.comm, None, "state")
+        self.flush()
+        parts = self.comm.allgather_object(
+            {name: {"embedding": rows, **self._slots[name]} for name, rows in self._tables.items()}
+        )
+        return {
+            name: {key: self._owners[name].join([part[name][key] for part in parts]) for key in parts[0][name]}
+            for name in self._tables
+        }
+
+    def _gather(self, name: str) -> dict[str, np.ndarray]:
+        names = list(self._tables)
+        error = None if name in names else KeyError(f"No table named {name!r}; tables are {names}.")
+        agree(self.comm, error, "table", name=name)
+        self.flush()
+        parts = self.comm.allgather_object({"embedding": self._tables[name], **self._slots[name]})
+        return {key: self._owners[name].join([part[key] for part in parts]) for key in parts[0]}
+
+    # Forward ----------------------------------------------------------------------
+
+    def forward(
+        self, features: Mapping[str, Any], weights: Mapping | None = None, *, training=True, same_batch_size=True
+    ) -> DistributedLookupResult:
+        """Looks up every feature of the spec for this rank's examples (collective; see `Engine.forward`).
+
+        `training` must be the same on every rank. A bad input on any rank
+        raises on every rank and changes nothing.
+        """
+        error, batches = None, {}
+        try:
+            if not isinstance(features, Mapping):
+                raise TypeError(
+                    f"Argument `features` must be a dict of feature name -> ids. Received: {type(features).__name__}."
+                )
+            batches = {
+                f.name: feature_batch(self.spec, self.kernels, f, features, weights, copy=True)
+                for f in self.spec.features
+            }
+            sizes = {name: batch.batch_size for name, batch in batches.items()}
+            if same_batch_size and len(set(sizes.values())) > 1:
+                raise ValueError(f"All features of one step must have the same batch size. Received: {sizes}.")
+        except Exception as caught:
+            error = caught
+        agree(self.comm, error, "forward", training=bool(training))
+        if not (training and self.spec.pipeline_execution_with_tensor_core):
+            self.flush()
+        routes = {
+            f.name: self._owners[f.table].locate(batches[f.name].values.astype(np.int64, copy=False))
+            for f in self.spec.features
+        }
+        rows = self._fetch_rows(routes)
+        requests = [
+            Lookup(
+                rows[f.name],
+                _by_position(batches[f.name]),
+                self.spec.table(f.table).combiner,
+                f.safe_lookup,
+                f.max_sequence_length if f.is_sequence else None,
+            )
+            for f in self.spec.features
+        ]
+        activations: dict[str, np.ndarray] = {}
+        lengths: dict[str, np.ndarray] = {}
+        for feature, value in zip(self.spec.features, self.kernels.lookups(requests)):
+            if feature.is_sequence:
+                activations[feature.name], lengths[feature.name] = value
+            else:
+                activations[feature.name] = value
+        if training:
+            self.flush()
+        return DistributedLookupResult(activations, lengths, batches, bool(training), self.global_step, routes=routes)
+
+    def _fetch_rows(self, routes: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
+        """Feature -> [N, D] rows of its entries, in entry order: ids to owners, rows back (collective)."""
+        features, ranks = self.spec.features, range(self.world_size)
+        if not features:
+            return {}
+        outbox = pack([routes[f.name][0] for f in features], [routes[f.name][1] for f in features], self.world_size)
+        received, local = send_ids(self.comm, outbox)
+        asked, sent = Segments(received, self._dims), Segments(outbox.counts, self._dims)
+        answer = np.empty(asked.size, np.float32)
+        for index, feature in enumerate(features):  # this rank answers for its rows
+            rows = self._tables[feature.table]
+            for source in ranks:
+                asked.block(answer, source, index)[...] = rows[local[asked.span(source, index)]]
+        flat = send_values(self.comm, answer, asked, sent)
+        out = {}
+        for index, feature in enumerate(features):
+            out[feature.name] = np.empty((routes[feature.name][0].shape[0], self._dims[index]), np.float32)
+            for owner in ranks:
+                out[feature.name][outbox.entries(owner, index)] = sent.block(flat, owner, index)
+        return out
+
+    def _indices_of(self, table: str) -> list[int]:
+        return [self._features[f.name] for f in self.spec.features_of(table)]
+
+    # Backward ---------------------------------------------------------------------
+
+    def apply_gradients(self, result: LookupResult, gradients: Mapping[str, Any]) -> None:
+        """One optimizer update per touched row, from d loss / d activations of this rank's examples.
+
+        Collective; see `Engine.apply_gradients`. A bad gradient on any rank
+        raises on every rank and changes nothing.
+        """
+        step = self.global_step
+        error, entries = None, {}
+        try:
+            entries = self._entries(result, gradients, step)
+        except Exception as caught:
+            error = caught
+        agree(self.comm, error, "apply_gradients")
+        received = self._send_gradients(result, entries)  # type: ignore[arg-type]
+        error, pending = None, _Pending({})
+        try:
+            for table in self.spec.tables:
+                optimizer = self.spec.optimizer_for(table.name)
+                if optimizer is not None:
+                    self._plan_update(table.name, optimizer, step, *received[table.name], pending)
+        except Exception as caught:
+            error = caught
+        agree(self.comm, error, "apply_gradients: update")
+        # Every rank has checked and computed everything: from here on, nothing fails.
+        self.flush()
+        self._pending = pending
+        self.global_step += 1
+        if not self.spec.pipeline_execution_with_tensor_core:
+            self.flush()
+
+    def _entries(
+        self, result: LookupResult, gradients: Mapping[str, Any], step: int
+    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Feature -> (entry indices, entry gradients) of this rank's kept entries; every check first."""
+        if not isinstance(result, DistributedLookupResult):
+            raise TypeError("Argument `result` must be the LookupResult returned by this engine's forward().")
+        check_trainable(result, step, gradients)
+        multiplier = gradient_multiplier(self.spec, step)
+        entries = {}
+        for feature in self.spec.features:
+            expected = result.activations[feature.name].shape
+            grad = checked_gradient(
+                feature, expected, gradients.get(feature.name), kernels=self.kernels, check_numerics=self.check_numerics
+            )
+            if grad is None:
+                continue
+            if self.spec.optimizer_for(feature.table) is None:
+                raise RuntimeError(
+                    f"Table {feature.table!r} has no optimizer (an inference-only spec); it can't be trained."
+                )
+            if multiplier != 1:
+                grad = grad * multiplier
+            batch = _by_position(result.batches[feature.name])
+            if feature.is_sequence:
+                entries[feature.name] = self.kernels.sequence_entries(batch, feature.max_sequence_length, grad)
+            else:
+                combiner = self.spec.table(feature.table).combiner
+                entries[feature.name] = self.kernels.pooled_entries(batch, combiner, grad, safe=feature.safe_lookup)
+        return entries
+
+    def _send_gradients(
+        self, result: DistributedLookupResult, entries: dict[str, tuple[np.ndarray, np.ndarray]]
+    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Table -> (local rows, gradients) this rank owns, in the one-process order (collective)."""
+        features = self.spec.features
+        if not features:
+            return {}
+        owners, rows, grads = [], [], []
+        for index, feature in enumerate(features):
+            if feature.name in entries:
+                kept, grad = entries[feature.name]
+                owner_of, row_of = result.routes[feature.name]
+                owners.append(owner_of[kept])
+                rows.append(row_of[kept])
+                grads.append(grad)
+            else:
+                owners.append(np.zeros(0, np.int64))
+                rows.append(np.zeros(0, np.int64))
+                grads.append(np.zeros((0, int(self._dims[index])), np.float32))
+        outbox = pack(owners, rows, self.world_size)
+        received, local = send_ids(self.comm, outbox)
+        sent, got = Segments(outbox.counts, self._dims), Segments(received, self._dims)
+        flat = np.empty(sent.size, np.float32)
+        for index in range(len(features)):
+            for owner in range(self.world_size):
+                sent.block(flat, owner, index)[...] = grads[index][outbox.entries(owner, index)]
+        values = send_values(self.comm, flat, sent, got)
+        by_table = {}
+        for table in self.spec.tables:  # feature by feature (spec order), then source rank by source rank
+            pieces = [(index, source) for index in self._indices_of(table.name) for source in range(self.world_size)]
+            by_table[table.name] = (
+                np.concatenate([local[got.span(source, index)] for index, source in pieces]),
+                np.concatenate([got.block(values, source, index) for index, source in pieces]),
+            )
+        return by_table
+
+    def _plan_update(
+        self, name: str, optimizer: Any, step: int, rows: np.ndarray, grads: np.ndarray, pending: _Pending
+    ) -> None:
+        """Sums the gradients of each local row (`sum_tables`, one process's order) and computes its update."""
+        mine = self._tables[name]
+        summed = self.kernels.sum_tables([(name, mine.shape[0], mine.shape[1], [(rows, grads)])])[0]
+        unique, row_grads = summed.compact()
+        if touches_all_rows(optimizer):  # non-lazy Adam: every row of this rank, untouched ones with zeros
+            every_row = np.zeros(mine.shape, np.float32)
+            every_row[unique] = row_grads
+            unique, row_grads = np.arange(mine.shape[0]), every_row
+        if unique.size == 0:
+            return
+        slots = {slot: values[unique] for slot, values in self._slots[name].items()}
+        new_rows, new_slots = apply_update(optimizer, mine[unique], slots, row_grads, step)
+        pending.updates[name] = (unique, new_rows, new_slots)
+
+    def flush(self) -> None:
+        """Writes the pending update, if pipelining deferred one (local: no communication)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        for name, (rows, new_rows, new_slots) in pending.updates.items():
+            self._tables[name][rows] = new_rows
+            for slot, values in new_slots.items():
+                self._slots[name][slot][rows] = values
+
+    # State ------------------------------------------------------------------------
+
+    def load_state(self, state: Mapping[str, Mapping[str, np.ndarray]], *, step: int | None = None) -> None:
+        """Replaces every table and slot from full arrays in id order, given on every rank (collective).
+
+        Each rank keeps its rows. Checked whole, on every rank, before anything changes.
+        """
+        error: Exception | None = None
+        tables: dict[str, np.ndarray] = {}
+        slots: dict[str, dict[str, np.ndarray]] = {}
+        try:
+            tables, slots = self._rows_of_state(state)
+            if step is not None and (isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0):
+                raise ValueError(f"Argument `step` must be an int >= 0. Received: {step!r}.")
+        except Exception as caught:
+            error = caught
+        agree(self.comm, error, "load_state", step=None if error is not None or step is None else int(step))
+        self._pending = None
+        self._tables, self._slots = tables, slots
+        if step is not None:
+            self.global_step = int(step)
+
+    def _rows_of_state(self, state: Mapping[str, Mapping[str, np.ndarray]]) -> tuple[dict, dict]:
+        tables, slots = {}, {}
+        for name, names in check_state(self.spec, state).items():
+            arrays = state[name]
+            owner = self._owners[name]
+            tables[name] = owner.take(np.asarray(arrays["embedding"], np.float32), self.rank)
+            slots[name] = {slot: owner.take(np.asarray(arrays[slot], np.float32), self.rank) for slot in names}
+        return tables, slots
+
+
+def _by_position(batch: Ragged) -> Ragged:
+    """`batch` with entry k's id replaced by k: a lookup of it in the [N, D] rows of its entries reads
+    exactly what a lookup of `batch` reads in the table."""
+    return dataclasses.replace(batch, values=np.arange(batch.num_values, dtype=np.int64))
+
+
+def _digest(spec: EmbeddingSpec) -> str:
+    """A hash of every option of `spec` (callables by their qualified name): equal on ranks that agree."""
+
+    def name(obj: Any) -> str:
+        if callable(obj) and hasattr(obj, "__qualname__"):
+            return f"{getattr(obj, '__module__', '')}.{obj.__qualname__}"
+        return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(obj))
+
+    text = json.dumps(spec.to_dict(), sort_keys=True, default=name)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

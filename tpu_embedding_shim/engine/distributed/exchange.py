@@ -1,0 +1,135 @@
+"""The all-to-all exchanges of a step: entries bucketed by owner, sent, answered, unpacked.
+
+Every exchange carries the entries of all F features of the spec at once,
+in W x F *segments*: destination by destination (source by source on the
+receiving side), and within one rank feature by feature, each segment in
+its feature's entry order (`Outbox`). A receiver learns the segment sizes
+first (`swap_counts`), then gets the row indices (`send_ids`).
+
+Rows and gradients travel as one flat float32 buffer laid out in the same
+segments: segment (rank, f) holds its n entries as an [n, dims[f]] block
+(`Segments.block`), so tables of different widths share a buffer.
+
+Nothing here does arithmetic on the values: they are only moved, so a
+number is the same bits on the rank that reads it as on the rank that
+wrote it.
+
+>>> import numpy as np
+>>> box = pack([np.array([1, 0, 1]), np.array([0])], [np.array([5, 6, 7]), np.array([8])], world_size=2)
+>>> box.counts.tolist()  # [destination, feature]
+[[1, 1], [2, 0]]
+>>> box.local.tolist()  # to rank 0: feature 0's [6], feature 1's [8]; to rank 1: feature 0's [5, 7]
+[6, 8, 5, 7]
+>>> box.entries(1, 0).tolist()  # feature 0's entries in segment (rank 1, feature 0)
+[0, 2]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from .communicator import Communicator
+
+__all__ = ["Segments", "Outbox", "pack", "swap_counts", "send_ids", "send_values"]
+
+
+def _starts(sizes: np.ndarray) -> np.ndarray:
+    """Where each of the [W, F] segments of `sizes` starts, laid out rank-major."""
+    flat = sizes.reshape(-1)
+    return (np.cumsum(flat) - flat).reshape(sizes.shape)
+
+
+class Segments:
+    """W x F segments of entries, rank-major: segment (r, f) holds `counts[r, f]` entries of feature f,
+    each `dims[f]` values wide in a flat buffer."""
+
+    def __init__(self, counts: np.ndarray, dims: np.ndarray):
+        self.counts = counts  # int64 [W, F]
+        self.dims = dims  # int64 [F]
+        self.entry_starts = _starts(counts)  # where each segment starts in the list of entries
+        self.value_starts = _starts(counts * dims)  # and in the flat buffer of values
+        self.size = int((counts * dims).sum())  # the flat buffer's length
+
+    def values_per_rank(self) -> np.ndarray:
+        """int64 [W]: how many values go to (or come from) each rank."""
+        return (self.counts * self.dims).sum(axis=1)
+
+    def span(self, rank: int, feature: int) -> slice:
+        """Segment (rank, feature) in the list of entries."""
+        start = int(self.entry_starts[rank, feature])
+        return slice(start, start + int(self.counts[rank, feature]))
+
+    def block(self, flat: np.ndarray, rank: int, feature: int) -> np.ndarray:
+        """Segment (rank, feature) of the flat buffer, as an [n, dims[feature]] view."""
+        start, n, dim = int(self.value_starts[rank, feature]), int(self.counts[rank, feature]), int(self.dims[feature])
+        return flat[start : start + n * dim].reshape(n, dim)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outbox:
+    """The entries of F features in send order, for W ranks.
+
+    Attributes:
+      order: int64 [n]: send position p holds entry `order[p]` of the
+        features' entries laid end to end (feature 0's, then feature 1's...).
+      counts: int64 [W, F]: entries for destination d of feature f.
+      bases: int64 [F + 1]: where each feature's entries start end to end.
+      local: int64 [n]: the owner's local row of each entry, in send order.
+      starts: int64 [W, F]: where each segment starts in send order.
+    """
+
+    order: np.ndarray
+    counts: np.ndarray
+    bases: np.ndarray
+    local: np.ndarray
+    starts: np.ndarray
+
+    def entries(self, rank: int, feature: int) -> np.ndarray:
+        """Indices, within `feature`'s own entries, of the entries of segment (rank, feature), in order."""
+        start = int(self.starts[rank, feature])
+        return self.order[start : start + int(self.counts[rank, feature])] - self.bases[feature]
+
+
+def pack(owners: Sequence[np.ndarray], locals_: Sequence[np.ndarray], world_size: int) -> Outbox:
+    """Orders every feature's entries destination-major, feature-minor, keeping each feature's entry order.
+
+    Args:
+      owners: per feature, int64 [n_f]: the rank that owns each entry's row.
+      locals_: per feature, int64 [n_f]: that row's index on its owner.
+      world_size: W.
+    """
+    num_features = len(owners)
+    sizes = [o.shape[0] for o in owners]
+    bases = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    feature = np.repeat(np.arange(num_features, dtype=np.int64), sizes)
+    owner = np.concatenate(owners).astype(np.int64) if num_features else np.zeros(0, np.int64)
+    key = owner * num_features + feature
+    order = np.argsort(key, kind="stable")
+    counts = np.bincount(key, minlength=world_size * num_features).reshape(world_size, num_features)
+    local = np.concatenate(locals_).astype(np.int64)[order] if num_features else np.zeros(0, np.int64)
+    counts = counts.astype(np.int64)
+    return Outbox(order, counts, bases, local, _starts(counts))
+
+
+def swap_counts(comm: Communicator, counts: np.ndarray) -> np.ndarray:
+    """Each rank's [W, F] send counts in, its [W, F] receive counts (row s: from rank s) out."""
+    world_size, num_features = counts.shape
+    chunk = [num_features] * world_size
+    return comm.alltoallv(counts.reshape(-1).astype(np.int64), chunk, chunk).reshape(world_size, num_features)
+
+
+def send_ids(comm: Communicator, outbox: Outbox) -> tuple[np.ndarray, np.ndarray]:
+    """Sends each entry's local row to its owner: counts first, then the rows (two all-to-alls).
+
+    Returns (received counts [W, F], the received local rows in segments, source by source)."""
+    received = swap_counts(comm, outbox.counts)
+    local = comm.alltoallv(outbox.local, outbox.counts.sum(axis=1), received.sum(axis=1))
+    return received, local
+
+
+def send_values(comm: Communicator, flat: np.ndarray, sent: Segments, received: Segments) -> np.ndarray:
+    """One all-to-all of a flat float32 buffer laid out as `sent`; returns the buffer laid out as `received`."""
+    return comm.alltoallv(flat, sent.values_per_rank(), received.values_per_rank())

@@ -1,0 +1,133 @@
+"""The checks of a training step, shared by `Engine` and `DistributedEngine`: same rules, same messages.
+
+Each runs before anything is written, so a refused step changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..spec import EmbeddingSpec, FeatureSpec
+from .kernels import Kernels
+from .ragged import Ragged, check_nan_weights_dropped
+
+
+def feature_batch(
+    spec: EmbeddingSpec,
+    kernels: Kernels,
+    feature: FeatureSpec,
+    features: Mapping[str, Any],
+    weights: Mapping[str, Any] | None,
+    *,
+    copy: bool,
+) -> Ragged:
+    """`feature`'s ids (and weights: `weights[name]`, else `features[feature.weight_key]`) as a checked `Ragged`."""
+    if feature.name not in features:
+        raise ValueError(
+            f"Feature {feature.name!r} is missing from the features; the spec looks up "
+            f"{[f.name for f in spec.features]}. Received keys: {sorted(features)}."
+        )
+    weight = None
+    if weights is not None and feature.name in weights:
+        weight = weights[feature.name]
+    elif feature.weight_key is not None:
+        if feature.weight_key not in features:
+            raise ValueError(
+                f"Feature {feature.name!r} is weighted by {feature.weight_key!r}, which is missing "
+                f"from the features. Received keys: {sorted(features)}."
+            )
+        weight = features[feature.weight_key]
+    batch = kernels.to_batch(features[feature.name], feature, weight, copy=copy)
+    if batch.weights is not None and not feature.is_sequence:
+        check_nan_weights_dropped(batch, feature, spec.table(feature.table).combiner)
+    return batch
+
+
+def check_trainable(result: Any, step: int, gradients: Any) -> None:
+    """`result` is a training lookup of this step, and `gradients` name only its features."""
+    if not result.training:
+        raise RuntimeError(
+            "apply_gradients() was called after an inference lookup (training=False); "
+            "look up with training=True to train."
+        )
+    if result.step != step:
+        raise RuntimeError(
+            f"This lookup was made at step {result.step} but the engine is at step "
+            f"{step}: apply each lookup's gradients once, in order."
+        )
+    if not isinstance(gradients, Mapping):
+        raise TypeError(
+            f"Argument `gradients` must be a dict of feature name -> array. Received: {type(gradients).__name__}."
+        )
+    unknown = sorted(set(gradients) - set(result.activations))
+    if unknown:
+        raise ValueError(
+            f"Gradients were given for unknown features {unknown}; features are {sorted(result.activations)}."
+        )
+
+
+def gradient_multiplier(spec: EmbeddingSpec, step: int) -> np.float32:
+    """`experimental_gradient_multiplier_fn(step)` as float32 (1 without one); it must be finite."""
+    fn = spec.gradient_multiplier_fn
+    if fn is None:
+        return np.float32(1.0)
+    value = fn(step)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not np.isfinite(value):
+        raise ValueError(f"gradient_multiplier_fn({step}) must return a finite number. Received: {value!r}.")
+    return np.float32(value)
+
+
+def checked_gradient(
+    feature: FeatureSpec, expected: tuple[int, ...], grad: Any, *, kernels: Kernels, check_numerics: bool
+) -> np.ndarray | None:
+    """`grad` as float32 of the activation's shape `expected` (None: no gradient); finite if `check_numerics`."""
+    if grad is None:
+        return None
+    try:
+        array = np.asarray(grad, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"The gradient of feature {feature.name!r} must be a float array of shape "
+            f"{list(expected)}. Received: {type(grad).__name__}."
+        ) from None
+    if array.shape != expected:
+        raise ValueError(
+            f"The gradient of feature {feature.name!r} must have the shape of its activation, "
+            f"{list(expected)}. Received shape {list(array.shape)}."
+        )
+    if check_numerics and not kernels.all_finite(array):
+        raise ValueError(
+            f"The gradient of feature {feature.name!r} holds NaN or infinite values; no table was changed."
+        )
+    return array
+
+
+def check_state(spec: EmbeddingSpec, state: Any) -> dict[str, list[str]]:
+    """Table -> its slot names, once `state` ({table: {'embedding': [V, D], slot: [V, D]}}) matches `spec`
+    whole: the same tables, each with the spec's slots, every array of the table's shape."""
+    structure = spec.structure()
+    if not isinstance(state, Mapping) or set(state) != set(structure):
+        received = sorted(state) if isinstance(state, Mapping) else type(state).__name__
+        raise ValueError(f"The state holds tables {received}, the spec {sorted(structure)}.")
+    slots = {}
+    for name, expected in structure.items():
+        arrays = state[name]
+        names = sorted(set(arrays) - {"embedding"})
+        if "embedding" not in arrays or names != expected["slots"]:
+            raise ValueError(
+                f"Table {name!r}: the state holds {sorted(arrays)}, the spec expects "
+                f"['embedding'] + {expected['slots']}."
+            )
+        shape = (expected["vocabulary_size"], expected["dim"])
+        for key, value in arrays.items():
+            if np.shape(value) != shape:
+                raise ValueError(f"Table {name!r}, {key!r}: shape {np.shape(value)}, expected {shape}.")
+        slots[name] = names
+    return slots
