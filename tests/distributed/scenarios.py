@@ -47,6 +47,8 @@ def main(name, directory):
             np.arange(comm.size, dtype=np.int64) + 10 * comm.rank, [1] * comm.size, [1] * comm.size
         ).tolist()
         out["allreduce"] = comm.allreduce(np.array([comm.rank, -comm.rank]), "max").tolist()
+        gathered = comm.allgather(np.full((2,), comm.rank + 0.5, np.float32))
+        out["allgather"] = [gathered.dtype.name, gathered.tolist()]
     elif name == "mismatched_dim":
         out["error"] = build(comm, {1: {"dim": 3}})
     elif name == "mismatched_learning_rate":

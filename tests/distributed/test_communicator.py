@@ -27,6 +27,8 @@ def test_single_process_collectives_are_copies():
     assert received.tolist() == [1.5, 2.5] and received.dtype == np.float32 and received is not send
     assert comm.allreduce(np.array([3, -1]), "sum").tolist() == [3, -1]
     assert comm.allgather_object({"a": 1}) == [{"a": 1}]
+    stacked = comm.allgather(send)
+    assert stacked.tolist() == [[1.5, 2.5]] and stacked.dtype == np.float32 and stacked.shape == (1, 2)
     assert comm.bcast_object("x") == "x"
     assert comm.barrier() is None
     with pytest.raises(ValueError, match=r"counts must be \[2\]"):

@@ -101,6 +101,7 @@ def test_communicator_under_mpiexec():
         assert seen["library"].startswith("MPICH")
         assert seen["alltoallv"] == [rank, rank + 10, rank + 20]  # element `rank` of every rank's array
         assert seen["allreduce"] == [2, 0]
+        assert seen["allgather"] == ["float32", [[0.5, 0.5], [1.5, 1.5], [2.5, 2.5]]]
 
 
 @pytest.mark.parametrize(

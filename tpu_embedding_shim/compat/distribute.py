@@ -1,11 +1,15 @@
 """An in-process CPU emulation of `tf.distribute.TPUStrategy` and the TPU set-up calls.
 
-There is no TPU, no cluster and no second device here. `TPUStrategy` runs the
-step function in this process, on the CPU, once: `num_replicas_in_sync` is 1,
-so the global batch is the per-replica batch. It exists so that TensorFlow's
-mid-level training loops run with only the import changed (the resolver
-records its arguments; connecting and initializing are no-ops that log that
-they emulate):
+There is no TPU and no second device here. `TPUStrategy` runs the step
+function in this process, on the CPU, once per call. Started without a
+launcher, the process is the only replica: `num_replicas_in_sync` is 1 and
+the global batch is the per-replica batch. Under `mpiexec -n N` each process
+is one replica (replicas.py, docs/distributed.md): `num_replicas_in_sync` is
+N, each replica gets its slice of every global batch, reductions run across
+the processes, and the mid-level API's tables are sharded over them. It
+exists so that TensorFlow's mid-level training loops run with only the
+import changed (the resolver records its arguments; connecting and
+initializing are no-ops that log that they emulate):
 
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
     tf.config.experimental_connect_to_cluster(resolver)
@@ -20,13 +24,16 @@ they emulate):
 What it does: `scope()` makes it the current strategy (`get_strategy()`);
 `run` calls the function with its arguments in a replica context and returns
 its result; the dataset functions wrap any iterable of batches (a "dataset"
-in the numpy world) so that `iter()` and `next()` work; `reduce`,
-`gather` and `experimental_local_results` treat a value as the one replica's.
+in the numpy world) so that `iter()` and `next()` work, each element this
+replica's rows of the global batch (`replicas.replica_slice`); `reduce`,
+`gather` and the replica context's `all_reduce` / `all_gather` run across
+the replicas; `experimental_local_results` is this replica's value.
 
-What it does not do: no devices, no XLA compilation, no splitting of a
-batch across replicas, no host/device placement (`InputOptions` are checked
-and recorded, never acted on). `tf.function` and `tf.range` are in
-control_flow.py, `tf.config`'s device lists in devices.py.
+What it does not do: no devices, no XLA compilation, no host/device
+placement (`InputOptions` are checked and recorded, never acted on). Only
+`TPUStrategy` spans the processes; the default strategy is one replica in
+any process. `tf.function` and `tf.range` are in control_flow.py,
+`tf.config`'s device lists in devices.py.
 
 >>> resolver = TPUClusterResolver(tpu="local")
 >>> strategy = TPUStrategy(resolver)
@@ -54,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from ..spec.checks import check_bool
+from . import replicas
 
 log = logging.getLogger("tpu_embedding_shim")
 
@@ -271,10 +279,18 @@ class DistributedDataset:
     """A "distributed" dataset: any iterable of batches, iterated in this process.
 
     `iter(dataset)` returns an iterator with `next()` and `get_next()`; each
-    element is the batch itself (one replica, so no per-replica split).
+    element is `per_replica(batch)`: this replica's rows of the global batch
+    (`replicas.replica_slice`) for `experimental_distribute_dataset`, the
+    batch itself for a dataset function's per-replica batches and for one
+    replica.
     """
 
-    def __init__(self, dataset: Iterable[Any], options: InputOptions | None = None):
+    def __init__(
+        self,
+        dataset: Iterable[Any],
+        options: InputOptions | None = None,
+        per_replica: Callable[[Any], Any] | None = None,
+    ):
         if not hasattr(dataset, "__iter__"):
             raise ValueError(
                 f"A dataset must be an iterable of batches (a list, a generator, a tf.data-like "
@@ -284,28 +300,36 @@ class DistributedDataset:
             raise ValueError(f"Argument `options` must be a tf.distribute.InputOptions or None. Received: {options!r}.")
         self._dataset = dataset
         self.options = options
+        self._per_replica = per_replica
 
     def __iter__(self) -> DistributedIterator:
-        return DistributedIterator(iter(self._dataset))
+        return DistributedIterator(iter(self._dataset), self._per_replica)
 
     def __repr__(self) -> str:
-        return f"<DistributedDataset over {type(self._dataset).__name__}: {_EMULATION}, 1 replica>"
+        count = replicas.num_replicas() if self._per_replica is not None else 1
+        return f"<DistributedDataset over {type(self._dataset).__name__}: {_EMULATION}, {_replicas_text(count)}>"
 
 
 class DistributedIterator:
     """An iterator over a `DistributedDataset`."""
 
-    def __init__(self, iterator: Iterator[Any]):
+    def __init__(self, iterator: Iterator[Any], per_replica: Callable[[Any], Any] | None = None):
         self._iterator = iterator
+        self._per_replica = per_replica
 
     def __iter__(self) -> DistributedIterator:
         return self
 
     def __next__(self) -> Any:
-        return next(self._iterator)
+        batch = next(self._iterator)
+        return batch if self._per_replica is None else self._per_replica(batch)
 
     def get_next(self) -> Any:
-        return next(self._iterator)
+        return next(self)
+
+
+def _replicas_text(count: int) -> str:
+    return "1 replica" if count == 1 else f"{count} replicas (one per process)"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,37 +361,43 @@ class RunOptions:
 class _Extended:
     """`strategy.extended`: the few attributes TPU code reads."""
 
-    num_hosts = 1
     num_replicas_per_host = 1
     worker_devices = ("/job:localhost/replica:0/task:0/device:CPU:0",)
     parameter_devices = worker_devices
+
+    def __init__(self, hosts: int = 1):
+        self.num_hosts = hosts
 
     def __repr__(self) -> str:
         return f"<strategy.extended: {_EMULATION}, 1 host, 1 replica on the CPU>"
 
 
 class _TPUExtended(_Extended):
-    """`TPUStrategy.extended`: its worker device is the (emulated) TPU, as on a TPU host."""
+    """`TPUStrategy.extended`: its worker device is the (emulated) TPU, as on a TPU host; a process is a host."""
 
     worker_devices = ("/job:localhost/replica:0/task:0/device:TPU:0",)
     parameter_devices = worker_devices
 
     def __repr__(self) -> str:
-        return f"<TPUStrategy.extended: {_EMULATION}, 1 host, 1 replica on an emulated TPU:0>"
+        return f"<TPUStrategy.extended: {_EMULATION}, {self.num_hosts} host(s), 1 replica each on an emulated TPU:0>"
 
 
 class Strategy:
     """What every strategy stand-in does: one replica, in this process."""
 
     _name = "Strategy"
+    _spans_processes = False  # TPUStrategy: one replica per process under mpiexec
 
     def __init__(self) -> None:
         self.extended = _Extended()
 
     @property
     def num_replicas_in_sync(self) -> int:
-        """Always 1: the step runs once per call, on the CPU."""
-        return 1
+        """How many replicas run each step: 1, or for `TPUStrategy` the processes under mpiexec."""
+        return replicas.num_replicas() if self._spans_processes else 1
+
+    def _replica_id(self) -> int:
+        return replicas.replica_id() if self._spans_processes else 0
 
     @contextlib.contextmanager
     def scope(self):
@@ -385,7 +415,7 @@ class Strategy:
         kwargs: dict | None = None,
         options: RunOptions | None = None,
     ) -> Any:
-        """Calls `fn(*args, **kwargs)` once, here, in this strategy's scope; returns its result."""
+        """Calls `fn(*args, **kwargs)` once, here (this replica), in this strategy's scope; returns its result."""
         if not callable(fn):
             raise ValueError(f"Argument `fn` of run must be callable. Received: {fn!r}.")
         kwargs = {} if kwargs is None else kwargs
@@ -399,38 +429,55 @@ class Strategy:
     def experimental_distribute_dataset(
         self, dataset: Iterable[Any], options: InputOptions | None = None
     ) -> DistributedDataset:
-        """Wraps an iterable of global batches (one replica: each batch is also the per-replica batch)."""
-        return DistributedDataset(dataset, options)
+        """Wraps an iterable of global batches; each element is this replica's rows of the batch
+        (`replicas.replica_slice`: contiguous, the first replicas one row more when it doesn't divide)."""
+        if self.num_replicas_in_sync == 1:
+            return DistributedDataset(dataset, options)
+        return DistributedDataset(dataset, options, per_replica=replicas.replica_slice)
 
     def distribute_datasets_from_function(
         self, dataset_fn: Callable[[InputContext], Iterable[Any]], options: InputOptions | None = None
     ) -> DistributedDataset:
-        """Calls `dataset_fn(InputContext())` (one pipeline, one replica) and wraps what it returns."""
+        """Calls `dataset_fn` with this replica's `InputContext` (one input pipeline per replica) and wraps
+        what it returns: its batches are per-replica batches (`get_per_replica_batch_size`)."""
         if not callable(dataset_fn):
             raise ValueError(f"Argument `dataset_fn` must be callable. Received: {dataset_fn!r}.")
-        return DistributedDataset(dataset_fn(InputContext()), options)
+        count = self.num_replicas_in_sync
+        return DistributedDataset(dataset_fn(InputContext(count, self._replica_id(), count)), options)
 
     experimental_distribute_datasets_from_function = distribute_datasets_from_function
 
     def experimental_distribute_values_from_function(self, value_fn: Callable[[ValueContext], Any]) -> Any:
-        return value_fn(ValueContext())
+        return value_fn(ValueContext(self._replica_id(), self.num_replicas_in_sync))
 
     def experimental_local_results(self, value: Any) -> tuple[Any, ...]:
-        """The one replica's value, as a 1-tuple."""
+        """This process's replica's value, as a 1-tuple."""
         return (value,)
 
     def reduce(self, reduce_op: Any, value: Any, axis: int | None = None) -> Any:
-        """Across one replica a reduction is the value itself; `axis` reduces within it."""
+        """`value` (this replica's) reduced across the replicas; `axis` also reduces within each (collective
+        under mpiexec: every replica calls it)."""
         op = reduce_op if isinstance(reduce_op, ReduceOp) else ReduceOp[str(reduce_op).upper()]
+        count = self.num_replicas_in_sync
         if axis is None:
-            return value
-        return np.sum(value, axis=axis) if op is ReduceOp.SUM else np.mean(value, axis=axis)
+            if count == 1:
+                return value
+            return replicas.cross_replica_sum(value) if op is ReduceOp.SUM else replicas.cross_replica_mean(value)
+        local = np.sum(value, axis=axis)
+        if count == 1:
+            return local if op is ReduceOp.SUM else np.mean(value, axis=axis)
+        total = replicas.cross_replica_sum(np.asarray(local))
+        if op is ReduceOp.SUM:
+            return total
+        rows = replicas.cross_replica_sum(np.asarray(np.shape(value)[axis], np.int64))
+        return (total / rows).astype(np.result_type(np.asarray(value).dtype, np.float32))
 
     def gather(self, value: Any, axis: int) -> Any:
-        return value
+        """Every replica's `value`, joined along `axis` in replica order (collective under mpiexec)."""
+        return value if self.num_replicas_in_sync == 1 else replicas.all_gather(value, axis)
 
     def __repr__(self) -> str:
-        return f"<{self._name}: {_EMULATION}, 1 replica>"
+        return f"<{self._name}: {_EMULATION}, {_replicas_text(self.num_replicas_in_sync)}>"
 
 
 class _DefaultStrategy(Strategy):
@@ -441,12 +488,15 @@ _DEFAULT = _DefaultStrategy()
 
 
 class TPUStrategy(Strategy):
-    """`tf.distribute.TPUStrategy`, emulated in-process on the CPU: there is no TPU.
+    """`tf.distribute.TPUStrategy`, emulated in-process on the CPU (one process per replica): there is no TPU.
 
-    `run(fn, args, kwargs)` calls `fn` here, once; `num_replicas_in_sync` is
-    1; datasets are any iterables of batches. A `TPUEmbedding` created in
-    `scope()` behaves as TensorFlow's under a TPUStrategy, except that
-    `embedding_tables` also works (there is nothing to hide on a CPU).
+    `run(fn, args, kwargs)` calls `fn` here, once; datasets are any
+    iterables of batches. Started without a launcher, `num_replicas_in_sync`
+    is 1. Under `mpiexec -n N` it is N: each process is one replica, gets
+    its slice of every global batch, and `reduce` / `gather` run across the
+    processes. A `TPUEmbedding` created in `scope()` behaves as TensorFlow's
+    under a TPUStrategy, except that `embedding_tables` also works (there is
+    nothing to hide on a CPU; under mpiexec it gathers the full tables).
 
     Args:
       tpu_cluster_resolver: a `TPUClusterResolver` (or None); recorded.
@@ -455,6 +505,7 @@ class TPUStrategy(Strategy):
     """
 
     _name = "TPUStrategy"
+    _spans_processes = True
 
     def __init__(
         self,
@@ -464,13 +515,15 @@ class TPUStrategy(Strategy):
         **kwargs: Any,
     ):
         super().__init__()
-        self.extended = _TPUExtended()
+        self.extended = _TPUExtended(replicas.num_replicas())
         self.cluster_resolver = tpu_cluster_resolver
         self.device_assignment = experimental_device_assignment
-        log.info("TPUStrategy: %s; steps run in this process, 1 replica.", _EMULATION)
+        log.info(
+            "TPUStrategy: %s; steps run in this process, %s.", _EMULATION, _replicas_text(self.num_replicas_in_sync)
+        )
 
     def __repr__(self) -> str:
-        return f"<TPUStrategy: {_EMULATION}, 1 replica, no TPU>"
+        return f"<TPUStrategy: {_EMULATION}, {_replicas_text(self.num_replicas_in_sync)}, no TPU>"
 
 
 TPUStrategyV2 = TPUStrategy
@@ -494,15 +547,24 @@ def in_cross_replica_context() -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class ReplicaContext:
-    """`tf.distribute.ReplicaContext` of the one replica."""
+    """`tf.distribute.ReplicaContext` of this process's replica."""
 
     strategy: Strategy
     replica_id_in_sync_group: int = 0
     num_replicas_in_sync: int = 1
 
+    def all_reduce(self, reduce_op: Any, value: Any) -> Any:
+        """`value` summed (or averaged) over the replicas (collective under mpiexec)."""
+        return self.strategy.reduce(reduce_op, value)
+
+    def all_gather(self, value: Any, axis: int) -> Any:
+        """Every replica's `value` joined along `axis` (collective under mpiexec)."""
+        return self.strategy.gather(value, axis)
+
 
 def get_replica_context() -> ReplicaContext | None:
     """The replica context inside `strategy.run` (or outside any scope); None in a cross-replica scope."""
     if _replica_depth() > 0 or not has_strategy():
-        return ReplicaContext(get_strategy())
+        strategy = get_strategy()
+        return ReplicaContext(strategy, strategy._replica_id(), strategy.num_replicas_in_sync)
     return None

@@ -27,6 +27,10 @@ _SOURCES: dict[str, str] = {
     # the engine over several processes (MPI; docs/distributed.md)
     "DistributedEngine": "distributed",
     "communicator": "distributed",
+    "Communicator": "distributed",
+    "SingleProcess": "distributed",
+    "PeerFailedError": "distributed",
+    "agree": "distributed",
     # ids
     "Ragged": "ragged",
     "to_ragged": "ragged",

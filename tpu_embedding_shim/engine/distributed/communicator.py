@@ -1,13 +1,17 @@
 """The collectives the distributed engine uses, behind one small interface.
 
 A `Communicator` is a fixed group of `size` processes, this one being
-`rank`. The engine needs six operations, all collective (every rank calls
+`rank`. The engine and the replicated dense parts need seven operations, all collective (every rank calls
 them, in the same order):
 
 - `alltoallv(send, send_counts, recv_counts)`: rank r sends
   `send[offsets[j]:offsets[j] + send_counts[j]]` to rank j and receives
   `recv_counts[i]` elements from each rank i, concatenated in rank order
   (1-D numpy arrays, one dtype);
+- `allgather(values)`: every rank's array (the same shape and dtype on
+  every rank), stacked in rank order: what cross-replica sums of dense
+  gradients are built from, so every rank adds the same terms in the same
+  order and gets the same bits;
 - `allreduce(values, op)`: element-wise 'min', 'max' or 'sum' of a small
   int64 array over the ranks;
 - `allgather_object(obj)`, `bcast_object(obj, root)`: small Python objects
@@ -67,6 +71,10 @@ class Communicator(Protocol):
         """The element-wise `op` ('min', 'max' or 'sum') of a small int64 array over every rank."""
         ...
 
+    def allgather(self, values: np.ndarray) -> np.ndarray:
+        """`[size, *values.shape]`: every rank's `values` (same shape and dtype everywhere), in rank order."""
+        ...
+
     def allgather_object(self, obj: Any) -> list[Any]:
         """Every rank's `obj`, in rank order (pickled: keep it small)."""
         ...
@@ -98,6 +106,9 @@ class SingleProcess:
     def allreduce(self, values: np.ndarray, op: str) -> np.ndarray:
         _check_op(op)
         return np.array(values, dtype=np.int64)
+
+    def allgather(self, values: np.ndarray) -> np.ndarray:
+        return np.array(values)[None]
 
     def allgather_object(self, obj: Any) -> list[Any]:
         return [obj]

@@ -2,7 +2,7 @@
 
 mpi4py is imported when one is built, never when this module is imported,
 so the package imports without it. Buffers go to MPI as numpy arrays
-(`Alltoallv`, `Allreduce`: no pickling); only the small objects of
+(`Alltoallv`, `Allreduce`, `Allgather`: no pickling); only the small objects of
 `allgather_object` / `bcast_object` are pickled.
 
 An uncaught exception on one rank would leave the others waiting in their
@@ -71,6 +71,12 @@ class MPICommunicator:
         send = np.ascontiguousarray(values, dtype=np.int64)
         recv = np.empty_like(send)
         self._comm.Allreduce(send, recv, op=self._ops[op])
+        return recv
+
+    def allgather(self, values: np.ndarray) -> np.ndarray:
+        send = np.ascontiguousarray(values)
+        recv = np.empty((self.size, *send.shape), dtype=send.dtype)
+        self._comm.Allgather(send, recv)
         return recv
 
     def allgather_object(self, obj: Any) -> list[Any]:
