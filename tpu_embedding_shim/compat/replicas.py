@@ -240,7 +240,7 @@ def _rows(leaf: Any) -> int:
     if isinstance(leaf, SparseTensor):
         return int(leaf.dense_shape[0])
     if isinstance(leaf, RaggedTensor):
-        return leaf.nrows()
+        return len(leaf.row_splits) - 1
     if isinstance(leaf, list) or np.ndim(leaf) > 0:
         return len(leaf)
     raise ValueError(f"A global batch can't be split over replicas: it holds a scalar ({leaf!r}).")

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compat import lowering
+from ..compat import lowering, replicas
 from ..compat.tensors import RaggedTensor, SparseTensor
 from ..engine import Ragged, is_ragged_tensor, is_sparse, to_ragged
 from ..engine import lookup as lookup_kernels
@@ -46,13 +46,28 @@ class TPUContext:
     """`params['context']`: the running step, the dense state and the tensor-core tables.
 
     TensorFlow's attributes (`num_replicas`, `num_hosts`, `current_host`,
-    `mode`) describe one CPU host running one replica.
+    `mode`) describe CPU hosts of one replica each: one host in one
+    process, N under `mpiexec -n N` (this process is host `current_host`).
     """
 
-    num_replicas = 1
-    num_hosts = 1
-    current_host = 0
     device_assignment = None
+
+    @property
+    def num_replicas(self) -> int:
+        return replicas.num_replicas()
+
+    @property
+    def num_hosts(self) -> int:
+        return replicas.num_replicas()
+
+    @property
+    def current_host(self) -> int:
+        return replicas.replica_id()
+
+    def current_input_fn_deployment(self) -> tuple[str, int, int]:
+        """(host device, invocation index, invocation count) of this input_fn call, as TensorFlow's: one call
+        per host, so an input_fn can read its share (`dataset.shard(count, index)`)."""
+        return (f"/job:worker/replica:0/task:{self.current_host}/device:CPU:0", self.current_host, self.num_hosts)
 
     def __init__(
         self,

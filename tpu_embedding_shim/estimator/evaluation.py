@@ -12,6 +12,11 @@ Per batch, the model_fn's spec gives a loss and, as TensorFlow has them,
 'loss' is the mean of the per-batch losses (TensorFlow's
 `metrics.mean(loss)`).
 
+Under `mpiexec -n N` each replica evaluates its batches; `results` first
+joins every replica's losses and tensors (replica order), so `metric_fn`
+sees the whole eval set on every replica, as TensorFlow's TPUEstimator
+concatenates the eval tensors of all shards.
+
 >>> from tpu_embedding_shim.estimator.model_fn import ModeKeys, TPUEstimatorSpec
 >>> metrics = EvalMetrics()
 >>> for loss, labels in ((0.5, [1, 0]), (1.5, [1])):
@@ -28,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ..compat import replicas
 from .model_fn import EstimatorSpec, TPUEstimatorSpec, scalar, to_numpy
 
 __all__ = ["EvalMetrics"]
@@ -69,10 +75,15 @@ class EvalMetrics:
         """
         if not self.losses:
             raise ValueError("evaluate: input_fn produced no batch.")
+        losses, op_values = self.losses, self._op_values
+        if replicas.num_replicas() > 1:  # every replica's batches, in replica order
+            losses = [loss for part in replicas.world().allgather_object(self.losses) for loss in part]
+            parts = replicas.world().allgather_object(self._op_values)
+            op_values = {key: [v for part in parts for v in part[key]] for key in self._op_values}
         if self._metric_fn is not None:
 
             def join(parts: list[np.ndarray]) -> np.ndarray:
-                return np.concatenate([np.atleast_1d(p) for p in parts], axis=0)
+                return replicas.all_gather(np.concatenate([np.atleast_1d(p) for p in parts], axis=0))
 
             if self._by_name:
                 out = self._metric_fn(**{k: join(v) for k, v in self._tensors.items()})
@@ -87,7 +98,7 @@ class EvalMetrics:
                 value = to_numpy(value[0] if isinstance(value, tuple) else value)
                 array = np.asarray(value)
                 metrics[key] = float(array) if array.size == 1 and array.dtype.kind in "biuf" else array
-        for key, values in self._op_values.items():
+        for key, values in op_values.items():
             metrics[key] = float(np.mean(values))
-        metrics["loss"] = float(np.mean(self.losses))
+        metrics["loss"] = float(np.mean(losses))
         return metrics

@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from ..compat import replicas
 from ..compat.embedding_config_spec import EmbeddingConfigSpec
-from ..engine import Engine
-from . import checkpoints
+from ..engine import DistributedEngine, Engine
+from . import checkpoints, replicated
 from .context import TensorCoreColumns
 from .model_fn import ModeKeys
 from .restore import Program, resume_plan, warm_start_plan
@@ -77,7 +78,7 @@ class ModelState:
                 embedding_config_spec.tensor_core_feature_columns or (),
                 tables=[t.name for t in embedding_config_spec.to_spec().tables],
             )
-        self.engine: Engine | None = None
+        self.engine: Engine | DistributedEngine | None = None
         self.step = 0  # the global step when there is no engine
         self.dense_state = DenseState()
         self.loaded_step: int | None = None  # the step of the checkpoint the state was restored from or saved as
@@ -93,9 +94,10 @@ class ModelState:
 
     def build(self) -> None:
         """A fresh state: new tables from the seed, step 0, an empty dense state (and the tensor-core tables)."""
+        self._seed = replicated.common_seed(self._seed)  # under mpiexec: one seed for every replica
         if self.uses_engine:
             spec = self._embedding_config_spec.to_spec(num_shards=self._num_shards)
-            self.engine = Engine(spec, seed=self._seed)
+            self.engine = replicated.new_engine(spec, self._seed)
         self.step = 0
         self.dense_state = DenseState()
         if self._tensor_core is not None:
@@ -260,8 +262,10 @@ class ModelState:
     def save(self, *, keep: int | None) -> str:
         """Writes `model.ckpt-<global step>`, keeping the `keep` newest (None: all); returns its prefix."""
         step = self.global_step
-        tensors = self.checkpoint_tensors()
-        path = checkpoints.save(self.model_dir, step, tensors, keep=keep)
+        tensors = self.checkpoint_tensors()  # under mpiexec: a collective gather; replica 0 writes
+        path = replicas.on_chief(
+            lambda: checkpoints.save(self.model_dir, step, tensors, keep=keep), "TPUEstimator: save a checkpoint"
+        )
         if self.engine is not None and self.engine.statistics is not None:
             self.engine.statistics.flush()
         self.loaded_step = step

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..compat.lookup_scope import LookupScope
+from . import replicated
 from .context import TensorCoreColumns, TPUContext
 from .model_dir import ModelState
 from .model_fn import EstimatorSpec, ModeKeys, NanLossDuringTrainingError, TPUEstimatorSpec, scalar
@@ -78,7 +79,7 @@ class Steps:
 
             for key, grad in torch_bridge.backward(spec.loss, scope).items():
                 grads[key] = grads[key] + grad if key in grads else grad
-        loss = scalar(spec.loss, "The loss")
+        loss = replicated.mean_over_replicas(scalar(spec.loss, "The loss"))  # NaN on any replica: NaN on all
         if math.isnan(loss):
             raise NanLossDuringTrainingError()
         self._apply_engine_gradients(result, grads)
@@ -115,6 +116,19 @@ class Steps:
             return types.SimpleNamespace(loss=graph.evaluate(features, labels, scope, self.state.global_step))
         return types.SimpleNamespace(predictions=graph.predict(features, scope, self.state.global_step))
 
+    def input_context(self, mode: str) -> TPUContext:
+        """`params['context']` of input_fn: which replica reads (`current_input_fn_deployment()`), no step yet."""
+        return TPUContext(
+            mode=mode,
+            global_step=self.state.global_step,
+            batch_size=replicated.per_replica(self.batch_sizes[mode]),
+            dense_state=self.state.dense_state,
+            tensor_core=None,
+            engine=None,
+            scope=None,
+            use_tpu=self.use_tpu,
+        )
+
     def serve(self, features: Any, scope: LookupScope) -> EstimatorSpec | TPUEstimatorSpec:
         """The PREDICT spec over a serving graph's `features`, its layers reading `scope` (the SavedModel export)."""
         return self._run_model_fn(features, None, ModeKeys.PREDICT, scope, self._context(ModeKeys.PREDICT, scope, None))
@@ -149,7 +163,7 @@ class Steps:
         return TPUContext(
             mode=mode,
             global_step=self.state.global_step,
-            batch_size=self.batch_sizes[mode],
+            batch_size=replicated.per_replica(self.batch_sizes[mode]),
             dense_state=self.state.dense_state,
             tensor_core=tensor_core,
             engine=self.state.engine,
@@ -159,7 +173,7 @@ class Steps:
 
     def _model_params(self, mode: str, context: TPUContext) -> dict:
         params = dict(self.params)
-        batch_size = self.batch_sizes[mode]
+        batch_size = replicated.per_replica(self.batch_sizes[mode])
         if batch_size is not None:
             params["batch_size"] = batch_size
         params["context"] = context

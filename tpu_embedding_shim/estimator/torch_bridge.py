@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..compat import replicas
 from ..compat.lookup_scope import LookupScope, current_scope
 
 __all__ = ["to_torch", "train_op", "backward"]
@@ -54,16 +55,35 @@ def to_torch(activations: Any) -> torch.Tensor:
     return tensor
 
 
-def train_op(optimizer: Any) -> Callable[[], None]:
-    """The spec's train_op for a torch optimizer: `optimizer.step(); optimizer.zero_grad()`."""
+def train_op(optimizer: Any, reduction: str = "mean") -> Callable[[], None]:
+    """The spec's train_op for a torch optimizer: `optimizer.step(); optimizer.zero_grad()`.
+
+    Under `mpiexec -n N` the parameters' gradients are first summed over the
+    replicas and, with `reduction="mean"` (TensorFlow's
+    `CrossShardOptimizer` default), divided by N; `"sum"` keeps the sum (for
+    a loss already divided by the global batch). One process: no change.
+    """
     if not callable(getattr(optimizer, "step", None)):
         raise TypeError(f"torch_bridge.train_op needs a torch optimizer. Received: {type(optimizer).__name__}.")
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"Argument `reduction` must be 'mean' or 'sum'. Received: {reduction!r}.")
 
     def step() -> None:
+        if replicas.num_replicas() > 1:
+            _reduce_gradients(optimizer, reduction)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
     return step
+
+
+def _reduce_gradients(optimizer: Any, reduction: str) -> None:
+    """Every parameter's gradient summed (and averaged) over the replicas, in place (collective)."""
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    grads = [p.grad.detach().cpu().numpy() for p in params]
+    reduced = replicas.cross_replica_sum(grads) if reduction == "sum" else replicas.cross_replica_mean(grads)
+    for param, value in zip(params, reduced):
+        param.grad.copy_(torch.from_numpy(np.ascontiguousarray(value)))
 
 
 def backward(loss: torch.Tensor, scope: LookupScope) -> dict[str, np.ndarray]:

