@@ -88,3 +88,16 @@ def test_torch_module_and_optimizer_resume_from_the_checkpoint(tmp_path):
             getattr(once.dense_state["module"], name).detach().numpy(),
         )
     np.testing.assert_array_equal(resumed.get_variable_value("tbl_user"), once.get_variable_value("tbl_user"))
+
+
+def test_train_op_reduction_is_mean_or_sum_and_changes_nothing_in_one_process():
+    module = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(module.parameters(), lr=1.0)
+    with pytest.raises(ValueError, match=r"Argument `reduction` must be 'mean' or 'sum'. Received: 'avg'."):
+        torch_bridge.train_op(optimizer, reduction="avg")
+    for reduction in ("mean", "sum"):  # one replica: the sum over replicas is the gradient itself
+        before = module.weight.detach().clone()
+        module(torch.ones(1, 2)).sum().backward()
+        torch_bridge.train_op(optimizer, reduction=reduction)()
+        np.testing.assert_allclose(module.weight.detach().numpy(), before.numpy() - 1.0)
+        assert module.weight.grad is None  # zero_grad(set_to_none=True)
