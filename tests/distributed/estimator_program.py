@@ -1,6 +1,6 @@
 """A TPUEstimator program, run by test_estimator.py alone or under `mpiexec -n W`.
 
-`python estimator_program.py MODEL_DIR OUT.json ACTION [BATCH]`, ACTION one of
+`python estimator_program.py MODEL_DIR OUT.json ACTION [BATCH [STRATEGY]]`, ACTION one of
 `train` (6 steps of global batch BATCH, then evaluate), `evaluate` (the
 checkpoint in MODEL_DIR, nothing trained) or `train-nan` (replica 1's loss is
 NaN at the third step). Replica 0 writes OUT.json: the variables, the eval
@@ -47,7 +47,7 @@ def input_fn_for(count, seed, seen):
     return input_fn
 
 
-def estimator(model_dir, batch, nan_at=None):
+def estimator(model_dir, batch, nan_at=None, strategy="div"):
     columns = [
         tpu.embedding_column(fc.categorical_column_with_identity("a", 11), 3, combiner="mean"),
         tpu.embedding_column(fc.categorical_column_with_identity("b", 7), 2, combiner="sqrtn"),
@@ -85,7 +85,9 @@ def estimator(model_dir, batch, nan_at=None):
         model_dir=model_dir, tf_random_seed=3, tpu_config=tf.estimator.tpu.TPUConfig(num_shards=6)
     )
     spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-        feature_columns=columns, optimization_parameters=tf.estimator.tpu.experimental.AdagradParameters(0.3)
+        feature_columns=columns,
+        optimization_parameters=tf.estimator.tpu.experimental.AdagradParameters(0.3),
+        partition_strategy=strategy,
     )
     return tf.estimator.tpu.TPUEstimator(
         model_fn=model_fn,
@@ -97,11 +99,11 @@ def estimator(model_dir, batch, nan_at=None):
     )
 
 
-def main(model_dir, out, action, batch="12"):
+def main(model_dir, out, action, batch="12", strategy="div"):
     batch = int(batch)
     record = {"replicas": replicas.num_replicas(), "seen": []}
     try:
-        est = estimator(model_dir, batch, nan_at=2 if action == "train-nan" else None)
+        est = estimator(model_dir, batch, nan_at=2 if action == "train-nan" else None, strategy=strategy)
         if action in ("train", "train-nan"):
             est.train(input_fn_for(6, seed=0, seen=record["seen"]))
         metrics = est.evaluate(input_fn_for(2, seed=1, seen=record["seen"]))

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tpu_embedding_shim.engine.tf_bundle import BundleReader, data_files
+
 from .launch import HERE, environment, mpirun, requires_mpi
 
 pytestmark = requires_mpi
@@ -18,9 +20,9 @@ pytestmark = requires_mpi
 PROGRAM = HERE / "estimator_program.py"
 
 
-def alone(model_dir, out, action, batch=12):
+def alone(model_dir, out, action, batch=12, strategy="div"):
     job = subprocess.run(
-        [sys.executable, str(PROGRAM), str(model_dir), str(out), action, str(batch)],
+        [sys.executable, str(PROGRAM), str(model_dir), str(out), action, str(batch), strategy],
         env=environment(),
         capture_output=True,
         text=True,
@@ -30,8 +32,8 @@ def alone(model_dir, out, action, batch=12):
     return json.loads(Path(out).read_text())
 
 
-def under_mpi(world_size, model_dir, out, action, batch=12):
-    job = mpirun(world_size, PROGRAM, model_dir, out, action, batch, timeout=120)
+def under_mpi(world_size, model_dir, out, action, batch=12, strategy="div"):
+    job = mpirun(world_size, PROGRAM, model_dir, out, action, batch, strategy, timeout=120)
     assert job.returncode == 0, job.stderr
     return json.loads(Path(out).read_text())
 
@@ -58,14 +60,26 @@ def test_training_on_w_replicas_gives_the_numbers_of_one_process(tmp_path, world
     assert Path(many["checkpoint"]).name == "model.ckpt-6"
 
 
-@pytest.mark.parametrize("written_by, read_by", [(2, 1), (1, 3), (3, 2)])
-def test_a_checkpoint_written_by_n_replicas_restores_on_m(tmp_path, written_by, read_by):
-    """The chief writes full tables in TensorFlow's format; any world size reads them and keeps its rows."""
+@pytest.mark.parametrize(
+    "written_by, read_by, strategy", [(2, 1, "div"), (1, 3, "div"), (3, 2, "div"), (2, 1, "mod"), (3, 2, "mod")]
+)
+def test_a_checkpoint_written_by_n_replicas_restores_on_m(tmp_path, written_by, read_by, strategy):
+    """Each replica writes its rows of every table to a data file of its own, as one row slice of the table (a
+    TPU host's; `mod`: in the hosts' order), replica 0 the index; any world size reads it back in id order."""
     model_dir = tmp_path / "model"
-    run = alone if written_by == 1 else (lambda *args: under_mpi(written_by, *args))
-    trained = run(model_dir, tmp_path / "trained.json", "train")
-    read = alone if read_by == 1 else (lambda *args: under_mpi(read_by, *args))
-    restored = read(model_dir, tmp_path / "restored.json", "evaluate")
+
+    def run(world_size, out, action):
+        if world_size == 1:
+            return alone(model_dir, tmp_path / out, action, strategy=strategy)
+        return under_mpi(world_size, model_dir, tmp_path / out, action, strategy=strategy)
+
+    trained = run(written_by, "trained.json", "train")
+    reader = BundleReader(trained["checkpoint"])
+    table = "dense_features/a_embedding/embedding_weights"
+    assert len(data_files(trained["checkpoint"])) == written_by
+    slices = reader.entry(table).slices
+    assert len(slices or [None]) == written_by and len(reader.entry(table + "/Adagrad").slices or [None]) == written_by
+    restored = run(read_by, "restored.json", "evaluate")
     assert restored["errors"] == [None] * read_by
     assert restored["variables"] == trained["variables"]  # the same bits: read back, nothing trained
     assert restored["metrics"] == pytest.approx(trained["metrics"], rel=1e-6)

@@ -31,6 +31,7 @@ _SOURCES: dict[str, str] = {
     "SingleProcess": "distributed",
     "PeerFailedError": "distributed",
     "agree": "distributed",
+    "write_collectively": "distributed",
     # ids
     "Ragged": "ragged",
     "to_ragged": "ragged",

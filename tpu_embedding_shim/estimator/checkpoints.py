@@ -122,13 +122,29 @@ def save(model_dir: str, step: int, tensors: dict[str, Any], *, keep: int | None
     It writes as a live writer of `model_dir` (`debris.writing`), first
     removing what killed saves left when no other writer is alive.
     """
-    with writing(model_dir, lambda: remove_debris(model_dir, re.escape(BASENAME) + r"-\d+")):
+    with saving(model_dir):
         return _save(model_dir, step, tensors, keep)
 
 
+def saving(model_dir: str) -> Any:
+    """The context `save` writes in (a live writer of `model_dir`, debris of killed saves removed first): for a
+    checkpoint several processes write (`record` it after)."""
+    return writing(model_dir, lambda: remove_debris(model_dir, re.escape(BASENAME) + r"-\d+"))
+
+
+def prefix_of(model_dir: str, step: int) -> str:
+    """`<model_dir>/model.ckpt-<step>`."""
+    return os.path.join(model_dir, f"{BASENAME}-{step}")
+
+
 def _save(model_dir: str, step: int, tensors: dict[str, Any], keep: int | None) -> str:
-    prefix = os.path.join(model_dir, f"{BASENAME}-{step}")
+    prefix = prefix_of(model_dir, step)
     write_bundle(prefix, tensors)
+    return record(model_dir, prefix, keep)
+
+
+def record(model_dir: str, prefix: str, keep: int | None) -> str:
+    """Names the written checkpoint `prefix` the latest in the state file, then prunes beyond `keep`."""
     try:
         state = read_state(model_dir)
     except DataLossError:

@@ -16,6 +16,7 @@ A model without engine tables keeps its global step here (`step`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -26,7 +27,8 @@ import numpy as np
 
 from ..compat import replicas
 from ..compat.embedding_config_spec import EmbeddingConfigSpec
-from ..engine import DistributedEngine, Engine
+from ..engine import DistributedEngine, Engine, agree, shard_sizes, write_collectively
+from ..engine.tf_bundle import SlicedTensor
 from . import checkpoints, replicated
 from .context import TensorCoreColumns
 from .model_fn import ModeKeys
@@ -203,18 +205,25 @@ class ModelState:
 
     # Save ------------------------------------------------------------------------------------
 
-    def checkpoint_tensors(self, *, values: bool = True) -> dict[str, Any]:
-        """name -> array of everything a checkpoint holds, under TensorFlow's names (see tf_names.py)."""
+    def checkpoint_tensors(self, *, values: bool = True, local: bool = False) -> dict[str, Any]:
+        """name -> array of everything a checkpoint holds, under TensorFlow's names (see tf_names.py).
+
+        `local` (a `DistributedEngine`): this replica's part of a checkpoint
+        every replica writes: its rows of each table and slot, as the one row
+        slice a TPU host saves (`mod`: ids r, r + N, ..., the layout of N
+        hosts), and on replica 0 everything else.
+        """
         step = self.global_step
         tensors: dict[str, Any] = {"global_step": np.int64(step)}
         recorded = {}
         if self.engine is not None:
             structure = self.engine.spec.structure()
-            state = (
-                self.engine.state()
-                if values
-                else {table: dict.fromkeys(["embedding", *info["slots"]]) for table, info in structure.items()}
-            )
+            if local:
+                state = self._local_slices()
+            elif values:
+                state = self.engine.state()
+            else:
+                state = {table: dict.fromkeys(["embedding", *info["slots"]]) for table, info in structure.items()}
             for table, arrays in state.items():
                 name = self.names.variable(table)
                 self._note_default(table)
@@ -224,6 +233,7 @@ class ModelState:
                 slots = [slot for slot in arrays if slot != "embedding"]
                 for slot, suffix in slot_suffixes(optimizer.kind if optimizer else None, slots).items():
                     tensors[f"{name}/{suffix}"] = arrays[slot]
+        tensors = {name: value for name, value in tensors.items() if not (local and value is None)}  # no rows here
         rename = {}
         if self._tensor_core is not None:
             for table in self._tensor_core.tables:
@@ -246,8 +256,32 @@ class ModelState:
             "tables": recorded,
             "dense_state": structure,
         }
+        if local and self._embedding_config_spec.partition_strategy == "mod":
+            meta["mod_hosts"] = replicas.num_replicas()
         tensors[checkpoints.METADATA] = np.array(json.dumps(meta).encode("utf-8"), dtype=object)
+        if local and not replicas.is_chief():  # the others write their table slices only
+            tensors = {name: value for name, value in tensors.items() if isinstance(value, SlicedTensor)}
         return tensors
+
+    def _local_slices(self) -> dict[str, dict[str, SlicedTensor]]:
+        """This replica's rows of every table and slot, as its part of the full tensors (empty parts left out)."""
+        out = {}
+        for table, arrays in self.engine.local_state().items():
+            vocabulary = self.engine.spec.table(table).vocabulary_size
+            # where this replica's rows start in the stored layout: its first id (div, id order); the rows of
+            # the replicas before it (mod, host-major: replica r holds ids r, r + N, ...)
+            if self._embedding_config_spec.partition_strategy == "mod":
+                start = sum(shard_sizes(vocabulary, replicas.num_replicas(), "mod")[: replicas.replica_id()])
+            else:
+                ids = self.engine.owned_ids(table)
+                start = int(ids[0]) if len(ids) else 0
+            out[table] = {
+                key: SlicedTensor((vocabulary, rows.shape[1]), [(((start, rows.shape[0]), (0, -1)), rows)])
+                if len(rows)
+                else None
+                for key, rows in arrays.items()
+            }
+        return out
 
     def _note_default(self, table: str) -> None:
         if self.names.certainty(table) == DEFAULT and table not in self._noted_defaults:
@@ -262,15 +296,34 @@ class ModelState:
     def save(self, *, keep: int | None) -> str:
         """Writes `model.ckpt-<global step>`, keeping the `keep` newest (None: all); returns its prefix."""
         step = self.global_step
-        tensors = self.checkpoint_tensors()  # under mpiexec: a collective gather; replica 0 writes
-        path = replicas.on_chief(
-            lambda: checkpoints.save(self.model_dir, step, tensors, keep=keep), "TPUEstimator: save a checkpoint"
-        )
+        if replicas.num_replicas() > 1:
+            path = self._save_collectively(step, keep)
+        else:
+            path = checkpoints.save(self.model_dir, step, self.checkpoint_tensors(), keep=keep)
         if self.engine is not None and self.engine.statistics is not None:
             self.engine.statistics.flush()
         self.loaded_step = step
         log.info("Saving checkpoints for %d into %s.", step, path)
         return path
+
+    def _save_collectively(self, step: int, keep: int | None) -> str:
+        """Every replica writes its rows of each table into a data file of its own (TensorFlow's sharded
+        save of a multi-host job); replica 0 the rest, the index and the state file."""
+        tensors = self.checkpoint_tensors(local=True)
+        comm = replicas.world()
+        with contextlib.ExitStack() as stack:
+            error = None
+            if comm.rank == 0:
+                try:
+                    stack.enter_context(checkpoints.saving(self.model_dir))
+                except Exception as caught:
+                    error = caught
+            agree(comm, error, "TPUEstimator: save a checkpoint")
+            prefix = checkpoints.prefix_of(self.model_dir, step)
+            write_collectively(comm, prefix, tensors)
+            return replicas.on_chief(
+                lambda: checkpoints.record(self.model_dir, prefix, keep), "TPUEstimator: record a checkpoint"
+            )
 
     def latest_checkpoint(self) -> str | None:
         """The latest checkpoint of model_dir (`<model_dir>/model.ckpt-<step>`, or an older-format one), or None."""

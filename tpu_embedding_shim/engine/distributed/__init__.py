@@ -12,10 +12,12 @@ docs/distributed.md.
 - `ownership.py`: which rank owns which rows;
 - `exchange.py`: the all-to-all exchanges of a step;
 - `agreement.py`: every rank checks, then all agree before anything is written;
+- `bundle.py`: a TensorFlow checkpoint written by every rank at once (its rows each);
 - `engine.py`: `DistributedEngine`.
 """
 
 from .agreement import PeerFailedError, agree
+from .bundle import write_collectively
 from .communicator import Communicator, SingleProcess, communicator, launched_world_size
 from .engine import DistributedEngine, DistributedLookupResult
 from .mpi import MPICommunicator
@@ -32,4 +34,5 @@ __all__ = [
     "PeerFailedError",
     "agree",
     "Ownership",
+    "write_collectively",
 ]

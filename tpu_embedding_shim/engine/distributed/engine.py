@@ -257,6 +257,18 @@ class DistributedEngine:
         parts = self.comm.allgather_object({"embedding": self._tables[name], **self._slots[name]})
         return {key: self._owners[name].join([part[key] for part in parts]) for key in parts[0]}
 
+    def local_state(self) -> dict[str, dict[str, np.ndarray]]:
+        """Table -> {'embedding': this rank's rows, slot: its rows}, pending updates applied (local: no
+        communication). The rows are those of `owned_ids(table)`, in that order: for a collective
+        checkpoint, each rank writes its own."""
+        self.flush()
+        return {name: {"embedding": rows, **self._slots[name]} for name, rows in self._tables.items()}
+
+    def owned_ids(self, name: str) -> np.ndarray:
+        """The global ids of this rank's rows of table `name`, in local order (`div`: a contiguous range;
+        `mod`: rank, rank + W, ...)."""
+        return self._owners[name].owned_ids(self.rank)
+
     # Forward ----------------------------------------------------------------------
 
     def forward(

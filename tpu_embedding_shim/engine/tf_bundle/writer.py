@@ -55,7 +55,7 @@ from .state import record_latest
 from .strings import encode_strings
 from .table import build_table
 
-__all__ = ["SlicedTensor", "write_bundle", "delete_bundle"]
+__all__ = ["SlicedTensor", "write_bundle", "delete_bundle", "ShardEntry", "write_data_shard", "write_shared_index"]
 
 _BLOCK_BYTES = 1 << 24  # bytes per block when streaming a tensor to disk
 
@@ -138,8 +138,8 @@ def _check_name(name: Any) -> bytes:
         ) from None
 
 
-def _plan(tensors: Mapping[str, Any], dtypes: Mapping[str, str]) -> list[_Item]:
-    """Every entry to write, checked, in key order."""
+def _plan(tensors: Mapping[str, Any], dtypes: Mapping[str, str], *, partial: bool = False) -> list[_Item]:
+    """Every entry to write, checked, in key order (`partial`: a SlicedTensor's parts need not cover it)."""
     items: dict[bytes, _Item] = {}
     unknown = sorted(set(dtypes) - set(tensors))
     if unknown:
@@ -194,7 +194,7 @@ def _plan(tensors: Mapping[str, Any], dtypes: Mapping[str, str]) -> list[_Item]:
             part_key = slice_key(name, extents)
             items[part_key] = _Item(part_key, label, part_code, tuple(array.shape), array, is_slice=True)
         covered = sum(math.prod(n for _, n in box) for box in boxes)
-        if covered != math.prod(shape):
+        if covered != math.prod(shape) and not partial:
             raise ValueError(
                 f"write_bundle: the slices of tensor {name!r} cover {covered} of its "
                 f"{math.prod(shape)} elements; they must cover the tensor."
@@ -372,3 +372,114 @@ def delete_bundle(prefix: str | os.PathLike[str]) -> None:
         os.remove(index_file(prefix))
     for path in data_files(prefix):
         os.remove(path)
+
+
+# A bundle written by several processes ---------------------------------------------------------------
+
+ShardEntry = _Item
+"""One index entry a process's data shard holds (values dropped), for `write_shared_index`."""
+
+
+def write_data_shard(
+    prefix: str,
+    tensors: Mapping[str, Any],
+    *,
+    shard: int,
+    num_shards: int,
+    token: str,
+    byteorder: ByteOrder = "<",
+) -> list[ShardEntry]:
+    """Writes this process's data file of a bundle several processes write, under a temporary name.
+
+    `tensors` are this process's: whole tensors, or `SlicedTensor`s holding
+    only its parts (the other processes write the rest). The file is
+    `<data file of shard>.tempstate<token>`; `write_shared_index` then
+    writes the index of every process's entries, and each file is renamed
+    to its final name (engine/distributed/bundle.py runs the protocol).
+
+    Returns the index entries of this shard (without their values).
+
+    Raises:
+      ValueError / TypeError: as `write_bundle`; nothing is written.
+      OSError: the file can't be written (nothing is left behind).
+    """
+    items = _plan(tensors, {}, partial=True)
+    path = f"{data_file(prefix, shard, num_shards)}.tempstate{token}"
+    os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)
+    try:
+        _write_data(path, [item for item in items if item.values is not None], byteorder)
+    except BaseException:
+        if os.path.lexists(path):
+            os.remove(path)
+        raise
+    for item in items:
+        item.shard = shard
+        item.values = None if not item.is_slice and item.slices else _NO_VALUES
+    return items
+
+
+_NO_VALUES = np.zeros(0, np.uint8)  # marks an entry with data in a shard (its values are not kept)
+
+
+def write_shared_index(
+    prefix: str, shards: Sequence[Sequence[ShardEntry]], *, token: str, byteorder: ByteOrder = "<"
+) -> str:
+    """Writes the index of a bundle from every shard's entries (`write_data_shard`), under a temporary name;
+    returns that name (`<prefix>.index.tempstate<token>`).
+
+    A partitioned tensor's slices may come from several shards: its entry
+    lists them all, and they must cover it without overlapping.
+
+    Raises:
+      ValueError: two shards hold the same tensor or slice, or a partitioned
+        tensor's slices disagree on dtype or shape, overlap or leave a gap.
+    """
+    entries: dict[bytes, _Item] = {}
+    for items in shards:
+        for item in items:
+            known = entries.get(item.key)
+            if known is None:
+                entries[item.key] = dataclasses.replace(item)
+                continue
+            if known.is_slice or item.is_slice or not (known.slices and item.slices):
+                raise ValueError(f"write_shared_index: {item.label} is written by two shards.")
+            if known.code != item.code or known.shape != item.shape:
+                raise ValueError(f"write_shared_index: the shards disagree on the dtype or shape of {item.label}.")
+            known.slices = known.slices + item.slices
+    for item in entries.values():
+        if item.slices and not item.is_slice:
+            boxes = [
+                tuple((0, item.shape[d]) if n == FULL else (s, n) for d, (s, n) in enumerate(extents))
+                for extents in item.slices
+            ]
+            if any(overlap(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1 :]):
+                raise ValueError(f"write_shared_index: slices of {item.label} overlap.")
+            covered = sum(math.prod(n for _, n in box) for box in boxes)
+            if covered != math.prod(item.shape):
+                raise ValueError(
+                    f"write_shared_index: the slices of {item.label} cover {covered} of its "
+                    f"{math.prod(item.shape)} elements; they must cover the tensor."
+                )
+    num_shards = len(shards)
+    header = BundleHeader(num_shards=num_shards, endianness=BIG if byteorder == ">" else LITTLE)
+    pairs = [(b"", header.encode())]
+    for key in sorted(entries):
+        item = entries[key]
+        if item.values is None:
+            entry = BundleEntry(dtype=item.code, shape=item.shape, slices=tuple(sorted(item.slices)))
+        else:
+            entry = BundleEntry(
+                dtype=item.code,
+                shape=item.shape,
+                shard_id=item.shard,
+                offset=item.offset,
+                size=item.size,
+                crc32c=mask(item.crc),
+            )
+        pairs.append((key, entry.encode()))
+    path = f"{index_file(prefix)}.tempstate{token}"
+    with open(path, "wb") as file:
+        file.write(build_table(pairs))
+        file.flush()
+        os.fsync(file.fileno())
+    return path
