@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from ..compat import replicas
 from ..compat.feature_columns import NumericColumn
 from ..compat.lookup_scope import LookupScope
 from ..compat.tensors import RaggedTensor, SparseTensor
@@ -296,6 +297,30 @@ def refuse_keras_3(next_creator: Callable[..., Any], **kwargs: Any) -> Any:
     return next_creator(**kwargs)
 
 
+CROSS_REPLICA_OP = "cross_replica_sum"
+"""The name of the graph op in which `tpu_embedding_shim.tensorflow`'s CrossShardOptimizer sums the
+gradients over the processes (under mpiexec)."""
+
+
+def _joined_over_replicas(tensors: Any) -> Any:
+    """`eval_metrics` tensors, each joined along its first axis over the replicas in ONE graph op (the same
+    collective call on every replica, whatever order the session runs ops in)."""
+    named = isinstance(tensors, Mapping)
+    keys = list(tensors) if named else list(range(len(tensors)))
+    values = [tf.convert_to_tensor(tensors[k]) for k in keys]
+    if not values:
+        return tensors
+
+    def gather(*arrays: np.ndarray) -> list[np.ndarray]:
+        return [np.asarray(a) for a in replicas.all_gather([np.atleast_1d(a) for a in arrays])]
+
+    outputs = tf.numpy_function(gather, values, [v.dtype for v in values], name="cross_replica_gather")
+    for out, value in zip(outputs, values):
+        out.set_shape(tf.TensorShape([None]).concatenate(value.shape[1:]) if value.shape.rank else [None])
+    joined = dict(zip(keys, outputs))
+    return joined if named else [joined[k] for k in keys]
+
+
 def _is_tensor_like(value: Any) -> bool:
     return isinstance(value, (tf.Tensor, tf.Variable, tf.Operation, tf.SparseTensor))
 
@@ -386,12 +411,22 @@ class GraphModel:
                 "The TensorFlow model_fn's train_op must be a tf.Operation (e.g. optimizer.minimize(loss, "
                 f"global_step)). Received: {type(spec.train_op).__name__}."
             )
+        summed = any(op.type == "PyFunc" and op.name.endswith(CROSS_REPLICA_OP) for op in self.graph.get_operations())
+        if self.mode == "train" and replicas.num_replicas() > 1 and not summed:
+            raise ValueError(
+                f"Under mpiexec -n {replicas.num_replicas()} each process is a replica with a copy of the dense "
+                "model: wrap the model_fn's optimizer in tf.compat.v1.tpu.CrossShardOptimizer (of "
+                "`import tpu_embedding_shim.tensorflow as tf`), as a TPU program does, so its gradients are "
+                "summed over the replicas. Without it the replicas' dense models would drift apart."
+            )
 
     def _build_metrics(self, spec: Any) -> None:
         metric_ops: dict[str, Any] = {}
         eval_metrics = getattr(spec, "eval_metrics", None)
         if eval_metrics is not None:
             metric_fn, tensors = eval_metrics
+            if replicas.num_replicas() > 1:  # every replica's examples, as TPUEstimator joins the shards'
+                tensors = _joined_over_replicas(tensors)
             out = metric_fn(**tensors) if isinstance(tensors, Mapping) else metric_fn(*tensors)
             if not isinstance(out, Mapping):
                 raise TypeError(
@@ -410,8 +445,14 @@ class GraphModel:
     # Variables <-> dense_state -------------------------------------------------------------------
 
     def load_from(self, dense_state: Any) -> None:
-        """Each variable takes its value from dense_state (set or restored); a new one is added to it."""
+        """Each variable takes its value from dense_state (set or restored); a new one is added to it.
+
+        Under mpiexec a new variable takes replica 0's initial value on every
+        replica: the dense model is a copy, and starts as one.
+        """
         current = self.session.run(self.variables) if self.variables else []
+        if replicas.num_replicas() > 1:
+            current = replicas.world().bcast_object(current)
         for variable, initial in zip(self.variables, current):
             value = dense_state.setdefault(variable.op.name, initial)
             if np.shape(value) != np.shape(initial):

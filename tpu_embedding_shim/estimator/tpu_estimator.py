@@ -260,12 +260,6 @@ class TPUEstimator:
 
     def _train_step(self, features: Any, labels: Any) -> float:
         if self._uses_tf():
-            if replicas.num_replicas() > 1:
-                raise NotImplementedError(
-                    "A TensorFlow model_fn does not run under mpiexec yet: its dense gradients would need "
-                    "CrossShardOptimizer's cross-replica sum inside the graph. Run it as one process, or write the "
-                    "dense part in numpy or torch (docs/distributed.md)."
-                )
             return self._steps.tf_train(features, labels)
         return self._steps.train(features, labels)
 
@@ -485,16 +479,20 @@ class TPUEstimator:
     ) -> str:
         tf_graphs.check_export(experimental_mode, serving_input_receiver_fn, self._tensor_core)
         self._ensure_state(ModeKeys.PREDICT, checkpoint_path)
-        path = tf_graphs.export(
-            export_dir,
-            serving_input_receiver_fn=serving_input_receiver_fn,
-            call=self._steps.serve,
-            served=served_tables(self._state.engine),
-            table_names=self._state.names.variable,
-            dense_state=self._state.dense_state,
-            global_step=self.global_step,
-            assets_extra=assets_extra,
-            as_text=as_text,
+        served = served_tables(self._state.engine)  # collective under mpiexec; replica 0 writes the SavedModel
+        path = replicas.on_chief(
+            lambda: tf_graphs.export(
+                export_dir,
+                serving_input_receiver_fn=serving_input_receiver_fn,
+                call=self._steps.serve,
+                served=served,
+                table_names=self._state.names.variable,
+                dense_state=self._state.dense_state,
+                global_step=self.global_step,
+                assets_extra=assets_extra,
+                as_text=as_text,
+            ),
+            "TPUEstimator: export a SavedModel",
         )
         log.info("Exported a SavedModel at global step %d to %s.", self.global_step, path)
         return path

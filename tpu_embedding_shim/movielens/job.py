@@ -277,11 +277,6 @@ def input_fn_for(data: ml_data.MovieLens, examples: np.ndarray, *, shuffle_seed:
 def run(config: JobConfig, *, echo=print) -> JobResult:
     """Trains, evaluates every epoch, saves, exports and plots; returns the figures."""
     if config.dense == "tf":
-        if replicas.num_replicas() > 1:
-            raise ValueError(
-                "Option `dense`='tf' does not run under mpiexec yet (a TensorFlow model_fn's dense gradients would "
-                "need a cross-replica sum in its graph); use the numpy dense part, or one process."
-            )
         tf_model_module()  # no TensorFlow: fail before anything is downloaded or written
     if not replicas.is_chief():
         echo = _silent  # replica 0 prints and logs for all

@@ -58,7 +58,8 @@ def model_fn_for(
         if mode == tf.estimator.ModeKeys.PREDICT:
             return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, predictions={"probability": tf.sigmoid(logits)})
 
-        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
+        losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+        loss = tf.reduce_mean(losses)
         if mode == tf.estimator.ModeKeys.EVAL:
 
             def metric_fn(labels, logits):
@@ -74,11 +75,18 @@ def model_fn_for(
                 mode, loss=loss, eval_metrics=(metric_fn, [labels, logits])
             )
 
-        optimizer = tf.compat.v1.tpu.CrossShardOptimizer(tf.compat.v1.train.AdamOptimizer(learning_rate))
-        train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_global_step())
+        # The mean over the GLOBAL batch (this replica holds 1 / num_replicas of it): the engine's sum of the
+        # replicas' embedding gradients and the optimizer's SUM of the dense ones are one process's gradients.
+        # One process: the batch's mean.
+        global_batch = tf.cast(tf.size(labels), tf.float32) * params["context"].num_replicas
+        global_loss = tf.reduce_sum(losses) / global_batch
+        optimizer = tf.compat.v1.tpu.CrossShardOptimizer(
+            tf.compat.v1.train.AdamOptimizer(learning_rate), reduction=tf.compat.v1.losses.Reduction.SUM
+        )
+        train_op = optimizer.minimize(global_loss, global_step=tf.compat.v1.train.get_global_step())
         if train_losses is not None:
             record = tf.numpy_function(lambda value: train_losses.append(float(value)) or value, [loss], tf.float32)
             train_op = tf.group(train_op, record)
-        return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+        return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, loss=global_loss, train_op=train_op)
 
     return model_fn
