@@ -430,7 +430,7 @@ class Strategy:
         self, dataset: Iterable[Any], options: InputOptions | None = None
     ) -> DistributedDataset:
         """Wraps an iterable of global batches; each element is this replica's rows of the batch
-        (`replicas.replica_slice`: contiguous, the first replicas one row more when it doesn't divide)."""
+        (`replicas.replica_slice`: contiguous runs of ceil(B / N) rows, as TensorFlow splits a batch)."""
         if self.num_replicas_in_sync == 1:
             return DistributedDataset(dataset, options)
         return DistributedDataset(dataset, options, per_replica=replicas.replica_slice)

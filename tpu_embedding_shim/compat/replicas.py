@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..engine import Communicator, agree, communicator
+from ..spec.checks import check_int, fail
 from .tensors import RaggedTensor, SparseTensor
 
 __all__ = [
@@ -113,6 +114,15 @@ def _leaves(value: Any) -> list[Any]:
     return [value]
 
 
+def _structure(value: Any) -> str:
+    """The nest with `*` for its leaves (keys sorted), as `{'b': tuple(*, *)}`: what every replica must share."""
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{key!r}: {_structure(value[key])}" for key in sorted(value)) + "}"
+    if _is_structure(value):
+        return f"{type(value).__name__}({', '.join(_structure(item) for item in value)})"
+    return "*"
+
+
 def _rebuild(value: Any, leaves: Iterator[Any]) -> Any:
     if isinstance(value, Mapping):
         rebuilt = {key: _rebuild(value[key], leaves) for key in sorted(value)}
@@ -141,7 +151,7 @@ def cross_replica_sum(value: Any) -> Any:
     if any(array.dtype == object for array in arrays):
         error = TypeError("cross_replica_sum takes a nest of numeric arrays and numbers.")
     layout = [(array.dtype.str, array.shape) for array in arrays]
-    agree(comm, error, "cross_replica_sum", layout=layout)
+    agree(comm, error, "cross_replica_sum", structure=_structure(value), layout=layout)
     if comm.size == 1:
         summed = [array.copy() for array in arrays]
     else:
@@ -175,7 +185,9 @@ def cross_replica_mean(value: Any) -> Any:
     replicas = num_replicas()
     summed = cross_replica_sum(value)
     out = [
-        leaf / replicas if isinstance(leaf, float) else (np.asarray(leaf) / replicas).astype(_float_of(leaf))
+        leaf / replicas
+        if isinstance(leaf, (int, float)) and not isinstance(leaf, bool)
+        else (np.asarray(leaf) / replicas).astype(_float_of(leaf))
         for leaf in _leaves(summed)
     ]
     return _rebuild(summed, iter(out))
@@ -192,12 +204,24 @@ def all_gather(value: Any, axis: int = 0) -> Any:
     The sizes along `axis` may differ between replicas (the last batch of
     an evaluation); the other dimensions must not. Objects travel pickled:
     for metrics and predictions, not for every step's tensors.
+
+    Raises:
+      ValueError: on every replica, when the replicas' structures, dtypes or
+        other dimensions differ.
     """
     comm = world()
     leaves = [np.asarray(leaf) for leaf in _leaves(value)]
     if comm.size == 1:
         return _rebuild(value, iter([leaf.copy() for leaf in leaves]))
-    parts = comm.allgather_object(leaves)
+    parts = comm.allgather_object((_structure(value), leaves))
+    layouts = [(structure, [part.dtype.str for part in arrays]) for structure, arrays in parts]
+    differ = [rank for rank, layout in enumerate(layouts) if layout != layouts[0]]
+    if differ:  # every replica has every part: all of them raise
+        raise ValueError(
+            f"all_gather needs the same structure and dtypes on every replica. Replicas {differ} differ "
+            f"from replica 0: {layouts[differ[0]]!r} instead of {layouts[0]!r}."
+        )
+    parts = [arrays for _, arrays in parts]
     joined = [np.concatenate([part[i] for part in parts], axis=axis) for i in range(len(leaves))]
     return _rebuild(value, iter(joined))
 
@@ -206,11 +230,21 @@ def all_gather(value: Any, axis: int = 0) -> Any:
 
 
 def replica_rows(batch_size: int, replica: int, replicas: int) -> tuple[int, int]:
-    """[start, stop) of `replica`'s rows of a global batch: contiguous, the first `batch_size % replicas`
-    replicas one row more (so global batches that don't divide evenly still split)."""
-    base, extra = divmod(int(batch_size), int(replicas))
-    start = replica * base + min(replica, extra)
-    return start, start + base + (1 if replica < extra else 0)
+    """[start, stop) of `replica`'s rows of a global batch, as TensorFlow's `experimental_distribute_dataset`
+    splits one: contiguous runs of ceil(batch_size / replicas) rows, the last replicas what is left (7 rows
+    over 3 replicas: 3, 3, 1; 4 over 3: 2, 2, 0)."""
+    batch_size = check_int("batch_size", batch_size)
+    replica, replicas = _checked_replica(replica, replicas)
+    per_replica = -(-batch_size // replicas)
+    start = min(replica * per_replica, batch_size)
+    return start, min(start + per_replica, batch_size)
+
+
+def _checked_replica(replica: Any, replicas: Any) -> tuple[int, int]:
+    replicas = check_int("replicas", replicas, minimum=1)
+    if not (isinstance(replica, (int, np.integer)) and not isinstance(replica, bool) and 0 <= replica < replicas):
+        raise fail("replica", f"an int in [0, {replicas})", replica)
+    return int(replica), replicas
 
 
 def replica_slice(batch: Any, *, replica: int | None = None, replicas: int | None = None) -> Any:
@@ -219,10 +253,11 @@ def replica_slice(batch: Any, *, replica: int | None = None, replicas: int | Non
 
     Raises:
       ValueError: the leaves disagree on the number of rows, or one has none
-        (a scalar).
+        (a scalar); `replica` is not in [0, replicas).
     """
     replica = replica_id() if replica is None else replica
     replicas = num_replicas() if replicas is None else replicas
+    replica, replicas = _checked_replica(replica, replicas)
     if replicas == 1:
         return batch
     leaves = _leaves(batch)
