@@ -62,12 +62,12 @@ def optimizers(draw):
 
 
 @st.composite
-def recipes(draw, world_size):
+def recipes(draw, world_size, pooling="exact"):
     """A case for `world_size` ranks: 1-3 tables (some smaller than the world, some shared by several
     features, some with their own optimizer), pooled, weighted and sequence features, div or mod with
     1-2 shards per rank, pipelining on or off, a gradient multiplier or not, 1-3 steps of a global batch
     split unevenly over the ranks (some with no example), inference lookups between steps, and perhaps a
-    call that must fail."""
+    call that must fail. `pooling`: the engine's mode (the owner mode draws bags up to 12 ids long)."""
     tables, features = [], []
     for t in range(draw(st.integers(1, 3))):
         name = f"t{t}"
@@ -95,7 +95,9 @@ def recipes(draw, world_size):
     steps = draw(st.integers(1, 3))
     batch_sizes = draw(st.lists(st.integers(0, 4), min_size=world_size, max_size=world_size))
     no_gradient = draw(st.lists(st.sampled_from(names), unique=True, max_size=1))
+    options = {} if pooling == "exact" else {"pooling": pooling}
     return {
+        **options,
         "tables": tables,
         "features": features,
         "optimizer": draw(optimizers()),
@@ -107,7 +109,7 @@ def recipes(draw, world_size):
         "data_seed": draw(st.integers(0, 2**31)),
         "steps": steps,
         "batch_sizes": batch_sizes,
-        "max_ids": draw(st.integers(0, 6)),
+        "max_ids": draw(st.integers(0, 6 if pooling == "exact" else 12)),
         "no_gradient": no_gradient,
         "inference": draw(st.lists(st.integers(0, steps - 1), unique=True, max_size=2)),
         "faults": draw(faults(steps, batch_sizes, trained=len(names) > len(no_gradient))),

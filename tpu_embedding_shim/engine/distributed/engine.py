@@ -5,9 +5,10 @@ of every table and slot (model parallel: `ownership.py`, TensorFlow's `div`
 / `mod` host sharding). One training step, per rank:
 
 1. forward: convert and check its features; the ranks agree (`agreement.py`);
-   every entry's id goes to the rank that owns its row (`exchange.py`:
-   counts, then local rows); owners answer with the rows; the rank pools
-   them with the reference kernels, exactly as `Engine` pools the same ids;
+   each distinct row of a table goes to the rank that owns it, once
+   (`exchange.py`: counts, then local rows); owners answer with the rows;
+   the rank expands them to its entries and pools them with the reference
+   kernels, exactly as `Engine` pools the same ids;
 2. apply_gradients: check the gradients; the ranks agree; each kept entry's
    gradient (`pooled_entries` / `sequence_entries`, the one-process
    formulas) goes to its row's owner with the row; the owner lines them up
@@ -22,6 +23,9 @@ in one process, so activations, tables and slots are the same bits as
 then rank 1's, ...). The owners' math is the numpy reference
 (`NumpyKernels`, `optimizers.apply_update`); the fast kernels are a later
 step.
+
+`pooling="owner"` pools the pooled features where the rows live instead
+(`owner_pooling.py`): less traffic, activations equal to float tolerance.
 
 Every public method is collective: every rank calls it, in the same order.
 
@@ -53,18 +57,22 @@ from typing import Any
 
 import numpy as np
 
-from ...spec import EmbeddingSpec
+from ...spec import EmbeddingSpec, FeatureSpec
 from ..engine import LookupResult, initial_table
 from ..kernels import Lookup, NumpyKernels
+from ..lookup import pooled_coefficients
 from ..optimizers import apply_update, initial_slots, touches_all_rows
 from ..ragged import Ragged
 from ..step_checks import check_state, check_trainable, checked_gradient, feature_batch, gradient_multiplier
 from .agreement import PeerFailedError, agree
 from .communicator import Communicator, communicator
-from .exchange import Segments, pack, send_ids, send_values
+from .exchange import Segments, distinct, pack, send_ids, send_values
+from .owner_pooling import Bag, Kept, expand, pool
 from .ownership import Ownership
 
-__all__ = ["DistributedEngine", "DistributedLookupResult"]
+__all__ = ["DistributedEngine", "DistributedLookupResult", "POOLING"]
+
+POOLING = ("exact", "owner")  # the modes of `DistributedEngine(pooling=...)`
 
 log = logging.getLogger("tpu_embedding_shim")
 
@@ -75,10 +83,14 @@ class DistributedLookupResult(LookupResult):
 
     Attributes:
       routes: feature -> (owner rank, local row on the owner), int64 [N]
-        each, for every id of `batches[feature]`.
+        each, for every id of `batches[feature]` (the features of the exact
+        path: all in the exact mode, the sequence features in the owner mode).
+      lookup: the number of this training lookup (the same on every rank);
+        in the owner mode, the owners keep its coefficients under it.
     """
 
     routes: dict[str, tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=dict, repr=False)
+    lookup: int = -1
 
 
 @dataclasses.dataclass
@@ -100,10 +112,17 @@ class DistributedEngine:
         every rank (checked). The joined tables then equal those of
         `Engine(spec, seed=seed)`. None: rank 0 draws one for all.
       check_numerics: refuse NaN or infinite gradients (before any change).
+      pooling: 'exact' (the default): requesters pool the rows they get,
+        the bits of one process. 'owner': each owner sends one partial sum
+        per (example, feature) and gets one gradient row back, for the
+        pooled features (sequence features take the exact path): traffic
+        shrinks by the bag length, activations equal one process's to float
+        tolerance (docs/distributed.md, "Owner-pooled mode").
 
     Raises:
       ValueError: `num_shards` is not a multiple of the world size; the
-        spec or the seed differs between ranks.
+        spec, the seed or `pooling` differs between ranks; `pooling` is not
+        one of `POOLING`.
       PeerFailedError: another rank failed to build its part.
     """
 
@@ -114,6 +133,7 @@ class DistributedEngine:
         *,
         seed: int | None = None,
         check_numerics: bool = True,
+        pooling: str = "exact",
     ):
         comm = communicator() if comm is None else comm
         if not isinstance(comm, Communicator):
@@ -126,17 +146,22 @@ class DistributedEngine:
         self.global_step = 0
         self.statistics = None
         self._pending: _Pending | None = None
-        error, views = None, ("", "", seed)
+        self._lookups = 0  # training lookups so far (the same count on every rank)
+        self._kept: dict[int, tuple[int, Kept]] = {}  # owner mode: lookup -> (its step, what its backward needs)
+        error, views = None, ("", "", "", seed)
         try:
             if not isinstance(spec, EmbeddingSpec):
                 raise TypeError(f"DistributedEngine needs an EmbeddingSpec. Received: {spec!r}.")
+            if not isinstance(pooling, str) or pooling not in POOLING:
+                raise ValueError(f"Argument `pooling` must be one of {list(POOLING)}. Received: {pooling!r}.")
+            self.pooling = str(pooling)
             if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
                 raise ValueError(f"Argument `seed` must be an int >= 0 or None. Received: {seed!r}.")
             self._owners = {
                 t.name: Ownership(t.vocabulary_size, spec.num_shards, spec.partition_strategy, self.world_size)
                 for t in spec.tables
             }
-            views = (spec.fingerprint(), _digest(spec), None if seed is None else int(seed))
+            views = (spec.fingerprint(), _digest(spec), self.pooling, None if seed is None else int(seed))
         except Exception as caught:
             error = caught
         seed = self._agree_on_build(error, views)
@@ -148,6 +173,9 @@ class DistributedEngine:
         agree(comm, error, "DistributedEngine")
         self._features = {f.name: i for i, f in enumerate(spec.features)}
         self._dims = np.array([spec.table(f.table).dim for f in spec.features], dtype=np.int64)
+        # The features each rank pools where the rows live (owner mode), and those whose rows move (the rest).
+        self._pooled = [f for f in spec.features if self.pooling == "owner" and not f.is_sequence]
+        self._exact = [f for f in spec.features if f.name not in {p.name for p in self._pooled}]
         if self.rank == 0:
             self._warn_unsupported()
         for line in self.describe():
@@ -162,14 +190,14 @@ class DistributedEngine:
             if error is not None:
                 raise error
             raise PeerFailedError(failed[0], gathered[failed[0]][0])
-        for index, what in ((1, "tables and slots (spec.fingerprint())"), (2, "options"), (3, "seed")):
+        for index, what in ((1, "tables and slots (spec.fingerprint())"), (2, "options"), (3, "pooling"), (4, "seed")):
             differ = [rank for rank, view in enumerate(gathered) if view[index] != gathered[0][index]]
             if differ:
                 raise ValueError(
                     f"Every rank must build the same DistributedEngine: ranks {differ} have other {what} than "
                     f"rank 0 ({[view[index] for view in gathered]})."
                 )
-        seed = gathered[0][3]
+        seed = gathered[0][4]
         if seed is None:
             fresh = int(np.random.default_rng().integers(2**63)) if self.rank == 0 else None
             seed = self.comm.bcast_object(fresh)
@@ -226,6 +254,13 @@ class DistributedEngine:
             lines.append("  emulating experimental_gradient_multiplier_fn: activation gradients are scaled by it.")
         if spec.clipping_limit is not None:
             lines.append(f"  clipping_limit={spec.clipping_limit} is ignored, as in TensorFlow.")
+        if self.pooling == "owner":
+            lines.append(
+                "  pooling: owner (owners send partial sums of the pooled features; activations equal one "
+                "process's to float tolerance, tables and slots the same bits for the same gradients)."
+            )
+        else:
+            lines.append("  pooling: exact (owners send rows; the bits of one process).")
         lines.append("  kernels: numpy reference (owners and requesters alike).")
         return lines
 
@@ -299,7 +334,7 @@ class DistributedEngine:
             self.flush()
         routes = {
             f.name: self._owners[f.table].locate(batches[f.name].values.astype(np.int64, copy=False))
-            for f in self.spec.features
+            for f in self._exact
         }
         rows = self._fetch_rows(routes)
         requests = [
@@ -310,38 +345,78 @@ class DistributedEngine:
                 f.safe_lookup,
                 f.max_sequence_length if f.is_sequence else None,
             )
-            for f in self.spec.features
+            for f in self._exact
         ]
         activations: dict[str, np.ndarray] = {}
         lengths: dict[str, np.ndarray] = {}
-        for feature, value in zip(self.spec.features, self.kernels.lookups(requests)):
+        for feature, value in zip(self._exact, self.kernels.lookups(requests)):
             if feature.is_sequence:
                 activations[feature.name], lengths[feature.name] = value
             else:
                 activations[feature.name] = value
+        lookup = -1
+        if self._pooled:
+            bags = [self._bag(f, batches[f.name]) for f in self._pooled]
+            pooled, kept = pool(self.comm, bags, [self._tables[f.table] for f in self._pooled])
+            activations.update((f.name, value) for f, value in zip(self._pooled, pooled))
+            activations = {f.name: activations[f.name] for f in self.spec.features}  # spec order
         if training:
+            lookup = self._lookups
+            self._lookups += 1
+            if self._pooled:  # only this step's lookups can still be applied
+                self._kept = {n: held for n, held in self._kept.items() if held[0] == self.global_step}
+                self._kept[lookup] = (self.global_step, kept)
             self.flush()
-        return DistributedLookupResult(activations, lengths, batches, bool(training), self.global_step, routes=routes)
+        return DistributedLookupResult(
+            activations, lengths, batches, bool(training), self.global_step, routes=routes, lookup=lookup
+        )
+
+    def _bag(self, feature: FeatureSpec, batch: Ragged) -> Bag:
+        """A pooled feature's kept entries with their owners and float32 coefficients (owner mode)."""
+        combiner = self.spec.table(feature.table).combiner
+        example, ids, coef, _ = pooled_coefficients(batch, combiner, safe=feature.safe_lookup)
+        owner, local = self._owners[feature.table].locate(ids.astype(np.int64, copy=False))
+        return Bag(example.astype(np.int64), owner, local, coef.astype(np.float32), batch.batch_size)
 
     def _fetch_rows(self, routes: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
-        """Feature -> [N, D] rows of its entries, in entry order: ids to owners, rows back (collective)."""
-        features, ranks = self.spec.features, range(self.world_size)
-        if not features:
+        """Feature -> [N, D] rows of its entries, in entry order (collective).
+
+        Per table, each distinct row goes to its owner once (`distinct`: over
+        every routed feature of the table); the owners answer with the rows,
+        and each entry gets a copy of its row here."""
+        ranks = range(self.world_size)
+        tables = list(dict.fromkeys(f.table for f in self._exact))
+        if not tables:
             return {}
-        outbox = pack([routes[f.name][0] for f in features], [routes[f.name][1] for f in features], self.world_size)
+        features = {name: [f for f in self._exact if f.table == name] for name in tables}
+        wanted = {
+            name: distinct(
+                np.concatenate([routes[f.name][0] for f in features[name]]),
+                np.concatenate([routes[f.name][1] for f in features[name]]),
+                self.world_size,
+            )
+            for name in tables
+        }
+        dims = np.array([self.spec.table(name).dim for name in tables], np.int64)
+        outbox = pack([wanted[name][0] for name in tables], [wanted[name][1] for name in tables], self.world_size)
         received, local = send_ids(self.comm, outbox)
-        asked, sent = Segments(received, self._dims), Segments(outbox.counts, self._dims)
+        asked, sent = Segments(received, dims), Segments(outbox.counts, dims)
         answer = np.empty(asked.size, np.float32)
-        for index, feature in enumerate(features):  # this rank answers for its rows
-            rows = self._tables[feature.table]
+        for index, name in enumerate(tables):  # this rank answers for its rows
             for source in ranks:
-                asked.block(answer, source, index)[...] = rows[local[asked.span(source, index)]]
+                asked.block(answer, source, index)[...] = self._tables[name][local[asked.span(source, index)]]
         flat = send_values(self.comm, answer, asked, sent)
         out = {}
-        for index, feature in enumerate(features):
-            out[feature.name] = np.empty((routes[feature.name][0].shape[0], self._dims[index]), np.float32)
+        for index, name in enumerate(tables):
+            owners, _, inverse = wanted[name]
+            rows = np.empty((owners.shape[0], int(dims[index])), np.float32)
             for owner in ranks:
-                out[feature.name][outbox.entries(owner, index)] = sent.block(flat, owner, index)
+                rows[outbox.entries(owner, index)] = sent.block(flat, owner, index)
+            start = 0
+            for feature in features[name]:  # each entry's copy of its row
+                end = start + routes[feature.name][0].shape[0]
+                out[feature.name] = rows[inverse[start:end]]
+                start = end
         return out
 
     def _indices_of(self, table: str) -> list[int]:
@@ -356,13 +431,16 @@ class DistributedEngine:
         raises on every rank and changes nothing.
         """
         step = self.global_step
-        error, entries = None, {}
+        error: Exception | None = None
+        entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        grads: dict[str, np.ndarray] = {}
         try:
-            entries = self._entries(result, gradients, step)
+            entries, grads = self._entries(result, gradients, step)
         except Exception as caught:
             error = caught
-        agree(self.comm, error, "apply_gradients")
-        received = self._send_gradients(result, entries)  # type: ignore[arg-type]
+        facts = {"lookup": getattr(result, "lookup", None)} if self._pooled else {}  # the owners kept its coefficients
+        agree(self.comm, error, "apply_gradients", **facts)
+        received = self._send_gradients(result, entries, grads)  # type: ignore[arg-type]
         error, pending = None, _Pending({})
         try:
             for table in self.spec.tables:
@@ -375,19 +453,26 @@ class DistributedEngine:
         # Every rank has checked and computed everything: from here on, nothing fails.
         self.flush()
         self._pending = pending
+        self._kept.clear()
         self.global_step += 1
         if not self.spec.pipeline_execution_with_tensor_core:
             self.flush()
 
     def _entries(
         self, result: LookupResult, gradients: Mapping[str, Any], step: int
-    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """Feature -> (entry indices, entry gradients) of this rank's kept entries; every check first."""
+    ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
+        """Every check first; then (feature -> (entry indices, entry gradients) of this rank's kept
+        entries, for the exact path; pooled feature -> its gradient [B, D], for the owner-pooled path)."""
         if not isinstance(result, DistributedLookupResult):
             raise TypeError("Argument `result` must be the LookupResult returned by this engine's forward().")
         check_trainable(result, step, gradients)
+        if self._pooled and result.lookup not in self._kept:
+            raise RuntimeError(
+                "Argument `result` must be a training lookup of this engine at this step: the owners keep "
+                "its coefficients for the backward (pooling='owner')."
+            )
         multiplier = gradient_multiplier(self.spec, step)
-        entries = {}
+        entries, grads = {}, {}
         for feature in self.spec.features:
             expected = result.activations[feature.name].shape
             grad = checked_gradient(
@@ -404,18 +489,48 @@ class DistributedEngine:
             batch = _by_position(result.batches[feature.name])
             if feature.is_sequence:
                 entries[feature.name] = self.kernels.sequence_entries(batch, feature.max_sequence_length, grad)
+            elif self.pooling == "owner":
+                grads[feature.name] = grad  # the owners expand it with the coefficients they kept
             else:
                 combiner = self.spec.table(feature.table).combiner
                 entries[feature.name] = self.kernels.pooled_entries(batch, combiner, grad, safe=feature.safe_lookup)
-        return entries
+        return entries, grads
 
     def _send_gradients(
-        self, result: DistributedLookupResult, entries: dict[str, tuple[np.ndarray, np.ndarray]]
+        self,
+        result: DistributedLookupResult,
+        entries: dict[str, tuple[np.ndarray, np.ndarray]],
+        grads: dict[str, np.ndarray],
     ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """Table -> (local rows, gradients) this rank owns, in the one-process order (collective)."""
+        """Table -> (local rows, gradients) this rank owns, in the one-process order (collective): feature
+        by feature (spec order), then source rank by source rank, each in its entry order."""
+        pieces: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # (feature index, source) -> entries
+        if self._exact:
+            pieces.update(self._send_entries(result, entries))
+        if self._pooled:
+            _, kept = self._kept[result.lookup]
+            expanded = expand(self.comm, kept, [grads.get(f.name) for f in self._pooled])
+            for feature, per_source in zip(self._pooled, expanded):
+                for source, piece in enumerate(per_source):
+                    pieces[self._features[feature.name], source] = piece
+        by_table = {}
+        for table in self.spec.tables:
+            order = [(index, source) for index in self._indices_of(table.name) for source in range(self.world_size)]
+            if not order:
+                by_table[table.name] = (np.zeros(0, np.int64), np.zeros((0, table.dim), np.float32))
+                continue
+            by_table[table.name] = (
+                np.concatenate([pieces[key][0] for key in order]),
+                np.concatenate([pieces[key][1] for key in order]),
+            )
+        return by_table
+
+    def _send_entries(
+        self, result: DistributedLookupResult, entries: dict[str, tuple[np.ndarray, np.ndarray]]
+    ) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
+        """(feature index, source rank) -> (local rows, gradients) this rank owns, of the exact path's
+        entries: each kept entry's gradient goes to its row's owner with the row (collective)."""
         features = self.spec.features
-        if not features:
-            return {}
         owners, rows, grads = [], [], []
         for index, feature in enumerate(features):
             if feature.name in entries:
@@ -436,14 +551,11 @@ class DistributedEngine:
             for owner in range(self.world_size):
                 sent.block(flat, owner, index)[...] = grads[index][outbox.entries(owner, index)]
         values = send_values(self.comm, flat, sent, got)
-        by_table = {}
-        for table in self.spec.tables:  # feature by feature (spec order), then source rank by source rank
-            pieces = [(index, source) for index in self._indices_of(table.name) for source in range(self.world_size)]
-            by_table[table.name] = (
-                np.concatenate([local[got.span(source, index)] for index, source in pieces]),
-                np.concatenate([got.block(values, source, index) for index, source in pieces]),
-            )
-        return by_table
+        return {
+            (index, source): (local[got.span(source, index)], got.block(values, source, index))
+            for index in range(len(features))
+            for source in range(self.world_size)
+        }
 
     def _plan_update(
         self, name: str, optimizer: Any, step: int, rows: np.ndarray, grads: np.ndarray, pending: _Pending

@@ -22,6 +22,14 @@ wrote it.
 [6, 8, 5, 7]
 >>> box.entries(1, 0).tolist()  # feature 0's entries in segment (rank 1, feature 0)
 [0, 2]
+
+A forward asks each owner for each distinct row once per table (`distinct`)
+and expands the answer locally: the rows are copies, so the bits are the
+same as when every entry asks for its row.
+
+>>> owners, rows, inverse = distinct(np.array([1, 0, 1, 1]), np.array([5, 6, 5, 7]), world_size=2)
+>>> owners.tolist(), rows.tolist(), inverse.tolist()  # entries 0 and 2 ask for the same row
+([1, 0, 1], [5, 6, 7], [0, 1, 0, 2])
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import numpy as np
 
 from .communicator import Communicator
 
-__all__ = ["Segments", "Outbox", "pack", "swap_counts", "send_ids", "send_values"]
+__all__ = ["Segments", "Outbox", "pack", "distinct", "swap_counts", "send_ids", "send_values"]
 
 
 def _starts(sizes: np.ndarray) -> np.ndarray:
@@ -112,6 +120,17 @@ def pack(owners: Sequence[np.ndarray], locals_: Sequence[np.ndarray], world_size
     local = np.concatenate(locals_).astype(np.int64)[order] if num_features else np.zeros(0, np.int64)
     counts = counts.astype(np.int64)
     return Outbox(order, counts, bases, local, _starts(counts))
+
+
+def distinct(owner: np.ndarray, local: np.ndarray, world_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each distinct (owner, local row) pair of some entries once.
+
+    Returns (owners, locals, inverse), int64: the pairs ordered by local row,
+    then owner, and for each entry the index of its pair, so that
+    `owners[inverse], locals[inverse]` are the entries' own."""
+    key = local.astype(np.int64) * world_size + owner.astype(np.int64)
+    unique, inverse = np.unique(key, return_inverse=True)
+    return unique % world_size, unique // world_size, inverse.reshape(-1).astype(np.int64)
 
 
 def swap_counts(comm: Communicator, counts: np.ndarray) -> np.ndarray:
