@@ -5,6 +5,11 @@ if sys.argv[1:2] == ["checkpoints"]:  # `python -m benchmarks checkpoints ...`: 
 
     sys.exit(main(sys.argv[2:]))
 
+if sys.argv[1:2] == ["distributed"]:  # `python -m benchmarks distributed ...`: DistributedEngine under mpiexec
+    from .distributed import main
+
+    sys.exit(main(sys.argv[2:]))
+
 from .run import main
 
 sys.exit(main())

@@ -46,3 +46,17 @@ def test_without_cross_shard_optimizer_every_replica_refuses_to_train(tmp_path):
     assert all(
         error.startswith("ValueError: Under mpiexec -n 2 each process is a replica") for error in result["errors"]
     )
+
+
+def test_the_tensorflow_programs_tpu_strategy_refuses_to_span_processes_yet():
+    """Rather than hand every replica the whole tf.data batch (wrong numbers), it says what runs instead."""
+    code = (
+        "import tpu_embedding_shim.tensorflow as tf\n"
+        "try:\n"
+        "    tf.distribute.TPUStrategy()\n"
+        "except NotImplementedError as error:\n"
+        "    print('refused:', error)\n"
+    )
+    job = mpirun(2, "-c", code, timeout=180)
+    assert job.returncode == 0, job.stderr
+    assert job.stdout.count("refused: The TPUStrategy of TensorFlow programs does not span the 2 processes") == 2

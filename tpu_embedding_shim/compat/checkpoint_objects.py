@@ -29,6 +29,13 @@ Restoring is planned before anything changes (`plan`): every value is
 found, checked (shape, dtype) and read (checksums verified), then
 `Plan.commit` assigns them all. An object that finds no value in the
 checkpoint keeps its own, as in TensorFlow; the restore status reports it.
+
+Under `mpiexec`, an embedding replicated over the processes (a `TPUStrategy`
+scope; midlevel_base.py) saves its full tables: `node` gathers them on every
+replica (collective). Planning reads the checkpoint and nothing else (no
+collective: the tables' layout comes from the object's spec), so a replica
+that can't read it fails before any replica changes anything; the
+assignment is collective (each replica keeps its rows of the full arrays).
 """
 
 from __future__ import annotations
@@ -76,13 +83,26 @@ class Plan:
     assign: list[Callable[[], None]] = dataclasses.field(default_factory=list)
     calls: list[tuple[Callable[[], None], Callable[[], None]]] = dataclasses.field(default_factory=list)
 
-    def commit(self) -> None:
-        """Applies everything: the user calls first (undone in reverse if one raises), then the assignments."""
-        done = []
+    def commit(self, agreed: Callable[[BaseException | None], None] | None = None) -> None:
+        """Applies everything: the user calls first, then the assignments.
+
+        `agreed(error)` gets the calls' outcome (None: all succeeded) and
+        raises when this process or, under mpiexec, any replica failed them
+        (`replicas`); None raises this process's error. Then the calls made
+        are undone in reverse, and nothing is assigned.
+        """
+        done, error = [], None
         try:
             for call, undo in self.calls:
                 call()
                 done.append(undo)
+        except BaseException as caught:
+            error = caught
+        try:
+            if agreed is not None:
+                agreed(error)
+            elif error is not None:
+                raise error
         except BaseException:
             for undo in reversed(done):
                 undo()
@@ -272,7 +292,7 @@ class _Embedding:
     def node(self, path: Path) -> Node:
         embedding = self._value
         engine = embedding.engine
-        state = engine.state()
+        state = engine.state()  # full arrays; gathered on every replica when replicated (collective)
         structure = engine.spec.structure()
         saver = EMBEDDING_SAVER if embedding._class_name == "TPUEmbedding" else None
         root = Node(registered_saver=saver)
@@ -301,7 +321,7 @@ class _Embedding:
 
     def plan(self, source: Any, path: Path, plan: Plan) -> None:
         embedding = self._value
-        structure = embedding.engine.spec.structure()
+        structure: Any = embedding._engine_spec.structure()  # the layout, without building the engine (collective)
         updates: dict[str, dict[str, np.ndarray]] = {}
         missing = []
         for table in embedding._table_config:

@@ -8,6 +8,18 @@ leaf sits, its `FeatureConfig`, the engine's spec of it, and its output
 shape once known. Each batch goes through `_convert` (TensorFlow's input
 rules, midlevel_inputs.py), `_lookup`, and for training `_engine_gradients`
 and `_apply`.
+
+Under `mpiexec -n N`, an object created in the scope of the `TPUStrategy`
+stand-in (whose `num_replicas_in_sync` is then N) is replicated: its engine
+is a `DistributedEngine` over the N processes (each holds its rows of every
+table and slot, and looks up its per-replica batch), and every public method
+that reaches the engine is collective: every replica calls it, in the same
+order. Every replica runs the local checks of a call and the replicas agree
+before the engine runs (`_agreed`), so a bad input on one replica raises on
+every replica (`PeerFailedError` on the others) and changes nothing. Outside
+a `TPUStrategy` (and `TPUEmbeddingForServing`, which TensorFlow refuses
+under one) the object is this process's own: a one-process `Engine`, as
+without mpiexec. docs/distributed.md, "The mid-level API under mpiexec".
 """
 
 from __future__ import annotations
@@ -18,9 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import CheckpointError, Engine, LookupResult
+from ..engine import CheckpointError, DistributedEngine, Engine, LookupResult, agree
 from ..spec import FeatureSpec
-from . import distribute, lowering
+from ..spec.checks import is_int
+from . import distribute, lowering, replicas
 from . import tpu_embedding_v2_utils as v2_utils
 from .midlevel_inputs import ConvertedInput, check_gradient, convert_input, zero_gradient_warning
 from .nest import Path, flatten_up_to, flatten_with_paths, path_string
@@ -63,6 +76,11 @@ class MidLevelBase:
     optimizer gets the global one and an unnamed table is named
     `table_<i>`, both by mutating the `TableConfig` (as TensorFlow does);
     duplicate table names are a `ValueError`.
+
+    `num_shards` (None: one per replica) is how many shards the engine
+    stores each table in; `TPUEmbeddingV2` passes TensorFlow's
+    `4 * num_replicas_in_sync`. Under mpiexec it must be a multiple of the
+    number of replicas (`ValueError` otherwise, nothing changed).
     """
 
     _class_name = "TPUEmbedding"
@@ -73,11 +91,21 @@ class MidLevelBase:
         optimizer: Any,
         pipeline_execution_with_tensor_core: bool = False,
         *,
-        num_shards: int = 1,
+        num_shards: int | None = None,
         partition_strategy: str = "div",
     ):
         self._strategy = distribute.get_strategy()
         self._using_tpu = under_tpu_strategy()
+        # Replicas of this object: N under a TPUStrategy in `mpiexec -n N`, else 1 (this process's own object).
+        self._replicas = self._strategy.num_replicas_in_sync
+        if num_shards is None:
+            num_shards = self._replicas
+        elif is_int(num_shards) and num_shards >= 1 and num_shards % self._replicas:
+            raise ValueError(
+                f"Argument `num_shards` must be a multiple of the number of replicas ({self._replicas}, one per "
+                f"process under mpiexec): each replica holds num_shards / {self._replicas} shards of every table. "
+                f"Received: {num_shards!r}."
+            )
         self._feature_config = feature_config
         leaves = flatten_with_paths(feature_config)
         for path, config in leaves:
@@ -140,7 +168,7 @@ class MidLevelBase:
             for (path, config), spec in zip(leaves, self._spec.features)
         ]
         self._engine_spec = dataclasses.replace(self._spec, features=tuple(f.spec for f in self._features))
-        self._engine: Engine | None = None
+        self._engine: Engine | DistributedEngine | None = None
         self._built = False
 
     # Views the TF bridge (tensorflow/_midlevel.py) and TensorFlow-ported tests read ----------------
@@ -161,10 +189,23 @@ class MidLevelBase:
     # without a seed. The TensorFlow bridge sets it from TensorFlow's global seed (tf.random.set_seed).
     initializer_seed: int | None = None
 
-    def _build_engine(self) -> Engine:
-        """Creates the tables and slots (once), honouring `slot_variable_creation_fn`."""
+    def _build_engine(self) -> Engine | DistributedEngine:
+        """Creates the tables and slots (once), honouring `slot_variable_creation_fn` (collective when replicated).
+
+        Replicated (module docstring): a `DistributedEngine` over
+        `replicas.world()`; the seed is agreed (rank 0 draws one when
+        `initializer_seed` is None), so the joined tables are those one
+        process draws with that seed. `slot_variable_creation_fn` runs on
+        every replica on the full tables; each replica keeps its rows of
+        what it returns (so it must be deterministic, as any replicated code).
+        """
         if self._engine is None:
-            engine = Engine(self._engine_spec, seed=self.initializer_seed)
+            if self._replicas > 1:
+                engine: Engine | DistributedEngine = DistributedEngine(
+                    self._engine_spec, replicas.world(), seed=self.initializer_seed
+                )
+            else:
+                engine = Engine(self._engine_spec, seed=self.initializer_seed)
             custom = [
                 t
                 for t in self._table_config
@@ -173,10 +214,27 @@ class MidLevelBase:
             if custom:
                 state = engine.state()
                 for table in custom:
-                    state[table.name].update(self._created_slots(table, state[table.name]["embedding"]))
+                    parameters = state[table.name]["embedding"]
+                    state[table.name].update(
+                        self._agreed("slot_variable_creation_fn", self._created_slots, table, parameters)
+                    )
                 engine.load_state(state, step=0)
             self._engine = engine
         return self._engine
+
+    def _agreed(self, call: str, fn: Any, *args: Any) -> Any:
+        """`fn(*args)`, a local step (checks and conversions, no collective inside); when replicated, the
+        replicas agree on its outcome before going on: an error on one raises on every one (its own error
+        there, `PeerFailedError` on the others)."""
+        if self._replicas == 1:
+            return fn(*args)
+        result, error = None, None
+        try:
+            result = fn(*args)
+        except Exception as caught:
+            error = caught
+        agree(replicas.world(), error, f"{self._class_name}.{call}")
+        return result
 
     @staticmethod
     def _created_slots(table: v2_utils.TableConfig, parameters: np.ndarray) -> dict[str, np.ndarray]:
@@ -200,8 +258,9 @@ class MidLevelBase:
         return slots
 
     @property
-    def engine(self) -> Engine:
-        """The CPU engine holding the tables (built on first use). Not a TensorFlow attribute."""
+    def engine(self) -> Engine | DistributedEngine:
+        """The CPU engine holding the tables (built on first use, collectively when replicated). Not a
+        TensorFlow attribute."""
         return self._build_engine()
 
     # Tables ----------------------------------------------------------------------------------
@@ -212,18 +271,25 @@ class MidLevelBase:
 
         Copies, in id order, with any pending (pipelined) update applied. In
         TensorFlow this works only outside a `TPUStrategy`; here it always
-        works.
+        works. Replicated (under mpiexec), it is a collective gather: every
+        replica calls it and gets the full tables.
         """
         engine = self._build_engine()
         return {table: engine.table(table.name) for table in self._table_config}
 
     @property
     def variables(self) -> dict[v2_utils.TableConfig, dict[str, np.ndarray]]:
-        """`{TableConfig: {'parameters': table, <slot name>: slot}}`, TensorFlow's names (copies)."""
-        engine = self._build_engine()
+        """`{TableConfig: {'parameters': table, <slot name>: slot}}`, TensorFlow's names (copies; full
+        arrays on every replica, one collective gather when replicated)."""
+        state = self._build_engine().state()
         return {
-            table: {"parameters": engine.table(table.name), **engine.slots(table.name)} for table in self._table_config
+            table: {"parameters": state[table.name]["embedding"], **self._slots_of(state[table.name])}
+            for table in self._table_config
         }
+
+    @staticmethod
+    def _slots_of(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {name: values for name, values in arrays.items() if name != "embedding"}
 
     # Inputs and gradients ---------------------------------------------------------------------------
 
@@ -295,7 +361,9 @@ class MidLevelBase:
     # Checkpoints (used by tf.train.Checkpoint) --------------------------------------------------
 
     def _checkpoint_restore(self, state: Mapping[str, Mapping[str, np.ndarray]], step: int) -> None:
-        """Loads tables and the slots this object has; extra slots in the checkpoint are ignored."""
+        """Loads tables and the slots this object has; extra slots in the checkpoint are ignored.
+
+        `state` holds full arrays; replicated, every replica passes them and keeps its rows (collective)."""
         engine = self._build_engine()
         wanted = {}
         for name, info in engine.spec.structure().items():
@@ -318,6 +386,8 @@ class MidLevelBase:
 
     def __repr__(self) -> str:
         where = "under an emulated TPUStrategy" if self._using_tpu else "outside a TPUStrategy"
+        if self._replicas > 1:
+            where += f", replicated over {self._replicas} processes"
         return (
             f"<{self._class_name} on the CPU engine ({where}): {len(self._table_config)} table(s) "
             f"{[t.name for t in self._table_config]}, {len(self._features)} feature(s), pipelining "

@@ -22,6 +22,14 @@ serving lookup differs from its TPU lookup in places; ours does not:
 TensorFlow's serving-only checks are kept: weights for a sequence feature
 and a dense input for a sequence feature are `ValueError`s.
 
+Serving is not replicated: under `mpiexec` each process holds its own
+`TPUEmbeddingForServing` with the full tables on a one-process engine (it is
+refused under a `TPUStrategy`, the only strategy that spans processes), and
+its lookups are local. Restoring a checkpoint is collective, as every
+`tf.train.Checkpoint` call under mpiexec (train.py): every process reads the
+full tables, so all serve the same numbers. Before a restore, tables drawn
+from an initializer without a seed differ from process to process.
+
 >>> import numpy as np
 >>> import tpu_embedding_shim as tf
 >>> table = tf.tpu.experimental.embedding.TableConfig(vocabulary_size=5, dim=1, combiner="sum")

@@ -14,6 +14,13 @@ the CPU engine (`engine.Engine`), inside or outside a strategy scope:
 What the mid-level classes share (tables, features, the engine) is
 `MidLevelBase` (midlevel_base.py); the `tf.nest` walks are nest.py.
 
+Under `mpiexec -n N`, an object created in a `TPUStrategy` scope is one
+replica of N: it takes per-replica batches (what
+`strategy.experimental_distribute_dataset` hands each replica), its tables
+are sharded over the processes, and `build`, `enqueue`, `dequeue`,
+`apply_gradients`, `embedding_tables` and `variables` are collective: every
+replica calls them, in the same order (docs/distributed.md).
+
 >>> import numpy as np
 >>> import tpu_embedding_shim as tf
 >>> table = tf.tpu.experimental.embedding.TableConfig(
@@ -101,6 +108,11 @@ class TPUEmbedding(MidLevelBase):
     TensorFlow they raise outside a TPUStrategy), and `embedding_tables`
     works everywhere (in TensorFlow it raises under one).
 
+    Under `mpiexec -n N` and a `TPUStrategy` scope it is one replica of N
+    (module docstring): `batch_size` is still the global batch size, each
+    enqueue gets `batch_size / N` rows, and the methods that reach the
+    engine are collective.
+
     Args:
       feature_config: a nest (dict, list, tuple) of `FeatureConfig`.
       batch_size: TF 2.3 only: the global batch size; every enqueued feature
@@ -168,6 +180,15 @@ class TPUEmbedding(MidLevelBase):
         """
         if self._built:
             return
+        merged = self._agreed("build", self._build_shapes, per_replica_input_shapes, per_replica_batch_size)
+        if merged is not None:
+            for shape, f in zip(merged, self._features):
+                f.output_shape = shape
+        self._build_engine()
+        self._built = True
+
+    def _build_shapes(self, per_replica_input_shapes: Any, per_replica_batch_size: Any) -> list | None:
+        """Every feature's output shape from `build`'s arguments (checked), or None when they give none."""
         shapes = None
         features = self._features
         if per_replica_input_shapes is not None:
@@ -212,10 +233,8 @@ class TPUEmbedding(MidLevelBase):
                         "which is not fully defined. Please specify the fully defined shape in either "
                         "FeatureConfig or for the build method."
                     )
-            for shape, f in zip(merged, features):
-                f.output_shape = shape
-        self._build_engine()
-        self._built = True
+            return merged
+        return None
 
     def _forget_lookup(self) -> None:
         self._dequeued = None  # a lookup made before a restore can't be trained on after it
@@ -250,6 +269,14 @@ class TPUEmbedding(MidLevelBase):
           TypeError: a sequence type that differs from `feature_config`'s;
             ids that are not integers.
         """
+        converted = self._agreed("enqueue", self._checked_batch, features, weights, device)
+        self._check_output_shapes(converted)
+        self._build_engine()
+        self._built = True
+        self._queue.append(_QueuedBatch(converted, bool(training)))
+
+    def _checked_batch(self, features: Any, weights: Any, device: str | None) -> list[ConvertedInput]:
+        """`enqueue`'s checks and conversion (local: no collective)."""
         if device is not None and device_type(device) != "TPU":
             raise ValueError(
                 f"Non-TPU device {device} passed to enqueue: give a TPU device such as "
@@ -258,17 +285,15 @@ class TPUEmbedding(MidLevelBase):
             )
         converted = self._convert(features, weights)
         if self._batch_size is not None:
+            per_replica = self._batch_size // self._replicas
             for c, f in zip(converted, self._features):
-                if c.output_shape[0] != self._batch_size:
+                if c.output_shape[0] != per_replica:
                     raise ValueError(
-                        f"The batch size of feature {path_name(f.path)} is "
-                        f"{c.output_shape[0]}; TPUEmbedding was created with batch_size={self._batch_size} and every "
-                        "enqueue must use it (per replica: batch_size / num_replicas_in_sync)."
+                        f"The batch size of feature {path_name(f.path)} is {c.output_shape[0]}; TPUEmbedding was "
+                        f"created with batch_size={self._batch_size} and every enqueue must use it per replica: "
+                        f"batch_size / num_replicas_in_sync = {per_replica}."
                     )
-        self._check_output_shapes(converted)
-        self._build_engine()
-        self._built = True
-        self._queue.append(_QueuedBatch(converted, bool(training)))
+        return converted
 
     def dequeue(self, name: str | None = None) -> Any:
         """Looks up the oldest queued batch: a nest like `feature_config` of activations.
@@ -338,6 +363,6 @@ class TPUEmbedding(MidLevelBase):
                 "apply_gradients called after the batch was enqueued with training=False (an "
                 "inference batch, which on a TPU may deadlock). Enqueue with training=True to train."
             )
-        engine_gradients = self._engine_gradients(gradients, converted)
+        engine_gradients = self._agreed("apply_gradients", self._engine_gradients, gradients, converted)
         self._apply(result, engine_gradients)
         self._dequeued = None

@@ -14,8 +14,13 @@ sorted; the gain of each entry is its weight times the combiner's scale)
 and the engine's record of the lookup, which is what the update uses.
 
 Tables are stored as the SparseCores store them: split `mod` over four
-shards (the four SparseCores of one emulated chip; `embedding_table_shards`).
-The numbers do not depend on it. TensorFlow's table stacking and per-table
+shards per replica (TensorFlow's `4 * num_replicas_in_sync`: four SparseCores
+on each emulated chip; `embedding_table_shards`). The numbers do not depend
+on it. Under `mpiexec -n N` each process is one replica and one chip: it
+holds four of the 4N shards, takes per-replica batches, and `build`,
+`enqueue`, `dequeue`, `embedding_lookup`, `apply_gradients` and the table
+properties are collective: every replica calls them, in the same order
+(docs/distributed.md). TensorFlow's table stacking and per-table
 shard rotation are layout only and are not emulated.
 
 >>> import numpy as np
@@ -47,7 +52,8 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import LookupResult, pooled_coefficients
+from ..engine import LookupResult, pooled_coefficients, split_table
+from . import distribute
 from . import tpu_embedding_v2_utils as v2_utils
 from .midlevel_base import MidLevelBase
 from .midlevel_inputs import ConvertedInput
@@ -170,7 +176,7 @@ class TPUEmbeddingV2(MidLevelBase):
                 feature_config,
                 optimizer,
                 pipeline_execution_with_tensor_core,
-                num_shards=SPARSE_CORES_PER_CHIP,
+                num_shards=SPARSE_CORES_PER_CHIP * distribute.get_strategy().num_replicas_in_sync,
                 partition_strategy="mod",
             )
             self._check_strategy_and_weight_decay()
@@ -207,13 +213,19 @@ class TPUEmbeddingV2(MidLevelBase):
 
     @property
     def embedding_table_shards(self) -> dict[v2_utils.TableConfig, list[np.ndarray]]:
-        """`{TableConfig: [shard arrays]}` as the engine stores them: row r on shard r % 4 (copies)."""
+        """`{TableConfig: [shard arrays]}`: row r on shard r % S, S = 4 * num_replicas_in_sync (copies; under
+        mpiexec every shard on every replica, a collective gather)."""
         self.build()
-        return {table: self._engine.shards(table.name) for table in self._table_config}
+        spec = self._engine_spec
+        return {
+            table: split_table(self._engine.table(table.name), spec.num_shards, spec.partition_strategy)
+            for table in self._table_config
+        }
 
     @property
     def embedding_tables(self) -> dict[v2_utils.TableConfig, np.ndarray]:
-        """`{TableConfig: full table [vocabulary_size, dim]}` in id order (copies)."""
+        """`{TableConfig: full table [vocabulary_size, dim]}` in id order (copies; under mpiexec on every
+        replica, a collective gather)."""
         self.build()
         return super().embedding_tables
 
@@ -224,15 +236,23 @@ class TPUEmbeddingV2(MidLevelBase):
         return super().variables
 
     def preprocess_features(self, features: Any = None, weights: Any = None, **kwargs: Any) -> PreprocessedFeatures:
-        """Checks and converts one batch on the host (TensorFlow's `flat_inputs=` / `flat_weights=` also work)."""
+        """Checks and converts one batch on the host (TensorFlow's `flat_inputs=` / `flat_weights=` also work).
+
+        Collective when replicated (a bad input on one replica raises on every one)."""
+        converted = self._agreed("preprocess_features", self._converted, features, weights, None, kwargs)
+        self._check_output_shapes(converted)
+        return PreprocessedFeatures(tuple(converted), id(self))
+
+    def _converted(self, features: Any, weights: Any, device: Any, kwargs: dict[str, Any]) -> list[ConvertedInput]:
+        """The checks and conversion of `enqueue` / `preprocess_features` (local: no collective)."""
+        if device is not None and "TPU" not in str(device).upper():
+            raise ValueError(f"Non-TPU device {device} passed to enqueue.")
         if features is None and "flat_inputs" in kwargs:
             flat_inputs = list(kwargs["flat_inputs"])
             flat_weights = kwargs.get("flat_weights")
             features = pack_as(self._feature_config, flat_inputs)
             weights = None if flat_weights is None else pack_as(self._feature_config, list(flat_weights))
-        converted = self._convert(features, weights)
-        self._check_output_shapes(converted)
-        return PreprocessedFeatures(tuple(converted), id(self))
+        return self._convert(features, weights)
 
     def enqueue(self, features: Any, weights: Any = None, device: str | None = None) -> PreprocessedFeatures:
         """Preprocesses the features on the host: checks them and returns the batch for `dequeue`.
@@ -243,9 +263,9 @@ class TPUEmbeddingV2(MidLevelBase):
             another type than their ids, or for a dense input.
           TypeError: a sequence type that differs from `feature_config`'s.
         """
-        if device is not None and "TPU" not in str(device).upper():
-            raise ValueError(f"Non-TPU device {device} passed to enqueue.")
-        return self.preprocess_features(features, weights)
+        converted = self._agreed("enqueue", self._converted, features, weights, device, {})
+        self._check_output_shapes(converted)
+        return PreprocessedFeatures(tuple(converted), id(self))
 
     def dequeue(self, partitioned_tensors: PreprocessedFeatures) -> tuple[Any, PreservedOutputs]:
         """Looks a preprocessed batch up: `(activations, preserved_outputs)`.
@@ -305,6 +325,10 @@ class TPUEmbeddingV2(MidLevelBase):
             "Unsupported optimizer in minibatching mode" cannot happen.)
           TypeError: a sequence type that differs from `feature_config`'s.
         """
+        self._apply(*self._agreed("apply_gradients", self._checked_update, gradients, preserved_outputs))
+
+    def _checked_update(self, gradients: Any, preserved_outputs: Any) -> tuple[LookupResult, dict[str, np.ndarray]]:
+        """`apply_gradients`' checks of its arguments and the engine's gradients (local: no collective)."""
         if not self._built:
             raise RuntimeError(
                 "apply_gradients called on unbuilt TPUEmbeddingV2 object. Please either call the "
@@ -322,8 +346,7 @@ class TPUEmbeddingV2(MidLevelBase):
                 f"This lookup was made at step {lookup.step} but the engine is at step "
                 f"{self._engine.global_step}: apply each lookup's gradients once, in order."
             )
-        engine_gradients = self._engine_gradients(gradients, list(preserved_outputs.converted))
-        self._apply(lookup, engine_gradients)
+        return lookup, self._engine_gradients(gradients, list(preserved_outputs.converted))
 
     # The CSR form of a lookup --------------------------------------------------------------------
 

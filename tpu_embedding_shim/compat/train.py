@@ -34,6 +34,18 @@ last); `CheckpointManager` records a new checkpoint in the `checkpoint`
 state file before it deletes old ones, so no kill loses the last good
 checkpoint, and the next save removes what killed saves left behind.
 
+Under `mpiexec -n N` (replicas.py) every call here is collective: every
+replica makes it, in the same order. Saving gathers the state (a replicated
+embedding's full tables) on every replica, replica 0 alone writes, and the
+others wait for it; a failed write raises on every replica (the chief's
+error there, `PeerFailedError` elsewhere) and leaves no checkpoint. The
+manager's bookkeeping (reading and writing the state file, deleting old
+checkpoints) runs on replica 0, which tells the others. Restoring reads the
+checkpoint on every replica (a filesystem all of them see): the replicas
+agree that every one has read and checked it, then each keeps its rows. A
+checkpoint holds full tables, so one written by N replicas restores on M,
+1 included, and the reverse.
+
 >>> import os, tempfile, numpy as np
 >>> model = {"w": np.ones(3, np.float32)}
 >>> checkpoint = Checkpoint(model=model)
@@ -62,7 +74,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import CheckpointError, discard_directory
+from ..engine import CheckpointError, agree, discard_directory
 from ..engine.tf_bundle import (
     OBJECT_GRAPH_KEY,
     DataLossError,
@@ -80,6 +92,7 @@ from ..engine.tf_bundle import (
     write_state,
     writing,
 )
+from . import replicas
 from .checkpoint_objects import Plan, adapter_for
 from .checkpoint_reader import latest_checkpoint
 from .checkpoint_sources import LEGACY_MANIFEST, open_source
@@ -260,39 +273,61 @@ class Checkpoint:
     def write(self, file_prefix: Any, options: Any = None) -> str:
         """Writes a checkpoint at exactly `file_prefix` (no counter, no state file); returns `file_prefix`.
 
+        Collective under mpiexec (module docstring): replica 0 writes at its
+        `file_prefix`, which every replica gets back.
+
         Raises:
           TypeError: an array that can't be saved (not numeric or bool); nothing is written.
-          OSError: the files can't be written (nothing is left behind).
+          OSError: the files can't be written (nothing is left behind); under
+            mpiexec `PeerFailedError` on the replicas other than 0.
         """
         prefix = os.fspath(file_prefix)
-        _write_locked(prefix, self._tensors(), re.escape(os.path.basename(prefix)))
-        return prefix
+        tensors = self._tensors()
+
+        def write() -> str:
+            _write_locked(prefix, tensors, re.escape(os.path.basename(prefix)))
+            return prefix
+
+        return replicas.on_chief(write, "Checkpoint.write")
 
     def save(self, file_prefix: Any, options: Any = None) -> str:
         """Writes checkpoint `<file_prefix>-<n>` (n: the incremented `save_counter`), names it in the
-        directory's `checkpoint` state file, and returns its path."""
+        directory's `checkpoint` state file, and returns its path.
+
+        Collective under mpiexec (module docstring): replica 0 writes, every
+        replica gets its path; a failed write raises on every replica and
+        leaves `save_counter` as it was."""
         prefix = os.fspath(file_prefix)
         before = (self._counter, self._counter_created)
         self._counter, self._counter_created = self._counter + 1, True
-        path = f"{prefix}-{self._counter}"
-        directory = os.path.dirname(os.path.abspath(path))
         try:
-            # TensorFlow's Checkpoint.save records only the new checkpoint in the state file.
-            _write_locked(
-                path,
-                self._tensors(),
-                re.escape(os.path.basename(prefix)) + r"-\d+",
-                lambda: write_state(directory, path, [path]),
-            )
+            tensors = self._tensors()
+
+            def write() -> str:
+                path = f"{prefix}-{self._counter}"
+                directory = os.path.dirname(os.path.abspath(path))
+                # TensorFlow's Checkpoint.save records only the new checkpoint in the state file.
+                _write_locked(
+                    path,
+                    tensors,
+                    re.escape(os.path.basename(prefix)) + r"-\d+",
+                    lambda: write_state(directory, path, [path]),
+                )
+                return path
+
+            return replicas.on_chief(write, "Checkpoint.save")
         except BaseException:
             self._counter, self._counter_created = before
             raise
-        return path
 
     # Restoring -------------------------------------------------------------------------------
 
     def restore(self, save_path: Any | None, options: Any = None) -> CheckpointLoadStatus:
         """Restores every object from the checkpoint at `save_path` (None: nothing to do), all or nothing.
+
+        Collective under mpiexec: every replica reads the checkpoint; if one
+        can't, every replica raises (`PeerFailedError` on the others) and
+        nothing changes anywhere.
 
         Raises:
           NotFoundError: no checkpoint at `save_path` (a `CheckpointError`).
@@ -307,7 +342,24 @@ class Checkpoint:
 
     def read(self, save_path: Any, options: Any = None) -> CheckpointLoadStatus:
         """Restores from `save_path` as `restore` does (`save_counter` included)."""
-        path = os.fspath(save_path)
+        comm = replicas.world()
+        planned: tuple[Any, Plan, list[str], tuple[str, int] | None] | None = None
+        error: Exception | None = None
+        try:
+            planned = self._plan(os.fspath(save_path))
+        except Exception as caught:
+            error = caught
+        agree(comm, error, "Checkpoint.restore")  # raises on every replica if one failed
+        assert planned is not None
+        source, plan, restored, counter = planned
+        plan.commit(lambda failed: agree(comm, failed, "Checkpoint.restore: set_weights"))
+        if counter is not None:
+            self._counter = counter[1]
+        unmatched = sorted(set(source.keys()) - set(plan.bound))
+        return CheckpointLoadStatus(restored, unmatched, plan.missing)
+
+    def _plan(self, path: str) -> tuple[Any, Plan, list[str], tuple[str, int] | None]:
+        """Reads and checks everything to restore from `path` (local: no collective); changes nothing."""
         source = open_source(path)
         plan = Plan()
         restored = []
@@ -323,11 +375,7 @@ class Checkpoint:
         counter = _saved_counter(source)
         if counter is not None:
             plan.bound.append(counter[0])
-        plan.commit()
-        if counter is not None:
-            self._counter = counter[1]
-        unmatched = sorted(set(source.keys()) - set(plan.bound))
-        return CheckpointLoadStatus(restored, unmatched, plan.missing)
+        return source, plan, restored, counter
 
     def __repr__(self) -> str:
         root = " with a root object" if self._root is not None else ""
@@ -408,6 +456,12 @@ class CheckpointManager:
     `Checkpoint.save`, or a training run) there raises
     `DirectoryInUseError`. Reading the directory needs no lock.
 
+    Under mpiexec the manager is collective, as `Checkpoint` is: every
+    replica creates it and calls `save` and `restore_or_initialize`; replica
+    0 reads and writes the state file, deletes old checkpoints and holds the
+    directory, and every replica gets the same `checkpoints` and
+    `latest_checkpoint`.
+
     Raises:
       TypeError: `checkpoint` is not a `tf.train.Checkpoint`.
       ValueError: `max_to_keep` < 1; `checkpoint_interval` without `step_counter`.
@@ -457,10 +511,15 @@ class CheckpointManager:
         self._latest: str | None = None
         self._last_preserved = time.time() - 1.0
         self._writer: weakref.finalize | None = None
-        self._recover()
+        self._latest, self._maybe_delete, self._last_preserved = replicas.on_chief(self._recover, "CheckpointManager")
 
-    def _recover(self) -> None:
-        """Reads the state file as TensorFlow does, then repairs what an interrupted save left (class docstring)."""
+    def _bookkeeping(self) -> tuple[str | None, collections.OrderedDict[str, float], float]:
+        """What every replica knows of the directory: (latest, checkpoints that may be deleted, last preserved)."""
+        return self._latest, self._maybe_delete, self._last_preserved
+
+    def _recover(self) -> tuple[str | None, collections.OrderedDict[str, float], float]:
+        """Reads the state file as TensorFlow does, then repairs what an interrupted save left (class docstring);
+        returns `_bookkeeping()` (replica 0 runs it)."""
         now = time.time()
         try:
             state = read_state(self._directory)
@@ -498,6 +557,7 @@ class CheckpointManager:
                 if newest not in self._maybe_delete:
                     self._maybe_delete[newest] = min(now, _mtime(newest))
             self._latest = newest
+        return self._bookkeeping()
 
     def _newest_on_disk(self) -> str | None:
         """The complete `<checkpoint_name>-<n>` of highest n in the directory (either format), or None."""
@@ -540,6 +600,7 @@ class CheckpointManager:
         are deleted; the state file is written again without them. A kill
         at any point leaves the state file naming a complete checkpoint.
         `n` is `checkpoint_number`, or the incremented `save_counter`.
+        Collective under mpiexec (class docstring).
         """
         if self._checkpoint_interval is not None:
             step = _evaluate(self._step_counter)
@@ -549,9 +610,10 @@ class CheckpointManager:
                 and (step < self._last_checkpoint_step + self._checkpoint_interval)
             ):
                 return None
-        if self._writer is None:  # the directory's writer from now on (released when the manager is collected)
-            key = acquire_writer(self._directory, f"CheckpointManager({self._directory!r}).save")
-            self._writer = weakref.finalize(self, release_writer, key)
+        if self._writer is None:  # the directory's writer from now on: replica 0 (released when this is collected)
+            where = f"CheckpointManager({self._directory!r}).save"
+            key = replicas.on_chief(lambda: acquire_writer(self._directory, where), "CheckpointManager.save: lock")
+            self._writer = weakref.finalize(self, release_writer, key if replicas.is_chief() else None)
         checkpoint = self._checkpoint
         before = (checkpoint._counter, checkpoint._counter_created)
         checkpoint._counter, checkpoint._counter_created = checkpoint._counter + 1, True
@@ -567,8 +629,13 @@ class CheckpointManager:
             self._sweep()
             self._record_state(path, self._maybe_delete)
 
+        def write() -> tuple[str | None, collections.OrderedDict[str, float], float]:  # on replica 0
+            _write_locked(path, tensors, re.escape(self._name) + r"-\d+", record_and_sweep)
+            return self._bookkeeping()
+
         try:
-            _write_locked(path, checkpoint._tensors(), re.escape(self._name) + r"-\d+", record_and_sweep)
+            tensors = checkpoint._tensors()
+            self._latest, self._maybe_delete, self._last_preserved = replicas.on_chief(write, "CheckpointManager.save")
         except BaseException:
             if self._latest != path:
                 checkpoint._counter, checkpoint._counter_created = before
@@ -592,7 +659,8 @@ class CheckpointManager:
         """Nothing to wait for: saves are synchronous."""
 
     def restore_or_initialize(self) -> str | None:
-        """Restores the latest checkpoint and returns its path, or calls `init_fn` and returns None."""
+        """Restores the latest checkpoint and returns its path, or calls `init_fn` and returns None (on every
+        replica under mpiexec: collective)."""
         if self._latest is not None:
             self._checkpoint.restore(self._latest)
             if self._checkpoint_interval is not None:

@@ -143,8 +143,7 @@ class ModelState:
                 optimizers[table.name] = self.engine.spec.optimizer_for(table.name)
         if self._tensor_core is not None:
             tensor_core = {name: (t.vocabulary_size, t.dim) for name, t in self._tensor_core.tables.items()}
-        strategy = getattr(self._embedding_config_spec, "partition_strategy", None) or "div"
-        return Program(copy.deepcopy(self.names), tables, optimizers, tensor_core, strategy)
+        return Program(copy.deepcopy(self.names), tables, optimizers, tensor_core, self._partition_strategy())
 
     def _open(self, path: Any) -> checkpoints.Source:
         return checkpoints.open_source(path, uses_engine=self.uses_engine, legacy_tensors=self._legacy_tensors)
@@ -218,6 +217,7 @@ class ModelState:
         recorded = {}
         if self.engine is not None:
             structure = self.engine.spec.structure()
+            state: Mapping[str, Mapping[str, Any]]
             if local:
                 state = self._local_slices()
             elif values:
@@ -256,24 +256,29 @@ class ModelState:
             "tables": recorded,
             "dense_state": structure,
         }
-        if local and self._embedding_config_spec.partition_strategy == "mod":
+        if local and self._partition_strategy() == "mod":
             meta["mod_hosts"] = replicas.num_replicas()
         tensors[checkpoints.METADATA] = np.array(json.dumps(meta).encode("utf-8"), dtype=object)
         if local and not replicas.is_chief():  # the others write their table slices only
             tensors = {name: value for name, value in tensors.items() if isinstance(value, SlicedTensor)}
         return tensors
 
-    def _local_slices(self) -> dict[str, dict[str, SlicedTensor]]:
-        """This replica's rows of every table and slot, as its part of the full tensors (empty parts left out)."""
+    def _partition_strategy(self) -> str:
+        return getattr(self._embedding_config_spec, "partition_strategy", None) or "div"
+
+    def _local_slices(self) -> dict[str, dict[str, SlicedTensor | None]]:
+        """This replica's rows of every table and slot, as its part of the full tensors (None: no rows here)."""
+        engine = self.engine
+        assert isinstance(engine, DistributedEngine)  # only replicated states save collectively
         out = {}
-        for table, arrays in self.engine.local_state().items():
-            vocabulary = self.engine.spec.table(table).vocabulary_size
+        for table, arrays in engine.local_state().items():
+            vocabulary = engine.spec.table(table).vocabulary_size
             # where this replica's rows start in the stored layout: its first id (div, id order); the rows of
             # the replicas before it (mod, host-major: replica r holds ids r, r + N, ...)
-            if self._embedding_config_spec.partition_strategy == "mod":
+            if self._partition_strategy() == "mod":
                 start = sum(shard_sizes(vocabulary, replicas.num_replicas(), "mod")[: replicas.replica_id()])
             else:
-                ids = self.engine.owned_ids(table)
+                ids = engine.owned_ids(table)
                 start = int(ids[0]) if len(ids) else 0
             out[table] = {
                 key: SlicedTensor((vocabulary, rows.shape[1]), [(((start, rows.shape[0]), (0, -1)), rows)])

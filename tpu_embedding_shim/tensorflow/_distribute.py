@@ -28,6 +28,7 @@ from typing import Any
 import tensorflow as tf
 
 from ..compat import distribute as stand_in
+from ..compat import replicas
 
 __all__ = [
     "TPUStrategy",
@@ -100,6 +101,16 @@ class TPUStrategy(stand_in.TPUStrategy):
     See `tpu_embedding_shim.compat.distribute.TPUStrategy`; this subclass
     adds TensorFlow datasets, `InputOptions` and autograph (module docstring).
     """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        if replicas.num_replicas() > 1:
+            raise NotImplementedError(
+                f"The TPUStrategy of TensorFlow programs does not span the {replicas.num_replicas()} processes of "
+                "mpiexec yet: it would hand every replica the whole tf.data batch, and Keras optimizers would not "
+                "sum their gradients over the processes. Run one process, or use the numpy-world API "
+                "(tpu_embedding_shim.compat) or TPUEstimator, which do (docs/distributed.md)."
+            )
+        super().__init__(*args, **kwargs)
 
     def run(self, fn: Callable[..., Any], args: Any = (), kwargs: dict | None = None, options: Any = None) -> Any:
         """Calls `fn(*args, **kwargs)` once, here; inside `tf.function`, `fn` is converted by autograph."""
