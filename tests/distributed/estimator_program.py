@@ -13,10 +13,10 @@ sum of the replicas' embedding gradients and `cross_replica_sum` of the
 dense ones are the gradients of one process's loss.
 """
 
-import json
 import sys
 
 import numpy as np
+from report import record_model, write_record  # a sibling module: this file runs as a script
 
 import tpu_embedding_shim as tf
 from tpu_embedding_shim.compat import replicas
@@ -107,18 +107,11 @@ def main(model_dir, out, action, batch="12", strategy="div"):
         if action in ("train", "train-nan"):
             est.train(input_fn_for(6, seed=0, seen=record["seen"]))
         metrics = est.evaluate(input_fn_for(2, seed=1, seen=record["seen"]))
-        record["metrics"] = {key: float(value) for key, value in metrics.items()}
-        record["variables"] = {
-            name: np.asarray(est.get_variable_value(name)).tolist() for name in est.get_variable_names()
-        }
+        record_model(record, est, metrics)
         record["checkpoint"] = est.latest_checkpoint()
     except Exception as error:
         record["error"] = f"{type(error).__name__}: {error}"
-    errors = replicas.world().allgather_object(record.get("error"))
-    if replicas.is_chief():
-        record["errors"] = errors
-        with open(out, "w") as handle:
-            json.dump(record, handle)
+    write_record(record, out)
 
 
 if __name__ == "__main__":

@@ -48,3 +48,36 @@ def mpirun(
         text=True,
         timeout=timeout,
     )
+
+
+def run_program(world_size: int, script: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    """`script` as one plain process (world_size 1: the reference, no launcher) or under `mpiexec -n
+    world_size`; asserts it ended well and returns the completed process."""
+    if world_size == 1:
+        job = subprocess.run(
+            [sys.executable, str(script), *map(str, args)],
+            env=environment(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    else:
+        job = mpirun(world_size, script, *args, timeout=timeout)
+    assert job.returncode == 0, job.stdout + job.stderr
+    return job
+
+
+def run_worker(recipe: dict, world_size: int) -> dict:
+    """`worker.py` on `world_size` ranks with `recipe`: the arrays it saved (out.npz), by name."""
+    import json
+    import tempfile
+
+    import numpy as np
+
+    with tempfile.TemporaryDirectory() as scratch:
+        recipe_path, out_path = Path(scratch, "recipe.json"), Path(scratch, "out.npz")
+        recipe_path.write_text(json.dumps(recipe))
+        job = mpirun(world_size, HERE / "worker.py", recipe_path, out_path)
+        assert job.returncode == 0, job.stdout + job.stderr
+        with np.load(out_path) as got:
+            return {key: got[key] for key in got.files}

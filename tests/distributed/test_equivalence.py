@@ -10,8 +10,6 @@ pipelining: reading a table flushes the deferred update), equal those of
 """
 
 import json
-import tempfile
-from pathlib import Path
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -19,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from tpu_embedding_shim.engine import Engine
 
 from . import cases
-from .launch import HERE, mpirun, requires_mpi
+from .launch import requires_mpi, run_worker
 from .strategies import recipes
 
 pytestmark = requires_mpi
@@ -42,16 +40,11 @@ def check_case(recipe, world_size):
     the others with PeerFailedError naming it."""
     spec = cases.build_spec(recipe, world_size)
     want, want_errors = cases.run(Engine(spec, seed=recipe["seed"], kernels="numpy"), recipe, spec)
-    with tempfile.TemporaryDirectory() as scratch:
-        recipe_path, out_path = Path(scratch, "recipe.json"), Path(scratch, "out.npz")
-        recipe_path.write_text(json.dumps(recipe))
-        job = mpirun(world_size, HERE / "worker.py", recipe_path, out_path)
-        assert job.returncode == 0, job.stdout + job.stderr
-        with np.load(out_path) as got:
-            errors = json.loads(str(got["errors"]))
-            assert sorted(set(got.files) - {"errors"}) == sorted(want)
-            for key, value in want.items():
-                assert_same_bits(got[key], value, key)
+    got = run_worker(recipe, world_size)
+    errors = json.loads(str(got["errors"]))
+    assert sorted(set(got) - {"errors"}) == sorted(want)
+    for key, value in want.items():
+        assert_same_bits(got[key], value, key)
     for k, (fault, one_process) in enumerate(zip(recipe["faults"], want_errors)):
         assert one_process != "no error", fault
         for rank, rank_errors in enumerate(errors):

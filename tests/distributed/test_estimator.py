@@ -4,8 +4,6 @@ Each case runs estimator_program.py alone (the reference) and under mpiexec.
 """
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +11,7 @@ import pytest
 
 from tpu_embedding_shim.engine.tf_bundle import BundleReader, data_files
 
-from .launch import HERE, environment, mpirun, requires_mpi
+from .launch import HERE, requires_mpi, run_program
 
 pytestmark = requires_mpi
 
@@ -21,20 +19,12 @@ PROGRAM = HERE / "estimator_program.py"
 
 
 def alone(model_dir, out, action, batch=12, strategy="div"):
-    job = subprocess.run(
-        [sys.executable, str(PROGRAM), str(model_dir), str(out), action, str(batch), strategy],
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert job.returncode == 0, job.stderr
-    return json.loads(Path(out).read_text())
+    return under_mpi(1, model_dir, out, action, batch, strategy)
 
 
 def under_mpi(world_size, model_dir, out, action, batch=12, strategy="div"):
-    job = mpirun(world_size, PROGRAM, model_dir, out, action, batch, strategy, timeout=120)
-    assert job.returncode == 0, job.stderr
+    """The program on `world_size` replicas (1: a plain process); what replica 0 recorded."""
+    run_program(world_size, PROGRAM, model_dir, out, action, batch, strategy)
     return json.loads(Path(out).read_text())
 
 

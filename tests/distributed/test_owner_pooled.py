@@ -15,8 +15,6 @@ activations (they take the exact path).
 """
 
 import json
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,23 +27,12 @@ from tpu_embedding_shim.engine.ragged import to_ragged
 from tpu_embedding_shim.spec import EmbeddingSpec, FeatureSpec, SGDSpec, TableSpec
 
 from . import cases
-from .launch import HERE, mpirun, requires_mpi
+from .launch import requires_mpi, run_worker
 from .strategies import recipes
 from .test_equivalence import assert_same_bits
 
 SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
 U = 2.0**-24  # float32's unit roundoff
-
-
-def run_job(recipe, world_size):
-    """`worker.py` on `world_size` ranks: the arrays of out.npz."""
-    with tempfile.TemporaryDirectory() as scratch:
-        recipe_path, out_path = Path(scratch, "recipe.json"), Path(scratch, "out.npz")
-        recipe_path.write_text(json.dumps(recipe))
-        job = mpirun(world_size, HERE / "worker.py", recipe_path, out_path)
-        assert job.returncode == 0, job.stdout + job.stderr
-        with np.load(out_path) as got:
-            return {key: got[key] for key in got.files}
 
 
 def largest_values(recipe, spec, world_size):
@@ -90,7 +77,7 @@ def check_owner_case(recipe, world_size):
     as in the exact mode."""
     spec = cases.build_spec(recipe, world_size)
     want, want_errors = cases.run(Engine(spec, seed=recipe["seed"], kernels="numpy"), recipe, spec)
-    got = run_job(recipe, world_size)
+    got = run_worker(recipe, world_size)
     errors = json.loads(str(got.pop("errors")))
     assert sorted(got) == sorted(want)
     bounds = tolerances(recipe, spec, world_size)
@@ -197,8 +184,8 @@ def expected_bytes(recipe, world_size):
 def test_owner_pooling_moves_fewer_bytes_on_long_bags():
     """Bags of up to 40 ids, D = 32, 2 ranks: every all-to-all byte as the formulas say, and the owner
     mode moving less than half the exact mode's bytes forward and a quarter backward."""
-    exact_job = run_job(LONG_BAGS, 2)
-    owner_job = run_job({**LONG_BAGS, "pooling": "owner"}, 2)
+    exact_job = run_worker(LONG_BAGS, 2)
+    owner_job = run_worker({**LONG_BAGS, "pooling": "owner"}, 2)
     exact, owner = expected_bytes(LONG_BAGS, 2)
     for phase in ("forward", "backward"):
         assert exact_job[f"bytes/{phase}"].tolist() == exact[phase].tolist(), phase
@@ -262,6 +249,6 @@ def test_a_lookup_of_another_engine_is_refused():
     ],
 )
 def test_ranks_with_different_modes_are_refused(modes, want):
-    job = run_job({**LONG_BAGS, "pooling": modes, "count_bytes": False}, 2)
+    job = run_worker({**LONG_BAGS, "pooling": modes, "count_bytes": False}, 2)
     errors = json.loads(str(job["build_errors"]))
     assert [error[: len(start)] for error, start in zip(errors, want)] == want, errors

@@ -1,13 +1,11 @@
 """A TensorFlow model_fn under `mpiexec -n W` (the TF bridge): CrossShardOptimizer sums over the processes."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from .launch import HERE, environment, mpirun, requires_mpi
+from .launch import HERE, mpirun, requires_mpi, run_program
 
 pytest.importorskip("tensorflow", reason="needs TensorFlow: the `tensorflow` extra (CI's TF venv has it and MPI)")
 pytestmark = requires_mpi
@@ -17,14 +15,7 @@ PROGRAM = HERE / "tf_estimator_program.py"
 
 def run(world_size, tmp_path, name, action="train"):
     out = tmp_path / f"{name}.json"
-    args = [str(tmp_path / name), str(out), action]
-    if world_size == 1:
-        job = subprocess.run(
-            [sys.executable, str(PROGRAM), *args], env=environment(), capture_output=True, text=True, timeout=180
-        )
-    else:
-        job = mpirun(world_size, PROGRAM, *args, timeout=180)
-    assert job.returncode == 0, job.stderr
+    run_program(world_size, PROGRAM, tmp_path / name, out, action)
     return json.loads(out.read_text())
 
 
@@ -48,15 +39,18 @@ def test_without_cross_shard_optimizer_every_replica_refuses_to_train(tmp_path):
     )
 
 
-def test_the_tensorflow_programs_tpu_strategy_refuses_to_span_processes_yet():
+def test_the_tensorflow_programs_tpu_strategy_refuses_to_span_processes_yet(tmp_path):
     """Rather than hand every replica the whole tf.data batch (wrong numbers), it says what runs instead."""
     code = (
+        "import os, sys\n"
         "import tpu_embedding_shim.tensorflow as tf\n"
         "try:\n"
         "    tf.distribute.TPUStrategy()\n"
         "except NotImplementedError as error:\n"
-        "    print('refused:', error)\n"
+        "    open(os.path.join(sys.argv[1], 'rank' + os.environ['PMI_RANK']), 'w').write(str(error))\n"
     )
-    job = mpirun(2, "-c", code, timeout=180)
+    job = mpirun(2, "-c", code, tmp_path, timeout=180)
     assert job.returncode == 0, job.stderr
-    assert job.stdout.count("refused: The TPUStrategy of TensorFlow programs does not span the 2 processes") == 2
+    for rank in (0, 1):
+        message = (tmp_path / f"rank{rank}").read_text()
+        assert message.startswith("The TPUStrategy of TensorFlow programs does not span the 2 processes of mpiexec")

@@ -1,14 +1,12 @@
 """The torch bridge under `mpiexec -n W`: train_op sums or averages the dense gradients across replicas."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from .launch import HERE, environment, mpirun, requires_mpi
+from .launch import HERE, requires_mpi, run_program
 
 pytest.importorskip("torch", reason="needs torch: the `torch` extra (CI's every-extra venv has it and MPI)")
 pytestmark = requires_mpi
@@ -18,14 +16,7 @@ PROGRAM = HERE / "torch_program.py"
 
 def run(world_size, tmp_path, reduction, steps):
     out = tmp_path / f"{world_size}-{reduction}.json"
-    args = [str(tmp_path / f"model-{world_size}-{reduction}"), str(out), reduction, str(steps)]
-    if world_size == 1:
-        job = subprocess.run(
-            [sys.executable, str(PROGRAM), *args], env=environment(), capture_output=True, text=True, timeout=120
-        )
-    else:
-        job = mpirun(world_size, PROGRAM, *args, timeout=120)
-    assert job.returncode == 0, job.stderr
+    run_program(world_size, PROGRAM, tmp_path / f"model-{world_size}-{reduction}", out, reduction, steps)
     return {key: np.array(value) for key, value in json.loads(Path(out).read_text()).items()}
 
 

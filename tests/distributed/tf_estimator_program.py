@@ -9,10 +9,10 @@ The loss is the mean over the GLOBAL batch and CrossShardOptimizer sums
 (`reduction=SUM`), so any number of replicas trains one process's numbers.
 """
 
-import json
 import sys
 
 import numpy as np
+from report import record_model, write_record  # a sibling module: this file runs as a script
 
 import tpu_embedding_shim.tensorflow as tf  # was: import tensorflow as tf
 from tpu_embedding_shim.compat import replicas
@@ -82,17 +82,10 @@ def main(model_dir, out, action):
         if action != "evaluate":
             est.train(input_fn_for(6, seed=0))
         metrics = est.evaluate(input_fn_for(2, seed=1))
-        record["metrics"] = {key: float(value) for key, value in metrics.items()}
-        record["variables"] = {
-            name: np.asarray(est.get_variable_value(name)).tolist() for name in est.get_variable_names()
-        }
+        record_model(record, est, metrics)
     except Exception as error:
         record["error"] = f"{type(error).__name__}: {error}"
-    errors = replicas.world().allgather_object(record.get("error"))
-    if replicas.is_chief():
-        record["errors"] = errors
-        with open(out, "w") as handle:
-            json.dump(record, handle)
+    write_record(record, out)
 
 
 if __name__ == "__main__":

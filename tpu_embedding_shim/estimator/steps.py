@@ -118,16 +118,7 @@ class Steps:
 
     def input_context(self, mode: str) -> TPUContext:
         """`params['context']` of input_fn: which replica reads (`current_input_fn_deployment()`), no step yet."""
-        return TPUContext(
-            mode=mode,
-            global_step=self.state.global_step,
-            batch_size=replicated.per_replica(self.batch_sizes[mode]),
-            dense_state=self.state.dense_state,
-            tensor_core=None,
-            engine=None,
-            scope=None,
-            use_tpu=self.use_tpu,
-        )
+        return self._context(mode, None, None)
 
     def serve(self, features: Any, scope: LookupScope) -> EstimatorSpec | TPUEstimatorSpec:
         """The PREDICT spec over a serving graph's `features`, its layers reading `scope` (the SavedModel export)."""
@@ -158,8 +149,8 @@ class Steps:
         scope = LookupScope(activations, lengths, training=training, features=features)
         return result, tc_batches, scope, self._context(mode, scope, self.tensor_core)
 
-    def _context(self, mode: str, scope: LookupScope, tensor_core: TensorCoreColumns | None) -> TPUContext:
-        """`params['context']` of one model_fn call."""
+    def _context(self, mode: str, scope: LookupScope | None, tensor_core: TensorCoreColumns | None) -> TPUContext:
+        """`params['context']` of one model_fn call (of an input_fn call: no scope)."""
         return TPUContext(
             mode=mode,
             global_step=self.state.global_step,
