@@ -188,14 +188,12 @@ def report(results: dict, info: dict, latency_us: float, out=print) -> None:
     if not results["owner_pooling"]:
         out("- owner-pooled: not available (this DistributedEngine has no `pooling` argument)")
     out("")
-    out("Step = forward + apply_gradients; the slowest rank's median, ms. MB: bytes one rank sends to / receives from")
-    out("the other ranks per step (the busiest rank). Compute = step - time inside collectives.")
+    out("Step = forward + apply_gradients; the slowest rank's median, ms. Each rank runs the global batch / ranks.")
+    out("MB out / in: bytes one rank sends to / receives from the other ranks per step (the busiest rank).")
+    out("In MPI: time inside the collectives (the rest is compute). Engine: one process on the global batch.")
     out("")
-    out(
-        "| workload | pooling | ranks | examples per rank | step, ms | in collectives, ms | compute, ms "
-        "| MB sent / received per rank | global examples / s |"
-    )
-    out("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    out("| workload, pooling | ranks | step, ms | in MPI, ms | MB out / in | examples/s |")
+    out("|---|---:|---:|---:|---:|---:|")
     by_n = results["summaries"]
     for name in results["workloads"]:
         for mode in [m for n, m in by_n[1] if n == name]:
@@ -205,8 +203,8 @@ def report(results: dict, info: dict, latency_us: float, out=print) -> None:
                     continue
                 rate = f["examples"] * n / f["step_s"]
                 out(
-                    f"| {name} | {mode} | {n} | {f['examples']} | {_ms(f['step_s'])} | {_ms(f['collectives_s'])} | "
-                    f"{_ms(f['compute_s'])} | {_mb(f['sent'])} / {_mb(f['received'])} | {rate:,.0f} |"
+                    f"| {name}, {mode} | {n} | {_ms(f['step_s'])} | {_ms(f['collectives_s'])} | "
+                    f"{_mb(f['sent'])} / {_mb(f['received'])} | {rate:,.0f} |"
                 )
         _reference_rows(name, results, out)
     if "error" in results["reference"]:
@@ -226,15 +224,15 @@ def report(results: dict, info: dict, latency_us: float, out=print) -> None:
     out("")
     out("The model at N = 2 with this machine's latency and bandwidth, against the measured step (ms):")
     out("")
-    out("| workload | pooling | measured | predicted from the N = 1 compute | predicted from the N = 2 compute |")
-    out("|---|---|---:|---:|---:|")
+    out("| workload, pooling | measured | predicted from the N = 1 compute | predicted from the N = 2 compute |")
+    out("|---|---:|---:|---:|")
     for (name, mode), f2 in by_n[2].items():
         w = results["workloads"][name]
         f1 = by_n[1][(name, mode)]
         traffic = traffic_of(f2, 2, w, mode)
         from_1 = model.step_time(f1["compute_s"] * f2["examples"] / f1["examples"], traffic, 2, here)
         from_2 = model.step_time(f2["compute_s"], traffic, 2, here)
-        out(f"| {name} | {mode} | {_ms(f2['step_s'])} | {_ms(from_1)} | {_ms(from_2)} |")
+        out(f"| {name}, {mode} | {_ms(f2['step_s'])} | {_ms(from_1)} | {_ms(from_2)} |")
     networks = [model.Network(f"{g} Gb/s", g * 1e9 / 8, latency_us * 1e-6) for g in BANDWIDTHS_GBPS]
     out("")
     out(
@@ -243,12 +241,8 @@ def report(results: dict, info: dict, latency_us: float, out=print) -> None:
         "per-segment loops add to the compute, ms:"
     )
     out("")
-    out(
-        "| workload | pooling | hosts | MB per host per step | loops, ms | "
-        + " | ".join(n.name for n in networks)
-        + " |"
-    )
-    out("|---|---|---:|---:|---:|" + "---:|" * len(networks))
+    out("| workload, pooling | hosts | MB / host | loops, ms | " + " | ".join(n.name for n in networks) + " |")
+    out("|---|---:|---:|---:|" + "---:|" * len(networks))
     per_call = local["segment_call_s"]
     for (name, mode), f2 in by_n[2].items():
         traffic = traffic_of(f2, 2, results["workloads"][name], mode)
@@ -259,7 +253,7 @@ def report(results: dict, info: dict, latency_us: float, out=print) -> None:
                 step = model.step_time(f2["compute_s"], traffic, hosts, net, per_call)
                 cells.append(f"{_ms(step)} ({_ms(step - f2['compute_s'] - loops)})")
             out(
-                f"| {name} | {mode} | {hosts} | {_mb(model.traffic_at(traffic, hosts))} | {_ms(loops)} | "
+                f"| {name}, {mode} | {hosts} | {_mb(model.traffic_at(traffic, hosts))} | {_ms(loops)} | "
                 + " | ".join(cells)
                 + " |"
             )
@@ -269,11 +263,11 @@ def _reference_rows(name: str, results: dict, out) -> None:
     """The one-process `Engine` rows of workload `name` in the measured table."""
     batch = results["workloads"][name].batch
     for kernels, ref in results["reference"].get(name, {}).items():  # type: ignore[union-attr]
-        label = f'one process, `Engine(kernels="{kernels}")`'
+        label = f"Engine {kernels}"
         if "error" in ref:
-            out(f"| {name} | {label} | 1 | {batch} | not run: {ref['error']} | | | | |")
+            out(f"| {name}, {label} | 1 | not run: {ref['error']} | | | |")
         else:
-            out(f"| {name} | {label} | 1 | {batch} | {_ms(ref['step_s'])} | - | - | 0 | {batch / ref['step_s']:,.0f} |")
+            out(f"| {name}, {label} | 1 | {_ms(ref['step_s'])} | - | 0 | {batch / ref['step_s']:,.0f} |")
 
 
 def main(argv: list[str] | None = None) -> int:
