@@ -15,13 +15,16 @@ number of processes. Scenarios:
 - `save`: two steps, a `CheckpointManager` save after each (one kept);
 - `restore`: restores CHECKPOINTS' latest checkpoint, then one more step;
 - `failed_save`: a save whose directory can't be created (a file is in the
-  way), on replica 0 alone: the others only wait for it.
+  way), on replica 0 alone: the others only wait for it;
+- `failed_shard_write`: a save into CHECKPOINTS whose data file can't be
+  written on the last replica alone (a full disk there, simulated).
 
 Each replica writes DIRECTORY/rank<r>.npz: what it saw (the full tables and
 slots, the dense weight, the activations of the whole global batch, the
 errors as JSON). `test_midlevel.py` compares them with the one-process run.
 """
 
+import errno
 import json
 import os
 import sys
@@ -30,6 +33,8 @@ from pathlib import Path
 import numpy as np
 
 import tpu_embedding_shim as tf
+from tpu_embedding_shim.engine.distributed import bundle
+from tpu_embedding_shim.engine.tf_bundle import BundleReader
 
 embedding_api = tf.tpu.experimental.embedding
 
@@ -154,7 +159,7 @@ def record_state(prefix, embedding, model, record):
     record[f"{prefix}/global_step"] = np.int64(embedding.engine.global_step)
 
 
-def train_v2(strategy, record):
+def train_v2(strategy, record, directory):
     with strategy.scope():
         embedding = embedding_api.TPUEmbeddingV2(
             feature_config=feature_config(),
@@ -178,6 +183,9 @@ def train_v2(strategy, record):
     record_state("v2", embedding, model, record)
     shards = embedding.embedding_table_shards
     record["v2/shards/items"] = np.array([shard.shape[0] for shard in shards[next(iter(shards))]])
+    prefix = tf.train.Checkpoint(embedding=embedding).write(os.path.join(directory, "v2", "ckpt"))
+    entry = BundleReader(prefix).entry("embedding/items/.ATTRIBUTES/VARIABLE_VALUE")
+    record["v2/checkpoint/items_slices"] = np.array([extents[0] for extents in entry.slices], np.int64).reshape(-1, 2)
 
 
 def replica_id(strategy):
@@ -188,6 +196,11 @@ def checkpoint_of(embedding, model):
     return tf.train.Checkpoint(embedding=embedding, model=model.weights)
 
 
+def full_disk(*args, **kwargs):
+    """What writing a data file on a full disk raises."""
+    raise OSError(errno.ENOSPC, "No space left on device (simulated on this replica)")
+
+
 def main(scenario, directory, checkpoints=None):
     strategy = setup()
     embedding, model = build_v1(strategy), Model()
@@ -195,7 +208,7 @@ def main(scenario, directory, checkpoints=None):
     if scenario == "train":
         train_v1(strategy, embedding, model, global_batches(4, bad_step=2), record, errors)
         record_state("v1", embedding, model, record)
-        train_v2(strategy, record)
+        train_v2(strategy, record, directory)
     elif scenario == "save":
         manager = tf.train.CheckpointManager(checkpoint_of(embedding, model), checkpoints, max_to_keep=1)
         for batch in global_batches(2):
@@ -216,6 +229,15 @@ def main(scenario, directory, checkpoints=None):
         checkpoint = checkpoint_of(embedding, model)
         try:
             checkpoint.save(str(blocker / "ckpt"))
+        except Exception as error:
+            errors.append(f"{type(error).__name__}: {error}")
+        record["save_counter"] = np.int64(checkpoint.save_counter)
+    elif scenario == "failed_shard_write":
+        if replica_id(strategy) == strategy.num_replicas_in_sync - 1:
+            bundle.write_data_shard = full_disk
+        checkpoint = checkpoint_of(embedding, model)
+        try:
+            checkpoint.save(os.path.join(checkpoints, "ckpt"))
         except Exception as error:
             errors.append(f"{type(error).__name__}: {error}")
         record["save_counter"] = np.int64(checkpoint.save_counter)

@@ -6,7 +6,8 @@ many processes run it. The embeddings (activations, tables, slots) must be
 the same bits on every replica as in one process; the dense weight, which
 the replicas average with `all_reduce(MEAN)`, equal to float tolerance (a
 mean of per-replica means adds in another order than one mean over the
-global batch). Checkpoints written by N replicas restore on M. The first
+global batch). Checkpoints written by N replicas (each its rows, in a data
+file of its own) restore on M. The first
 tests need no MPI: they check what a construction decides from the number
 of replicas, before any collective.
 """
@@ -23,6 +24,8 @@ import tpu_embedding_shim as tf
 from tpu_embedding_shim.compat import replicas
 from tpu_embedding_shim.compat.midlevel_base import MidLevelBase
 from tpu_embedding_shim.engine import SingleProcess
+from tpu_embedding_shim.engine.distributed import Ownership
+from tpu_embedding_shim.engine.tf_bundle import BundleReader
 
 from .launch import HERE, environment, mpirun, requires_mpi
 from .test_equivalence import assert_same_bits
@@ -101,7 +104,11 @@ def trained(tmp_path_factory):
 
 
 def model_keys(record):
-    return [k for k in record if k.startswith(("v1/", "v2/", "step")) and k != "v2/shards/items"]
+    return [
+        k
+        for k in record
+        if k.startswith(("v1/", "v2/", "step")) and k != "v2/shards/items" and not k.startswith("v2/checkpoint/")
+    ]
 
 
 @requires_mpi
@@ -128,6 +135,10 @@ def test_embedding_tables_are_the_full_tables_on_every_replica(trained, world_si
         # TPUEmbeddingV2 stores 4 * num_replicas_in_sync shards (TensorFlow's SparseCore count), row r on r % S.
         sizes = record["v2/shards/items"].tolist()
         assert len(sizes) == 4 * world_size and sum(sizes) == 13
+        # its checkpoint: one row slice per replica (each replica holds 4 consecutive shards of the 4N: one range)
+        sizes = Ownership(13, 4 * world_size, "div", world_size).sizes
+        ranges = [(sum(sizes[:r]), sizes[r]) for r in range(world_size)]
+        assert [tuple(rows) for rows in record["v2/checkpoint/items_slices"]] == ranges
 
 
 @requires_mpi
@@ -152,30 +163,88 @@ def state_keys(record, prefix):
     return [k for k in record if k.startswith(prefix + "/")]
 
 
+TABLE_KEYS = {  # TensorFlow's keys of the program's tables and slots (Adagrad; Adam's with created slots)
+    "embedding/items/.ATTRIBUTES/VARIABLE_VALUE": 13,
+    "embedding/items.Saccumulators/.ATTRIBUTES/VARIABLE_VALUE": 13,
+    "embedding/users/.ATTRIBUTES/VARIABLE_VALUE": 7,
+    "embedding/users.Smomenta/.ATTRIBUTES/VARIABLE_VALUE": 7,
+    "embedding/users.Svelocities/.ATTRIBUTES/VARIABLE_VALUE": 7,
+}
+
+
+def div_rows(vocabulary_size, world_size):
+    """(start, length) of each replica's rows: TensorFlow's `div`, the first V % W replicas one row more."""
+    sizes = [vocabulary_size // world_size + (r < vocabulary_size % world_size) for r in range(world_size)]
+    return [(sum(sizes[:r]), sizes[r]) for r in range(world_size)]
+
+
+def assert_written_by_every_replica(prefix, world_size):
+    """The directory holds the state file and this checkpoint: one data file per replica; each table and
+    slot one key of the full shape, one row slice per replica (its `div` rows, in its own data file), as
+    TensorFlow saves a table under TPUStrategy; the rest (object graph, save_counter, the dense weight)
+    whole, in replica 0's file."""
+    directory, name = os.path.split(prefix)
+    data = [f"{name}.data-{r:05d}-of-{world_size:05d}" for r in range(world_size)]
+    assert sorted(os.listdir(directory)) == sorted(["checkpoint", *data, f"{name}.index"])
+    reader = BundleReader(prefix)
+    assert set(TABLE_KEYS) <= set(reader.names())
+    for key, vocabulary_size in TABLE_KEYS.items():
+        entry = reader.entry(key)
+        rows = [(start, length) for start, length in div_rows(vocabulary_size, world_size) if length]
+        assert [extents[0] for extents in entry.slices] == rows, key
+        assert all(extents[1:] == ((0, -1),) for extents in entry.slices), key
+        owners = [reader.slice_entry(key, extents).shard_id for extents in entry.slices]
+        assert owners == list(range(world_size)), key
+    for key in set(reader.names()) - set(TABLE_KEYS):
+        assert reader.entry(key).slices == () and reader.entry(key).shard_id == 0, key
+
+
 @requires_mpi
 def test_a_checkpoint_written_by_n_replicas_restores_on_m(tmp_path):
-    """Saved by 2 replicas, restored on 1 and 3; saved by 3, restored on 2: every replica restores the
-    saved tables, slots, step and dense weight bit for bit and trains on to the same model."""
-    saved = {n: run(n, "save", tmp_path / f"save{n}", tmp_path / f"checkpoints{n}") for n in (2, 3)}
+    """Saved by 1, 2 and 3 replicas (2 and 3: each replica writes its rows); restored 2 -> 1, 2 -> 3, 3 -> 2,
+    3 -> 1 and 1 -> 2: every replica restores the saved tables, slots, step and dense weight bit for bit and
+    trains on to the same model."""
+    saved = {n: run(n, "save", tmp_path / f"save{n}", tmp_path / f"checkpoints{n}") for n in (1, 2, 3)}
     for n, records in saved.items():
         for record in records:
             assert_same_model(record, saved[2][0], state_keys(saved[2][0], "saved"))
             assert json.loads(str(record["checkpoints"])) == [str(tmp_path / f"checkpoints{n}" / "ckpt-2")]
     # The manager kept one checkpoint (replica 0 deleted ckpt-1) and recorded it.
-    assert sorted(os.listdir(tmp_path / "checkpoints2")) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+    assert sorted(os.listdir(tmp_path / "checkpoints1")) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+    for n in (2, 3):
+        assert_written_by_every_replica(str(tmp_path / f"checkpoints{n}" / "ckpt-2"), n)
     restored = {
         (n, m): run(m, "restore", tmp_path / f"restore{n}to{m}", tmp_path / f"checkpoints{n}")
-        for n, m in ((2, 1), (2, 3), (3, 2))
+        for n, m in ((2, 1), (2, 3), (3, 2), (3, 1), (1, 2))
     }
-    reference = saved[2][0]
     after = restored[2, 1][0]
     for (n, m), records in restored.items():
         assert len(records) == m
+        reference = saved[n][0]
         for record in records:
             assert str(record["restored_from"]) == str(tmp_path / f"checkpoints{n}" / "ckpt-2")
-            for key in state_keys(reference, "saved"):
+            for key in state_keys(reference, "saved"):  # what was saved, bit for bit
                 assert_same_bits(record[key.replace("saved/", "restored/", 1)], reference[key], key)
             assert_same_model(record, after, state_keys(after, "after"))
+
+
+@requires_mpi
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_failed_write_on_one_replica_raises_on_every_replica_and_leaves_nothing(tmp_path, world_size):
+    """The last replica can't write its data file (a full disk there): it raises the OSError, every other
+    replica PeerFailedError naming it; the save counter stays 0 everywhere, and the checkpoint directory
+    holds nothing (no index, no data file, no temporary file, no lock)."""
+    checkpoints = tmp_path / "checkpoints"
+    records = run(world_size, "failed_shard_write", tmp_path / "records", checkpoints)
+    last = world_size - 1
+    for rank, record in enumerate(records):
+        (error,) = errors(record)
+        if rank == last:
+            assert error.startswith("OSError: [Errno 28] No space left on device"), error
+        else:
+            assert error.startswith(f"PeerFailedError: Rank {last} failed") and "No space left" in error, error
+        assert int(record["save_counter"]) == 0
+    assert os.listdir(checkpoints) == []
 
 
 @requires_mpi

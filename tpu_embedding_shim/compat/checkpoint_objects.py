@@ -31,8 +31,11 @@ found, checked (shape, dtype) and read (checksums verified), then
 checkpoint keeps its own, as in TensorFlow; the restore status reports it.
 
 Under `mpiexec`, an embedding replicated over the processes (a `TPUStrategy`
-scope; midlevel_base.py) saves its full tables: `node` gathers them on every
-replica (collective). Planning reads the checkpoint and nothing else (no
+scope; midlevel_base.py) saves only this replica's rows: each table and
+slot is a `SlicedTensor` of its full shape holding the replica's row slice
+(TensorFlow saves a table under TPUStrategy as row slices of one key), and
+train.py has each replica write its slices (no replica gathers another's
+rows; the object graph needs keys, not values). Planning reads the checkpoint and nothing else (no
 collective: the tables' layout comes from the object's spec), so a replica
 that can't read it fails before any replica changes anything; the
 assignment is collective (each replica keeps its rows of the full arrays).
@@ -48,8 +51,8 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import CheckpointError
-from ..engine.tf_bundle import Node, checkpoint_key, code_of, name_of
+from ..engine import CheckpointError, DistributedEngine
+from ..engine.tf_bundle import FULL, Node, SlicedTensor, checkpoint_key, code_of, name_of
 from .checkpoint_sources import shim_key
 from .midlevel_base import MidLevelBase
 
@@ -289,10 +292,29 @@ class _Embedding:
         have = list(structure[table.name]["slots"])
         return [n for n in names if n in have] + sorted(set(have) - set(names))
 
+    def _saved(self) -> dict[str, dict[str, Any]]:
+        """Table -> {'embedding' | slot: what to save}: the full arrays, or, when replicated, this replica's
+        rows as `SlicedTensor`s of the full shape (no parts where it has no rows; local, no collective)."""
+        engine = self._value.engine
+        if not isinstance(engine, DistributedEngine):
+            return engine.state()
+        structure = engine.spec.structure()
+        saved: dict[str, dict[str, Any]] = {}
+        for name, arrays in engine.local_state().items():
+            runs = _runs(engine.owned_ids(name))
+            saved[name] = {
+                key: SlicedTensor(
+                    (structure[name]["vocabulary_size"], *rows.shape[1:]),
+                    [(((start, count), (0, FULL)), rows[offset : offset + count]) for start, count, offset in runs],
+                )
+                for key, rows in arrays.items()
+            }
+        return saved
+
     def node(self, path: Path) -> Node:
         embedding = self._value
         engine = embedding.engine
-        state = engine.state()  # full arrays; gathered on every replica when replicated (collective)
+        state: Any = self._saved()  # by table name (a TableConfig's `name` is typed Optional)
         structure = engine.spec.structure()
         saver = EMBEDDING_SAVER if embedding._class_name == "TPUEmbedding" else None
         root = Node(registered_saver=saver)
@@ -369,6 +391,18 @@ class _Embedding:
             embedding._checkpoint_restore(state, step)
 
         plan.assign.append(assign)
+
+
+def _runs(ids: np.ndarray) -> list[tuple[int, int, int]]:
+    """(first id, count, local offset) of each run of consecutive ids in `ids` (ascending): one run per
+    replica under `div` ownership; a row slice of the saved tensor each."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+    offsets = [0, *breaks.tolist()]
+    ends = [*breaks.tolist(), int(ids.size)]
+    return [(int(ids[a]), b - a, a) for a, b in zip(offsets, ends)]
 
 
 def adapter_for(value: Any, where: str) -> Any:

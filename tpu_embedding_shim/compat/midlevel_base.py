@@ -201,8 +201,13 @@ class MidLevelBase:
         """
         if self._engine is None:
             if self._replicas > 1:
+                # Which replica holds which rows is storage only (the numbers are those of one process either
+                # way). `div` keeps each replica's rows one contiguous range, so its part of a checkpoint is one
+                # row slice, as TensorFlow saves mid-level tables under a TPUStrategy; V2's shard view
+                # (`embedding_table_shards`) still follows `self._engine_spec`.
+                spec = dataclasses.replace(self._engine_spec, partition_strategy="div")
                 engine: Engine | DistributedEngine = DistributedEngine(
-                    self._engine_spec, replicas.world(), seed=self.initializer_seed
+                    spec, replicas.world(), seed=self.initializer_seed
                 )
             else:
                 engine = Engine(self._engine_spec, seed=self.initializer_seed)

@@ -35,16 +35,23 @@ state file before it deletes old ones, so no kill loses the last good
 checkpoint, and the next save removes what killed saves left behind.
 
 Under `mpiexec -n N` (replicas.py) every call here is collective: every
-replica makes it, in the same order. Saving gathers the state (a replicated
-embedding's full tables) on every replica, replica 0 alone writes, and the
-others wait for it; a failed write raises on every replica (the chief's
-error there, `PeerFailedError` elsewhere) and leaves no checkpoint. The
+replica makes it, in the same order. When the checkpoint holds an
+embedding replicated over the processes, every replica writes its rows of
+each table and slot into a data file of its own
+(`<prefix>.data-0000r-of-0000N`), as row slices of the table's one key
+(TensorFlow's save of a table under TPUStrategy), and replica 0 the rest
+(object graph, `save_counter`, other objects) and the index
+(`engine.write_collectively`); no replica gathers another's rows.
+Otherwise replica 0 alone writes, and the others wait for it. Either way a
+failed write on any replica raises on every replica (its error there,
+`PeerFailedError` elsewhere) and leaves no checkpoint. Replica 0 holds the
+directory (its writer lock, the removal of killed saves' debris), and the
 manager's bookkeeping (reading and writing the state file, deleting old
 checkpoints) runs on replica 0, which tells the others. Restoring reads the
 checkpoint on every replica (a filesystem all of them see): the replicas
 agree that every one has read and checked it, then each keeps its rows. A
-checkpoint holds full tables, so one written by N replicas restores on M,
-1 included, and the reverse.
+checkpoint's tables are whole once read (slices joined), so one written by
+N replicas restores on M, 1 included, and the reverse.
 
 >>> import os, tempfile, numpy as np
 >>> model = {"w": np.ones(3, np.float32)}
@@ -63,6 +70,7 @@ checkpoint holds full tables, so one written by N replicas restores on M,
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import re
@@ -74,11 +82,12 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import CheckpointError, agree, discard_directory
+from ..engine import CheckpointError, agree, discard_directory, write_collectively
 from ..engine.tf_bundle import (
     OBJECT_GRAPH_KEY,
     DataLossError,
     Node,
+    SlicedTensor,
     acquire_writer,
     build_graph,
     delete_bundle,
@@ -148,22 +157,55 @@ class CheckpointLoadStatus:
         """Nothing to run: restoring happened in `restore`."""
 
 
-def _write_locked(
-    prefix: str, tensors: dict[str, Any], checkpoint_names: str, then: Callable[[], None] | None = None
-) -> None:
-    """Writes the bundle as a live writer of its directory (after removing killed saves' debris), then `then()`.
+def _save_files(prefix: str, tensors: dict[str, Any], checkpoint_names: str, then: Callable[[], Any], what: str) -> Any:
+    """Writes the checkpoint `prefix` (collective under mpiexec, module docstring), then runs `then()` on
+    replica 0 while it still holds the directory; returns its result on every replica.
 
     Raises DirectoryInUseError (a RuntimeError) when another process is the
     directory's writer (a CheckpointManager that saves there, a training run).
     """
+    if not any(isinstance(value, SlicedTensor) for value in tensors.values()):
+        return replicas.on_chief(lambda: _write_locked(prefix, tensors, checkpoint_names, then), what)
+    comm = replicas.world()
+    prefix = comm.bcast_object(prefix)  # replica 0's path, as when it writes alone
+    mine = {  # this replica's row slices; replica 0 also writes everything else
+        key: value
+        for key, value in tensors.items()
+        if (value.parts if isinstance(value, SlicedTensor) else comm.rank == 0)
+    }
+    with contextlib.ExitStack() as held:
+        error = None
+        if comm.rank == 0:
+            try:
+                held.enter_context(_holding(prefix, checkpoint_names))
+            except Exception as caught:
+                error = caught
+        agree(comm, error, what, collective=True)  # a replica that would write alone fails the agreement too
+        write_collectively(comm, prefix, mine)
+        return replicas.on_chief(lambda: _written(prefix, then), f"{what}: record")
+
+
+def _write_locked(prefix: str, tensors: dict[str, Any], checkpoint_names: str, then: Callable[[], Any]) -> Any:
+    """Writes the bundle as a live writer of its directory (after removing killed saves' debris); `then()`."""
+    with _holding(prefix, checkpoint_names):
+        write_bundle(prefix, tensors)
+        return _written(prefix, then)
+
+
+@contextlib.contextmanager
+def _holding(prefix: str, checkpoint_names: str) -> Any:
+    """The directory of `prefix` created and held: this process its only writer, killed saves' debris removed."""
     directory = os.path.dirname(os.path.abspath(prefix))
     os.makedirs(directory, exist_ok=True)
     with sole_writer(directory, f"Saving {prefix!r}"), writing(directory, lambda: _clean(directory, checkpoint_names)):
-        write_bundle(prefix, tensors)
-        if os.path.isfile(os.path.join(prefix, LEGACY_MANIFEST)):
-            _delete_directory(prefix)  # an older-format checkpoint of the same name is replaced
-        if then is not None:
-            then()
+        yield
+
+
+def _written(prefix: str, then: Callable[[], Any]) -> Any:
+    """After the bundle: an older-format checkpoint of the same name is replaced; then `then()`."""
+    if os.path.isfile(os.path.join(prefix, LEGACY_MANIFEST)):
+        _delete_directory(prefix)
+    return then()
 
 
 def _clean(directory: str, checkpoint_names: str) -> None:
@@ -273,8 +315,9 @@ class Checkpoint:
     def write(self, file_prefix: Any, options: Any = None) -> str:
         """Writes a checkpoint at exactly `file_prefix` (no counter, no state file); returns `file_prefix`.
 
-        Collective under mpiexec (module docstring): replica 0 writes at its
-        `file_prefix`, which every replica gets back.
+        Collective under mpiexec (module docstring): the checkpoint is at
+        replica 0's `file_prefix`, which every replica gets back (the same
+        path on every replica when each writes its rows).
 
         Raises:
           TypeError: an array that can't be saved (not numeric or bool); nothing is written.
@@ -283,39 +326,29 @@ class Checkpoint:
         """
         prefix = os.fspath(file_prefix)
         tensors = self._tensors()
-
-        def write() -> str:
-            _write_locked(prefix, tensors, re.escape(os.path.basename(prefix)))
-            return prefix
-
-        return replicas.on_chief(write, "Checkpoint.write")
+        return _save_files(prefix, tensors, re.escape(os.path.basename(prefix)), lambda: prefix, "Checkpoint.write")
 
     def save(self, file_prefix: Any, options: Any = None) -> str:
         """Writes checkpoint `<file_prefix>-<n>` (n: the incremented `save_counter`), names it in the
         directory's `checkpoint` state file, and returns its path.
 
-        Collective under mpiexec (module docstring): replica 0 writes, every
-        replica gets its path; a failed write raises on every replica and
-        leaves `save_counter` as it was."""
+        Collective under mpiexec (module docstring): every replica gets its
+        path; a failed write raises on every replica and leaves
+        `save_counter` as it was."""
         prefix = os.fspath(file_prefix)
         before = (self._counter, self._counter_created)
         self._counter, self._counter_created = self._counter + 1, True
         try:
             tensors = self._tensors()
+            path = f"{prefix}-{self._counter}"
 
-            def write() -> str:
-                path = f"{prefix}-{self._counter}"
-                directory = os.path.dirname(os.path.abspath(path))
+            def record() -> str:  # on replica 0
                 # TensorFlow's Checkpoint.save records only the new checkpoint in the state file.
-                _write_locked(
-                    path,
-                    tensors,
-                    re.escape(os.path.basename(prefix)) + r"-\d+",
-                    lambda: write_state(directory, path, [path]),
-                )
+                write_state(os.path.dirname(os.path.abspath(path)), path, [path])
                 return path
 
-            return replicas.on_chief(write, "Checkpoint.save")
+            names = re.escape(os.path.basename(prefix)) + r"-\d+"
+            return _save_files(path, tensors, names, record, "Checkpoint.save")
         except BaseException:
             self._counter, self._counter_created = before
             raise
@@ -620,7 +653,7 @@ class CheckpointManager:
         number = checkpoint._counter if checkpoint_number is None else int(checkpoint_number)
         path = f"{self._prefix}-{number}"
 
-        def record_and_sweep() -> None:
+        def record_and_sweep() -> tuple[str | None, collections.OrderedDict[str, float], float]:  # on replica 0
             kept = collections.OrderedDict(self._maybe_delete)
             kept.pop(path, None)
             kept[path] = time.time()
@@ -628,14 +661,13 @@ class CheckpointManager:
             self._maybe_delete, self._latest = kept, path
             self._sweep()
             self._record_state(path, self._maybe_delete)
-
-        def write() -> tuple[str | None, collections.OrderedDict[str, float], float]:  # on replica 0
-            _write_locked(path, tensors, re.escape(self._name) + r"-\d+", record_and_sweep)
             return self._bookkeeping()
 
         try:
             tensors = checkpoint._tensors()
-            self._latest, self._maybe_delete, self._last_preserved = replicas.on_chief(write, "CheckpointManager.save")
+            self._latest, self._maybe_delete, self._last_preserved = _save_files(
+                path, tensors, re.escape(self._name) + r"-\d+", record_and_sweep, "CheckpointManager.save"
+            )
         except BaseException:
             if self._latest != path:
                 checkpoint._counter, checkpoint._counter_created = before
