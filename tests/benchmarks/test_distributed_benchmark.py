@@ -184,6 +184,6 @@ def test_the_quick_run_reports_both_world_sizes_and_the_model():
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    for line in ("| main | exact | 1 |", "| main | exact | 2 |", "| criteo26 | exact | 2 |", "| main | exact | 256 |"):
+    for line in ("| main, exact | 1 |", "| main, exact | 2 |", "| criteo26, exact | 2 |", "| main, exact | 256 |"):
         assert line in proc.stdout
     assert "predicted from the N = 1 compute" in proc.stdout

