@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from ..engine import CheckpointError, DistributedEngine
-from ..engine.tf_bundle import FULL, Node, SlicedTensor, checkpoint_key, code_of, name_of
+from ..engine.tf_bundle import Node, checkpoint_key, code_of, name_of
 from .checkpoint_sources import shim_key
 from .midlevel_base import MidLevelBase
 
@@ -294,22 +294,9 @@ class _Embedding:
 
     def _saved(self) -> dict[str, dict[str, Any]]:
         """Table -> {'embedding' | slot: what to save}: the full arrays, or, when replicated, this replica's
-        rows as `SlicedTensor`s of the full shape (no parts where it has no rows; local, no collective)."""
+        rows as `SlicedTensor`s of the full shape (`DistributedEngine.row_slices`; local, no collective)."""
         engine = self._value.engine
-        if not isinstance(engine, DistributedEngine):
-            return engine.state()
-        structure = engine.spec.structure()
-        saved: dict[str, dict[str, Any]] = {}
-        for name, arrays in engine.local_state().items():
-            runs = _runs(engine.owned_ids(name))
-            saved[name] = {
-                key: SlicedTensor(
-                    (structure[name]["vocabulary_size"], *rows.shape[1:]),
-                    [(((start, count), (0, FULL)), rows[offset : offset + count]) for start, count, offset in runs],
-                )
-                for key, rows in arrays.items()
-            }
-        return saved
+        return engine.row_slices() if isinstance(engine, DistributedEngine) else engine.state()
 
     def node(self, path: Path) -> Node:
         embedding = self._value
@@ -391,18 +378,6 @@ class _Embedding:
             embedding._checkpoint_restore(state, step)
 
         plan.assign.append(assign)
-
-
-def _runs(ids: np.ndarray) -> list[tuple[int, int, int]]:
-    """(first id, count, local offset) of each run of consecutive ids in `ids` (ascending): one run per
-    replica under `div` ownership; a row slice of the saved tensor each."""
-    ids = np.asarray(ids, dtype=np.int64)
-    if ids.size == 0:
-        return []
-    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
-    offsets = [0, *breaks.tolist()]
-    ends = [*breaks.tolist(), int(ids.size)]
-    return [(int(ids[a]), b - a, a) for a, b in zip(offsets, ends)]
 
 
 def adapter_for(value: Any, where: str) -> Any:

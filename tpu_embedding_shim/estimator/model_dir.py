@@ -27,7 +27,7 @@ import numpy as np
 
 from ..compat import replicas
 from ..compat.embedding_config_spec import EmbeddingConfigSpec
-from ..engine import DistributedEngine, Engine, agree, shard_sizes, write_collectively
+from ..engine import DistributedEngine, Engine, agree, write_collectively
 from ..engine.tf_bundle import SlicedTensor
 from . import checkpoints, replicated
 from .context import TensorCoreColumns
@@ -218,8 +218,9 @@ class ModelState:
         if self.engine is not None:
             structure = self.engine.spec.structure()
             state: Mapping[str, Mapping[str, Any]]
-            if local:
-                state = self._local_slices()
+            if local:  # this replica's rows, one row slice of each stored tensor (mod: the hosts' order)
+                assert isinstance(self.engine, DistributedEngine)  # only replicated states save collectively
+                state = self.engine.row_slices()
             elif values:
                 state = self.engine.state()
             else:
@@ -233,7 +234,8 @@ class ModelState:
                 slots = [slot for slot in arrays if slot != "embedding"]
                 for slot, suffix in slot_suffixes(optimizer.kind if optimizer else None, slots).items():
                     tensors[f"{name}/{suffix}"] = arrays[slot]
-        tensors = {name: value for name, value in tensors.items() if not (local and value is None)}  # no rows here
+        # no rows of a table here: nothing of it to write
+        tensors = {name: v for name, v in tensors.items() if not (isinstance(v, SlicedTensor) and not v.parts)}
         rename = {}
         if self._tensor_core is not None:
             for table in self._tensor_core.tables:
@@ -265,28 +267,6 @@ class ModelState:
 
     def _partition_strategy(self) -> str:
         return getattr(self._embedding_config_spec, "partition_strategy", None) or "div"
-
-    def _local_slices(self) -> dict[str, dict[str, SlicedTensor | None]]:
-        """This replica's rows of every table and slot, as its part of the full tensors (None: no rows here)."""
-        engine = self.engine
-        assert isinstance(engine, DistributedEngine)  # only replicated states save collectively
-        out = {}
-        for table, arrays in engine.local_state().items():
-            vocabulary = engine.spec.table(table).vocabulary_size
-            # where this replica's rows start in the stored layout: its first id (div, id order); the rows of
-            # the replicas before it (mod, host-major: replica r holds ids r, r + N, ...)
-            if self._partition_strategy() == "mod":
-                start = sum(shard_sizes(vocabulary, replicas.num_replicas(), "mod")[: replicas.replica_id()])
-            else:
-                ids = engine.owned_ids(table)
-                start = int(ids[0]) if len(ids) else 0
-            out[table] = {
-                key: SlicedTensor((vocabulary, rows.shape[1]), [(((start, rows.shape[0]), (0, -1)), rows)])
-                if len(rows)
-                else None
-                for key, rows in arrays.items()
-            }
-        return out
 
     def _note_default(self, table: str) -> None:
         if self.names.certainty(table) == DEFAULT and table not in self._noted_defaults:

@@ -64,6 +64,7 @@ from ..lookup import pooled_coefficients
 from ..optimizers import apply_update, initial_slots, touches_all_rows
 from ..ragged import Ragged
 from ..step_checks import check_state, check_trainable, checked_gradient, feature_batch, gradient_multiplier
+from ..tf_bundle import FULL, SlicedTensor
 from .agreement import PeerFailedError, agree
 from .communicator import Communicator, communicator
 from .exchange import Segments, distinct, pack, send_ids, send_values
@@ -292,17 +293,28 @@ class DistributedEngine:
         parts = self.comm.allgather_object({"embedding": self._tables[name], **self._slots[name]})
         return {key: self._owners[name].join([part[key] for part in parts]) for key in parts[0]}
 
-    def local_state(self) -> dict[str, dict[str, np.ndarray]]:
-        """Table -> {'embedding': this rank's rows, slot: its rows}, pending updates applied (local: no
-        communication). The rows are those of `owned_ids(table)`, in that order: for a collective
-        checkpoint, each rank writes its own."""
-        self.flush()
-        return {name: {"embedding": rows, **self._slots[name]} for name, rows in self._tables.items()}
+    def row_slices(self) -> dict[str, dict[str, SlicedTensor]]:
+        """Table -> {'embedding' | slot: this rank's rows as a `SlicedTensor` of the full shape}, pending
+        updates applied (local: no communication); no parts where this rank holds no rows of a table.
 
-    def owned_ids(self, name: str) -> np.ndarray:
-        """The global ids of this rank's rows of table `name`, in local order (`div`: a contiguous range;
-        `mod`: rank, rank + W, ...)."""
-        return self._owners[name].owned_ids(self.rank)
+        The rows are one row slice of the stored tensor, after the lower ranks' rows: in id order under
+        `div` (a rank's ids are one range), in the hosts' order under `mod` (rank r holds ids r, r + W,
+        ...), as a TPU job of W hosts saves a table. For a collective checkpoint (`write_collectively`),
+        each rank writes its own.
+        """
+        self.flush()
+        out = {}
+        for name, rows in self._tables.items():
+            sizes = self._owners[name].sizes
+            start = sum(sizes[: self.rank])
+            out[name] = {
+                key: SlicedTensor(
+                    (self._owners[name].vocabulary_size, *local.shape[1:]),
+                    [(((start, len(local)), (0, FULL)), local)] if len(local) else [],
+                )
+                for key, local in {"embedding": rows, **self._slots[name]}.items()
+            }
+        return out
 
     # Forward ----------------------------------------------------------------------
 
