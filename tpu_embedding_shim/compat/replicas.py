@@ -150,11 +150,13 @@ def cross_replica_sum(value: Any) -> Any:
     error = None
     if any(array.dtype == object for array in arrays):
         error = TypeError("cross_replica_sum takes a nest of numeric arrays and numbers.")
-    layout = [(array.dtype.str, array.shape) for array in arrays]
-    agree(comm, error, "cross_replica_sum", structure=_structure(value), layout=layout)
-    if comm.size == 1:
+    if comm.size == 1:  # one replica: nothing to compare or add (a model_fn calls this every step)
+        if error is not None:
+            raise error
         summed = [array.copy() for array in arrays]
     else:
+        layout = [(array.dtype.str, array.shape) for array in arrays]
+        agree(comm, error, "cross_replica_sum", structure=_structure(value), layout=layout)
         summed = []
         for dtype in sorted({array.dtype.str for array in arrays}):  # one allgather per dtype
             chosen = [i for i, array in enumerate(arrays) if array.dtype.str == dtype]
