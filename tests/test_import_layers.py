@@ -1,6 +1,7 @@
 """The package's layers, as the code imports them: no module imports a higher layer, and no import cycle.
 
-spec <- engine <- compat <- estimator (with the framework bridges) <- the TF-shaped namespaces <- cli / movielens
+spec <- engine <- compat <- estimator (with the framework bridges) <- migrate <- the TF-shaped namespaces
+<- cli / movielens
 
 (docs/architecture.md draws them). Every `import` statement of every module
 counts, at module level or inside a function: an import inside a function
@@ -22,13 +23,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / PACKAGE
 # (`compat.v1`, `compat.v2`) are listed before `compat`.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("namespaces", ("compat.v1", "compat.v2", "tensorflow", "")),  # "" is the package's own __init__
-    ("cli", ("cli", "checkpoint_cli", "movielens", "__main__")),
+    ("cli", ("cli", "checkpoint_cli", "migrate_cli", "movielens", "__main__")),
     ("spec", ("spec",)),
     ("engine", ("engine",)),
     ("compat", ("compat",)),
     ("estimator", ("estimator",)),
+    ("migrate", ("migrate",)),
 ]
-ORDER = ["spec", "engine", "compat", "estimator", "namespaces", "cli"]
+ORDER = ["spec", "engine", "compat", "estimator", "migrate", "namespaces", "cli"]
 
 
 def module_name(path: pathlib.Path) -> str:

@@ -6,6 +6,8 @@ EmbeddingConfigSpec of TensorFlow's own documentation example, with only the
 import changed, and prints the spec the engine runs.
 `checkpoint list|show|convert` looks into a checkpoint (TensorFlow's or the
 engine's) and converts between the two (see `checkpoint_cli.py`).
+`migrate --to torchrec|keras-rs|jax|tf-midlevel` converts a model's
+embeddings to another library (see `migrate_cli.py`).
 """
 
 from __future__ import annotations
@@ -88,11 +90,16 @@ def main(argv: list[str] | None = None) -> int:
     from . import checkpoint_cli  # its commands' modules load only when one runs, so --help stays fast
 
     checkpoint_cli.add_parser(commands)
+    from . import migrate_cli
+
+    migrate_cli.add_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo()
     if args.command == "checkpoint":
         return checkpoint_cli.run(args)
+    if args.command == "migrate":
+        return migrate_cli.run(args)
     if args.command == "movielens":
         import logging
 

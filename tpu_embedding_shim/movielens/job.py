@@ -185,13 +185,35 @@ def prepare_output_dir(output_dir: str, echo=print) -> None:
         handle.write("written by `tpu-embedding-shim movielens`; a rerun replaces this directory's outputs\n")
 
 
+def embedding_config(config: JobConfig, data: ml_data.MovieLens, vocabulary: str):
+    """(EmbeddingConfigSpec, pooled columns, sequence columns) of the job: its TPU embedding columns over `data`."""
+    pooled_columns, sequence_columns = ml_model.feature_columns(data, vocabulary, ml_model.Dims(), seed=config.seed)
+    spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
+        feature_columns=pooled_columns + sequence_columns,
+        optimization_parameters=tf.estimator.tpu.experimental.AdagradParameters(config.embedding_learning_rate),
+        partition_strategy=config.partition_strategy,
+        pipeline_execution_with_tensor_core=config.pipelining,
+    )
+    return spec, pooled_columns, sequence_columns
+
+
+def embedding_config_spec():
+    """The job's EmbeddingConfigSpec with the default options, over MovieLens 100K (from the cache, downloaded if
+    missing): what `tpu-embedding-shim migrate --to ... tpu_embedding_shim.movielens.job:embedding_config_spec
+    --checkpoint movielens_output/model` converts (docs/migrate.md)."""
+    data = ml_data.load()
+    os.makedirs(ml_data.cache_dir(), exist_ok=True)
+    vocabulary = ml_data.write_zip_vocabulary(data, os.path.join(ml_data.cache_dir(), "zip_prefixes.txt"))
+    return embedding_config(JobConfig(), data, vocabulary)[0]
+
+
 def build_estimator(config: JobConfig, data: ml_data.MovieLens, train_losses: list[float]):
     """The TPUEstimator, its model_fn and the EmbeddingConfigSpec: a legacy TPU program, import changed."""
     os.makedirs(config.output_dir, exist_ok=True)
     path = os.path.join(config.output_dir, "zip_prefixes.txt")
     vocabulary = replicas.on_chief(lambda: ml_data.write_zip_vocabulary(data, path), "movielens: vocabulary")
     dims = ml_model.Dims()
-    pooled_columns, sequence_columns = ml_model.feature_columns(data, vocabulary, dims, seed=config.seed)
+    config_spec, pooled_columns, sequence_columns = embedding_config(config, data, vocabulary)
     layout = ml_model.pooled_layout(pooled_columns)
 
     def model_fn(features, labels, mode, params):
@@ -235,12 +257,6 @@ def build_estimator(config: JobConfig, data: ml_data.MovieLens, train_losses: li
             seed=config.seed,
             train_losses=train_losses,
         )
-    embedding_config = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-        feature_columns=pooled_columns + sequence_columns,
-        optimization_parameters=tf.estimator.tpu.experimental.AdagradParameters(config.embedding_learning_rate),
-        partition_strategy=config.partition_strategy,
-        pipeline_execution_with_tensor_core=config.pipelining,
-    )
     run_config = tf.estimator.tpu.RunConfig(
         model_dir=os.path.join(config.output_dir, "model"),
         tf_random_seed=config.seed,
@@ -254,7 +270,7 @@ def build_estimator(config: JobConfig, data: ml_data.MovieLens, train_losses: li
         train_batch_size=config.batch_size,
         eval_batch_size=config.eval_batch_size,
         predict_batch_size=config.eval_batch_size,
-        embedding_config_spec=embedding_config,
+        embedding_config_spec=config_spec,
     )
 
 

@@ -1,0 +1,222 @@
+"""What a migration converts: the spec, every table's weights and slots, and where they came from.
+
+`load_source(config, checkpoint=None)` takes an `EmbeddingConfigSpec` (the
+TPUEstimator program's) or an `EmbeddingSpec` (the project's), and the
+weights either from a checkpoint or, without one, freshly initialized with
+TensorFlow's initializers (what the program would start from):
+
+- a TPUEstimator checkpoint written by TensorFlow or by this project's
+  runner (a prefix or a model_dir: its latest), read with the runner's own
+  restore: TensorFlow's variable names, `mod` tables of several hosts put
+  back in id order, TensorFlow's CPU slot names;
+- an engine checkpoint (`ckpt-<step>`, or a directory of them);
+- a checkpoint of `tpu-embedding-shim checkpoint convert` (keys `<table>`
+  and `<table>/<slot>`), for an `EmbeddingSpec`.
+
+Tables are whole, in id order; slots keep TensorFlow's names (`accumulators`,
+`momenta`, `velocities`, `linears`, `ms`, `mom`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..compat import lowering
+from ..compat.embedding_config_spec import EmbeddingConfigSpec
+from ..engine import CheckpointError, Engine
+from ..engine import checkpoint as engine_checkpoint
+from ..estimator import checkpoints
+from ..estimator.restore import Program, resume_plan
+from ..estimator.tf_names import ProgramNames
+from ..spec import EmbeddingSpec, FeatureSpec, OptimizerSpec, TableSpec
+
+__all__ = ["Source", "load_source", "resolve_object"]
+
+State = dict[str, dict[str, np.ndarray]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A model's embeddings, ready to convert.
+
+    Attributes:
+      spec: the engine's tables and features, and the spec-wide options.
+      tensor_core_tables: tables of `tensor_core_feature_columns` (trained by
+        the model's own optimizer, so they have no embedding optimizer).
+      tensor_core_features: their features.
+      state: table -> {'embedding': [V, D] float32, slot: array}, every
+        table (tensor-core ones have no slots), whole, in id order.
+      step: the global step of the weights (0 when fresh).
+      origin: where the weights came from, for the report.
+      batch_size: the global batch size, for targets whose configs carry it
+        (keras-rs, jax-tpu-embedding); None when not given.
+      notes: what reading the weights noticed (slots started fresh, ...).
+    """
+
+    spec: EmbeddingSpec
+    tensor_core_tables: tuple[TableSpec, ...]
+    tensor_core_features: tuple[FeatureSpec, ...]
+    state: State
+    step: int
+    origin: str
+    batch_size: int | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def tables(self) -> tuple[TableSpec, ...]:
+        """Every table: the engine's, then the tensor-core ones."""
+        return self.spec.tables + self.tensor_core_tables
+
+    @property
+    def features(self) -> tuple[FeatureSpec, ...]:
+        return self.spec.features + self.tensor_core_features
+
+    def table(self, name: str) -> TableSpec:
+        for table in self.tables:
+            if table.name == name:
+                return table
+        raise KeyError(f"No table named {name!r}; tables are {[t.name for t in self.tables]}.")
+
+    def features_of(self, table: str) -> tuple[FeatureSpec, ...]:
+        return tuple(f for f in self.features if f.table == table)
+
+    def is_tensor_core(self, table: str) -> bool:
+        return any(t.name == table for t in self.tensor_core_tables)
+
+    def optimizer_for(self, table: str) -> OptimizerSpec | None:
+        """The table's embedding optimizer (None for a tensor-core table: the model's optimizer trains it)."""
+        return None if self.is_tensor_core(table) else self.spec.optimizer_for(table)
+
+    def describe(self) -> str:
+        tables = ", ".join(f"{t.name} [{t.vocabulary_size} x {t.dim}]" for t in self.tables)
+        return f"{len(self.tables)} tables ({tables}); weights: {self.origin}"
+
+
+def resolve_object(reference: str) -> Any:
+    """`MODULE:OBJECT` (OBJECT may be dotted): the object, called when it is a function (with no arguments).
+
+    Raises ValueError naming the reference when it has no ':' or the object does not exist.
+    """
+    import importlib
+
+    module_name, sep, attribute = reference.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"Expected MODULE:OBJECT (e.g. my_model:embedding_config_spec). Received: {reference!r}.")
+    value: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        if not hasattr(value, part):
+            raise ValueError(f"{reference!r}: module {module_name!r} has no attribute {attribute!r}.")
+        value = getattr(value, part)
+    if callable(value) and not isinstance(value, (EmbeddingSpec, EmbeddingConfigSpec, type)):
+        value = value()
+    return value
+
+
+def load_source(
+    config: Any, checkpoint: str | os.PathLike | None = None, *, seed: int = 0, batch_size: int | None = None
+) -> Source:
+    """The `Source` of `config` (an EmbeddingConfigSpec or EmbeddingSpec) with the weights of `checkpoint`.
+
+    Without a checkpoint the tables are drawn by their initializers (the
+    engine's, seeded with `seed`) and the slots hold their initial values.
+
+    Raises:
+      TypeError: `config` is neither an EmbeddingConfigSpec nor an EmbeddingSpec.
+      ValueError: `batch_size` is not a positive int.
+      NotFoundError / CheckpointError / DataLossError: the checkpoint is
+        missing, corrupt, or does not hold every table with its shape.
+    """
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"Argument `batch_size` must be a positive int or None. Received: batch_size={batch_size!r}.")
+    tensor_core_tables: tuple[TableSpec, ...] = ()
+    tensor_core_features: tuple[FeatureSpec, ...] = ()
+    if isinstance(config, EmbeddingConfigSpec):
+        spec = config.to_spec()
+        if config.tensor_core_feature_columns:
+            tensor_core_tables, tensor_core_features = lowering.specs_from_feature_columns(
+                list(config.tensor_core_feature_columns), optimizer=None
+            )
+    elif isinstance(config, EmbeddingSpec):
+        spec = config
+    else:
+        raise TypeError(
+            "Argument `config` must be an EmbeddingConfigSpec or an EmbeddingSpec. "
+            f"Received: {type(config).__name__} {config!r:.80}."
+        )
+    if checkpoint is None:
+        state, step, origin, notes = _fresh(spec, tensor_core_tables, seed)
+    else:
+        state, step, origin, notes = _read(config, spec, tensor_core_tables, os.fspath(checkpoint))
+    return Source(spec, tensor_core_tables, tensor_core_features, state, step, origin, batch_size, tuple(notes))
+
+
+def _fresh(spec: EmbeddingSpec, tensor_core: tuple[TableSpec, ...], seed: int) -> tuple[State, int, str, list[str]]:
+    # clipping_limit changes no value (the engine would warn so; the report says it)
+    unclipped = dataclasses.replace(spec, clipping_limit=None)
+    state = Engine(unclipped, seed=seed, kernels="numpy").state() if spec.tables else {}
+    rng = np.random.default_rng([int(seed), 1])  # as the runner seeds tensor-core tables
+    for table in tensor_core:
+        values = table.seeded_initializer(rng)((table.vocabulary_size, table.dim), np.float32)
+        state[table.name] = {"embedding": np.asarray(values, dtype=np.float32)}
+    origin = (
+        "fresh: drawn by each table's initializer (TensorFlow's default: truncated normal, stddev "
+        f"1/sqrt(dim)), seed {seed}"
+    )
+    return state, 0, origin, []
+
+
+def _read(
+    config: Any, spec: EmbeddingSpec, tensor_core: tuple[TableSpec, ...], path: str
+) -> tuple[State, int, str, list[str]]:
+    engine_path = _engine_checkpoint(path)
+    if engine_path is not None:
+        state, step, _ = engine_checkpoint.load_checkpoint(engine_path, spec_structure=spec.structure())
+        notes = []
+        if tensor_core:  # an engine checkpoint holds the engine's tables only
+            fresh, _, _, _ = _fresh(EmbeddingSpec(tables=(), features=()), tensor_core, 0)
+            state = {**state, **fresh}
+            notes.append(
+                f"The engine checkpoint holds no tensor-core tables (the model's own): {sorted(fresh)} are drawn by "
+                "their initializers (seed 0)."
+            )
+        return dict(state), step, f"engine checkpoint {engine_path} (step {step})", notes
+    if isinstance(config, EmbeddingConfigSpec):
+        names = ProgramNames(
+            config.feature_columns or (), config.tensor_core_feature_columns or (), tables=[t.name for t in spec.tables]
+        )
+    else:
+        names = ProgramNames(tables=[t.name for t in spec.tables])
+    program = Program(
+        names,
+        {t.name: (t.vocabulary_size, t.dim) for t in spec.tables},
+        {t.name: spec.optimizer_for(t.name) for t in spec.tables},
+        {t.name: (t.vocabulary_size, t.dim) for t in tensor_core},
+        spec.partition_strategy,
+    )
+    source = checkpoints.open_source(path, uses_engine=bool(spec.tables), legacy_tensors=_no_legacy(path))
+    plan = resume_plan(source, program)
+    state = {table: dict(arrays) for table, arrays in plan.tables.items()}
+    for table, values in plan.tensor_core.items():
+        state[table] = {"embedding": np.asarray(values, dtype=np.float32)}
+    return state, plan.step, f"checkpoint {source.path} (step {plan.step})", list(plan.notes)
+
+
+def _engine_checkpoint(path: str) -> str | None:
+    """The engine checkpoint `path` names (itself, or a directory's latest), or None when it is not one."""
+    if os.path.isfile(os.path.join(path, engine_checkpoint.MANIFEST)):
+        return path
+    if os.path.isdir(path):
+        return engine_checkpoint.latest_checkpoint(path)
+    return None
+
+
+def _no_legacy(path: str) -> Any:
+    def refuse(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        raise CheckpointError(f"Checkpoint {path!r} is an engine checkpoint: read it as one.")
+
+    return refuse

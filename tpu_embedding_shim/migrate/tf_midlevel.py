@@ -1,0 +1,545 @@
+"""To TensorFlow's mid-level API: `tf.tpu.experimental.embedding` v2 configs and a `tf.train.Checkpoint`.
+
+The smallest move off TPUEstimator: the same tables, combiners and TPU
+optimizers, as `TableConfig` / `FeatureConfig` / `SGD`, `Adagrad`,
+`AdagradMomentum`, `Adam`, `FTRL`, for `TPUEmbedding` (and
+`TPUEmbeddingForServing` on a CPU). Every table gets its optimizer
+explicitly (the spec's, or its own).
+
+Weights: a TensorFlow object-based checkpoint, `tf_checkpoint/ckpt-1`,
+with TensorFlow's keys for a `TPUEmbedding` saved as `embedding=`:
+`embedding/<table>/.ATTRIBUTES/VARIABLE_VALUE` and
+`embedding/<table>.S<slot>/.ATTRIBUTES/VARIABLE_VALUE` (TF's slot names:
+`accumulators`, `momenta`, `velocities`, `linears`). TensorFlow restores it
+with `tf.train.Checkpoint(embedding=...).restore(path)`, and so does this
+project's mid-level API. `Migration.weights` holds the same arrays under
+those keys. Tensor-core tables are not mid-level tables (the model holds
+them as dense variables): they go to `tensor_core.npz`.
+
+`build()` makes the configs with this project's mid-level API (always
+installed; the same classes as TensorFlow's); the generated `model.py`
+imports `tensorflow`, and runs unchanged with `import tpu_embedding_shim as tf`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..compat import tpu_embedding_v2_utils as v2
+from ..compat.optimizer_lowering import LOWERINGS
+from ..compat.tpu_embedding_v2 import TPUEmbedding
+from ..compat.train import Checkpoint
+from ..spec import OptimizerSpec
+from ..spec import initializers as spec_initializers
+from .codegen import header, importable_name, literal
+from .convert import make_row
+from .migration import Migration
+from .options import Option
+from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
+from .source import Source
+
+NAME = "tf-midlevel"
+TITLE = "TensorFlow's mid-level API (tf.tpu.experimental.embedding, TF 2.15)"
+CHECKPOINT_DIR = "tf_checkpoint"
+TENSOR_CORE_FILE = "tensor_core.npz"
+
+_CLASSES = {"sgd": "SGD", "adagrad": "Adagrad", "adagrad_momentum": "AdagradMomentum", "adam": "Adam", "ftrl": "FTRL"}
+_UNSET = object()
+_NOT_IN_V2 = {"initial_linear_value": 0.0}  # FTRL's: TF fixes it at 0
+_MODEL_OPTIMIZER = "the model's (tensor core)"
+_PREPROCESS = (
+    "the mid-level API takes integer ids: map tokens to ids before enqueue as the feature column did "
+    "(vocabulary index; unknown tokens to default_value or the OOV buckets after the vocabulary, by TF's "
+    "fingerprint hash), e.g. with this project's categorical_column_with_vocabulary_* on numpy"
+)
+
+
+def _v2_class(optimizer: OptimizerSpec | None) -> str | None:
+    return None if optimizer is None else _CLASSES.get(optimizer.kind)
+
+
+def _argument(cls: str, field: str) -> str:
+    """The v2 class's argument for a spec field (`initial_accumulator` -> `initial_accumulator_value`, Adam's
+    `beta1` -> `beta_1`): the renames the class was registered with; other fields keep their name."""
+    return LOWERINGS[getattr(v2, cls)][1].get(field, field)
+
+
+# The report ----------------------------------------------------------------------------------------
+
+
+def map_option(option: Option, source: Source) -> Row:
+    name, value = option.name, option.value
+    if option.where == "spec":
+        return _spec_row(option)
+    if option.feature is not None:
+        return _feature_row(option, source)
+    table = option.table
+    assert table is not None
+    if name == "placement":
+        if value == "tensor_core":
+            return make_row(
+                option,
+                CONVERTED,
+                "a dense table of the model (e.g. tf.keras.layers.Embedding)",
+                f"not a mid-level table: the model keeps it and trains it; its values are in {TENSOR_CORE_FILE}",
+            )
+        return make_row(option, EXACT, "TPUEmbedding")
+    if source.is_tensor_core(table):
+        return make_row(option, CONVERTED, "the model's dense table", "a tensor-core table: kept by the model")
+    if name in ("vocabulary_size", "dim", "combiner"):
+        return make_row(option, EXACT, f"TableConfig({name}=...)")
+    if name == "features":
+        return make_row(option, EXACT, "FeatureConfig(table=...) per feature, one TableConfig shared")
+    if name == "initializer":
+        if _is_default(value, source.table(table).dim):
+            return make_row(option, EXACT, "TableConfig(initializer=None): TF's default, the same distribution")
+        return make_row(
+            option,
+            CONVERTED,
+            "the checkpoint's values",
+            "the checkpoint carries the tables; the code's initializer only matters for a fresh start "
+            + (
+                "(written as TF's initializer of the same distribution)"
+                if _initializer_code(value)
+                else "(None: TF's default)"
+            ),
+        )
+    if name == "optimizer":
+        if value is None:
+            return make_row(option, EXACT, "optimizer=None (serving only)")
+        target = _v2_class(source.optimizer_for(table))
+        if target is None:
+            return make_row(
+                option,
+                IMPOSSIBLE,
+                how=f"TensorFlow's v2 mid-level API has no {value} (it has SGD, Adagrad, AdagradMomentum, Adam, FTRL): "
+                "the table would train with another optimizer",
+            )
+        return make_row(option, EXACT, f"tf.tpu.experimental.embedding.{target}")
+    return _optimizer_row(option, source.optimizer_for(table), source)
+
+
+def _spec_row(option: Option) -> Row:
+    name, value = option.name, option.value
+    if name == "partition_strategy":
+        if value == "mod":
+            return make_row(option, EXACT, "the mid-level API's sharding (mod)")
+        return make_row(
+            option,
+            CONVERTED,
+            "mod sharding",
+            "the mid-level API always shards tables mod across the cores; the numbers do not depend on it, and the "
+            "checkpoint holds whole tables in id order",
+        )
+    if name == "num_shards":
+        return make_row(option, CONVERTED, "the TPU topology", "set by the TPUStrategy's cores, not by the config")
+    if name == "pipeline_execution_with_tensor_core":
+        return make_row(option, EXACT, f"TPUEmbedding(pipeline_execution_with_tensor_core={value!r})")
+    if name == "gradient_multiplier_fn":
+        if value is None:
+            return make_row(option, EXACT, "(not set)")
+        return make_row(
+            option,
+            CONVERTED,
+            "your training step",
+            "the mid-level API has no gradient multiplier: multiply the gradients passed to apply_gradients by "
+            "fn(global_step)",
+        )
+    if name == "clipping_limit":
+        return make_row(option, EXACT, "(nothing)", "" if value is None else "TF stores it and never applies it")
+    if name == "profile_data_directory":
+        if value is None:
+            return make_row(option, EXACT, "(not set)")
+        return make_row(
+            option,
+            IMPOSSIBLE,
+            how="TensorFlow's v2 TPUEmbedding writes no lookup statistics: none would be written",
+        )
+    raise KeyError(f"{NAME}: no rule for spec option {name!r}")
+
+
+def _feature_row(option: Option, source: Source) -> Row:
+    name, value = option.name, option.value
+    feature = source.spec.feature(option.feature) if not source.is_tensor_core(option.table or "") else None
+    if feature is None:  # a tensor-core column's feature: the model looks it up
+        return make_row(option, CONVERTED, "the model's dense lookup", "a tensor-core feature: the model looks it up")
+    if name == "table":
+        return make_row(option, EXACT, "FeatureConfig(table=...)")
+    if name == "id_source":
+        if value == "identity":
+            return make_row(option, EXACT, "integer ids")
+        return make_row(option, CONVERTED, "your input pipeline", _PREPROCESS)
+    if name == "default_value":
+        if value is None or feature.id_source != "identity":
+            return make_row(
+                option,
+                EXACT if value is None else CONVERTED,
+                "your input pipeline",
+                "" if value is None else _PREPROCESS,
+            )
+        return make_row(
+            option,
+            CONVERTED,
+            "your input pipeline",
+            f"replace ids outside [0, {feature.num_buckets}) by {value} before enqueue",
+        )
+    if name == "num_oov_buckets":
+        return (
+            make_row(option, EXACT, "(none)")
+            if not value
+            else make_row(option, CONVERTED, "your input pipeline", _PREPROCESS)
+        )
+    if name == "weight_key":
+        if value is None:
+            return make_row(option, EXACT, "(no weights)")
+        return make_row(
+            option, CONVERTED, "enqueue(..., weights=...)", f"pass features[{value!r}] as the feature's weights"
+        )
+    if name == "max_sequence_length":
+        return make_row(option, EXACT, f"FeatureConfig(max_sequence_length={value})")
+    if name == "safe_lookup":
+        if not value:
+            return make_row(option, EXACT, "ids as given")
+        return make_row(
+            option,
+            CONVERTED,
+            "your input pipeline",
+            "the feature column's safe rule dropped negative ids (and weights <= 0 for mean / sqrtn); the mid-level "
+            "API does not: drop them before enqueue (empty bags still give zeros)",
+        )
+    if name == "dense_zero_is_padding":
+        if not value:
+            return make_row(option, EXACT, "ids as given")
+        return make_row(
+            option,
+            CONVERTED,
+            "a SparseTensor / RaggedTensor input",
+            "TPUEstimator read 0 in a dense integer input as padding; the mid-level API looks id 0 up: pass the "
+            "ids as a SparseTensor or RaggedTensor without the zeros",
+        )
+    raise KeyError(f"{NAME}: no rule for feature option {name!r}")
+
+
+def _optimizer_row(option: Option, optimizer: OptimizerSpec | None, source: Source) -> Row:
+    field = option.name.removeprefix("optimizer.")
+    value = option.value
+    cls = _v2_class(optimizer)
+    if cls is None:
+        return make_row(option, IMPOSSIBLE, how=f"the optimizer ({getattr(optimizer, 'kind', None)}) has no v2 class")
+    if field == "learning_rate" and callable(value):
+        reference = importable_name(value)
+        if reference is None:
+            return make_row(
+                option,
+                IMPOSSIBLE,
+                f"{cls}(learning_rate=<a constant>)",
+                "a local function of the step: the generated code cannot import it and uses its value at the "
+                f"checkpoint's step ({value(source.step)!r}) as a constant (the built config calls it)",
+            )
+        return make_row(
+            option,
+            CONVERTED,
+            f"{cls}(learning_rate=<zero-argument callable>)",
+            f"v2 learning rates take no argument: {reference[0]}.{reference[1]} is called with a step counter that "
+            f"starts at the checkpoint's step ({source.step}) and counts apply_gradients calls",
+        )
+    if field in ("clip_gradient_min", "clip_gradient_max"):
+        return make_row(option, EXACT, f"{cls}(clipvalue=(min, max))")
+    if field in _NOT_IN_V2:
+        if value == _NOT_IN_V2[field]:
+            return make_row(option, EXACT, f"(TF fixes it at {_NOT_IN_V2[field]})")
+        return make_row(option, IMPOSSIBLE, how=f"TF's {cls} has no {field}: the slot would start at 0, not {value}")
+    return make_row(option, EXACT, f"{cls}({_argument(cls, field)}=...)")
+
+
+# The configs ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _StepCounter:
+    """A v2 zero-argument learning rate from a function of the step: called once per apply_gradients."""
+
+    function: Callable[[int], float]
+    step: int
+
+    def __call__(self) -> float:
+        value = self.function(self.step)
+        self.step += 1
+        return value
+
+
+def _arguments(optimizer: OptimizerSpec, step: int) -> dict[str, Any]:
+    """The v2 class's keyword arguments for `optimizer` (callable learning rates wrapped in a step counter)."""
+    arguments: dict[str, Any] = {}
+    cls = _v2_class(optimizer)
+    assert cls is not None
+    for field in dataclasses.fields(optimizer):
+        value = getattr(optimizer, field.name)
+        if field.name in _NOT_IN_V2 or field.name.startswith("clip_gradient_"):
+            continue
+        if field.name == "learning_rate" and callable(value):
+            value = _StepCounter(value, step)
+        arguments[_argument(cls, field.name)] = value
+    if optimizer.clip_gradient_min is not None or optimizer.clip_gradient_max is not None:
+        arguments["clipvalue"] = (optimizer.clip_gradient_min, optimizer.clip_gradient_max)
+    return arguments
+
+
+def build(source: Source) -> dict[str, Any]:
+    """`TPUEmbedding`'s arguments, made with this project's mid-level API (TensorFlow's classes):
+    {'feature_config': {feature: FeatureConfig}, 'optimizer': ..., 'pipeline_execution_with_tensor_core': ...}."""
+    spec = source.spec
+    tables = {}
+    for table in spec.tables:
+        optimizer = spec.optimizer_for(table.name)
+        v2_optimizer = None
+        if optimizer is not None and _v2_class(optimizer) is not None:
+            v2_optimizer = getattr(v2, _v2_class(optimizer))(**_arguments(optimizer, source.step))
+        tables[table.name] = v2.TableConfig(
+            vocabulary_size=table.vocabulary_size,
+            dim=table.dim,
+            initializer=table.initializer,
+            optimizer=v2_optimizer,
+            combiner=table.combiner,
+            name=table.name,
+        )
+    features = {
+        f.name: v2.FeatureConfig(table=tables[f.table], max_sequence_length=f.max_sequence_length, name=f.name)
+        for f in spec.features
+    }
+    global_optimizer = None
+    if spec.optimizer is not None and _v2_class(spec.optimizer) is not None:
+        global_optimizer = getattr(v2, _v2_class(spec.optimizer))(**_arguments(spec.optimizer, source.step))
+    return {
+        "feature_config": features,
+        "optimizer": global_optimizer,
+        "pipeline_execution_with_tensor_core": spec.pipeline_execution_with_tensor_core,
+    }
+
+
+# The weights ---------------------------------------------------------------------------------------
+
+
+def _table_key(table: str) -> str:
+    return f"embedding/{table}/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def _slot_key(table: str, slot: str) -> str:
+    return f"embedding/{table}.S{slot}/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def weights(source: Source) -> dict[str, np.ndarray]:
+    """The checkpoint's arrays under TensorFlow's keys; tensor-core tables as `tensor_core/<table>`."""
+    out: dict[str, np.ndarray] = {}
+    for table in source.spec.tables:
+        arrays = source.state[table.name]
+        out[_table_key(table.name)] = arrays["embedding"]
+        for slot, values in arrays.items():
+            if slot != "embedding":
+                out[_slot_key(table.name, slot)] = values
+    for table in source.tensor_core_tables:
+        out[f"tensor_core/{table.name}"] = source.state[table.name]["embedding"]
+    return out
+
+
+def _state(migration: Migration) -> dict[str, dict[str, np.ndarray]]:
+    """table -> {'embedding', slot: ...} back from the weights' keys."""
+    state: dict[str, dict[str, np.ndarray]] = {}
+    suffix = "/.ATTRIBUTES/VARIABLE_VALUE"
+    for key, values in migration.weights.items():
+        if not key.startswith("embedding/"):
+            continue
+        name = key[len("embedding/") : -len(suffix)]
+        table, _, slot = name.partition(".S")
+        state.setdefault(table, {})[slot or "embedding"] = values
+    return state
+
+
+def write_weights(migration: Migration, directory: str) -> list[str]:
+    """Writes `tf_checkpoint/ckpt-1` (a mid-level TPUEmbedding restored from the weights, saved as `embedding=`)
+    and `tensor_core.npz` when the model has tensor-core tables."""
+    names = [CHECKPOINT_DIR]
+    config = migration.config
+    state = _state(migration)
+    if state:
+        embedding = TPUEmbedding(
+            feature_config=config["feature_config"],
+            optimizer=config["optimizer"],
+            pipeline_execution_with_tensor_core=config["pipeline_execution_with_tensor_core"],
+        )
+        embedding._checkpoint_restore(state, migration.step)
+        Checkpoint(embedding=embedding).save(os.path.join(directory, CHECKPOINT_DIR, "ckpt"))
+    else:
+        os.makedirs(os.path.join(directory, CHECKPOINT_DIR))
+    tensor_core = {key.split("/", 1)[1]: v for key, v in migration.weights.items() if key.startswith("tensor_core/")}
+    if tensor_core:
+        np.savez(os.path.join(directory, TENSOR_CORE_FILE), **tensor_core)
+        names.append(TENSOR_CORE_FILE)
+    return names
+
+
+# The code ------------------------------------------------------------------------------------------
+
+_INITIALIZERS = {
+    spec_initializers.TruncatedNormal: ("TruncatedNormal", ("mean", "stddev")),
+    spec_initializers.RandomNormal: ("RandomNormal", ("mean", "stddev")),
+    spec_initializers.RandomUniform: ("RandomUniform", ("minval", "maxval")),
+    spec_initializers.Zeros: ("Zeros", ()),
+    spec_initializers.Ones: ("Ones", ()),
+}
+
+
+def _is_default(initializer: Any, dim: int) -> bool:
+    """None, or TF's default initializer for `dim` (truncated normal, mean 0, stddev 1/sqrt(dim)), any seed."""
+    default = spec_initializers.default_table_initializer(dim)
+    return initializer is None or (
+        isinstance(initializer, spec_initializers.TruncatedNormal)
+        and (initializer.mean, initializer.stddev) == (default.mean, default.stddev)
+    )
+
+
+def _initializer_code(initializer: Any) -> str | None:
+    """TF source for a built-in initializer (the same distribution), else None (TF's default is used)."""
+    known = _INITIALIZERS.get(type(initializer))
+    if known is None:
+        return None
+    name, fields = known
+    arguments = ", ".join(f"{f}={literal(float(getattr(initializer, f)))}" for f in fields)
+    return f"tf.initializers.{name}({arguments})"
+
+
+def _optimizer_code(optimizer: OptimizerSpec, source: Source, imports: list[str], indent: int) -> str:
+    """`tf.tpu.experimental.embedding.<Class>(...)`, one argument a line, those at TF's defaults left out."""
+    cls = _v2_class(optimizer)
+    defaults = {k: p.default for k, p in inspect.signature(getattr(v2, cls)).parameters.items()}
+    lines = []
+    for key, value in _arguments(optimizer, source.step).items():
+        if isinstance(value, _StepCounter):
+            reference = importable_name(value.function)
+            if reference is None:
+                constant = literal(float(value.function(source.step)))
+                lines.append(
+                    f"learning_rate={constant},  # TF: a local function of the step; its value now (report.md)"
+                )
+                continue
+            imports.append(f"from {reference[0]} import {reference[1]}")
+            lines.append(f"learning_rate=_StepCounter({reference[1]}, start={source.step}),")
+        elif key == "learning_rate" or defaults.get(key, _UNSET) != value:
+            lines.append(f"{key}={literal(value)},")
+    pad = " " * indent
+    inner = "".join(f"\n{pad}    {line}" for line in lines)
+    return f"tf.tpu.experimental.embedding.{cls}({inner}\n{pad})"
+
+
+def code(source: Source) -> str:
+    spec = source.spec
+    imports: list[str] = []
+    body = ["", "", "# Tables: each with its optimizer (the EmbeddingConfigSpec's, or the column's own)."]
+    variables = {}
+    for index, table in enumerate(spec.tables):
+        variable = f"table_{index}"
+        variables[table.name] = variable
+        optimizer = spec.optimizer_for(table.name)
+        optimizer_text = (
+            "None"
+            if optimizer is None or _v2_class(optimizer) is None
+            else _optimizer_code(optimizer, source, imports, 4)
+        )
+        initializer = None if _is_default(table.initializer, table.dim) else _initializer_code(table.initializer)
+        body += [
+            f"{variable} = tf.tpu.experimental.embedding.TableConfig(",
+            f"    vocabulary_size={table.vocabulary_size},",
+            f"    dim={table.dim},",
+            f"    initializer={initializer or 'None'},",
+            f"    optimizer={optimizer_text},",
+            f"    combiner={table.combiner!r},",
+            f"    name={table.name!r},",
+            ")",
+        ]
+    body += ["", "FEATURE_CONFIG = {"]
+    for feature in spec.features:
+        body.append(
+            f"    {feature.name!r}: tf.tpu.experimental.embedding.FeatureConfig("
+            f"table={variables[feature.table]}, max_sequence_length={feature.max_sequence_length}, "
+            f"name={feature.name!r}),"
+        )
+    body.append("}")
+    global_optimizer = spec.optimizer
+    body += [
+        "",
+        "# The EmbeddingConfigSpec's optimizer (every table above also has its own).",
+        "OPTIMIZER = "
+        + (
+            "None"
+            if global_optimizer is None or _v2_class(global_optimizer) is None
+            else _optimizer_code(global_optimizer, source, imports, 0)
+        ),
+        f"PIPELINE_EXECUTION_WITH_TENSOR_CORE = {spec.pipeline_execution_with_tensor_core!r}",
+        f"# The model's own tables (embedding_lookup_device='tpu_tensor_core'), in {TENSOR_CORE_FILE}:",
+        f"TENSOR_CORE_TABLES = {[t.name for t in source.tensor_core_tables]!r}",
+        "",
+        "",
+        "def tpu_embedding():",
+        '    """The training object (under a TPUStrategy scope on a TPU), restored from the checkpoint."""',
+        "    embedding = tf.tpu.experimental.embedding.TPUEmbedding(",
+        "        feature_config=FEATURE_CONFIG,",
+        "        optimizer=OPTIMIZER,",
+        "        pipeline_execution_with_tensor_core=PIPELINE_EXECUTION_WITH_TENSOR_CORE,",
+        "    )",
+        "    tf.train.Checkpoint(embedding=embedding).restore(CHECKPOINT)",
+        "    return embedding",
+        "",
+        "",
+        "def serving():",
+        '    """The CPU serving object (TPUEmbeddingForServing), restored from the checkpoint."""',
+        "    embedding = tf.tpu.experimental.embedding.TPUEmbeddingForServing(FEATURE_CONFIG, OPTIMIZER)",
+        "    tf.train.Checkpoint(embedding=embedding).restore(CHECKPOINT).expect_partial()",
+        "    return embedding",
+    ]
+    counter = [
+        "",
+        "",
+        "class _StepCounter:",
+        '    """A v2 learning rate (no argument) from a function of the step: called once per apply_gradients."""',
+        "",
+        "    def __init__(self, function, start):",
+        "        self.function, self.step = function, start",
+        "",
+        "    def __call__(self):",
+        "        value = self.function(self.step)",
+        "        self.step += 1",
+        "        return value",
+    ]
+    top = header(
+        f"TensorFlow mid-level TPU embedding configs ({len(spec.tables)} tables), with their trained state.",
+        source.origin,
+        [
+            "Runs on TensorFlow (2.15: `import tensorflow as tf`), or on a CPU with tpu-embedding-shim",
+            "(`import tpu_embedding_shim as tf`). The tables and slots are in the TensorFlow checkpoint",
+            f"{CHECKPOINT_DIR}/ckpt-1 beside this file; tpu_embedding() and serving() restore it.",
+        ],
+    )
+    lines = top + ["import os", "", "import tensorflow as tf", *sorted(set(imports))]
+    lines += [
+        "",
+        f'CHECKPOINT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "{CHECKPOINT_DIR}", "ckpt-1")',
+    ]
+    if any("_StepCounter" in line for line in body):
+        lines += counter
+    return "\n".join(lines + body) + "\n"
+
+
+def notes(source: Source) -> list[str]:
+    return [
+        f"Weights: {CHECKPOINT_DIR}/ckpt-1, a TensorFlow object-based checkpoint of a TPUEmbedding saved as "
+        f"`embedding=` (global step {source.step}); restore it with tf.train.Checkpoint(embedding=...).restore()."
+    ]
+
+
+__all__ = ["NAME", "TITLE", "map_option", "build", "weights", "write_weights", "code", "notes"]
