@@ -499,7 +499,9 @@ def code(source: Source) -> str:
         "def serving():",
         '    """The CPU serving object (TPUEmbeddingForServing), restored from the checkpoint."""',
         "    embedding = tf.tpu.experimental.embedding.TPUEmbeddingForServing(FEATURE_CONFIG, OPTIMIZER)",
-        "    tf.train.Checkpoint(embedding=embedding).restore(CHECKPOINT).expect_partial()",
+        "    status = tf.train.Checkpoint(embedding=embedding).restore(CHECKPOINT)",
+        "    embedding.build()  # TensorFlow creates the variables here, and restores them as it does",
+        "    status.assert_existing_objects_matched()",
         "    return embedding",
     ]
     counter = [
