@@ -67,3 +67,16 @@ def test_ragged_constructors_agree():
 def test_bad_ragged_tensor(call, fragment):
     with pytest.raises(ValueError, match=fragment):
         call()
+
+
+def test_ragged_constant_takes_tensorflows_dtype_and_refuses_a_cast_that_changes_values():
+    """TF: `tf.ragged.constant(pylist, dtype=None, ragged_rank=None, inner_shape=None, name=None, row_splits_dtype)`;
+    a value the dtype cannot hold is TF's TypeError."""
+    assert tf.ragged.constant([[1, 2], [3]], dtype=tf.float32).values.dtype == np.float32
+    assert tf.ragged.constant([[1, 2], [3]], dtype="int32", name="ids").to_list() == [[1, 2], [3]]
+    assert tf.ragged.constant([[], []], dtype=tf.int64).values.dtype == np.int64
+    for bad in ([[1.5]], [["a"]]):
+        with pytest.raises(TypeError, match="cannot be int64 without changing them"):
+            tf.ragged.constant(bad, dtype=tf.int64)
+    with pytest.raises(ValueError, match="rank-2"):
+        tf.ragged.constant([[1]], ragged_rank=2)

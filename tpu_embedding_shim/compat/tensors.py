@@ -20,6 +20,7 @@ import numpy as np
 
 from ..engine import checked_sparse_indices
 from ..spec.checks import check_int, fail
+from .dtypes import as_dtype
 
 
 def _int_array(name: str, value: Any, ndim: int, owner: str) -> np.ndarray:
@@ -181,6 +182,37 @@ class RaggedTensor:
         return f"RaggedTensor({self.to_list()})"
 
 
-def ragged_constant(rows: list[list[Any]]) -> RaggedTensor:
-    """`tf.ragged.constant` for rank-2 lists."""
-    return RaggedTensor.from_list(rows)
+def ragged_constant(
+    pylist: list[list[Any]],
+    dtype: Any = None,
+    ragged_rank: Any = None,
+    inner_shape: Any = None,
+    name: Any = None,
+    row_splits_dtype: Any = None,
+) -> RaggedTensor:
+    """`tf.ragged.constant` for rank-2 lists; `dtype` casts the values (`tf.int64`, `'float32'`, a numpy dtype).
+
+    `ragged_rank` may be None or 1 and `inner_shape` None (only rank 2 is
+    built); `name` and `row_splits_dtype` are accepted and ignored (the
+    row splits are int64).
+    """
+    if ragged_rank not in (None, 1) or inner_shape is not None:
+        raise ValueError(
+            "tf.ragged.constant here builds rank-2 ragged tensors only: `ragged_rank` must be None or 1 and "
+            f"`inner_shape` None. Received: ragged_rank={ragged_rank!r}, inner_shape={inner_shape!r}."
+        )
+    ragged = RaggedTensor.from_list(pylist)
+    if dtype is None:
+        return ragged
+    target = as_dtype(dtype)
+    values = ragged.values
+    if not values.size:
+        return ragged.with_values(np.zeros(0, target))
+    text = values.dtype.kind in "USO"
+    cast = values.astype(target) if text == (target.kind in "USO") else None
+    if cast is None or (not text and not np.array_equal(cast.astype(values.dtype), values)):
+        raise TypeError(
+            f"tf.ragged.constant: the values {values[:5].tolist()!r:.80} cannot be {target.name} without changing "
+            f"them. Received: dtype={dtype!r}."
+        )
+    return ragged.with_values(cast)
