@@ -197,13 +197,17 @@ def embedding_config(config: JobConfig, data: ml_data.MovieLens, vocabulary: str
     return spec, pooled_columns, sequence_columns
 
 
-def embedding_config_spec():
+def embedding_config_spec(output_dir: str = "movielens_output", wheel: str | None = None):
     """The job's EmbeddingConfigSpec with the default options, over MovieLens 100K (from the cache, downloaded if
     missing): what `tpu-embedding-shim migrate --to ... tpu_embedding_shim.movielens.job:embedding_config_spec
-    --checkpoint movielens_output/model` converts (docs/migrate.md)."""
-    data = ml_data.load()
-    os.makedirs(ml_data.cache_dir(), exist_ok=True)
-    vocabulary = ml_data.write_zip_vocabulary(data, os.path.join(ml_data.cache_dir(), "zip_prefixes.txt"))
+    --checkpoint movielens_output/model` converts (docs/migrate.md). The zip-prefix vocabulary is the one the run in
+    `output_dir` wrote (it depends on the run's examples), else the whole training split's. `wheel`: as
+    `JobConfig.wheel`."""
+    data = ml_data.load(wheel)
+    vocabulary = os.path.join(output_dir, "zip_prefixes.txt")
+    if not os.path.isfile(vocabulary):
+        os.makedirs(ml_data.cache_dir(), exist_ok=True)
+        vocabulary = ml_data.write_zip_vocabulary(data, os.path.join(ml_data.cache_dir(), "zip_prefixes.txt"))
     return embedding_config(JobConfig(), data, vocabulary)[0]
 
 
