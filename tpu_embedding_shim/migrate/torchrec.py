@@ -1,0 +1,1048 @@
+"""To TorchRec: `EmbeddingBagCollection` / `EmbeddingCollection` configs, FBGEMM's fused optimizers, their state.
+
+The target is TorchRec 1.9.2 with FBGEMM (fbgemm-gpu 1.8.0; `fbgemm-gpu-cpu`
+on a CPU): pooled features become `EmbeddingBagConfig`s of one
+`EmbeddingBagCollection` (`ebc`); a table read by a sequence feature becomes
+an `EmbeddingConfig` of an `EmbeddingCollection` (`ec`), which returns one row
+per id (the generated `lookup()` pads or truncates them, and pools the pooled
+features of such a table itself). Training runs in FBGEMM's fused kernels
+(the optimizer runs inside the backward): `torchrec.optim.SGD` / `Adagrad`
+attached with `_apply_optimizer_in_backward` become `EmbOptimType.EXACT_SGD` /
+`EXACT_ADAGRAD` once the model is sharded (`shard()`: table-wise, the fused
+compute kernel; tensor-core tables data-parallel, trained by the model's own
+optimizer).
+
+The conversions (each in the report):
+
+- TorchRec pools with SUM or unweighted MEAN only: `sqrtn` and a weighted
+  `mean` become SUM with per-id coefficient weights (`w/sum(w)`,
+  `w/sqrt(sum(w^2))`, after TF's safe-rule pruning), and then the whole
+  collection is weighted (`is_weighted=True`), so every pooled feature gets
+  coefficients (`coefficients()` in the generated code computes them);
+- FBGEMM's EXACT_ADAGRAD starts its state at 0 and adds `eps` (1e-8) to the
+  root: the converter sets `eps=0` and ships TF's accumulators (which hold
+  the initial value), written into the fused state by `shard()`;
+- FBGEMM's kernels need `dim % 4 == 0`: other tables are zero-padded to the
+  next multiple of 4 and `lookup()` returns the first `dim` columns.
+
+Weights (`weights.npz`, float32, rows in id order, whole tables):
+
+- `embedding_bags.<table>.weight` (`[V, D4]`, D4 = dim rounded up to a
+  multiple of 4) for the tables of `ebc`, `embeddings.<table>.weight` for
+  those of `ec`: the collections' `state_dict` keys;
+- `<that key>/<table>.momentum1`: EXACT_ADAGRAD's state (TF's
+  `accumulators`; padding columns hold the initial value), the key TorchRec's
+  fused optimizer gives it in `state_dict()['state'][<key>]`. A stand-in ADAM
+  (`allow_lossy`) gets `<table>.momentum1` and `<table>.exp_avg_sq` (TF's
+  `momenta` and `velocities`).
+
+Load them with the generated `model.py`: `build()` makes the collections
+with the tables loaded; `shard(build())` (inside a torch.distributed process
+group) makes the `DistributedModelParallel` and writes the tables and the
+fused optimizers' state shard by shard; `lookup(model, batch)` gives TF's
+activations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Any
+
+import numpy as np
+
+from ..spec import AdamSpec, TableSpec
+from ..spec import initializers as spec_initializers
+from .codegen import header, importable_name, literal
+from .convert import make_row
+from .options import Option
+from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
+from .source import Source
+
+NAME = "torchrec"
+TITLE = "TorchRec 1.9.2 + FBGEMM (fbgemm-gpu 1.8.0)"
+
+_FBGEMM_HAS = (
+    "FBGEMM's fused optimizers are SGD, EXACT_SGD, EXACT_ADAGRAD, (EXACT_)ROWWISE_ADAGRAD, ADAM, "
+    "PARTIAL_ROWWISE_ADAM, LAMB, PARTIAL_ROWWISE_LAMB, LARS_SGD, MADGRAD"
+)
+_MODEL_OPTIMIZER = "the model's (tensor core)"
+
+
+# Layout: where each table goes and how it is trained -------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Fused:
+    """A table's fused optimizer: FBGEMM's EmbOptimType, the torchrec.optim class TorchRec maps to it, its keyword
+    arguments, and TF's slot -> FBGEMM's state name. `exact` is False for a stand-in."""
+
+    kind: str
+    cls: str
+    kwargs: dict[str, float]
+    states: tuple[tuple[str, str], ...]
+    exact: bool
+
+
+def in_ec(source: Source, table: str) -> bool:
+    """True when a sequence feature reads `table`: it goes to the EmbeddingCollection."""
+    return any(f.is_sequence for f in source.features_of(table))
+
+
+def is_weighted(source: Source) -> bool:
+    """True when a pooled table of the EmbeddingBagCollection needs per-id weights (weights given, or sqrtn)."""
+    return any(
+        f.weight_key is not None or source.table(f.table).combiner == "sqrtn"
+        for f in source.features
+        if not in_ec(source, f.table)
+    )
+
+
+def padded_dim(dim: int) -> int:
+    """`dim` rounded up to a multiple of 4 (FBGEMM's kernels need it)."""
+    return -(-dim // 4) * 4
+
+
+def pooling(source: Source, table: str) -> str:
+    """The PoolingType of a table of the EmbeddingBagCollection: MEAN for an unweighted mean, else SUM."""
+    if source.table(table).combiner == "mean" and not is_weighted(source):
+        return "MEAN"
+    return "SUM"
+
+
+def weight_key(source: Source, table: str) -> str:
+    """The table's key in its collection's state_dict (and in weights.npz)."""
+    return f"embeddings.{table}.weight" if in_ec(source, table) else f"embedding_bags.{table}.weight"
+
+
+def fused(source: Source, table: str) -> Fused | None:
+    """The table's fused optimizer (None: a tensor-core table, or no optimizer)."""
+    optimizer = source.optimizer_for(table)
+    if optimizer is None:
+        return None
+    lr = optimizer.learning_rate_at(source.step)  # a function's value at the weights' step: see LEARNING_RATE_FNS
+    if optimizer.kind == "sgd":
+        return Fused("EXACT_SGD", "SGD", {"lr": lr}, (), True)
+    if optimizer.kind == "adagrad":
+        return Fused("EXACT_ADAGRAD", "Adagrad", {"lr": lr, "eps": 0.0}, (("accumulators", "momentum1"),), True)
+    if isinstance(optimizer, AdamSpec):
+        kwargs = {"lr": lr, "beta1": optimizer.beta1, "beta2": optimizer.beta2, "eps": optimizer.epsilon}
+        return Fused("ADAM", "Adam", kwargs, (("momenta", "momentum1"), ("velocities", "exp_avg_sq")), False)
+    return Fused("EXACT_SGD", "SGD", {"lr": lr}, (), False)
+
+
+# The report ------------------------------------------------------------------------------------------------
+
+
+def map_option(option: Option, source: Source) -> Row:
+    if option.where == "spec":
+        return _spec_row(option)
+    if option.feature is not None:
+        return _feature_row(option, source)
+    if option.name.startswith("optimizer."):
+        return _optimizer_field_row(option, source)
+    return _TABLE_ROWS[option.name](option, source)
+
+
+def _spec_row(option: Option) -> Row:
+    name, value = option.name, option.value
+    if name in ("partition_strategy", "num_shards"):
+        return make_row(
+            option,
+            EXACT,
+            "the sharding plan (shard(plan=...))",
+            "the numbers never depend on it: the tables are shipped whole in id order and load into any TorchRec "
+            "plan (TorchRec has no mod layout; its row_wise blocks of ceil(V/W) rows are TF's div sizes only when "
+            "W divides V)",
+        )
+    if name == "pipeline_execution_with_tensor_core":
+        if not value:
+            return make_row(option, EXACT, "(not set)")
+        return make_row(
+            option,
+            IMPOSSIBLE,
+            how="no TorchRec setting gives TF's one-step-stale lookups (TrainPipelineSemiSync's staleness was not "
+            "checked against it): every lookup will see the latest tables",
+        )
+    if name == "gradient_multiplier_fn":
+        if value is None:
+            return make_row(option, EXACT, "(not set)")
+        return make_row(
+            option,
+            CONVERTED,
+            "lookup(..., gradient_multiplier=fn(step))",
+            "TorchRec has no gradient multiplier: lookup() scales the gradient of every activation by the number "
+            f"it is given; call it with fn(global_step) ({_callable_note(value)})",
+        )
+    if name == "clipping_limit":
+        return make_row(option, EXACT, "(nothing)", "" if value is None else "TF stores it and never applies it")
+    if name == "profile_data_directory":
+        if value is None:
+            return make_row(option, EXACT, "(not set)")
+        return make_row(
+            option, IMPOSSIBLE, how="TorchRec writes no lookup statistics: none will be written (the numbers stay)"
+        )
+    raise KeyError(f"{NAME}: no rule for spec option {name!r}")
+
+
+def _callable_note(function: Any) -> str:
+    reference = importable_name(function)
+    if reference is None:
+        return f"{getattr(function, '__qualname__', function)!s} is not importable: copy it into model.py"
+    return f"model.py imports {reference[0]}.{reference[1]}"
+
+
+def _table_row_shape(option: Option, source: Source) -> Row:
+    target = "num_embeddings" if option.name == "vocabulary_size" else "embedding_dim"
+    table = source.table(option.table or "")
+    if option.name == "dim" and table.dim % 4:
+        return make_row(
+            option,
+            CONVERTED,
+            f"embedding_dim={padded_dim(table.dim)}",
+            f"FBGEMM's kernels need a multiple of 4: the table is zero-padded to {padded_dim(table.dim)} columns "
+            f"(and its optimizer state too); lookup() returns the first {table.dim} (the padding gets no gradient)",
+        )
+    return make_row(option, EXACT, target)
+
+
+def _table_row_initializer(option: Option, source: Source) -> Row:
+    table = source.table(option.table or "")
+    drawn = "TF's initializer's draws" if source.origin.startswith("fresh") else "the checkpoint's values"
+    if _init_fn_code(table) is None:
+        return make_row(
+            option,
+            CONVERTED,
+            "the shipped weights",
+            f"the table starts from {drawn} (weights.npz); no init_fn is written ({option.text} has no torch "
+            "equivalent), so a re-initialized table would get TorchRec's default (uniform +-sqrt(1/V))",
+        )
+    return make_row(
+        option,
+        CONVERTED,
+        "the shipped weights; init_fn",
+        f"the table starts from {drawn} (weights.npz); init_fn draws from the same distribution with torch's "
+        "random numbers (not the same numbers) if it is re-initialized",
+    )
+
+
+def _table_row_combiner(option: Option, source: Source) -> Row:
+    table = option.table or ""
+    combiner = option.value
+    pooled = [f for f in source.features_of(table) if not f.is_sequence]
+    if not pooled:
+        return make_row(option, EXACT, "(not used)", "only sequence features read the table: nothing is pooled")
+    if in_ec(source, table):
+        return make_row(
+            option,
+            CONVERTED,
+            "lookup(): SUM of the EmbeddingCollection's rows with coefficients",
+            "a sequence feature reads the table too, so it is in the EmbeddingCollection (one row per id); "
+            f"lookup() pools the rows of {', '.join(f.name for f in pooled)} with coefficients() ({combiner})",
+        )
+    if combiner == "sum":
+        return make_row(option, EXACT, "PoolingType.SUM")
+    if pooling(source, table) == "MEAN":
+        return make_row(option, EXACT, "PoolingType.MEAN")
+    formula = "w/sum(w)" if combiner == "mean" else "w/sqrt(sum(w^2))"
+    return make_row(
+        option,
+        CONVERTED,
+        "PoolingType.SUM, per-id weights",
+        f"TorchRec pools with SUM or unweighted MEAN only: SUM with per-id weights c = {formula} (w = the "
+        "feature's weights, else 1), which lookup() computes with coefficients() (is_weighted=True)",
+    )
+
+
+def _table_row_placement(option: Option, source: Source) -> Row:
+    if option.value == "tensor_core":
+        return make_row(
+            option,
+            CONVERTED,
+            "data_parallel, dense kernel",
+            "shard() replicates it (data_parallel) with no fused optimizer: train it with the model's optimizer",
+        )
+    return make_row(option, EXACT, "table_wise, FBGEMM's fused kernel")
+
+
+def _table_row_features(option: Option, source: Source) -> Row:
+    return make_row(option, EXACT, "feature_names")
+
+
+def _table_row_optimizer(option: Option, source: Source) -> Row:
+    table = option.table or ""
+    if option.value == _MODEL_OPTIMIZER:
+        return make_row(option, CONVERTED, "the model's optimizer", "a tensor-core table: no fused optimizer")
+    setting = fused(source, table)
+    if setting is None:
+        return make_row(option, EXACT, "(none)", "no optimizer: attach one before training")
+    target = f"EmbOptimType.{setting.kind} (torchrec.optim.{setting.cls})"
+    if option.value == "sgd":
+        return make_row(option, EXACT, target)
+    if option.value == "adagrad":
+        return make_row(
+            option,
+            CONVERTED,
+            target,
+            "eps=0 (FBGEMM adds eps, default 1e-8, to the root; TF adds nothing); FBGEMM starts its state "
+            "(momentum1) at 0: shard() writes TF's accumulators, which hold the initial value",
+        )
+    if option.value == "adam":
+        return make_row(
+            option,
+            IMPOSSIBLE,
+            target,
+            "FBGEMM's ADAM bias-corrects (m/(1-beta1^t), v/(1-beta2^t), t = the kernel's iteration count or a "
+            "per-row counter) and adds eps to the corrected root; a TPU's Adam has no bias correction (and by "
+            "default eps inside the root, sum_inside_sqrt); FBGEMM's CPU kernels have no ADAM (GPU only). ADAM "
+            "stands in, with TF's momenta / velocities as its state",
+        )
+    slots = sorted(source.spec.optimizer_for(table).slot_initial_values())  # type: ignore[union-attr]
+    return make_row(
+        option,
+        IMPOSSIBLE,
+        "EmbOptimType.EXACT_SGD (a stand-in)",
+        f"no {option.value} in FBGEMM ({_FBGEMM_HAS}): EXACT_SGD at TF's learning rate stands in, and TF's "
+        f"slots {slots} are not shipped",
+    )
+
+
+_TABLE_ROWS = {
+    "vocabulary_size": _table_row_shape,
+    "dim": _table_row_shape,
+    "initializer": _table_row_initializer,
+    "combiner": _table_row_combiner,
+    "placement": _table_row_placement,
+    "features": _table_row_features,
+    "optimizer": _table_row_optimizer,
+}
+
+
+def _optimizer_field_row(option: Option, source: Source) -> Row:
+    field = option.name.removeprefix("optimizer.")
+    table = option.table or ""
+    value = option.value
+    setting = fused(source, table)
+    assert setting is not None  # only tables with an optimizer have optimizer.* options
+    if field == "learning_rate":
+        if callable(value):
+            return make_row(
+                option,
+                CONVERTED,
+                "set_learning_rates(model, {table: fn(step)})",
+                "FBGEMM's rate is a number: call set_learning_rates() with fn(global_step) before each backward "
+                f"(LEARNING_RATE_FNS in model.py: {_callable_note(value)}); the fused rate starts at "
+                f"fn({source.step}) = {setting.kwargs['lr']!r}",
+            )
+        return make_row(option, EXACT, "lr")
+    if field == "use_gradient_accumulation":
+        return make_row(
+            option, EXACT, "(always)", "FBGEMM sums a step's gradients per row in fp32 before one update, as the engine"
+        )
+    if field in ("clip_weight_min", "clip_weight_max"):
+        if value is None:
+            return make_row(option, EXACT, "(not set)")
+        return make_row(
+            option,
+            IMPOSSIBLE,
+            how="FBGEMM has no weight clipping (max_norm rescales a row's norm, another operation): rows will "
+            "not be clipped",
+        )
+    if field == "weight_decay_factor":
+        if not value:
+            return make_row(option, EXACT, "(not set)")
+        return make_row(
+            option,
+            IMPOSSIBLE,
+            how="FBGEMM's EXACT_SGD and EXACT_ADAGRAD take no weight decay: rows will not decay",
+        )
+    if field == "multiply_weight_decay_factor_by_learning_rate":
+        optimizer = source.optimizer_for(table)
+        if not getattr(optimizer, "weight_decay_factor", None):
+            return make_row(option, EXACT, "(no weight decay)")
+        return make_row(option, IMPOSSIBLE, how="goes with weight_decay_factor, which FBGEMM does not do")
+    if field in ("clip_gradient_min", "clip_gradient_max"):
+        if value is None:
+            return make_row(option, EXACT, "(not set)")
+        return make_row(
+            option,
+            IMPOSSIBLE,
+            "(gradient_clipping=True, max_gradient=m would differ)",
+            "FBGEMM's gradient_clipping clamps each entry's gradient before a row's duplicates are summed "
+            "(checked on its CPU kernel), symmetrically; TF clamps the summed row gradient: gradients will not "
+            "be clipped",
+        )
+    if not setting.exact:
+        return make_row(
+            option,
+            IMPOSSIBLE,
+            _stand_in_argument(setting, field),
+            f"{source.optimizer_for(table).kind} has no FBGEMM equivalent (see `optimizer`)",  # type: ignore[union-attr]
+        )
+    if field == "initial_accumulator":
+        return make_row(
+            option,
+            CONVERTED,
+            "momentum1 (written by shard())",
+            "FBGEMM starts momentum1 at 0: the shipped state is TF's accumulators, which start at this value",
+        )
+    raise KeyError(f"{NAME}: no rule for optimizer field {field!r}")
+
+
+def _stand_in_argument(setting: Fused, field: str) -> str:
+    renames = {"beta1": "beta1", "beta2": "beta2", "epsilon": "eps"}
+    if setting.kind == "ADAM" and field in renames:
+        return f"ADAM {renames[field]}"
+    return ""
+
+
+# Feature rows ----------------------------------------------------------------------------------------------
+
+
+def _feature_row(option: Option, source: Source) -> Row:
+    name, value = option.name, option.value
+    feature = next(f for f in source.features if f.name == option.feature)
+    table = source.table(feature.table)
+    if name == "table":
+        return make_row(option, EXACT, f"feature_names of {table.name!r}")
+    if name == "id_source":
+        if value == "identity":
+            return make_row(option, EXACT, "KeyedJaggedTensor values (the ids)")
+        return make_row(
+            option,
+            CONVERTED,
+            "token_ids() in model.py",
+            "TorchRec takes integer ids: token_ids() maps tokens with the shipped vocabulary (id = index), "
+            "as TF's vocabulary table",
+        )
+    if name == "default_value":
+        if value is None:
+            return make_row(option, EXACT, "(not set)")
+        if feature.id_source == "identity":
+            return make_row(
+                option,
+                CONVERTED,
+                "lookup()",
+                f"lookup() maps ids outside [0, {feature.num_buckets}) to {value}, as TF's identity column",
+            )
+        if feature.num_oov_buckets:
+            return make_row(option, EXACT, "(not used)", "the OOV buckets take the unknown tokens")
+        if value == -1:
+            return make_row(
+                option, CONVERTED, "token_ids(), lookup()", "token_ids() gives unknown tokens -1; lookup() drops them"
+            )
+        return make_row(option, CONVERTED, "token_ids()", f"token_ids() maps unknown tokens to {value}, as TF")
+    if name == "num_oov_buckets":
+        if not value:
+            return make_row(option, EXACT, "(none)")
+        return make_row(
+            option,
+            CONVERTED,
+            "token_ids(..., hash_bucket=...)",
+            f"token_ids() puts an unknown token in len(vocabulary) + hash_bucket(token, {value}); pass TF's "
+            "FarmHash Fingerprint64 bucket (tf.strings.to_hash_bucket_fast, or "
+            "tpu_embedding_shim.engine.farmhash.hash_bucket): TorchRec has no hashing of its own",
+        )
+    if name == "weight_key":
+        return _weight_key_row(option, source, feature)
+    if name == "max_sequence_length":
+        if not value:
+            return make_row(option, EXACT, "pooled")
+        return make_row(
+            option,
+            CONVERTED,
+            "EmbeddingConfig in an EmbeddingCollection",
+            f"the EmbeddingCollection returns one row per id (jagged): lookup() truncates the ids to {value} "
+            f"before the lookup (dropped ids get no gradient, as TF) and pads to [B, {value}, dim]; ids sit at "
+            "consecutive positions (TorchRec has no positions: a gap inside a sequence closes up)",
+        )
+    if name == "safe_lookup":
+        weighted_pool = not feature.is_sequence and feature.weight_key is not None and table.combiner != "sum"
+        if not weighted_pool:
+            return make_row(
+                option,
+                EXACT,
+                "(nothing to prune)",
+                "unweighted or sum: no entry is pruned; negative ids are dropped by lookup() either way, and "
+                "empty bags give zeros",
+            )
+        rule = "drops entries with weight <= 0" if value else "keeps entries with weight <= 0"
+        return make_row(option, CONVERTED, "coefficients(..., safe=...)", f"coefficients() {rule}, as TF")
+    if name == "dense_zero_is_padding":
+        if not value:
+            return make_row(option, EXACT, "(ids as given)")
+        return make_row(
+            option,
+            CONVERTED,
+            "from_dense() in model.py",
+            "TPUEstimator read 0 in a dense integer input as padding: from_dense() drops zeros and negative "
+            "entries when it makes (ids, lengths); ragged and sparse inputs are not affected",
+        )
+    raise KeyError(f"{NAME}: no rule for feature option {name!r}")
+
+
+def _weight_key_row(option: Option, source: Source, feature: Any) -> Row:
+    combiner = source.table(feature.table).combiner
+    if feature.is_sequence:
+        how = "" if feature.weight_key is None else "TF ignores a sequence feature's weights, and so does lookup()"
+        return make_row(option, EXACT, "(no weights)", how)
+    if in_ec(source, feature.table):
+        if feature.weight_key is None and combiner != "sqrtn":
+            return make_row(option, EXACT, "(no weights)")
+        return make_row(option, CONVERTED, "coefficients()", "folded into the coefficients lookup() pools with")
+    if feature.weight_key is None:
+        if not is_weighted(source):
+            return make_row(option, EXACT, "(no weights)")
+        return make_row(
+            option,
+            CONVERTED,
+            "KeyedJaggedTensor weights (is_weighted=True)",
+            "the collection is weighted (is_weighted applies to all its features): lookup() passes "
+            "coefficients() as this feature's weights",
+        )
+    if combiner == "sum":
+        return make_row(option, EXACT, "KeyedJaggedTensor weights (is_weighted=True)")
+    return make_row(
+        option,
+        CONVERTED,
+        "KeyedJaggedTensor weights (is_weighted=True)",
+        "the weights are folded into the coefficients (coefficients()) that SUM pools with",
+    )
+
+
+def notes(source: Source) -> list[str]:
+    out = [
+        "Train through shard(build()) (a DistributedModelParallel, inside a torch.distributed process group): "
+        "the fused optimizers run there, inside the backward; build() alone only looks up.",
+        "FBGEMM's CPU kernels have no ADAM: a model with an ADAM stand-in shards on a GPU only (build() and "
+        "lookups run anywhere).",
+    ]
+    padded = [t.name for t in source.tables if t.dim % 4]
+    if padded:
+        out.append(f"Padded to a multiple of 4 columns (FBGEMM's kernels need it): {', '.join(padded)}.")
+    return out
+
+
+# Weights ---------------------------------------------------------------------------------------------------
+
+
+def _padded(values: np.ndarray, dim: int, fill: float) -> np.ndarray:
+    values = np.asarray(values, dtype=np.float32)
+    if values.shape[1] == dim:
+        return values.copy()
+    out = np.full((values.shape[0], dim), fill, dtype=np.float32)
+    out[:, : values.shape[1]] = values
+    return out
+
+
+def weights(source: Source) -> dict[str, np.ndarray]:
+    """Tables under their state_dict keys and fused optimizer states under `<key>/<table>.<state>`, padded to D4."""
+    out: dict[str, np.ndarray] = {}
+    for table in source.tables:
+        key = weight_key(source, table.name)
+        arrays = source.state[table.name]
+        dim = padded_dim(table.dim)
+        out[key] = _padded(arrays["embedding"], dim, 0.0)
+        setting = fused(source, table.name)
+        if setting is None:
+            continue
+        initial = source.optimizer_for(table.name).slot_initial_values()  # type: ignore[union-attr]
+        for slot, state in setting.states:
+            # Padding columns never get a gradient; a positive accumulator there keeps Adagrad's 0 / sqrt(a) at 0.
+            out[f"{key}/{table.name}.{state}"] = _padded(arrays[slot], dim, initial.get(slot, 0.0))
+    return out
+
+
+# Code ------------------------------------------------------------------------------------------------------
+
+_INIT_FNS = {
+    spec_initializers.TruncatedNormal: "trunc_normal_",
+    spec_initializers.RandomNormal: "normal_",
+    spec_initializers.RandomUniform: "uniform_",
+    spec_initializers.Zeros: "zeros_",
+    spec_initializers.Ones: "ones_",
+}
+
+
+def _init_fn_code(table: TableSpec) -> str | None:
+    """A torch `init_fn` drawing from the table's distribution (None when torch has none for it)."""
+    init = table.effective_initializer()
+    function = _INIT_FNS.get(type(init))
+    if function is None:
+        return None
+    if isinstance(init, spec_initializers.TruncatedNormal):  # TF truncates at two standard deviations
+        mean, std = float(init.mean), float(init.stddev)
+        arguments = f"mean={mean!r}, std={std!r}, a={mean - 2 * std!r}, b={mean + 2 * std!r}"
+    elif isinstance(init, spec_initializers.RandomNormal):
+        arguments = f"mean={float(init.mean)!r}, std={float(init.stddev)!r}"
+    elif isinstance(init, spec_initializers.RandomUniform):
+        arguments = f"a={float(init.minval)!r}, b={float(init.maxval)!r}"
+    else:
+        return f"torch.nn.init.{function}"
+    return f"functools.partial(torch.nn.init.{function}, {arguments})"
+
+
+def _config_line(source: Source, table: TableSpec, sequence: bool) -> str:
+    features = [f.name for f in source.features_of(table.name)]
+    arguments = [
+        f"name={table.name!r}",
+        f"num_embeddings={table.vocabulary_size}",
+        f"embedding_dim={padded_dim(table.dim)}",
+        f"feature_names={literal(features)}",
+    ]
+    if not sequence:
+        arguments.append(f"pooling=PoolingType.{pooling(source, table.name)}")
+    init_fn = _init_fn_code(table)
+    if init_fn is not None:
+        arguments.append(f"init_fn={init_fn}")
+    cls = "EmbeddingConfig" if sequence else "EmbeddingBagConfig"
+    return f"    {cls}({', '.join(arguments)}),"
+
+
+def _feature_entry(source: Source, name: str) -> str:
+    feature = next(f for f in source.features if f.name == name)
+    table = source.table(feature.table)
+    entry = {
+        "table": table.name,
+        "collection": "ec" if in_ec(source, table.name) else "ebc",
+        "combiner": table.combiner,
+        "safe": feature.safe_lookup,
+        "dim": table.dim,
+        "max_sequence_length": feature.max_sequence_length,
+        "num_buckets": feature.num_buckets,
+        "out_of_range_id": feature.default_value if feature.id_source == "identity" else None,
+        "dense_zero_is_padding": feature.dense_zero_is_padding,
+    }
+    return f"    {name!r}: {{{', '.join(f'{k!r}: {literal(v)}' for k, v in entry.items())}}},"
+
+
+def _optimizer_lines(source: Source) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+    """(FUSED_OPTIMIZERS entries, LEARNING_RATE_FNS entries, (module, name) of the learning-rate functions)."""
+    fused_lines: list[str] = []
+    rate_lines: list[str] = []
+    imports: list[tuple[str, str]] = []
+    for table in source.tables:
+        setting = fused(source, table.name)
+        if setting is None:
+            continue
+        kind = setting.kind if setting.exact else f"{setting.kind}, a stand-in: see report.md"
+        kwargs = ", ".join(f"{k!r}: {literal(float(v))}" for k, v in setting.kwargs.items())
+        fused_lines.append(f"    {table.name!r}: (torchrec.optim.{setting.cls}, {{{kwargs}}}),  # EmbOptimType.{kind}")
+        rate = source.optimizer_for(table.name).learning_rate  # type: ignore[union-attr]
+        if callable(rate):
+            reference = importable_name(rate)
+            if reference is None:
+                rate_lines.append(
+                    f"    # {table.name!r}: TF's learning rate is {getattr(rate, '__qualname__', rate)!s}, a "
+                    "function that cannot be written here: put it in"
+                )
+            else:
+                imports.append(reference)
+                rate_lines.append(f"    {table.name!r}: {reference[1]},")
+    return fused_lines, rate_lines, imports
+
+
+def _import_lines(references: list[tuple[str, str]]) -> list[str]:
+    """`from module import a, b` per module of TF's functions of the step, as a block of their own."""
+    modules: dict[str, list[str]] = {}
+    for module, name in references:
+        if name not in modules.setdefault(module, []):
+            modules[module].append(name)
+    if not modules:
+        return []
+    lines = ["# TF's functions of the global step, from the source model's code."]
+    return [*lines, *(f"from {module} import {', '.join(names)}" for module, names in modules.items()), ""]
+
+
+def _token(token: Any) -> str | int:
+    """A vocabulary token as TF compares it: text (bytes decoded as UTF-8) or an int."""
+    if isinstance(token, bytes):
+        return token.decode("utf-8", "surrogateescape")
+    return str(token) if isinstance(token, str) else int(token)
+
+
+def code(source: Source) -> str:
+    """model.py: the configs, the fused optimizers, and the functions that load, shard and look up."""
+    ebc_tables = [t for t in source.tables if not in_ec(source, t.name)]
+    ec_tables = [t for t in source.tables if in_ec(source, t.name)]
+    fused_lines, rate_lines, rate_imports = _optimizer_lines(source)
+    multiplier_imports, multiplier_lines = _function_lines(
+        source.spec.gradient_multiplier_fn, "GRADIENT_MULTIPLIER_FN", "gradient multiplier"
+    )
+    configs = "\n".join(_config_line(source, t, sequence=in_ec(source, t.name)) for t in source.tables)
+    lines = header(
+        "TorchRec embeddings converted from a TensorFlow TPU embedding model (TorchRec 1.9.2 + FBGEMM).",
+        source.origin,
+        [
+            "    module = build()              # the collections, TF's tables loaded (weights.npz beside this file)",
+            "    model = shard(module)         # inside a torch.distributed process group: FBGEMM's fused kernels",
+            "    out = lookup(model, batch)    # {feature: TF's activations}; backward() trains the tables",
+        ],
+    )
+    lines += [
+        *(["import functools"] if "functools.partial" in configs else []),
+        "import os",
+        "",
+        "import numpy as np",
+        "import torch",
+        "import torchrec.optim",
+        "from torch.distributed.optim import _apply_optimizer_in_backward",
+        "from torchrec import (",
+        "    EmbeddingBagCollection,",
+        "    EmbeddingBagConfig,",
+        "    EmbeddingCollection,",
+        *(["    EmbeddingConfig,"] if ec_tables else []),
+        "    KeyedJaggedTensor,",
+        "    PoolingType,",
+        ")",
+        "",
+        *_import_lines(rate_imports + multiplier_imports),
+        "# Pooled tables (EmbeddingBagCollection). embedding_dim is TF's dim rounded up to a multiple of 4.",
+        "TABLES = [",
+        *[_config_line(source, t, sequence=False) for t in ebc_tables],
+        "]",
+        "# Tables a sequence feature reads (EmbeddingCollection: one row per id).",
+        "SEQUENCE_TABLES = [",
+        *[_config_line(source, t, sequence=True) for t in ec_tables],
+        "]",
+        "# True when a pooled table needs per-id weights (TF's weights, or sqrtn / weighted mean as coefficients):",
+        "# every feature of the EmbeddingBagCollection then gets coefficients() as its weights.",
+        f"IS_WEIGHTED = {is_weighted(source)!r}",
+        "# Tensor-core tables: replicated (data_parallel), trained by the model's own optimizer.",
+        f"DATA_PARALLEL = {literal([t.name for t in source.tensor_core_tables])}",
+        "# table -> (torchrec.optim class, kwargs): FBGEMM's fused optimizer once sharded (lr: TF's learning rate).",
+        "FUSED_OPTIMIZERS = {",
+        *fused_lines,
+        "}",
+        "# table -> TF's learning rate as a function of the global step: call set_learning_rates() every step.",
+        "LEARNING_RATE_FNS = {",
+        *rate_lines,
+        "}",
+        "# TF's gradient multiplier, a function of the global step: lookup(..., gradient_multiplier=fn(step)).",
+        *multiplier_lines,
+        "# feature -> how TF looked it up (combiner, safe rule, sequence length, id range).",
+        "FEATURES = {",
+        *[_feature_entry(source, f.name) for f in source.features],
+        "}",
+        "# vocabulary feature -> its tokens (id = index), default_value and OOV buckets: see token_ids().",
+        "VOCABULARIES = {",
+        *[
+            f"    {f.name!r}: {{'tokens': {literal([_token(t) for t in f.vocabulary])}, "
+            f"'default_value': {literal(f.default_value)}, "
+            f"'num_oov_buckets': {f.num_oov_buckets}}},"
+            for f in source.features
+            if f.vocabulary is not None
+        ],
+        "}",
+    ]
+    return "\n".join(lines) + "\n" + _RUNTIME
+
+
+def _function_lines(function: Any, name: str, what: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """((module, name) to import, lines) that bind `name` to `function` in the generated code: imported when it has
+    an importable name, else None with a comment saying it must be put in by hand."""
+    if function is None:
+        return [], [f"{name} = None"]
+    reference = importable_name(function)
+    if reference is None:
+        label = getattr(function, "__qualname__", type(function).__name__)
+        return [], [f"# TF's {what} is {label}, which cannot be written here: put it in.", f"{name} = None"]
+    return [reference], [f"{name} = {reference[1]}"]
+
+
+def build(source: Source) -> types.ModuleType:
+    """The generated model.py run in-process (TorchRec imported), its `embeddings` built with the weights loaded.
+
+    The module's attributes are the configs (`TABLES`, `SEQUENCE_TABLES`, `FUSED_OPTIMIZERS`, ...) and the
+    functions (`build`, `shard`, `lookup`, ...); `embeddings` is `build(weights)`.
+    Raises ImportError when torch or torchrec is missing.
+    """
+    import torch  # noqa: F401  (ImportError here when torch is missing)
+    import torchrec  # noqa: F401
+
+    module = types.ModuleType("torchrec_model")
+    module.__file__ = "model.py"
+    exec(compile(code(source), "<torchrec model.py>", "exec"), module.__dict__)
+    namespace = vars(module)
+    namespace["WEIGHTS"] = weights(source)
+    namespace["embeddings"] = namespace["build"](namespace["WEIGHTS"])
+    return module
+
+
+_RUNTIME = '''
+
+# What follows is the same for every converted model. ------------------------------------------------------
+
+
+def load_weights(path=None):
+    """The tables and fused optimizer states: weights.npz beside this file (or `path`)."""
+    path = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights.npz")
+    with np.load(path) as data:
+        return {name: data[name] for name in data.files}
+
+
+class Embeddings(torch.nn.Module):
+    """`ebc` (the pooled tables) and `ec` (the tables of sequence features); either is None when it has no table."""
+
+    def __init__(self, device=None):
+        super().__init__()
+        self.ebc = EmbeddingBagCollection(tables=TABLES, is_weighted=IS_WEIGHTED, device=device) if TABLES else None
+        self.ec = EmbeddingCollection(tables=SEQUENCE_TABLES, device=device) if SEQUENCE_TABLES else None
+
+    def forward(self, pooled, sequence):
+        """(the KeyedTensor of `pooled` or None, the {feature: JaggedTensor} of `sequence` or None)."""
+        return (
+            self.ebc(pooled) if pooled is not None else None,
+            self.ec(sequence) if sequence is not None else None,
+        )
+
+
+def build(weights=None, device=None):
+    """The Embeddings with TF's tables loaded and the fused optimizers attached (they train once sharded)."""
+    module = Embeddings(device)
+    load_state(module, load_weights() if weights is None else weights)
+    for table, (optimizer, kwargs) in FUSED_OPTIMIZERS.items():
+        _apply_optimizer_in_backward(optimizer, [_parameter(module, table)], dict(kwargs))
+    return module
+
+
+def _parameter(module, table):
+    if module.ebc is not None and table in module.ebc.embedding_bags:
+        return module.ebc.embedding_bags[table].weight
+    return module.ec.embeddings[table].weight
+
+
+def shard(module, weights=None, device=None, plan=None):
+    """`module` (from build()) as a DistributedModelParallel over the default process group, with TF's tables and
+    the fused optimizers' state (Adagrad's accumulators) written shard by shard.
+
+    The default plan puts table i whole on rank i % world_size with FBGEMM's fused kernel (table_wise);
+    tensor-core tables are replicated (data_parallel).
+    """
+    import torch.distributed as dist
+    from torchrec.distributed.embedding import EmbeddingCollectionSharder
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.distributed.sharding_plan import construct_module_sharding_plan, data_parallel, table_wise
+    from torchrec.distributed.types import ShardingPlan
+
+    device = device or torch.device("cpu")
+    sharders = {"ebc": EmbeddingBagCollectionSharder(), "ec": EmbeddingCollectionSharder()}
+    if plan is None:
+        world = dist.get_world_size()
+        plans = {}
+        for name, configs in (("ebc", TABLES), ("ec", SEQUENCE_TABLES)):
+            if not configs:
+                continue
+            per_table = {}
+            for i, config in enumerate(configs):
+                fused = table_wise(rank=i % world, compute_kernel="fused")
+                per_table[config.name] = data_parallel() if config.name in DATA_PARALLEL else fused
+            plans[name] = construct_module_sharding_plan(
+                getattr(module, name),
+                per_param_sharding=per_table,
+                local_size=int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+                world_size=world,
+                device_type=device.type,
+                sharder=sharders[name],
+            )
+        plan = ShardingPlan(plans)
+    model = DistributedModelParallel(module, device=device, plan=plan, sharders=list(sharders.values()))
+    load_state(model, load_weights() if weights is None else weights)
+    return model
+
+
+def load_state(model, weights):
+    """Writes the tables and the fused optimizers' state of `weights` into `model` (built or sharded)."""
+    with torch.no_grad():
+        for key, value in model.state_dict().items():
+            _write(value, weights, key.split(".", 1)[1])
+        optimizer = getattr(model, "fused_optimizer", None)
+        if optimizer is not None:
+            for key, states in optimizer.state_dict()["state"].items():
+                for name, value in states.items():
+                    _write(value, weights, key.split(".", 1)[1] + "/" + name)
+
+
+def _write(target, weights, key):
+    if key not in weights:
+        raise KeyError(f"The weights have no {key!r} (they have {sorted(weights)}).")
+    full = torch.from_numpy(np.asarray(weights[key]))
+    if not hasattr(target, "local_shards"):
+        target.copy_(full)
+        return
+    for shard in target.local_shards():
+        (row, column), (rows, columns) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
+        shard.tensor.copy_(full[row : row + rows, column : column + columns])
+
+
+def set_learning_rates(model, rates):
+    """Sets the fused learning rate of each table in `rates` (table -> number) for the next backward.
+
+    FBGEMM runs tables with equal settings in one kernel with one rate: giving the tables of one kernel different
+    rates (or a rate to only some of them) is an error.
+    """
+    for _, optimizer in model.fused_optimizer.optimizers:
+        for group in optimizer.param_groups:
+            tables = [key.split(".")[-2] for key, p in optimizer.params.items() if any(p is q for q in group["params"])]
+            given = [table for table in tables if table in rates]
+            if not given:
+                continue
+            if len(given) < len(tables) or len({rates[table] for table in given}) > 1:
+                raise ValueError(f"Tables {tables} share one fused kernel and one learning rate; received {rates}.")
+            group["lr"] = float(rates[given[0]])
+    model.fused_optimizer.zero_grad()  # hands each kernel its rate
+
+
+def coefficients(lengths, weights, combiner, safe=True):
+    """(keep, c): the entries TF keeps and their coefficients, so that SUM pooling with weights c is TF's combiner.
+
+    Over the kept entries of an example (w: the weights, else 1): sum c = w; mean c = w / sum(w);
+    sqrtn c = w / sqrt(sum(w^2)); c = 0 when the sum is 0. TF's safe rule drops entries with w <= 0 for mean and
+    sqrtn (not for sum).
+    """
+    lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    example = np.repeat(np.arange(lengths.size), lengths)
+    w = np.ones(example.size) if weights is None else np.asarray(weights, dtype=np.float32).astype(np.float64)
+    keep = w > 0 if safe and combiner != "sum" else np.ones(w.size, dtype=bool)
+    if combiner == "sum":
+        return keep, w.astype(np.float32)
+    kept = np.where(keep, w, 0.0)
+    if combiner == "mean":
+        total = np.bincount(example, weights=kept, minlength=lengths.size)
+    else:
+        total = np.sqrt(np.bincount(example, weights=kept * kept, minlength=lengths.size))
+    scale = np.divide(1.0, total, out=np.zeros(lengths.size), where=total != 0)
+    return keep, (scale[example] * w).astype(np.float32)
+
+
+def from_dense(feature, dense):
+    """(ids, lengths) of a dense int array [B, n]: negative entries are padding, and 0 too where TPUEstimator read
+    it so (dense_zero_is_padding)."""
+    dense = np.asarray(dense)
+    dense = dense.reshape(dense.shape[0], -1)
+    padding = dense < 0
+    if FEATURES[feature]["dense_zero_is_padding"]:
+        padding |= dense == 0
+    return dense[~padding].astype(np.int64), (~padding).sum(axis=1)
+
+
+def token_ids(feature, tokens, hash_bucket=None):
+    """The ids of a vocabulary feature's tokens, as TF's vocabulary table gives them: the token's index; an unknown
+    token gets len(vocabulary) + hash_bucket(token, num_oov_buckets) with OOV buckets (pass TF's FarmHash
+    Fingerprint64 bucket: tf.strings.to_hash_bucket_fast, tpu_embedding_shim.engine.farmhash.hash_bucket), else
+    default_value (-1: lookup() drops it)."""
+    vocabulary = VOCABULARIES[feature]
+    index = {token: i for i, token in enumerate(vocabulary["tokens"])}
+    ids = []
+    for token in tokens:
+        key = token.decode("utf-8", "surrogateescape") if isinstance(token, bytes) else token
+        key = str(key) if isinstance(key, str) else int(key)
+        if key in index:
+            ids.append(index[key])
+        elif vocabulary["num_oov_buckets"]:
+            if hash_bucket is None:
+                raise ValueError(f"Feature {feature!r}: token {token!r} is unknown; pass hash_bucket= (TF's hash).")
+            ids.append(len(index) + int(hash_bucket(token, vocabulary["num_oov_buckets"])))
+        else:
+            ids.append(-1 if vocabulary["default_value"] is None else vocabulary["default_value"])
+    return np.asarray(ids, dtype=np.int64)
+
+
+class _ScaleGradient(torch.autograd.Function):
+    """Identity forward; the backward multiplies the gradient by `factor` (TF's gradient multiplier)."""
+
+    @staticmethod
+    def forward(ctx, values, factor):
+        ctx.factor = factor
+        return values.view_as(values)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.factor, None
+
+
+def lookup(model, batch, gradient_multiplier=None):
+    """TF's activations of one batch: {feature: [B, dim] (pooled) or [B, L, dim] (sequence)}.
+
+    `batch[feature]` is (ids, lengths) or (ids, lengths, weights): the ids of B examples one after the other
+    (ints, [N]), lengths [B], weights [N]. Negative ids are dropped (an identity feature with a default_value
+    maps them, and ids >= num_buckets, to it); sequences are truncated to max_sequence_length before the lookup
+    and padded after; pooled features get coefficients() (TF's combiner and safe rule). `gradient_multiplier`
+    scales the gradient that flows back into the tables.
+    """
+    pooled, sequence, sizes = {}, {}, set()
+    for name, spec in FEATURES.items():
+        if name not in batch:
+            raise KeyError(f"The batch has no feature {name!r}; it needs {sorted(FEATURES)}.")
+        ids, lengths, weights = _clean(name, spec, *batch[name])
+        sizes.add(lengths.size)
+        if spec["max_sequence_length"]:
+            position = np.arange(ids.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+            ids, lengths, _ = _kept(ids, lengths, position < spec["max_sequence_length"], None)
+            sequence[name] = (ids, lengths, None)
+            continue
+        keep, coefficient = coefficients(lengths, weights, spec["combiner"], spec["safe"])
+        ids, lengths, coefficient = _kept(ids, lengths, keep, coefficient)
+        if spec["collection"] == "ec":
+            sequence[name] = (ids, lengths, coefficient)
+        else:
+            pooled[name] = (ids, lengths, coefficient if IS_WEIGHTED else None)
+    if len(sizes) > 1:
+        raise ValueError(f"Every feature of a batch needs the same number of examples; received {sorted(sizes)}.")
+    pooled_out, sequence_out = model(_jagged(TABLES, pooled, IS_WEIGHTED), _jagged(SEQUENCE_TABLES, sequence, False))
+    out = {}
+    if pooled_out is not None:
+        for name, values in pooled_out.to_dict().items():
+            out[name] = values[:, : FEATURES[name]["dim"]]
+    for name, (ids, lengths, coefficient) in sequence.items():
+        spec = FEATURES[name]
+        rows = sequence_out[name].values()[:, : spec["dim"]]
+        example = torch.from_numpy(np.repeat(np.arange(lengths.size), lengths))
+        if spec["max_sequence_length"]:
+            position = torch.arange(ids.size) - torch.repeat_interleave(
+                torch.from_numpy(np.cumsum(lengths) - lengths), torch.from_numpy(lengths)
+            )
+            shape = (lengths.size, spec["max_sequence_length"], spec["dim"])
+            out[name] = torch.zeros(shape, dtype=rows.dtype).index_put((example, position), rows)
+        else:
+            pooled_rows = rows * torch.from_numpy(coefficient)[:, None]
+            out[name] = torch.zeros(lengths.size, spec["dim"], dtype=rows.dtype).index_add(0, example, pooled_rows)
+    if gradient_multiplier is not None:
+        out = {name: _ScaleGradient.apply(values, float(gradient_multiplier)) for name, values in out.items()}
+    return out
+
+
+def _clean(name, spec, ids, lengths, weights=None):
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    if lengths.sum() != ids.size or (lengths < 0).any():
+        raise ValueError(f"Feature {name!r}: lengths {lengths.tolist()} do not split {ids.size} ids.")
+    if weights is not None:
+        weights = np.asarray(weights, dtype=np.float32).reshape(-1)
+        if weights.size != ids.size:
+            raise ValueError(f"Feature {name!r}: {weights.size} weights for {ids.size} ids.")
+    limit = spec["num_buckets"]
+    if spec["out_of_range_id"] is not None:
+        ids = np.where((ids < 0) | (ids >= limit), spec["out_of_range_id"], ids)
+    elif (ids >= limit).any():
+        raise ValueError(f"Feature {name!r}: id {int(ids.max())} is out of range; ids must be in [0, {limit}).")
+    return _kept(ids, lengths, ids >= 0, weights)
+
+
+def _kept(ids, lengths, keep, values):
+    example = np.repeat(np.arange(lengths.size), lengths)
+    kept_lengths = np.bincount(example[keep], minlength=lengths.size).astype(np.int64)
+    return ids[keep], kept_lengths, None if values is None else values[keep]
+
+
+def _jagged(configs, inputs, weighted):
+    """One KeyedJaggedTensor of `inputs` in the collection's feature order (None when it has no table)."""
+    if not configs:
+        return None
+    keys = [name for config in configs for name in config.feature_names]
+    values = torch.from_numpy(np.concatenate([inputs[k][0] for k in keys]))
+    lengths = torch.from_numpy(np.concatenate([inputs[k][1] for k in keys]))
+    weights = torch.from_numpy(np.concatenate([inputs[k][2] for k in keys])) if weighted else None
+    return KeyedJaggedTensor(keys=keys, values=values, lengths=lengths, weights=weights)
+'''
