@@ -61,7 +61,15 @@ _PREPROCESS = (
 
 
 def _v2_class(optimizer: OptimizerSpec | None) -> str | None:
-    return None if optimizer is None else _CLASSES.get(optimizer.kind)
+    """The v2 class of `optimizer`; SGD stands in for a kind the v2 API lacks (the report says it is lost)."""
+    return None if optimizer is None else _CLASSES.get(optimizer.kind, "SGD")
+
+
+def _stands_in(optimizer: OptimizerSpec | None) -> bool:
+    return optimizer is not None and optimizer.kind not in _CLASSES
+
+
+_SHARED_FIELDS = {field.name for field in dataclasses.fields(OptimizerSpec)}  # every optimizer's options
 
 
 def _argument(cls: str, field: str) -> str:
@@ -114,12 +122,13 @@ def map_option(option: Option, source: Source) -> Row:
         if value is None:
             return make_row(option, EXACT, "optimizer=None (serving only)")
         target = _v2_class(source.optimizer_for(table))
-        if target is None:
+        if _stands_in(source.optimizer_for(table)):
             return make_row(
                 option,
                 IMPOSSIBLE,
-                how=f"TensorFlow's v2 mid-level API has no {value} (it has SGD, Adagrad, AdagradMomentum, Adam, FTRL): "
-                "the table would train with another optimizer",
+                "tf.tpu.experimental.embedding.SGD (a stand-in)",
+                f"TensorFlow's v2 mid-level API has no {value} (it has SGD, Adagrad, AdagradMomentum, Adam, FTRL): "
+                "the table trains with SGD at its learning rate, its slots are lost",
             )
         return make_row(option, EXACT, f"tf.tpu.experimental.embedding.{target}")
     return _optimizer_row(option, source.optimizer_for(table), source)
@@ -230,8 +239,9 @@ def _optimizer_row(option: Option, optimizer: OptimizerSpec | None, source: Sour
     field = option.name.removeprefix("optimizer.")
     value = option.value
     cls = _v2_class(optimizer)
-    if cls is None:
-        return make_row(option, IMPOSSIBLE, how=f"the optimizer ({getattr(optimizer, 'kind', None)}) has no v2 class")
+    assert optimizer is not None and cls is not None
+    if _stands_in(optimizer) and field not in _SHARED_FIELDS:
+        return make_row(option, IMPOSSIBLE, how=f"an option of {optimizer.kind}, which the SGD stand-in does not have")
     if field == "learning_rate" and callable(value):
         reference = importable_name(value)
         if reference is None:
@@ -282,6 +292,8 @@ def _arguments(optimizer: OptimizerSpec, step: int) -> dict[str, Any]:
     for field in dataclasses.fields(optimizer):
         value = getattr(optimizer, field.name)
         if field.name in _NOT_IN_V2 or field.name.startswith("clip_gradient_"):
+            continue
+        if _stands_in(optimizer) and field.name not in _SHARED_FIELDS:
             continue
         if field.name == "learning_rate" and callable(value):
             value = _StepCounter(value, step)
@@ -340,6 +352,8 @@ def weights(source: Source) -> dict[str, np.ndarray]:
     for table in source.spec.tables:
         arrays = source.state[table.name]
         out[_table_key(table.name)] = arrays["embedding"]
+        if _stands_in(source.optimizer_for(table.name)):
+            continue  # SGD stands in: the optimizer's slots are lost (the report says so)
         for slot, values in arrays.items():
             if slot != "embedding":
                 out[_slot_key(table.name, slot)] = values

@@ -1,0 +1,409 @@
+"""To keras-rs: `TableConfig` / `FeatureConfig` for a `DistributedEmbedding` layer, on Keras' JAX backend.
+
+Written against keras-rs 0.4.0 with Keras 3.15 and JAX 0.10 (and
+jax-tpu-embedding 0.1.0, which keras-rs on JAX runs SparseCore tables with).
+Every table gets its optimizer explicitly: keras-rs' default is Adam.
+Tables of TF's TPU embedding get `placement='auto'`: SparseCore on a TPU
+that has one (v5p, v6e), where keras-rs turns the Keras optimizer into
+jax-tpu-embedding's and its kernels apply the update (the optimizer rows
+of the report describe them: see `jax_tpu_embedding`); elsewhere (CPU,
+GPU) keras-rs places them on `default_device`, where a table is an
+ordinary Keras variable: the `TableConfig` optimizer is not used there, the
+model's optimizer trains it. Tensor-core tables get
+`placement='default_device'`, which is what TF did with them.
+
+Weights (`weights.npz`, `Migration.weights`): `<table>`, the [V, D] float32
+table in id order; `<table>/<slot>`, the SparseCore optimizer slots under
+jax-tpu-embedding's names with TensorFlow's values (`accumulator`,
+`momentum`, `velocity`, `linear`), for SGD, Adagrad, Adam and FTRL tables.
+The generated `model.py` loads them: `build_layer()` builds the layer for
+the global batch, sets the tables with `set_embedding_tables`, and on
+SparseCore sets the slots and the layer's step counter (keras-rs has no
+API for those: `set_sparsecore_state` uses the layer's private
+`_table_and_slot_variables` / `_iterations`, stacked and sharded by
+jax-tpu-embedding's `stack_and_shard_tables`).
+
+Inputs: `layer(ids, weights)`, dicts by feature name of dense [B, L] int
+ids and [B, L] float32 weights; a padding entry gets weight 0 (keras-rs
+0.4.0 on JAX fails on ragged numpy (object) arrays on default_device).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+from typing import Any
+
+import numpy as np
+
+from ..spec import AdagradSpec, AdamSpec, OptimizerSpec
+from ..spec import initializers as spec_initializers
+from . import jax_tpu_embedding as jte
+from .codegen import header, literal
+from .convert import make_row
+from .options import Option
+from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
+from .source import Source
+
+__all__ = ["NAME", "TITLE", "SLOTS", "map_option", "weights", "code", "build", "notes"]
+
+NAME = "keras-rs"
+TITLE = "keras-rs 0.4.0 (DistributedEmbedding, Keras 3 on JAX)"
+
+_CLASSES = {"sgd": "SGD", "adagrad": "Adagrad", "adam": "Adam", "ftrl": "Ftrl"}
+SLOTS = {kind: jte.SLOTS[kind] for kind in _CLASSES}
+"""The optimizers keras-rs takes, and their slots (TF's name, jax-tpu-embedding's field)."""
+_INPUTS = "DistributedEmbedding(...)(inputs, weights={feature: ...})"
+_STEPS = "on SparseCore keras-rs calls it with the layer's step counter, which set_sparsecore_state starts at STEP"
+
+
+def _class_of(optimizer: OptimizerSpec | None) -> str | None:
+    kind = None if optimizer is None else _CLASSES.get(optimizer.kind)
+    return None if kind is None else f"keras.optimizers.{kind}"
+
+
+# The report ----------------------------------------------------------------------------------------
+
+
+def map_option(option: Option, source: Source) -> Row:
+    if option.where == "spec":
+        return _spec_row(option)
+    if option.feature is not None:
+        return jte.feature_row(option, source, _INPUTS)
+    table = option.table
+    assert table is not None
+    if option.name == "placement":
+        if option.value == "tensor_core":
+            return make_row(
+                option, EXACT, "TableConfig(placement='default_device'): a Keras variable the model's optimizer trains"
+            )
+        return make_row(
+            option,
+            CONVERTED,
+            "TableConfig(placement='auto')",
+            "SparseCore on a TPU that has one (v5p, v6e), where the TableConfig optimizer trains the table; "
+            "elsewhere keras-rs uses default_device, where TableConfig.optimizer is not used and the model's "
+            "optimizer trains the table (the optimizer rows hold on SparseCore)",
+        )
+    if option.name == "optimizer" and source.is_tensor_core(table):
+        return make_row(option, EXACT, "the model's optimizer (default_device), as TF's trained it")
+    if option.name.startswith("optimizer."):
+        row = _keras_field_row(option, source)
+        if row is not None:
+            return row
+    return jte.table_row(option, source, _class_of, _keras_initializer)
+
+
+def _keras_field_row(option: Option, source: Source) -> Row | None:
+    """The optimizer fields where keras-rs differs from jax-tpu-embedding itself; None for the others."""
+    field, value = option.name.removeprefix("optimizer."), option.value
+    optimizer = source.optimizer_for(option.table or "")
+    target = _class_of(optimizer)
+    if target is None:  # an SGD fallback: its own options are impossible (jax_tpu_embedding), the shared ones not
+        if field not in jte.SHARED_FIELDS:
+            return None
+        target = "keras.optimizers.SGD"
+    if field == "learning_rate":
+        return jte.learning_rate_row(option, target, source, _STEPS)
+    if field in ("clip_weight_min", "clip_weight_max") and value is not None:
+        return make_row(
+            option,
+            IMPOSSIBLE,
+            how="keras-rs passes no limits to the SparseCore kernels and Keras optimizers have no weight clipping: "
+            "rows would not be clipped",
+        )
+    if field == "weight_decay_factor" and value:
+        return make_row(
+            option,
+            IMPOSSIBLE,
+            how="keras-rs on JAX neither maps nor rejects a Keras optimizer's weight_decay: rows would not decay",
+        )
+    if field in ("clip_gradient_min", "clip_gradient_max") and value is not None:
+        return make_row(
+            option,
+            IMPOSSIBLE,
+            how="keras-rs on JAX neither maps nor rejects a Keras optimizer's clipvalue: the summed row gradients "
+            "would not be clipped",
+        )
+    if field == "multiply_linear_by_learning_rate" and value:
+        return make_row(
+            option,
+            IMPOSSIBLE,
+            how="Keras' Ftrl has no such flag (keras-rs runs the kernel with it off): TF's `linears` slot holds "
+            "linear * lr and would be read as linear",
+        )
+    if field == "initial_linear_value" and value != 0:
+        return make_row(
+            option,
+            CONVERTED,
+            "the `linear` slot",
+            "Keras' Ftrl starts it at 0; the weights carry TF's linear slot, which set_sparsecore_state loads",
+        )
+    if field == "initial_accumulator" and optimizer is not None and optimizer.kind == "adagrad":
+        return make_row(
+            option,
+            EXACT,
+            f"{target}(initial_accumulator_value={value!r}, epsilon=1e-07)",
+            "keras-rs takes only epsilon=1e-7, which the SparseCore kernel does not use (no epsilon, as TF)",
+        )
+    return None
+
+
+def _spec_row(option: Option) -> Row:
+    name, value = option.name, option.value
+    if name in ("partition_strategy", "num_shards"):
+        return jte.sharding_row(option, "keras-rs", "set_embedding_tables")
+    if name == "pipeline_execution_with_tensor_core":
+        if not value:
+            return make_row(option, EXACT, "(lookups see every update)")
+        return make_row(
+            option,
+            IMPOSSIBLE,
+            how="keras-rs has no pipelining: lookups would see the previous step's update, "
+            "TF's pipelined lookups were one step stale",
+        )
+    if name == "gradient_multiplier_fn":
+        return jte.multiplier_row(
+            option,
+            "multiply the gradients of the layer's outputs by fn(step) (e.g. out = stop_gradient(out) + m * (out - "
+            "stop_gradient(out)))",
+        )
+    if name == "clipping_limit":
+        return make_row(option, EXACT, "(nothing)", "" if value is None else "TF stores it and never applies it")
+    if name == "profile_data_directory":
+        if value is None:
+            return make_row(option, EXACT, "(not set)")
+        return make_row(
+            option,
+            CONVERTED,
+            "DistributedEmbedding(update_stats=True)",
+            "keras-rs (JAX, SparseCore) raises max_ids_per_partition / max_unique_ids_per_partition to what the "
+            "training batches need; nothing is written to the directory",
+        )
+    raise KeyError(f"{NAME}: no rule for spec option {name!r}")
+
+
+# The weights ---------------------------------------------------------------------------------------
+
+
+def weights(source: Source) -> dict[str, np.ndarray]:
+    """`<table>` -> the table; `<table>/<slot>` -> its SparseCore slots (jax-tpu-embedding's names)."""
+    out: dict[str, np.ndarray] = {}
+    for table in source.tables:
+        out[table.name] = source.state[table.name]["embedding"]
+        if not source.is_tensor_core(table.name):
+            out.update(jte.slot_arrays(source, table.name, SLOTS))
+    return out
+
+
+# The code ------------------------------------------------------------------------------------------
+
+_INITIALIZERS = {
+    spec_initializers.TruncatedNormal: ("TruncatedNormal", ("mean", "stddev")),
+    spec_initializers.RandomNormal: ("RandomNormal", ("mean", "stddev")),
+    spec_initializers.RandomUniform: ("RandomUniform", ("minval", "maxval")),
+    spec_initializers.Zeros: ("Zeros", ()),
+    spec_initializers.Ones: ("Ones", ()),
+}
+
+
+def _keras_initializer(initializer: Any, dim: int) -> str | None:
+    """keras.initializers source of the same distribution, or None."""
+    if initializer is None:
+        initializer = spec_initializers.default_table_initializer(dim)
+    if isinstance(initializer, spec_initializers.Constant) and isinstance(initializer.value, float):
+        return f"keras.initializers.Constant({literal(initializer.value)})"
+    known = _INITIALIZERS.get(type(initializer))
+    if known is None:
+        return None
+    name, fields = known
+    arguments = ", ".join(f"{f}={literal(float(getattr(initializer, f)))}" for f in fields)
+    return f"keras.initializers.{name}({arguments})"
+
+
+def _optimizer_code(source: Source, table: str) -> str:
+    """`optimizer=...,` of a TableConfig, with a comment when it is not TF's optimizer."""
+    if source.is_tensor_core(table):
+        return "optimizer=keras.optimizers.SGD(),  # unused on default_device: the model's optimizer trains it"
+    optimizer = source.optimizer_for(table)
+    if optimizer is None:
+        return "optimizer=keras.optimizers.SGD(learning_rate=0.0),  # inference only"
+    rate = f"learning_rates[{table!r}]"
+    cls = _class_of(optimizer)
+    if cls is None:
+        return f"optimizer=keras.optimizers.SGD(learning_rate={rate}),  # TF: {optimizer.kind} (report.md)"
+    arguments = [f"learning_rate={rate}"]
+    if isinstance(optimizer, AdamSpec):
+        arguments = [f"learning_rate=adam_learning_rate({rate}, {optimizer.beta1!r}, {optimizer.beta2!r})"]
+        arguments += [f"beta_1={optimizer.beta1!r}", f"beta_2={optimizer.beta2!r}", f"epsilon={optimizer.epsilon!r}"]
+    elif isinstance(optimizer, AdagradSpec):
+        arguments += [f"initial_accumulator_value={optimizer.initial_accumulator!r}", "epsilon=1e-07"]
+    elif optimizer.kind == "ftrl":
+        arguments += [
+            f"{field}={getattr(optimizer, field)!r}"
+            for field in (
+                "learning_rate_power",
+                "initial_accumulator_value",
+                "l1_regularization_strength",
+                "l2_regularization_strength",
+                "beta",
+            )
+        ]
+    return f"optimizer={cls}({', '.join(arguments)}),"
+
+
+_SET_STATE = '''
+
+def set_sparsecore_state(layer, weights):
+    """On SparseCore: sets the tables' optimizer slots and the layer's step counter to the weights'.
+
+    keras-rs 0.4.0 has no API for them: this uses the layer's private `_table_and_slot_variables` and
+    `_iterations`, as its own `set_embedding_tables` does for the tables. On default_device there is
+    nothing to set: the model's optimizer trains those tables and keeps its own state.
+    """
+    if "sparsecore" not in layer._placement_to_path_to_feature_config:
+        return
+    import jax
+    from jax_tpu_embedding.sparsecore.lib.nn import embedding, table_stacking
+
+    config = layer._config
+    num_shards = config.mesh.devices.size * config.num_sc_per_device
+    specs = embedding.get_table_specs(config.feature_specs)
+    slots = {}
+    for name, spec in specs.items():
+        initializers = spec.optimizer.slot_variables_initializers()
+        if initializers:
+            arrays = (np.asarray(weights[f"{name}/{field}"]) for field in initializers._fields)
+            slots[name] = type(initializers)(*arrays)
+    stacked = table_stacking.stack_and_shard_tables({name: specs[name] for name in slots}, slots, num_shards)
+    for stack, values in stacked.items():
+        for variable, value in zip(layer._table_and_slot_variables[stack].slot, values):
+            value = jax.device_put(value.reshape((-1, value.shape[-1])), layer._sparsecore_layout.backend_layout)
+            variable.assign(value)
+    layer._iterations.assign(float(STEP))
+'''
+
+
+def code(source: Source) -> str:
+    imports: list[str] = []
+    rates = jte.learning_rates_code(source, imports)
+    batch = "None" if source.batch_size is None else str(source.batch_size)
+    tables = [t.name for t in source.tables]
+    lines = header(
+        f"keras-rs DistributedEmbedding ({len(tables)} tables) and its weights (keras-rs 0.4.0, JAX backend).",
+        source.origin,
+        [
+            "build_layer() builds the layer for GLOBAL_BATCH_SIZE and loads weights.npz (beside this file): the",
+            "tables, and on SparseCore the optimizer slots and the step. Call it as layer(ids, weights): dicts by",
+            "feature of dense [batch, L] ids and float32 weights, weight 0 on padding entries.",
+        ],
+    )
+    lines += [
+        "import os",
+        "",
+        'os.environ.setdefault("KERAS_BACKEND", "jax")  # the backend this conversion was checked on',
+        "",
+        "import keras",
+        "import keras_rs",
+        "import numpy as np",
+        *sorted(set(imports)),
+        "",
+        'WEIGHTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights.npz")',
+        f"GLOBAL_BATCH_SIZE = {batch}  # the global batch (all replicas); TF's config does not carry it",
+        f"STEP = {source.step}  # the weights' global step",
+        f"TABLES = {tables!r}",
+        "",
+        *rates,
+        *jte.vocabularies_code(source),
+    ]
+    if any((o := source.optimizer_for(t.name)) is not None and o.kind == "adam" for t in source.spec.tables):
+        lines += ["", "", *inspect.getsource(jte.adam_learning_rate).rstrip().splitlines()]
+    lines += [
+        "",
+        "",
+        "def feature_configs(learning_rates=LEARNING_RATES):",
+        '    """{feature: FeatureConfig}; features of one table share its TableConfig, which sets its optimizer',
+        '    explicitly (keras-rs defaults to Adam)."""',
+    ]
+    variables = {}
+    for index, table in enumerate(source.tables):
+        variables[table.name] = f"table_{index}"
+        initializer = _keras_initializer(table.initializer, table.dim)
+        placement = "default_device" if source.is_tensor_core(table.name) else "auto"
+        lines += [
+            f"    table_{index} = keras_rs.layers.TableConfig(",
+            f"        name={table.name!r},",
+            f"        vocabulary_size={table.vocabulary_size},",
+            f"        embedding_dim={table.dim},",
+            f"        initializer={initializer or repr('zeros')},"
+            + ("" if initializer else "  # TF's initializer has no Keras equivalent: the weights carry the table"),
+            f"        {_optimizer_code(source, table.name)}",
+            f"        combiner={table.combiner!r},",
+            f"        placement={placement!r},",
+            "    )",
+        ]
+    lines.append("    return {")
+    for feature in source.features:
+        dim = source.table(feature.table).dim
+        lines.append(
+            f"        {feature.name!r}: keras_rs.layers.FeatureConfig(name={feature.name!r}, "
+            f"table={variables[feature.table]}, input_shape=(GLOBAL_BATCH_SIZE, None), "
+            f"output_shape=(GLOBAL_BATCH_SIZE, {dim})),"
+        )
+    update_stats = source.spec.profile_data_directory is not None
+    lines += [
+        "    }",
+        "",
+        "",
+        "def build_layer(weights=None, learning_rates=LEARNING_RATES):",
+        '    """The DistributedEmbedding, built and loaded with the weights (a mapping, default: weights.npz)."""',
+        "    if weights is None:",
+        "        with np.load(WEIGHTS) as stored:",
+        "            weights = dict(stored)",
+        "    features = feature_configs(learning_rates)",
+        f"    layer = keras_rs.layers.DistributedEmbedding(features{', update_stats=True' if update_stats else ''})",
+        "    layer.build({name: feature.input_shape for name, feature in features.items()})",
+        "    layer.set_embedding_tables({name: np.asarray(weights[name]) for name in TABLES})",
+        "    set_sparsecore_state(layer, weights)",
+        "    return layer",
+        *_SET_STATE.rstrip().splitlines(),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def build(source: Source) -> Any:
+    """The generated code's `build_layer()`, run in-process with the functions themselves as learning rates:
+    a built `DistributedEmbedding` holding the weights. Needs keras-rs on Keras' JAX backend."""
+    if importlib.util.find_spec("keras_rs") is None:
+        raise ImportError("No module named 'keras_rs'")
+    import keras
+
+    if keras.backend.backend() != "jax":
+        raise ImportError(
+            f"keras-rs is converted for Keras' JAX backend; this process runs {keras.backend.backend()!r} "
+            "(set KERAS_BACKEND=jax before Keras is imported)"
+        )
+    namespace = jte.run_code(source, code(source))
+    return namespace["build_layer"](weights(source), jte.learning_rates(source))
+
+
+def notes(source: Source) -> list[str]:
+    out = [
+        "Every TableConfig sets its optimizer: keras-rs' default is Adam.",
+        "The optimizer rows describe SparseCore (JAX backend), where keras-rs runs jax-tpu-embedding's kernels. On "
+        "default_device (CPU, GPU, TPUs without SparseCore) a table is a Keras variable: TableConfig.optimizer is "
+        "not used, the model's optimizer trains it and keeps its own state (the `<table>/<slot>` arrays are not "
+        "loaded there).",
+        "keras-rs on JAX neither maps nor rejects a Keras optimizer's weight_decay or clipvalue: they would be "
+        "silently dropped on SparseCore.",
+        f"Weights: weights.npz, `<table>` and `<table>/<slot>` (global step {source.step}); build_layer() in model.py "
+        "loads them.",
+        "Inputs: dense [batch, L] ids with [batch, L] weights, 0 on padding entries (keras-rs 0.4.0 on JAX fails "
+        "on ragged numpy (object) arrays on default_device).",
+    ]
+    if source.batch_size is None:
+        out.append(
+            "No global batch size was given: FeatureConfig shapes hold None as the batch, which default_device "
+            "accepts; SparseCore needs it: convert with batch_size=... (CLI --batch-size) or set GLOBAL_BATCH_SIZE."
+        )
+    return out
