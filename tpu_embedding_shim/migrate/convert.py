@@ -4,7 +4,9 @@ A target is a module of this package with:
 
 - `NAME` (the CLI's `--to` value) and `TITLE` (the library and version the
   mapping was written against);
-- `map_option(option, source) -> Row`: one report row for every `Option`;
+- `map_option(option, source) -> Row`: one report row for every `Option`
+  but those that change nothing anywhere (`common_row`: an unset option, and
+  `clipping_limit`, which TensorFlow never applies);
 - `weights(source) -> dict[str, np.ndarray]`: tables and optimizer state
   under the target's names and in its layout;
 - `code(source) -> str`: Python source that builds the target's config and
@@ -24,10 +26,10 @@ from typing import Any
 
 from .migration import Migration
 from .options import Option, options
-from .report import Report, Row
+from .report import EXACT, Report, Row
 from .source import Source, load_source
 
-__all__ = ["convert", "make_row", "report_for"]
+__all__ = ["convert", "make_row", "common_row", "report_for"]
 
 
 def make_row(option: Option, status: str, target: str = "", how: str = "") -> Row:
@@ -35,11 +37,20 @@ def make_row(option: Option, status: str, target: str = "", how: str = "") -> Ro
     return Row(option.where, option.name, option.text, status, target, how)
 
 
+def common_row(option: Option) -> Row | None:
+    """The row of an option every target maps the same way (exactly: it changes nothing), else None."""
+    if option.name == "clipping_limit":
+        return make_row(option, EXACT, "(nothing)", "" if option.value is None else "TF stores it and never applies it")
+    if option.unset:
+        return make_row(option, EXACT, "(not set)")
+    return None
+
+
 def report_for(target: ModuleType, source: Source) -> Report:
     """Every option of `source` mapped by `target`, as a report."""
     rows = []
     for option in options(source):
-        row = target.map_option(option, source)
+        row = common_row(option) or target.map_option(option, source)
         if (row.where, row.option) != (option.where, option.name):
             raise AssertionError(f"{target.NAME}: map_option({option.where} / {option.name}) answered another option")
         rows.append(row)

@@ -165,11 +165,7 @@ def _spec_row(option: Option) -> Row:
         return multiplier_row(
             option, "multiply the activation gradients by fn(step) before tpu_sparse_dense_matmul_grad"
         )
-    if name == "clipping_limit":
-        return make_row(option, EXACT, "(nothing)", "" if value is None else "TF stores it and never applies it")
     if name == "profile_data_directory":
-        if value is None:
-            return make_row(option, EXACT, "(not set)")
         return make_row(
             option,
             CONVERTED,
@@ -196,8 +192,6 @@ def sharding_row(option: Option, library: str, where: str) -> Row:
 
 def multiplier_row(option: Option, how: str) -> Row:
     """experimental_gradient_multiplier_fn: the caller scales the activation gradients."""
-    if option.value is None:
-        return make_row(option, EXACT, "(not set)")
     reference = importable_name(option.value)
     where = (
         f"model.py imports it ({reference[0]}.{reference[1]})"
@@ -355,8 +349,6 @@ def optimizer_field_row(
     if field == "use_gradient_accumulation":
         return make_row(option, EXACT, "(SparseCore sums a row's gradients before one update, as this project does)")
     if field in ("clip_weight_min", "clip_weight_max"):
-        if value is None:
-            return make_row(option, EXACT, "(not set)")
         return make_row(
             option,
             CONVERTED,
@@ -365,16 +357,12 @@ def optimizer_field_row(
             "clamp the updated rows, as TF does after the update",
         )
     if field == "weight_decay_factor":
-        if not value:
-            return make_row(option, EXACT, "(not set)")
         return make_row(option, IMPOSSIBLE, how="jax-tpu-embedding has no weight decay: rows would not decay")
     if field == "multiply_weight_decay_factor_by_learning_rate":
         if not optimizer.weight_decay_factor:  # type: ignore[union-attr]
             return make_row(option, EXACT, "(no weight decay)")
         return make_row(option, IMPOSSIBLE, how="no weight decay (see weight_decay_factor)")
     if field in ("clip_gradient_min", "clip_gradient_max"):
-        if value is None:
-            return make_row(option, EXACT, "(not set)")
         return make_row(
             option,
             IMPOSSIBLE,

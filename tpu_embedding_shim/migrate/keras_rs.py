@@ -168,11 +168,7 @@ def _spec_row(option: Option) -> Row:
             "multiply the gradients of the layer's outputs by fn(step) (e.g. out = stop_gradient(out) + m * (out - "
             "stop_gradient(out)))",
         )
-    if name == "clipping_limit":
-        return make_row(option, EXACT, "(nothing)", "" if value is None else "TF stores it and never applies it")
     if name == "profile_data_directory":
-        if value is None:
-            return make_row(option, EXACT, "(not set)")
         return make_row(
             option,
             CONVERTED,

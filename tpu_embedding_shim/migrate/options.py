@@ -15,7 +15,7 @@ from typing import Any
 
 from .source import Source
 
-__all__ = ["Option", "options", "SPEC_OPTIONS", "TABLE_OPTIONS", "FEATURE_OPTIONS", "describe"]
+__all__ = ["Option", "options", "SPEC_OPTIONS", "TABLE_OPTIONS", "FEATURE_OPTIONS", "UNSET", "describe"]
 
 SPEC_OPTIONS = (
     "partition_strategy",
@@ -37,6 +37,20 @@ FEATURE_OPTIONS = (
     "dense_zero_is_padding",
 )
 
+UNSET: dict[str, tuple[Any, ...]] = {
+    "pipeline_execution_with_tensor_core": (False,),
+    "gradient_multiplier_fn": (None,),
+    "profile_data_directory": (None,),
+    "optimizer.clip_weight_min": (None,),
+    "optimizer.clip_weight_max": (None,),
+    "optimizer.weight_decay_factor": (None, 0),
+    "optimizer.clip_gradient_min": (None,),
+    "optimizer.clip_gradient_max": (None,),
+    "default_value": (None,),
+    "num_oov_buckets": (0,),
+}
+"""Option -> the values that leave it unset, so that it changes nothing anywhere (every target maps it exactly)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Option:
@@ -56,6 +70,11 @@ class Option:
     @property
     def text(self) -> str:
         return describe(self.value)
+
+    @property
+    def unset(self) -> bool:
+        """True when the option is at a value that changes nothing (see `UNSET`)."""
+        return any(self.value is v or (v is not None and self.value == v) for v in UNSET.get(self.name, ()))
 
 
 def describe(value: Any) -> str:

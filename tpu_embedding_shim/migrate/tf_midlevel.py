@@ -151,8 +151,6 @@ def _spec_row(option: Option) -> Row:
     if name == "pipeline_execution_with_tensor_core":
         return make_row(option, EXACT, f"TPUEmbedding(pipeline_execution_with_tensor_core={value!r})")
     if name == "gradient_multiplier_fn":
-        if value is None:
-            return make_row(option, EXACT, "(not set)")
         return make_row(
             option,
             CONVERTED,
@@ -160,11 +158,7 @@ def _spec_row(option: Option) -> Row:
             "the mid-level API has no gradient multiplier: multiply the gradients passed to apply_gradients by "
             "fn(global_step)",
         )
-    if name == "clipping_limit":
-        return make_row(option, EXACT, "(nothing)", "" if value is None else "TF stores it and never applies it")
     if name == "profile_data_directory":
-        if value is None:
-            return make_row(option, EXACT, "(not set)")
         return make_row(
             option,
             IMPOSSIBLE,

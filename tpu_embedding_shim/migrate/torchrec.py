@@ -156,8 +156,6 @@ def _spec_row(option: Option) -> Row:
             "W divides V)",
         )
     if name == "pipeline_execution_with_tensor_core":
-        if not value:
-            return make_row(option, EXACT, "(not set)")
         return make_row(
             option,
             IMPOSSIBLE,
@@ -165,8 +163,6 @@ def _spec_row(option: Option) -> Row:
             "checked against it): every lookup will see the latest tables",
         )
     if name == "gradient_multiplier_fn":
-        if value is None:
-            return make_row(option, EXACT, "(not set)")
         return make_row(
             option,
             CONVERTED,
@@ -174,11 +170,7 @@ def _spec_row(option: Option) -> Row:
             "TorchRec has no gradient multiplier: lookup() scales the gradient of every activation by the number "
             f"it is given; call it with fn(global_step) ({_callable_note(value)})",
         )
-    if name == "clipping_limit":
-        return make_row(option, EXACT, "(nothing)", "" if value is None else "TF stores it and never applies it")
     if name == "profile_data_directory":
-        if value is None:
-            return make_row(option, EXACT, "(not set)")
         return make_row(
             option, IMPOSSIBLE, how="TorchRec writes no lookup statistics: none will be written (the numbers stay)"
         )
@@ -340,8 +332,6 @@ def _optimizer_field_row(option: Option, source: Source) -> Row:
             option, EXACT, "(always)", "FBGEMM sums a step's gradients per row in fp32 before one update, as the engine"
         )
     if field in ("clip_weight_min", "clip_weight_max"):
-        if value is None:
-            return make_row(option, EXACT, "(not set)")
         return make_row(
             option,
             IMPOSSIBLE,
@@ -349,8 +339,6 @@ def _optimizer_field_row(option: Option, source: Source) -> Row:
             "not be clipped",
         )
     if field == "weight_decay_factor":
-        if not value:
-            return make_row(option, EXACT, "(not set)")
         return make_row(
             option,
             IMPOSSIBLE,
@@ -362,8 +350,6 @@ def _optimizer_field_row(option: Option, source: Source) -> Row:
             return make_row(option, EXACT, "(no weight decay)")
         return make_row(option, IMPOSSIBLE, how="goes with weight_decay_factor, which FBGEMM does not do")
     if field in ("clip_gradient_min", "clip_gradient_max"):
-        if value is None:
-            return make_row(option, EXACT, "(not set)")
         return make_row(
             option,
             IMPOSSIBLE,
@@ -416,8 +402,6 @@ def _feature_row(option: Option, source: Source) -> Row:
             "as TF's vocabulary table",
         )
     if name == "default_value":
-        if value is None:
-            return make_row(option, EXACT, "(not set)")
         if feature.id_source == "identity":
             return make_row(
                 option,
