@@ -29,7 +29,8 @@ REPORT_FILE = "report.md"
 
 
 def _write_npz(migration: Migration, directory: str) -> list[str]:
-    np.savez(os.path.join(directory, WEIGHTS_FILE), **migration.weights)
+    arrays: dict[str, Any] = dict(migration.weights)  # numpy's stub types **kwds as allow_pickle's bool
+    np.savez(os.path.join(directory, WEIGHTS_FILE), **arrays)
     return [WEIGHTS_FILE]
 
 

@@ -65,6 +65,14 @@ def _v2_class(optimizer: OptimizerSpec | None) -> str | None:
     return None if optimizer is None else _CLASSES.get(optimizer.kind, "SGD")
 
 
+def _v2_optimizer(optimizer: OptimizerSpec | None, step: int) -> Any:
+    """The v2 optimizer object of `optimizer` (None for None)."""
+    cls = _v2_class(optimizer)
+    if optimizer is None or cls is None:
+        return None
+    return getattr(v2, cls)(**_arguments(optimizer, step))
+
+
 def _stands_in(optimizer: OptimizerSpec | None) -> bool:
     return optimizer is not None and optimizer.kind not in _CLASSES
 
@@ -169,9 +177,10 @@ def _spec_row(option: Option) -> Row:
 
 def _feature_row(option: Option, source: Source) -> Row:
     name, value = option.name, option.value
-    feature = source.spec.feature(option.feature) if not source.is_tensor_core(option.table or "") else None
-    if feature is None:  # a tensor-core column's feature: the model looks it up
+    assert option.feature is not None and option.table is not None
+    if source.is_tensor_core(option.table):  # a tensor-core column's feature: the model looks it up
         return make_row(option, CONVERTED, "the model's dense lookup", "a tensor-core feature: the model looks it up")
+    feature = source.spec.feature(option.feature)
     if name == "table":
         return make_row(option, EXACT, "FeatureConfig(table=...)")
     if name == "id_source":
@@ -304,9 +313,7 @@ def build(source: Source) -> dict[str, Any]:
     tables = {}
     for table in spec.tables:
         optimizer = spec.optimizer_for(table.name)
-        v2_optimizer = None
-        if optimizer is not None and _v2_class(optimizer) is not None:
-            v2_optimizer = getattr(v2, _v2_class(optimizer))(**_arguments(optimizer, source.step))
+        v2_optimizer = _v2_optimizer(optimizer, source.step)
         tables[table.name] = v2.TableConfig(
             vocabulary_size=table.vocabulary_size,
             dim=table.dim,
@@ -319,9 +326,7 @@ def build(source: Source) -> dict[str, Any]:
         f.name: v2.FeatureConfig(table=tables[f.table], max_sequence_length=f.max_sequence_length, name=f.name)
         for f in spec.features
     }
-    global_optimizer = None
-    if spec.optimizer is not None and _v2_class(spec.optimizer) is not None:
-        global_optimizer = getattr(v2, _v2_class(spec.optimizer))(**_arguments(spec.optimizer, source.step))
+    global_optimizer = _v2_optimizer(spec.optimizer, source.step)
     return {
         "feature_config": features,
         "optimizer": global_optimizer,
@@ -387,7 +392,8 @@ def write_weights(migration: Migration, directory: str) -> list[str]:
         os.makedirs(os.path.join(directory, CHECKPOINT_DIR))
     tensor_core = {key.split("/", 1)[1]: v for key, v in migration.weights.items() if key.startswith("tensor_core/")}
     if tensor_core:
-        np.savez(os.path.join(directory, TENSOR_CORE_FILE), **tensor_core)
+        arrays: dict[str, Any] = tensor_core  # numpy's stub types **kwds as allow_pickle's bool
+        np.savez(os.path.join(directory, TENSOR_CORE_FILE), **arrays)
         names.append(TENSOR_CORE_FILE)
     return names
 
@@ -425,6 +431,7 @@ def _initializer_code(initializer: Any) -> str | None:
 def _optimizer_code(optimizer: OptimizerSpec, source: Source, imports: list[str], indent: int) -> str:
     """`tf.tpu.experimental.embedding.<Class>(...)`, one argument a line, those at TF's defaults left out."""
     cls = _v2_class(optimizer)
+    assert cls is not None
     defaults = {k: p.default for k, p in inspect.signature(getattr(v2, cls)).parameters.items()}
     lines = []
     for key, value in _arguments(optimizer, source.step).items():
