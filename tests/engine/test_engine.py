@@ -309,7 +309,7 @@ def test_dense_zero_is_padding_follows_tpuestimator_and_warns_once(monkeypatch):
     with pytest.warns(UserWarning, match="id 0 in a dense input is padding"):
         batch = to_ragged([[0, 3], [5, 0]], feature=feature)
     np.testing.assert_array_equal(batch.values, [3, 5])
-    np.testing.assert_array_equal(batch.positions, [1, 0])
+    np.testing.assert_array_equal(batch.row_positions(), [1, 0])
     sparse = to_ragged([[0, 3], [5]], feature=feature)  # a ragged input keeps id 0
     np.testing.assert_array_equal(sparse.values, [0, 3, 5])
     plain = to_ragged([[0, 3]], feature=FeatureSpec(name="p", table="t", num_buckets=V))

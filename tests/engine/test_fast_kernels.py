@@ -434,7 +434,11 @@ def test_fast_ragged_conversion_is_to_ragged_or_declines(lengths, low, high, buc
         assert got is None
         return
     want = to_ragged(_RaggedInput(values, splits), None, feature=feature)
-    for a, b in ((got.values, want.values), (got.row_splits, want.row_splits), (got.row_positions(), want.positions)):
+    for a, b in (
+        (got.values, want.values),
+        (got.row_splits, want.row_splits),
+        (got.row_positions(), want.row_positions()),
+    ):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
     assert got.weights is None and want.weights is None
@@ -642,7 +646,7 @@ def test_fast_ragged_conversion_with_weights_is_to_ragged_or_declines(lengths, d
     for a, b in (
         (got.values, want.values),
         (got.row_splits, want.row_splits),
-        (got.row_positions(), want.positions),
+        (got.row_positions(), want.row_positions()),
         (got.weights, want.weights),
     ):
         assert a.dtype == b.dtype
@@ -729,7 +733,11 @@ def test_fast_dense_conversion_is_to_ragged_or_declines(
         assert got is None
         return
     want = to_ragged(ids, weights, feature=feature)
-    for a, b in ((got.values, want.values), (got.row_splits, want.row_splits), (got.row_positions(), want.positions)):
+    for a, b in (
+        (got.values, want.values),
+        (got.row_splits, want.row_splits),
+        (got.row_positions(), want.row_positions()),
+    ):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
     if weighted:

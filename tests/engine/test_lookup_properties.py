@@ -126,7 +126,7 @@ def test_duplicate_ids_equal_one_id_with_summed_weight(case, split, combiner):
         values=np.repeat(batch.values, 2),
         row_splits=batch.row_splits * 2,
         weights=np.stack([w * np.float32(split), w * np.float32(1 - split)], axis=1).reshape(-1),
-        positions=np.repeat(batch.positions, 2),
+        positions=np.repeat(batch.row_positions(), 2),
     )
     once = with_weights(batch, w)
     if combiner == "sum":
@@ -277,7 +277,7 @@ def test_dense_sparse_ragged_and_lists_give_the_same_batch(batch_size, width, se
         np.testing.assert_array_equal(other.values, from_dense.values)
         np.testing.assert_array_equal(other.row_splits, from_dense.row_splits)
         np.testing.assert_allclose(other.weights, from_dense.weights, rtol=1e-6)
-    np.testing.assert_array_equal(from_sparse.positions, from_dense.positions)  # column indices
+    np.testing.assert_array_equal(from_sparse.row_positions(), from_dense.row_positions())  # column indices
     np.testing.assert_array_equal(from_dense.values, dense[dense >= 0])
     if batch_size and width and len({len(r) for r in lists}) > 1:
         from_lists = to_ragged(lists, list_weights, feature=feature)

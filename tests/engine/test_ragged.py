@@ -176,10 +176,10 @@ VALID = [
 def test_valid_inputs(name, ids, weights, feature, expected):
     r = to_ragged(ids, weights, feature=feature)
     assert isinstance(r, Ragged)
-    assert r.values.dtype == np.int64 and r.row_splits.dtype == np.int64 and r.positions.dtype == np.int64
+    assert r.values.dtype == np.int64 and r.row_splits.dtype == np.int64 and r.row_positions().dtype == np.int64
     assert r.values.tolist() == expected["values"]
     assert r.row_splits.tolist() == expected["row_splits"]
-    assert r.positions.tolist() == expected["positions"]
+    assert r.row_positions().tolist() == expected["positions"]
     assert r.batch_size == len(expected["row_splits"]) - 1
     if expected["weights"] is None:
         assert r.weights is None

@@ -39,7 +39,7 @@ Rules (the same for every input form unless said otherwise):
 >>> from tpu_embedding_shim.spec import FeatureSpec
 >>> f = FeatureSpec(name="movie", table="tbl_movie", num_buckets=10)
 >>> r = to_ragged([[3, 7], [-1, -1], [5, -1]], feature=f)
->>> r.values.tolist(), r.row_splits.tolist(), r.positions.tolist()
+>>> r.values.tolist(), r.row_splits.tolist(), r.row_positions().tolist()
 ([3, 7, 5], [0, 2, 2, 3], [0, 1, 0])
 """
 
@@ -241,7 +241,7 @@ def _mismatch(feature: FeatureSpec, detail: str) -> ValueError:
 class _Flat:
     values: np.ndarray  # raw values [N] (ints or strings)
     row_splits: np.ndarray  # int64 [B + 1]
-    positions: np.ndarray  # int64 [N]
+    positions: np.ndarray | None  # int64 [N]; None: each id's index inside its row
     weights: np.ndarray | None  # float32 [N] or None
     dense: bool = False  # True: negative ints / '' strings are padding
 
@@ -349,9 +349,7 @@ def _from_ragged_tensor(ids: Any, weights: Any, feature: FeatureSpec) -> _Flat:
         if not np.array_equal(np.asarray(weights.row_splits).reshape(-1), splits):
             raise _mismatch(feature, "the ragged weights have other row_splits than the ids.")
         w = _weights_array(weights.values, feature).reshape(-1)
-    row_ids = np.repeat(np.arange(len(splits) - 1), np.diff(splits))
-    positions = np.arange(values.shape[0], dtype=np.int64) - splits[row_ids]
-    return _Flat(values, splits, positions, w)
+    return _Flat(values, splits, None, w)
 
 
 def _from_lists(ids: Any, weights: Any, feature: FeatureSpec) -> _Flat:
@@ -375,9 +373,7 @@ def _from_lists(ids: Any, weights: Any, feature: FeatureSpec) -> _Flat:
             raise _mismatch(feature, "ids are ragged lists, so weights must be lists with the same row lengths.")
         w_rows = [_weights_array(wr, feature).reshape(-1) for wr in weights]
         w = np.concatenate(w_rows) if w_rows else np.zeros(0, np.float32)
-    row_ids = np.repeat(np.arange(len(rows)), lengths)
-    positions = np.arange(values.shape[0], dtype=np.int64) - row_splits[row_ids]
-    return _Flat(values, row_splits, positions, w)
+    return _Flat(values, row_splits, None, w)
 
 
 def _asarray(x: Any, feature: FeatureSpec, what: str) -> np.ndarray:
@@ -409,8 +405,7 @@ def _from_dense(ids: Any, weights: Any, feature: FeatureSpec) -> _Flat:
         w = _weights_array(w_arr, feature).reshape(-1)
     values = arr.reshape(-1)
     row_splits = np.arange(batch + 1, dtype=np.int64) * length
-    positions = np.tile(np.arange(length, dtype=np.int64), batch)
-    return _Flat(values, row_splits, positions, w, dense=True)
+    return _Flat(values, row_splits, None, w, dense=True)
 
 
 _warned_dense_zeros: set = set()
@@ -499,6 +494,11 @@ def to_ragged(ids: Any, weights: Any = None, *, feature: FeatureSpec) -> Ragged:
         return Ragged(empty, flat.row_splits, None if flat.weights is None else flat.weights, empty.copy())
     kind, values = _kind(raw, feature)
     n = values.shape[0]
+    positions = None if flat.positions is None else flat.positions.astype(np.int64)
+    common = feature.id_source == "identity" and kind == "int" and not flat.dense
+    if common and values.min() >= 0 and values.max() < feature.num_buckets:
+        # The common case, in two passes over the ids: every id in range, none to drop or map.
+        return Ragged(values.astype(np.int64, copy=False), flat.row_splits, flat.weights, positions)
     padding = _dense_padding(values, kind) if flat.dense else np.zeros(n, dtype=bool)
     if flat.dense and kind == "int" and feature.dense_zero_is_padding:
         zeros = values == 0
@@ -537,14 +537,16 @@ def to_ragged(ids: Any, weights: Any = None, *, feature: FeatureSpec) -> Ragged:
 
     keep = ids64 >= 0
     if keep.all():
-        return Ragged(ids64, flat.row_splits, flat.weights, flat.positions.astype(np.int64))
+        return Ragged(ids64, flat.row_splits, flat.weights, positions)
     batch = len(flat.row_splits) - 1
     row_ids = np.repeat(np.arange(batch, dtype=np.int64), np.diff(flat.row_splits))
     counts = np.bincount(row_ids[keep], minlength=batch)
     row_splits = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    if positions is None:  # the dropped ids keep their places: the others' positions are those of the input
+        positions = np.arange(n, dtype=np.int64) - flat.row_splits[row_ids]
     return Ragged(
         ids64[keep],
         row_splits,
         None if flat.weights is None else flat.weights[keep],
-        flat.positions[keep].astype(np.int64),
+        positions[keep],
     )
