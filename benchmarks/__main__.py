@@ -10,6 +10,11 @@ if sys.argv[1:2] == ["distributed"]:  # `python -m benchmarks distributed ...`: 
 
     sys.exit(main(sys.argv[2:]))
 
+if sys.argv[1:2] == ["api"]:  # `python -m benchmarks api ...`: the public API (TPUEmbedding) against the kernels
+    from .public_api import main
+
+    sys.exit(main(sys.argv[2:]))
+
 from .run import main
 
 sys.exit(main())
