@@ -15,6 +15,21 @@ if sys.argv[1:2] == ["api"]:  # `python -m benchmarks api ...`: the public API (
 
     sys.exit(main(sys.argv[2:]))
 
+if sys.argv[1:2] == ["programs"]:  # `python -m benchmarks programs ...`: whole programs against TF and TorchRec
+    from .programs import main
+
+    sys.exit(main(sys.argv[2:]))
+
+if sys.argv[1:2] == ["runner"]:  # `python -m benchmarks runner ...`: where a MovieLens step's time goes
+    from .runner_overhead import main
+
+    sys.exit(main(sys.argv[2:]))
+
+if sys.argv[1:2] == ["memory"]:  # `python -m benchmarks memory ...`: a step's peak RSS against its budget
+    from .memory import main
+
+    sys.exit(main(sys.argv[2:]))
+
 from .run import main
 
 sys.exit(main())

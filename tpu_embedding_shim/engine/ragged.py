@@ -497,8 +497,9 @@ def to_ragged(ids: Any, weights: Any = None, *, feature: FeatureSpec) -> Ragged:
     positions = None if flat.positions is None else flat.positions.astype(np.int64)
     common = feature.id_source == "identity" and kind == "int" and not flat.dense
     if common and values.min() >= 0 and values.max() < feature.num_buckets:
-        # The common case, in two passes over the ids: every id in range, none to drop or map.
-        return Ragged(values.astype(np.int64, copy=False), flat.row_splits, flat.weights, positions)
+        # The common case, in two passes over the ids and a copy (the batch never shares the caller's arrays):
+        # every id in range, none to drop or map.
+        return Ragged(np.array(values, dtype=np.int64), flat.row_splits, flat.weights, positions)
     padding = _dense_padding(values, kind) if flat.dense else np.zeros(n, dtype=bool)
     if flat.dense and kind == "int" and feature.dense_zero_is_padding:
         zeros = values == 0

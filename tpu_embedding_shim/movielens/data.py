@@ -201,9 +201,12 @@ def load(wheel: str | None = None, *, history_length: int = 20, test_fraction: f
 
 
 def _ragged_rows(values: np.ndarray, splits: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(values, row splits) of some rows of a ragged array, gathered in one pass (no per-row arrays)."""
     lengths = splits[rows + 1] - splits[rows]
-    take = np.concatenate([np.arange(splits[r], splits[r + 1]) for r in rows]) if len(rows) else np.zeros(0, int)
-    return values[take], np.r_[0, np.cumsum(lengths)].astype(np.int64)
+    row_splits = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(lengths, out=row_splits[1:])
+    take = np.arange(row_splits[-1]) + np.repeat(splits[rows] - row_splits[:-1], lengths)  # each entry's source index
+    return values[take], row_splits
 
 
 def features_of(data: MovieLens, examples: np.ndarray) -> tuple[dict[str, object], np.ndarray]:
@@ -215,7 +218,8 @@ def features_of(data: MovieLens, examples: np.ndarray) -> tuple[dict[str, object
     """
     users, items = data.user[examples], data.item[examples]
     history = RaggedTensor(*_ragged_rows(data.history_values, data.history_splits, examples))
-    genres = RaggedTensor(*_ragged_rows(data.genre_values.astype(str), data.genre_splits, items))
+    genre_values, genre_splits = _ragged_rows(data.genre_values, data.genre_splits, items)
+    genres = RaggedTensor(genre_values.astype(str), genre_splits)  # the batch's strings only, not every movie's
     features = {
         "user": users.reshape(-1, 1),
         "item": items.reshape(-1, 1),
