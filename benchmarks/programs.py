@@ -40,8 +40,10 @@ import numpy as np
 
 from .workload import CRITEO_SIZES
 
-TF_PYTHON = os.environ.get("TPU_SHIM_TF_PYTHON", "/work/tfvenv/bin/python")
-TORCHREC_PYTHON = os.environ.get("TPU_SHIM_TORCHREC_PYTHON", "/work/venv-torchrec/bin/python")
+# The venvs .ci/run makes in the checkout (docs/benchmarks.md, Program level), unless the variables name others.
+_CHECKOUT = Path(__file__).resolve().parent.parent
+TF_PYTHON = os.environ.get("TPU_SHIM_TF_PYTHON", str(_CHECKOUT / ".venv-tf" / "bin" / "python"))
+TORCHREC_PYTHON = os.environ.get("TPU_SHIM_TORCHREC_PYTHON", str(_CHECKOUT / ".venv-torchrec" / "bin" / "python"))
 FRAMEWORKS = ("ours", "tf", "torchrec")
 CRITEO_CAP = 1_000_000  # the five tables above a million rows (of Criteo Kaggle's 26) are cut to a million
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import tpu_embedding_shim as tf
 from tpu_embedding_shim.engine import Engine
-from tpu_embedding_shim.migrate import EXACT, IMPOSSIBLE, LossyMigrationError, load_source, tf_midlevel, to_tf_midlevel
+from tpu_embedding_shim.migrate import EXACT, IMPOSSIBLE, LossyMigrationError, load_source, to_tf_midlevel
 from tpu_embedding_shim.migrate.options import options
 
 from .models import (
@@ -218,4 +218,3 @@ def test_write_weights_of_an_inference_spec(tmp_path):
     assert migration.config["optimizer"] is None and "optimizer=None" in migration.code
     migration.write(tmp_path)
     assert os.path.isfile(tmp_path / "tf_checkpoint" / "ckpt-1.index")
-    assert tf_midlevel.NAME == "tf-midlevel"
