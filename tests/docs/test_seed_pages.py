@@ -315,6 +315,9 @@ def test_page_004_tpu_embedding_training_evaluation_checkpoint_and_cpu_tables(tm
     strategy = tf.distribute.TPUStrategy(resolver)
     with strategy.scope():
         embedding = E.TPUEmbedding(feature_config=feature_config, batch_size=B, optimizer=E.SGD(0.1))
+    # The tables' unseeded initializers draw fresh entropy, as TF's do; one fixed draw keeps the loss checks
+    # below from depending on it (an unlucky draw once left the evaluation loss at 0.5002x instead of < 0.5x).
+    embedding.initializer_seed = 0
 
     rng = np.random.default_rng(0)
     target = rng.normal(size=32)
