@@ -328,8 +328,13 @@ class MidLevelBase:
                 f.output_shape = c.output_shape
 
     def _lookup(self, converted: list[ConvertedInput], training: bool) -> tuple[LookupResult, list[np.ndarray]]:
-        features = {f.spec.name: c.ids for f, c in zip(self._features, converted)}
-        weights = {f.spec.name: c.weights for f, c in zip(self._features, converted) if c.weights is not None}
+        # a batch enqueue checked goes to the engine as it is (`CheckedBatch`: no second check, no copy)
+        features = {f.spec.name: c.ids if c.checked is None else c.checked for f, c in zip(self._features, converted)}
+        weights = {
+            f.spec.name: c.weights
+            for f, c in zip(self._features, converted)
+            if c.weights is not None and c.checked is None
+        }
         result = self._build_engine().forward(features, weights or None, training=training, same_batch_size=False)
         activations = [
             result.activations[f.spec.name].reshape(c.output_shape + (f.config.table.dim,))

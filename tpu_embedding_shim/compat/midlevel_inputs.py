@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import Ragged, checked_sparse_indices, is_ragged_tensor, is_sparse, to_ragged
+from ..engine import CheckedBatch, Ragged, check_batch, checked_sparse_indices, is_ragged_tensor, is_sparse, to_ragged
 from ..spec import FeatureSpec
 from ..spec.checks import is_int
 from . import tpu_embedding_v2_utils as v2_utils
@@ -88,6 +88,9 @@ class ConvertedInput:
         example (a sequence feature, or a ragged / rank-2 sparse input whose
         output shape holds k outputs per example): weights are then ignored
         and positions >= k dropped.
+      checked: `ids` and `weights` as the engine checked them (`check_batch`),
+        which `Engine.forward` takes as they are; None when the samples were
+        made here (spread positions) and the engine checks them itself.
     """
 
     ids: Any
@@ -95,6 +98,7 @@ class ConvertedInput:
     kind: str
     output_shape: tuple[int, ...]
     positions: int = 0
+    checked: CheckedBatch | None = None
 
     @property
     def num_samples(self) -> int:
@@ -312,8 +316,8 @@ def convert_input(
                 description=f"the rank-{len(shape)} sparse input {shape}",
             )
             ids, weight = _sparse_to_samples(ids, weight, shape, where)
-            to_ragged(ids, weight, feature=feature)
-            return ConvertedInput(ids, weight, "sparse", output_shape)
+            checked = check_batch(ids, weight, feature=feature)
+            return ConvertedInput(ids, weight, "sparse", output_shape, checked=checked)
         return _flexible(ids, weight, "sparse", shape[0], config, configured, known, path, feature)
     if is_ragged_tensor(ids):
         if np.ndim(ids.values) != 1 or is_ragged_tensor(ids.values):
@@ -358,8 +362,7 @@ def convert_input(
         natural, 0, configured, known, path, batch=None, description=f"the dense input of shape {list(array.shape)}"
     )
     samples = array.reshape(-1, 1)
-    to_ragged(samples, None, feature=feature)
-    return ConvertedInput(samples, None, "dense", output_shape)
+    return ConvertedInput(samples, None, "dense", output_shape, checked=check_batch(samples, None, feature=feature))
 
 
 def _flexible(
@@ -396,8 +399,7 @@ def _flexible(
                 stacklevel=4,
             )
         return ConvertedInput(_spread_positions(ids, weight, positions, feature), None, kind, output_shape, positions)
-    to_ragged(ids, weight, feature=feature)
-    return ConvertedInput(ids, weight, kind, output_shape)
+    return ConvertedInput(ids, weight, kind, output_shape, checked=check_batch(ids, weight, feature=feature))
 
 
 def check_gradient(gradient: Any, expected: tuple[int, ...], path: Path) -> np.ndarray | None:

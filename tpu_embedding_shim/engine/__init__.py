@@ -35,6 +35,8 @@ _SOURCES: dict[str, str] = {
     # ids
     "Ragged": "ragged",
     "to_ragged": "ragged",
+    "CheckedBatch": "ragged",
+    "check_batch": "ragged",
     "is_sparse": "ragged",
     "is_ragged_tensor": "ragged",
     "checked_sparse_indices": "ragged",

@@ -57,7 +57,16 @@ from .farmhash import fingerprint64, hash_bucket
 from .vocabulary import map_vocabulary, normalize_token
 
 # `fingerprint64` and `hash_bucket` (farmhash.py) stay importable from here, where they were first documented.
-__all__ = ["Ragged", "to_ragged", "is_sparse", "is_ragged_tensor", "fingerprint64", "hash_bucket"]
+__all__ = [
+    "Ragged",
+    "to_ragged",
+    "CheckedBatch",
+    "check_batch",
+    "is_sparse",
+    "is_ragged_tensor",
+    "fingerprint64",
+    "hash_bucket",
+]
 
 
 # --------------------------------------------------------------------------
@@ -551,3 +560,56 @@ def to_ragged(ids: Any, weights: Any = None, *, feature: FeatureSpec) -> Ragged:
         None if flat.weights is None else flat.weights[keep],
         positions[keep],
     )
+
+
+# --------------------------------------------------------------------------
+# A batch checked once
+# --------------------------------------------------------------------------
+
+_CHECKED = object()  # only `check_batch` makes a `CheckedBatch`
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CheckedBatch:
+    """One feature's batch as `check_batch` checked it, for `Engine.forward` to take as the feature's ids.
+
+    The engine uses it as it is: no second check and no copy. That is safe
+    because the kernels' one trust (every id in range, the row splits
+    sound) holds by construction: `to_ragged` made `batch` from new arrays,
+    which nothing but this object holds, so whatever the caller does to the
+    arrays it passed cannot move an id past a table after the check. Hence
+    only `check_batch` makes one. The mid-level API checks each batch at
+    `enqueue` (where TensorFlow raises) and hands the engine this at
+    `dequeue`.
+    """
+
+    batch: Ragged
+    feature: FeatureSpec
+    _key: object = dataclasses.field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self._key is not _CHECKED:
+            raise TypeError(
+                "A CheckedBatch is made by check_batch(ids, weights, feature=feature), which checks the ids; "
+                "it cannot be built directly."
+            )
+
+    def for_feature(self, feature: FeatureSpec, weights: Any = None) -> Ragged:
+        """The batch, when it was checked for `feature` (the same spec) and no other weights come with it."""
+        if self.feature is not feature and self.feature != feature:
+            raise ValueError(
+                f"Feature {feature.name!r} was given a batch checked for another feature "
+                f"({self.feature.name!r}, {self.feature.num_buckets} buckets); check it with "
+                f"check_batch(ids, weights, feature=<the spec of {feature.name!r}>)."
+            )
+        if weights is not None:
+            raise ValueError(
+                f"Feature {feature.name!r}: its batch was checked with its weights already; pass the weights to "
+                "check_batch, not to the lookup."
+            )
+        return self.batch
+
+
+def check_batch(ids: Any, weights: Any = None, *, feature: FeatureSpec) -> CheckedBatch:
+    """`to_ragged(ids, weights, feature=feature)`, kept as a `CheckedBatch` the engine takes as it is."""
+    return CheckedBatch(to_ragged(ids, weights, feature=feature), feature, _CHECKED)

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..spec import EmbeddingSpec, FeatureSpec
 from .kernels import Kernels
-from .ragged import Ragged, check_nan_weights_dropped
+from .ragged import CheckedBatch, Ragged, check_nan_weights_dropped
 
 
 def feature_batch(
@@ -24,23 +24,30 @@ def feature_batch(
     *,
     copy: bool,
 ) -> Ragged:
-    """`feature`'s ids (and weights: `weights[name]`, else `features[feature.weight_key]`) as a checked `Ragged`."""
+    """`feature`'s ids (and weights: `weights[name]`, else `features[feature.weight_key]`) as a checked `Ragged`.
+
+    A `CheckedBatch` (`check_batch`) is taken as it is, without a second check or copy."""
     if feature.name not in features:
         raise ValueError(
             f"Feature {feature.name!r} is missing from the features; the spec looks up "
             f"{[f.name for f in spec.features]}. Received keys: {sorted(features)}."
         )
+    ids = features[feature.name]
     weight = None
     if weights is not None and feature.name in weights:
         weight = weights[feature.name]
     elif feature.weight_key is not None:
-        if feature.weight_key not in features:
+        if feature.weight_key in features:
+            weight = features[feature.weight_key]
+        elif not isinstance(ids, CheckedBatch):  # a checked batch holds its weights
             raise ValueError(
                 f"Feature {feature.name!r} is weighted by {feature.weight_key!r}, which is missing "
                 f"from the features. Received keys: {sorted(features)}."
             )
-        weight = features[feature.weight_key]
-    batch = kernels.to_batch(features[feature.name], feature, weight, copy=copy)
+    if isinstance(ids, CheckedBatch):  # checked (and copied) with its weights already: used as it is
+        batch = ids.for_feature(feature, weight)
+    else:
+        batch = kernels.to_batch(ids, feature, weight, copy=copy)
     if batch.weights is not None and not feature.is_sequence:
         check_nan_weights_dropped(batch, feature, spec.table(feature.table).combiner)
     return batch
