@@ -277,6 +277,52 @@ def test_tensorflow_numeric_columns_mix_in_and_global_step_is_the_engines(tmp_pa
     )
 
 
+def _step_reading_model_fn(user_col, seen_steps, advances):
+    """A model_fn noting the global_step its graph reads; its train_op increments it when `advances`."""
+    tf = shim_tf
+
+    def model_fn(features, labels, mode, params):
+        net = tf.keras.layers.DenseFeatures([user_col])(features)
+        loss = tf.reduce_mean(tf.square(tf.squeeze(tf.keras.layers.Dense(1)(net), -1) - labels))
+        step = tf.compat.v1.train.get_global_step()
+        seen = tf.compat.v1.py_func(lambda s: seen_steps.append(int(s)) or s, [step], tf.int64)
+        with tf.control_dependencies([seen]):
+            optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.01)
+            train_op = optimizer.minimize(loss, step if advances else None)
+        return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    return model_fn
+
+
+def test_the_graph_is_given_the_step_only_when_train_op_did_not_advance_it(tmp_path, monkeypatch):
+    """A train_op that increments global_step (`minimize(loss, global_step)`) leaves the graph at the runner's
+    next step, so a step is one session run; one that does not gets the step loaded first: two runs. Either
+    way the graph reads the runner's step."""
+    tf = shim_tf
+    user_col = tf.compat.v1.tpu.experimental.embedding_column(
+        tf.feature_column.categorical_column_with_identity("user", V), D
+    )
+    session_run = real_tf.compat.v1.Session.run
+    runs = []
+    monkeypatch.setattr(
+        real_tf.compat.v1.Session, "run", lambda self, *a, **k: runs.append(1) or session_run(self, *a, **k)
+    )
+    features, labels = examples(B)
+    input_fn = make_input_fn({"user": features["user"]}, labels, repeat=True)
+    runs_of_five_steps = {}
+    for advances in (True, False):
+        seen_steps: list[int] = []
+        model_fn = _step_reading_model_fn(user_col, seen_steps, advances)
+        estimator = adagrad_estimator(model_fn, [user_col], tmp_path / str(advances), B)
+        estimator.train(input_fn, steps=1)
+        before = len(runs)
+        estimator.train(input_fn, steps=5)  # a new graph: its first step is given the step in both cases
+        runs_of_five_steps[advances] = len(runs) - before
+        assert seen_steps == [0, 1, 2, 3, 4, 5]
+        assert estimator.get_variable_value("global_step") == 6
+    assert runs_of_five_steps[False] - runs_of_five_steps[True] == 4
+
+
 @needs_estimator
 @needs_keras_2
 def test_warm_start_from_tensorflows_own_checkpoint_takes_its_dense_variables_and_tables(tmp_path):

@@ -370,6 +370,13 @@ class GraphModel:
             if mode == "eval":
                 self._build_metrics(spec)
             self.predictions = spec.predictions if mode == "infer" else None
+            # The graph's step once train_op has run, fetched in the same run: when train_op increments it (as
+            # optimizer.minimize(loss, global_step) does) the next step needs no run of its own to load it.
+            self._step_after_train = None
+            if mode == "train":
+                with tf.control_dependencies([getattr(self.train_op, "op", self.train_op)]):
+                    self._step_after_train = tf.identity(self.global_step.read_value())
+            self._graph_step: int | None = None  # the graph's global_step, when known without a run
             self.variables = [v for v in tf.compat.v1.global_variables() if v.op.name != self.global_step.op.name]
             self._assigns = {}  # variable name -> (placeholder, assign op): values in from dense_state / the step
             for variable in [self.global_step, *self.variables]:
@@ -466,6 +473,12 @@ class GraphModel:
         placeholder, assign = self._assigns[variable.op.name]
         self.session.run(assign, {placeholder: value})
 
+    def _load_step(self, step: int) -> None:
+        """The graph's global_step set to the runner's `step` (no run when it holds it already)."""
+        if self._graph_step != step:
+            self._load(self.global_step, step)
+            self._graph_step = step
+
     def save_to(self, dense_state: Any) -> None:
         """Copies every variable's value into dense_state under its TF name."""
         for variable, value in zip(self.variables, self.session.run(self.variables)):
@@ -483,9 +496,16 @@ class GraphModel:
 
     def train(self, features: Any, labels: Any, scope: LookupScope, step: int) -> tuple[float, dict[str, np.ndarray]]:
         """One step: train_op, loss and d loss / d activations in one run; returns (loss, per-feature gradients)."""
-        self._load(self.global_step, step)
-        fetches = {"train_op": self.train_op, "loss": self.loss, "grads": [g for _, g in self.gradients]}
+        self._load_step(step)
+        fetches = {
+            "train_op": self.train_op,
+            "step": self._step_after_train,
+            "loss": self.loss,
+            "grads": [g for _, g in self.gradients],
+        }
+        self._graph_step = None  # unknown until the run returns (it may fail half way)
         out = self.session.run(fetches, self._feed(features, labels, scope))
+        self._graph_step = int(out["step"])
         grads: dict[str, np.ndarray] = {}
         for (key, _), grad in zip(self.gradients, out["grads"]):
             grads[key] = grads[key] + grad if key in grads else np.asarray(grad, np.float32)
@@ -493,7 +513,7 @@ class GraphModel:
 
     def evaluate(self, features: Any, labels: Any, scope: LookupScope, step: int) -> float:
         """One eval batch: the loss, and every metric's update op."""
-        self._load(self.global_step, step)
+        self._load_step(step)
         out = self.session.run(
             {"loss": self.loss, "updates": self._metric_updates}, self._feed(features, labels, scope)
         )
@@ -508,7 +528,7 @@ class GraphModel:
         }
 
     def predict(self, features: Any, scope: LookupScope, step: int) -> Any:
-        self._load(self.global_step, step)
+        self._load_step(step)
         return self.session.run(self.predictions, self._feed(features, None, scope))
 
     def close(self) -> None:
