@@ -12,8 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpu_embedding_shim.engine import CheckedBatch, Engine, check_batch
+from tpu_embedding_shim.engine import CheckedBatch, Engine, NumpyKernels, check_batch
 from tpu_embedding_shim.engine.ragged import Ragged, to_ragged
+
+try:
+    from tpu_embedding_shim.engine.fast.kernels import FastKernels
+except ImportError:  # numba is missing: the numpy kernels only
+    FastKernels = None  # type: ignore[assignment,misc]
 from tpu_embedding_shim.spec import AdagradSpec, EmbeddingSpec, FeatureSpec, TableSpec, TruncatedNormal
 
 V, D = 50, 4
@@ -56,15 +61,19 @@ def test_a_checked_batch_gives_the_numbers_of_its_raw_ids(a, b, pipelining, num_
         np.testing.assert_array_equal(got[1], want[1])
 
 
-def test_the_checked_batch_owns_its_arrays_so_later_changes_to_the_input_do_nothing():
+class RaggedInput:  # a RaggedTensor-like object over the caller's arrays
+    def __init__(self, values, row_splits):
+        self.values, self.row_splits = values, row_splits
+
+
+KERNELS = [None, NumpyKernels()] + ([FastKernels()] if FastKernels is not None else [])
+
+
+@pytest.mark.parametrize("kernels", KERNELS, ids=lambda k: type(k).__name__)
+def test_the_checked_batch_owns_its_arrays_so_later_changes_to_the_input_do_nothing(kernels):
     spec = make_spec()
     values, splits = np.array([1, 2, 3], np.int64), np.array([0, 2, 3], np.int64)
-
-    class RaggedInput:  # a RaggedTensor-like object over the caller's arrays
-        def __init__(self, values, row_splits):
-            self.values, self.row_splits = values, row_splits
-
-    checked = check_batch(RaggedInput(values, splits), feature=spec.features[0])
+    checked = check_batch(RaggedInput(values, splits), feature=spec.features[0], kernels=kernels)
     assert not np.shares_memory(checked.batch.values, values)
     assert not np.shares_memory(checked.batch.row_splits, splits)
     values[0], splits[1] = 10**9, 10**6  # past the table: would be read unchecked if shared
@@ -80,12 +89,22 @@ def test_only_check_batch_makes_one():
         CheckedBatch(batch, make_spec().features[0])
 
 
-def test_check_batch_raises_what_to_ragged_raises():
+@pytest.mark.parametrize("kernels", KERNELS, ids=lambda k: type(k).__name__)
+def test_check_batch_gives_what_to_ragged_gives_and_raises_what_it_raises(kernels):
     feature = make_spec().features[0]
-    with pytest.raises(ValueError, match=r"id 50 \(example 0\) is out of range \[0, 50\)"):
-        to_ragged([[50]], feature=feature)
-    with pytest.raises(ValueError, match=r"id 50 \(example 0\) is out of range \[0, 50\)"):
-        check_batch([[50]], feature=feature)
+    ragged = RaggedInput(np.array([4, 0, 49], np.int64), np.array([0, 2, 2, 3], np.int64))
+    want, got = to_ragged(ragged, feature=feature), check_batch(ragged, feature=feature, kernels=kernels).batch
+    for name in ("values", "row_splits"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+    for bad, message in [
+        ([[50]], r"id 50 \(example 0\) is out of range \[0, 50\)"),
+        (RaggedInput(np.array([1, 50]), np.array([0, 1, 2])), r"id 50 \(example 1\) is out of range"),
+        (RaggedInput(np.array([1, 2]), np.array([0, 5, 2])), r"`row_splits` must be non-decreasing"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            to_ragged(bad, feature=feature)
+        with pytest.raises(ValueError, match=message):
+            check_batch(bad, feature=feature, kernels=kernels)
 
 
 def test_a_batch_checked_for_another_feature_is_refused_before_anything_changes():

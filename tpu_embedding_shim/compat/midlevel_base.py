@@ -25,12 +25,13 @@ without mpiexec. docs/distributed.md, "The mid-level API under mpiexec".
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..engine import CheckpointError, DistributedEngine, Engine, LookupResult, agree
+from ..engine import CheckpointError, DistributedEngine, Engine, LookupResult, agree, check_batch
 from ..spec import FeatureSpec
 from ..spec.checks import is_int
 from . import distribute, lowering, replicas
@@ -308,6 +309,9 @@ class MidLevelBase:
         flat_weights = [None] * len(flat_inputs)
         if weights is not None:
             flat_weights = flatten_up_to(self._feature_config, weights, "weights")
+        check = check_batch  # once the engine is built, through its kernels (one compiled pass)
+        if self._engine is not None:
+            check = functools.partial(check_batch, kernels=self._engine.kernels)
         return [
             convert_input(
                 ids,
@@ -317,6 +321,7 @@ class MidLevelBase:
                 feature=f.spec,
                 serving=serving,
                 known=None if f.config.output_shape is not None else f.output_shape,
+                check=check,
             )
             for ids, weight, f in zip(flat_inputs, flat_weights, self._features)
         ]

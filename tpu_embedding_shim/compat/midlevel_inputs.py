@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -265,11 +265,13 @@ def convert_input(
     feature: FeatureSpec,
     serving: bool = False,
     known: tuple[int, ...] | None = None,
+    check: Callable[..., CheckedBatch] = check_batch,
 ) -> ConvertedInput:
     """Applies TensorFlow's rules for one enqueued feature (module docstring) and checks its ids.
 
     `feature` is the engine's (pooled) spec of the feature; `known` the
-    output shape fixed by `build()` or an earlier batch, if any.
+    output shape fixed by `build()` or an earlier batch, if any; `check`
+    checks the ids (`check_batch`, or it over an engine's kernels).
     `serving=True` adds `serving_embedding_lookup`'s two extra checks: no
     weights and no dense input for a sequence feature.
     """
@@ -316,9 +318,9 @@ def convert_input(
                 description=f"the rank-{len(shape)} sparse input {shape}",
             )
             ids, weight = _sparse_to_samples(ids, weight, shape, where)
-            checked = check_batch(ids, weight, feature=feature)
+            checked = check(ids, weight, feature=feature)
             return ConvertedInput(ids, weight, "sparse", output_shape, checked=checked)
-        return _flexible(ids, weight, "sparse", shape[0], config, configured, known, path, feature)
+        return _flexible(ids, weight, "sparse", shape[0], config, configured, known, path, feature, check)
     if is_ragged_tensor(ids):
         if np.ndim(ids.values) != 1 or is_ragged_tensor(ids.values):
             raise ValueError(
@@ -330,7 +332,7 @@ def convert_input(
                 "input which is RaggedTensor."
             )
         batch = int(np.asarray(ids.row_splits).reshape(-1).shape[0]) - 1
-        return _flexible(ids, weight, "ragged", batch, config, configured, known, path, feature)
+        return _flexible(ids, weight, "ragged", batch, config, configured, known, path, feature, check)
     if isinstance(ids, (str, bytes, Mapping)) or ids is None or not _is_dense(ids):
         raise ValueError(
             f"Input {path_string(path)} is of unknown type {type(ids)}. Please only pass Tensor, "
@@ -362,7 +364,7 @@ def convert_input(
         natural, 0, configured, known, path, batch=None, description=f"the dense input of shape {list(array.shape)}"
     )
     samples = array.reshape(-1, 1)
-    return ConvertedInput(samples, None, "dense", output_shape, checked=check_batch(samples, None, feature=feature))
+    return ConvertedInput(samples, None, "dense", output_shape, checked=check(samples, None, feature=feature))
 
 
 def _flexible(
@@ -375,6 +377,7 @@ def _flexible(
     known: tuple[int, ...] | None,
     path: Path,
     feature: FeatureSpec,
+    check: Callable[..., CheckedBatch],
 ) -> ConvertedInput:
     """A ragged or rank-2 sparse input: `[B]`, `[B, max_sequence_length]`, or a configured output shape."""
     length = config.max_sequence_length if configured is None else 0
@@ -399,7 +402,7 @@ def _flexible(
                 stacklevel=4,
             )
         return ConvertedInput(_spread_positions(ids, weight, positions, feature), None, kind, output_shape, positions)
-    return ConvertedInput(ids, weight, kind, output_shape, checked=check_batch(ids, weight, feature=feature))
+    return ConvertedInput(ids, weight, kind, output_shape, checked=check(ids, weight, feature=feature))
 
 
 def check_gradient(gradient: Any, expected: tuple[int, ...], path: Path) -> np.ndarray | None:

@@ -610,6 +610,14 @@ class CheckedBatch:
         return self.batch
 
 
-def check_batch(ids: Any, weights: Any = None, *, feature: FeatureSpec) -> CheckedBatch:
-    """`to_ragged(ids, weights, feature=feature)`, kept as a `CheckedBatch` the engine takes as it is."""
-    return CheckedBatch(to_ragged(ids, weights, feature=feature), feature, _CHECKED)
+def check_batch(ids: Any, weights: Any = None, *, feature: FeatureSpec, kernels: Any = None) -> CheckedBatch:
+    """`to_ragged(ids, weights, feature=feature)`, kept as a `CheckedBatch` the engine takes as it is.
+
+    With an engine's `kernels`, through their `to_batch(..., copy=True)`:
+    the same batch or the same error, in one compiled pass for the common
+    inputs, and never sharing the caller's arrays."""
+    if kernels is None:
+        batch = to_ragged(ids, weights, feature=feature)
+    else:
+        batch = kernels.to_batch(ids, feature, weights, copy=True)
+    return CheckedBatch(batch, feature, _CHECKED)

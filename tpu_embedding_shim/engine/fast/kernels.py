@@ -94,27 +94,31 @@ def _checked_ids(values, splits, lowest, num_buckets, out):
     """True when `splits` runs from 0 to N without decreasing and every id is in [lowest, num_buckets);
     then `out`, unless empty, is a copy of `values`.
 
-    A row's end is checked against N before its entries are touched, so a
-    malformed `splits` (say [0, 100, 5] for N = 5) is refused without reading
-    or writing past N (numba checks no bounds). Serial: in parallel it took
-    0.14-0.17 ms against 0.09-0.11 for 82k ids (the second thread's wake-up)."""
+    The splits are checked whole before any id is read, and the ids are
+    then read as one flat run of N (numba checks no bounds: splits such as
+    [0, 100, 5] for N = 5 are refused before anything is read). The id
+    loop has no early exit, so LLVM vectorizes it: 19 us against 72 for
+    82k ids with the copy (12 against 56 without), where the earlier loop
+    walked row by row and left at the first bad id. Serial: in parallel
+    the second thread's wake-up costs more than it saves."""
     n = values.shape[0]
     rows = splits.shape[0] - 1
-    copy = out.shape[0] != 0
     if rows < 0 or splits[0] != 0 or splits[rows] != n:
         return False
     for b in range(rows):
-        lo = splits[b]
-        hi = splits[b + 1]
-        if hi < lo or hi > n:
+        if splits[b + 1] < splits[b]:
             return False
-        for k in range(lo, hi):
+    bad = False
+    if out.shape[0] != 0:
+        for k in range(n):
             v = values[k]
-            if v < lowest or v >= num_buckets:
-                return False
-            if copy:
-                out[k] = v
-    return True
+            out[k] = v
+            bad |= (v < lowest) | (v >= num_buckets)
+    else:
+        for k in range(n):
+            v = values[k]
+            bad |= (v < lowest) | (v >= num_buckets)
+    return not bad
 
 
 _NO_IDS = np.zeros(0, dtype=np.int64)
