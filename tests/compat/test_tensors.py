@@ -80,3 +80,16 @@ def test_ragged_constant_takes_tensorflows_dtype_and_refuses_a_cast_that_changes
             tf.ragged.constant(bad, dtype=tf.int64)
     with pytest.raises(ValueError, match="rank-2"):
         tf.ragged.constant([[1]], ragged_rank=2)
+
+
+def test_the_callers_arrays_stay_writable_and_the_tensor_keeps_its_values():
+    """As TensorFlow's tensors: built from numpy arrays, they copy them; the arrays stay the caller's."""
+    values, splits = np.array([3, 1, 2]), np.array([0, 2, 3])
+    ragged = tf.RaggedTensor.from_row_splits(values, splits)
+    sparse = tf.SparseTensor(indices=np.array([[0, 0], [1, 0]]), values=values[:2], dense_shape=[2, 1])
+    values[:] = 7  # the caller's array: still writable, and the tensors do not see the change
+    splits[1] = 1
+    assert ragged.values.tolist() == [3, 1, 2] and ragged.row_splits.tolist() == [0, 2, 3]
+    assert sparse.values.tolist() == [3, 1]
+    with pytest.raises(ValueError, match="read-only"):
+        ragged.values[0] = 0  # the tensor's own arrays are immutable, as a tf.Tensor

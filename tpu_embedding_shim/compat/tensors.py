@@ -52,7 +52,7 @@ class SparseTensor:
         if idx.size == 0:
             idx = np.zeros((0, len(shape)), np.int64)
         idx = _int_array("indices", idx, 2, owner)
-        vals = np.asarray(values)
+        vals = np.array(values)  # a copy: the caller's array stays theirs (writable), the tensor immutable
         if vals.ndim != 1:
             raise fail("values", "a rank-1 array", values, owner=owner)
         idx = checked_sparse_indices(idx, vals.shape[0], shape, owner)
@@ -99,7 +99,7 @@ class RaggedTensor:
 
     def __init__(self, values: Any, row_splits: Any):
         owner = "RaggedTensor"
-        vals = np.asarray(values)
+        vals = np.array(values)  # a copy: the caller's array stays theirs (writable), the tensor immutable
         if vals.ndim != 1:
             raise fail("values", "a rank-1 array", values, owner=owner)
         splits = _int_array("row_splits", row_splits, 1, owner)
