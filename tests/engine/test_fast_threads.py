@@ -122,6 +122,25 @@ def test_one_thread_below_restores_the_thread_count():
     assert numba.get_num_threads() == before
 
 
+def test_num_threads_reads_and_sets_what_numba_reads_and_sets_on_every_thread():
+    """`threads.num_threads` / `_set_num_threads` skip numba's per-call lock; they must mean numba's count."""
+    assert threads._parallel._is_initialized  # numba's threads run (the fixture's kernel): the lock-free path
+    seen = []
+
+    def on_a_thread():
+        seen.append((threads.num_threads(), numba.get_num_threads()))
+        with threads.one_thread_below(0):
+            seen.append((threads.num_threads(), numba.get_num_threads()))
+        seen.append((threads.num_threads(), numba.get_num_threads()))
+
+    on_a_thread()
+    helper = threading.Thread(target=on_a_thread)
+    helper.start()
+    helper.join()
+    full = numba.config.NUMBA_NUM_THREADS
+    assert seen == [(full, full), (1, 1), (full, full)] * 2
+
+
 def test_balance_gives_each_share_about_the_same_work():
     shares = threads.balance([0, 1, 2, 3, 4], [10, 1, 1, 1, 9], 2)
     assert sorted(i for share in shares for i in share) == [0, 1, 2, 3, 4]

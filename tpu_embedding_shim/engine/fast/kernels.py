@@ -42,7 +42,7 @@ from ..kernels import Lookup, Update
 from ..optimizers import touches_all_rows
 from ..ragged import Ragged, is_ragged_tensor, is_sparse, to_ragged
 from . import coefficients, forward, fused, owner
-from .threads import one_thread_below, run_each
+from .threads import num_threads, one_thread_below, run_each
 
 __all__ = ["Entries", "FastKernels", "Summed"]
 
@@ -155,7 +155,7 @@ class FastKernels:
 
     @staticmethod
     def threads() -> int:
-        return int(numba.get_num_threads())
+        return num_threads()
 
     def describe(self, spec: EmbeddingSpec) -> str:
         numpy_updates = sorted(
