@@ -56,7 +56,7 @@ def num_threads() -> int:
     call, and under `run_each`'s threads a step over 26 small tables spent
     ~3 ms of 10 waiting for it (1,700 calls in 30 steps, ~55 us each)."""
     if _parallel._is_initialized:
-        return int(_parallel._get_num_threads())
+        return int(_parallel._get_num_threads())  # type: ignore[attr-defined]  # set by numba at launch
     return int(numba.get_num_threads())
 
 
@@ -65,7 +65,7 @@ def _set_num_threads(count: int) -> None:
 
     `count` is 1 or a count numba gave (`num_threads`), so in numba's range."""
     if _parallel._is_initialized:
-        _parallel._set_num_threads(count)
+        _parallel._set_num_threads(count)  # type: ignore[attr-defined]  # set by numba at launch
     else:
         numba.set_num_threads(count)
 
