@@ -8,6 +8,7 @@ run where TensorFlow is installed (a separate venv):
 """
 
 import importlib.util
+import sys
 
 import pytest
 
@@ -31,3 +32,13 @@ if importlib.util.find_spec("tensorflow") is None:
         if not collectors or file_path.name in ("conftest.py", "__init__.py"):
             return collectors
         return [NeedsTensorFlow.from_parent(parent, path=file_path)]
+
+
+@pytest.fixture(autouse=True)
+def tensorflows_global_seed_is_cleared_after_each_test():
+    """A test that sets TensorFlow's global seed (tf.random.set_seed, keras.utils.set_random_seed) sets it for
+    itself: cleared after it, the tables of the tests that follow do not depend on which tests ran before."""
+    yield
+    tensorflow = sys.modules.get("tensorflow")
+    if tensorflow is not None:
+        tensorflow.random.set_seed(None)

@@ -38,7 +38,9 @@ class Model(tf.keras.Model):
 
 
 def test_page_004_training_and_evaluation_steps_as_printed(tmp_path, page_004_run):
-    real_tf.keras.utils.set_random_seed(0)  # the model's initial weights; the tables' are random as on the page
+    # The model's initial weights and, by TensorFlow's seed rule, the tables' unseeded initializers too: the
+    # loss checks below see one fixed draw.
+    real_tf.keras.utils.set_random_seed(0)
     table_config_one = tf.tpu.experimental.embedding.TableConfig(vocabulary_size=32, dim=4)
     table_config_two = tf.tpu.experimental.embedding.TableConfig(vocabulary_size=8, dim=4)
     feature_config = {
@@ -109,7 +111,7 @@ def test_page_004_training_and_evaluation_steps_as_printed(tmp_path, page_004_ru
     )
     losses, eval_losses = losses.numpy(), eval_losses.numpy()
     assert int(steps.numpy()) == 100 and np.all(np.isfinite(losses)) and np.all(eval_losses > 0)
-    assert np.mean(losses[-10:]) < 0.75 * np.mean(losses[:10])  # measured 0.35-0.64 over random tables
+    assert np.mean(losses[-10:]) < 0.75 * np.mean(losses[:10])  # 0.20 with seed 0; 0.10-0.63 over seeds 1-30
     assert np.mean(eval_losses[10:]) < 0.75 * np.mean(eval_losses[:10])
     assert all(not np.allclose(after[name], before[name]) for name in before)
     assert embedding.engine.global_step == 100
