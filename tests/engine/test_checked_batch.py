@@ -133,3 +133,24 @@ def test_a_checked_batch_still_gets_the_nan_weight_rule():
     with pytest.raises(ValueError) as got:
         Engine(spec).forward(checked)
     assert str(got.value) == str(raw.value)
+
+
+@pytest.mark.skipif(FastKernels is None, reason="numba is not installed: no compiled check")
+def test_a_ragged_tensors_read_only_arrays_are_checked_and_kept_without_a_copy():
+    """Nobody can write a tf.RaggedTensor's arrays (it copies what it is given), so a training batch keeps them."""
+    import tpu_embedding_shim as tf
+
+    spec = make_spec()
+    ragged = tf.RaggedTensor.from_row_splits(np.array([1, 2, 3]), np.array([0, 2, 3]))
+    checked = check_batch(ragged, feature=spec.features[0], kernels=FastKernels())
+    assert checked.batch.values is ragged.values and not checked.batch.values.flags.writeable
+    writable = RaggedInput(np.array([1, 2, 3]), np.array([0, 2, 3]))  # the caller's arrays: copied
+    assert not np.shares_memory(
+        check_batch(writable, feature=spec.features[0], kernels=FastKernels()).batch.values, writable.values
+    )
+    with pytest.raises(ValueError, match=r"id 50 \(example 1\) is out of range"):
+        check_batch(
+            tf.RaggedTensor.from_row_splits(np.array([1, 50]), np.array([0, 1, 2])),
+            feature=spec.features[0],
+            kernels=FastKernels(),
+        )

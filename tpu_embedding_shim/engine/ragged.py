@@ -575,8 +575,9 @@ class CheckedBatch:
 
     The engine uses it as it is: no second check and no copy. That is safe
     because the kernels' one trust (every id in range, the row splits
-    sound) holds by construction: `to_ragged` made `batch` from new arrays,
-    which nothing but this object holds, so whatever the caller does to the
+    sound) holds by construction: `batch` is made of new arrays, which
+    nothing but this object holds, or of arrays nobody can write (a
+    `tf.RaggedTensor`'s own, read-only), so whatever the caller does to the
     arrays it passed cannot move an id past a table after the check. Hence
     only `check_batch` makes one. The mid-level API checks each batch at
     `enqueue` (where TensorFlow raises) and hands the engine this at

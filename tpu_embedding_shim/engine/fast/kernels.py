@@ -198,10 +198,11 @@ class FastKernels:
         `copy`: a training batch outlives the call (its gradient comes later)
         and its ids address rows with no bounds check, so they are copied as
         they are checked: ids changed by the caller after the check cannot
-        reach past a table. An inference batch is used within the call only
-        (`copy=False`): the caller's contiguous arrays are checked and used as
-        they are. Positions are left to `Ragged.row_positions()` (only a
-        sequence lookup asks)."""
+        reach past a table. Arrays nobody can write (`_immutable`: a
+        `tf.RaggedTensor`'s) are kept as they are. An inference batch is used
+        within the call only (`copy=False`): the caller's contiguous arrays
+        are checked and used as they are. Positions are left to
+        `Ragged.row_positions()` (only a sequence lookup asks)."""
         if isinstance(ids, np.ndarray):
             return FastKernels._dense_ids(ids, feature, weights, copy)
         if feature.id_source != "identity" or is_sparse(ids) or not is_ragged_tensor(ids):
@@ -223,6 +224,8 @@ class FastKernels:
             _vectors(values, splits) and values.dtype == np.int64 and splits.dtype == np.int64 and values.shape[0] > 0
         ):
             return None
+        if _immutable(values) and _immutable(splits):  # a tensor's own read-only arrays: they cannot change
+            copy = False
         copy = copy or not (values.flags.c_contiguous and splits.flags.c_contiguous)
         out = np.empty(values.shape[0], dtype=np.int64) if copy else _NO_IDS
         if not _checked_ids(values, splits, 0, feature.num_buckets, out):
@@ -440,6 +443,14 @@ class FastKernels:
                 for u in updates
             ]
         )
+
+
+def _immutable(array: np.ndarray) -> bool:
+    """True for an array nobody can write: read-only, and owning its data (no writable array shares it).
+
+    `tf.RaggedTensor`'s arrays are such (it copies what it is given): a
+    training batch may keep them, checked, without a copy of its own."""
+    return not array.flags.writeable and array.flags.owndata
 
 
 def _vectors(*arrays) -> bool:
