@@ -1,5 +1,7 @@
 """The Engine: steps, shared tables, pipelining, sharding invariance, failure atomicity, state."""
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -261,13 +263,21 @@ def test_weights_from_the_weights_argument_or_the_weight_key():
         engine.forward({"a": [[1]], "b": [[2]]})
 
 
-def test_clipping_limit_warns_that_it_has_no_effect(monkeypatch):
-    import tpu_embedding_shim.engine.engine as module
-
-    monkeypatch.setattr(module, "_warned_clipping_limit", False)
-    with pytest.warns(UserWarning, match="clipping_limit"):
+def test_clipping_limit_warns_that_it_has_no_effect():
+    with pytest.warns(UserWarning, match="clipping_limit=1.0 has no effect"):
         engine = Engine(make_spec(clipping_limit=1.0))
     assert any("ignored" in line for line in engine.describe())
+
+
+def test_the_clipping_limit_warning_follows_pythons_filters():
+    """Once per line that builds an engine by default; every time under "always" (no state of the engine's own)."""
+    spec = make_spec(clipping_limit=1.0)
+    for action, expected in (("default", 1), ("always", 3)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter(action)
+            for _ in range(3):
+                Engine(spec)
+        assert sum("clipping_limit" in str(w.message) for w in caught) == expected, action
 
 
 def test_describe_names_emulated_tpu_behaviours():

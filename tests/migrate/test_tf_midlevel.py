@@ -64,7 +64,7 @@ def _gradients(rng, activations):
 
 def _trained_checkpoint(config, directory, steps=3):
     """The EmbeddingConfigSpec's engine trained `steps` steps, saved; (engine, checkpoint path)."""
-    # clipping_limit changes nothing (and the engine warns of it once per process: docs/faq.md shows that warning)
+    # clipping_limit changes nothing (the engine would only warn of it: docs/faq.md shows that warning)
     engine = Engine(dataclasses.replace(config.to_spec(), clipping_limit=None), seed=3, kernels="numpy")
     rng = np.random.default_rng(0)
     for _ in range(steps):

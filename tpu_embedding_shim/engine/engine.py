@@ -56,7 +56,6 @@ from .statistics import LookupStatistics
 from .step_checks import check_state, check_trainable, checked_gradient, feature_batch, gradient_multiplier
 
 log = logging.getLogger("tpu_embedding_shim")
-_warned_clipping_limit = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -457,9 +456,9 @@ class Engine:
         return manifest
 
     def _warn_clipping_limit(self) -> None:
-        global _warned_clipping_limit
-        if self.spec.clipping_limit is not None and not _warned_clipping_limit:
-            _warned_clipping_limit = True
+        """Says that clipping_limit has no effect. Python's warning filters decide how often: by default once
+        per line that builds an engine, every time under `warnings.simplefilter("always")`."""
+        if self.spec.clipping_limit is not None:
             warnings.warn(
                 f"clipping_limit={self.spec.clipping_limit} has no effect: TensorFlow stores it and never applies "
                 "it, on a TPU too. To clip gradients use the optimizer's clip_gradient_min / clip_gradient_max "
