@@ -283,7 +283,8 @@ def _step_reading_model_fn(user_col, seen_steps, advances):
 
     def model_fn(features, labels, mode, params):
         net = tf.keras.layers.DenseFeatures([user_col])(features)
-        loss = tf.reduce_mean(tf.square(tf.squeeze(tf.keras.layers.Dense(1)(net), -1) - labels))
+        w = tf.compat.v1.get_variable("w", [D, 1], initializer=tf.compat.v1.zeros_initializer())  # no Keras layer
+        loss = tf.reduce_mean(tf.square(tf.squeeze(tf.matmul(net, w), -1) - labels))
         step = tf.compat.v1.train.get_global_step()
         seen = tf.compat.v1.py_func(lambda s: seen_steps.append(int(s)) or s, [step], tf.int64)
         with tf.control_dependencies([seen]):
