@@ -23,12 +23,11 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 from . import distributed_model as model
-from .run import _root, machine
+from .run import _root, machine, run_worker
 from .variants import quick
 from .workload import Workload
 
@@ -64,26 +63,16 @@ def _environment(threads: bool) -> dict[str, str]:
     return env
 
 
-def _run(cmd: list[str], env: dict[str, str], timeout: float) -> dict:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=_root(), env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s: {' '.join(cmd)}"}
-    if proc.returncode != 0:
-        return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def launch(ranks: int, args: argparse.Namespace) -> dict:
     """One `mpiexec -n ranks` run of the worker: every rank's measurements, or an error."""
     cmd = [find_mpiexec() or "mpiexec", "-n", str(ranks), sys.executable, "-m", "benchmarks.distributed_worker"]
-    return _run(cmd + _worker_args(args), _environment(threads=False), args.timeout)
+    return run_worker(cmd + _worker_args(args), _environment(threads=False), args.timeout)
 
 
 def reference(args: argparse.Namespace) -> dict:
     """The one-process `Engine`, numpy and fast kernels, on the global batch (a plain process, no MPI)."""
     cmd = [sys.executable, "-m", "benchmarks.distributed_worker", "--reference"]
-    return _run(cmd + _worker_args(args), _environment(threads=True), args.timeout)
+    return run_worker(cmd + _worker_args(args), _environment(threads=True), args.timeout)
 
 
 def _worker_args(args: argparse.Namespace) -> list[str]:

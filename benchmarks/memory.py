@@ -70,6 +70,24 @@ def _engine_bytes(engine) -> tuple[int, int]:
     return tables, slots
 
 
+def _case(name: str, describe: str, rss_kb: tuple[int, int, int, int], engine, result, ids: int) -> dict:
+    """One case's row: `rss_kb` (base, built, before, peak), the engine's tables and slots, the step's sizes."""
+    base, built, before, peak = rss_kb
+    tables, slots = _engine_bytes(engine)
+    return {
+        "case": name,
+        "describe": describe,
+        "base_kb": base,
+        "built_kb": built,
+        "before_kb": before,
+        "peak_kb": peak,
+        "tables": tables,
+        "slots": slots,
+        "activations": sum(a.nbytes for a in result.activations.values()),
+        "ids": ids,
+    }
+
+
 def _main_workload(quick: bool, wheel: str | None = None) -> dict:
     from tpu_embedding_shim.engine.engine import Engine
 
@@ -99,19 +117,8 @@ def _main_workload(quick: bool, wheel: str | None = None) -> dict:
     reset_peak()
     result = step(engine, batch)
     peak = _status_kb("VmHWM")
-    tables, slots = _engine_bytes(engine)
-    return {
-        "case": w.name,
-        "describe": w.describe(),
-        "base_kb": base,
-        "built_kb": built,
-        "before_kb": before,
-        "peak_kb": peak,
-        "tables": tables,
-        "slots": slots,
-        "activations": sum(a.nbytes for a in result.activations.values()),
-        "ids": sum(b.values.nbytes + b.offsets.nbytes for b in batch),
-    }
+    ids = sum(b.values.nbytes + b.offsets.nbytes for b in batch)
+    return _case(w.name, w.describe(), (base, built, before, peak), engine, result, ids)
 
 
 def _movielens(quick: bool, wheel: str | None = None) -> dict:
@@ -147,19 +154,10 @@ def _movielens(quick: bool, wheel: str | None = None) -> dict:
         peak = _status_kb("VmHWM")
         features, _ = next(iter(ml_data.batches(data, data.train, config.batch_size, shuffle_seed=1)))
         result = estimator.engine.forward(features, training=False)
-        tables, slots = _engine_bytes(estimator.engine)
-    return {
-        "case": "movielens",
-        "describe": f"the MovieLens job's train(steps=1), batch {config.batch_size}, default options",
-        "base_kb": base,
-        "built_kb": built,
-        "before_kb": before,
-        "peak_kb": peak,
-        "tables": tables,
-        "slots": slots,
-        "activations": sum(a.nbytes for a in result.activations.values()),
-        "ids": sum(_nbytes(value) for value in features.values()),
-    }
+        engine = estimator.engine
+    describe = f"the MovieLens job's train(steps=1), batch {config.batch_size}, default options"
+    ids = sum(_nbytes(value) for value in features.values())
+    return _case("movielens", describe, (base, built, before, peak), engine, result, ids)
 
 
 MEASURES = {"main-uniform": _main_workload, "movielens": _movielens}

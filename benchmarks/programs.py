@@ -28,16 +28,15 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from .run import _env, run_worker
 from .workload import CRITEO_SIZES
 
 # The venvs .ci/run makes in the checkout (docs/benchmarks.md, Program level), unless the variables name others.
@@ -196,10 +195,6 @@ def _criteo(tf, program: Program):
 # The runner ---------------------------------------------------------------------------------------------------
 
 
-def _root() -> str:
-    return str(Path(__file__).resolve().parent.parent)
-
-
 def python_for(framework: str) -> str:
     return TORCHREC_PYTHON if framework == "torchrec" else TF_PYTHON
 
@@ -220,15 +215,8 @@ def launch(framework: str, program: str, quick_run: bool, timeout: float) -> dic
     module = "benchmarks.programs_torchrec" if framework == "torchrec" else "benchmarks.programs_tf"
     cmd = [python_for(framework), "-m", module, "--framework", framework, "--program", program]
     cmd += ["--quick"] if quick_run else []
-    env = dict(os.environ, PYTHONPATH=_root(), OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=_root(), env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    if proc.returncode != 0:
-        return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    env = dict(_env(), TF_CPP_MIN_LOG_LEVEL="2")
+    return run_worker(cmd, env, timeout)
 
 
 def rate(stamps: list[float], program: Program) -> float:

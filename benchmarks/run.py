@@ -303,6 +303,17 @@ def _env() -> dict[str, str]:
     return env
 
 
+def run_worker(cmd: list[str], env: dict[str, str], timeout: float) -> dict:
+    """A benchmark worker process: the JSON of its last stdout line, or {"error": why it failed}."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=_root(), env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s: {' '.join(cmd)}"}
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def _fmt(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
