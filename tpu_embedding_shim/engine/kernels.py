@@ -74,7 +74,8 @@ class Kernels(Protocol):
         """`to_ragged(ids, weights, feature=feature)`: the same batch or the same error.
 
         `copy`: the batch outlives the call (a training lookup), so it must
-        not share the caller's arrays."""
+        not share an array the caller can still write (read-only arrays that
+        own their data, such as a `tf.RaggedTensor`'s, may be kept)."""
         ...
 
     def all_finite(self, array: np.ndarray) -> bool:

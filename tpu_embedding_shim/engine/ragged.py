@@ -616,7 +616,7 @@ def check_batch(ids: Any, weights: Any = None, *, feature: FeatureSpec, kernels:
 
     With an engine's `kernels`, through their `to_batch(..., copy=True)`:
     the same batch or the same error, in one compiled pass for the common
-    inputs, and never sharing the caller's arrays."""
+    inputs, sharing no array the caller can still write."""
     if kernels is None:
         batch = to_ragged(ids, weights, feature=feature)
     else:
