@@ -298,15 +298,18 @@ def _step_reading_model_fn(user_col, seen_steps, advances):
 def test_the_graph_is_given_the_step_only_when_train_op_did_not_advance_it(tmp_path, monkeypatch):
     """A train_op that increments global_step (`minimize(loss, global_step)`) leaves the graph at the runner's
     next step, so a step is one session run; one that does not gets the step loaded first: two runs. Either
-    way the graph reads the runner's step."""
+    way the graph reads the runner's step. Runs are counted below `Session.run`, where a training step's
+    `FixedRun` (estimator/tf_run.py) runs too."""
     tf = shim_tf
     user_col = tf.compat.v1.tpu.experimental.embedding_column(
         tf.feature_column.categorical_column_with_identity("user", V), D
     )
-    session_run = real_tf.compat.v1.Session.run
+    session_run = real_tf.compat.v1.Session._call_tf_sessionrun
     runs = []
     monkeypatch.setattr(
-        real_tf.compat.v1.Session, "run", lambda self, *a, **k: runs.append(1) or session_run(self, *a, **k)
+        real_tf.compat.v1.Session,
+        "_call_tf_sessionrun",
+        lambda self, *a, **k: runs.append(1) or session_run(self, *a, **k),
     )
     features, labels = examples(B)
     input_fn = make_input_fn({"user": features["user"]}, labels, repeat=True)

@@ -45,6 +45,7 @@ from ..compat import replicas
 from ..compat.feature_columns import NumericColumn
 from ..compat.lookup_scope import LookupScope
 from ..compat.tensors import RaggedTensor, SparseTensor
+from .tf_run import FixedRun
 
 __all__ = ["uses_tensorflow", "as_batches", "GraphLayers", "GraphScope", "GraphModel"]
 
@@ -391,6 +392,10 @@ class GraphModel:
         self.session = tf.compat.v1.Session(graph=self.graph)
         self.session.run(init)
         self.load_from(dense_state)
+        self._placeholders = [*self._feature_feeds, *self._label_feeds, *(p for _, _, p in self.scope.fed)]
+        self._train_fetches = [self.train_op, self._step_after_train, self.loss, *(g for _, g in self.gradients)]
+        self._train_run: FixedRun | None = None  # made at the first training step (`FixedRun`; None after: Session.run)
+        self._train_run_made = False
 
     def _check_served(self, spec: Any) -> None:
         if getattr(spec, "host_call", None) is not None:
@@ -486,30 +491,35 @@ class GraphModel:
 
     # Steps ------------------------------------------------------------------------------------
 
-    def _feed(self, features: Any, labels: Any, scope: LookupScope) -> dict[Any, Any]:
-        feed = {p: read(features) for p, read in self._feature_feeds.items()}
-        feed.update({p: read(labels) for p, read in self._label_feeds.items()})
-        for kind, key, placeholder in self.scope.fed:
+    def _feed_values(self, features: Any, labels: Any, scope: LookupScope) -> list[Any]:
+        """The step's value of each placeholder of `self._placeholders`, in order."""
+        values = [read(features) for read in self._feature_feeds.values()]
+        values.extend(read(labels) for read in self._label_feeds.values())
+        for kind, key, _ in self.scope.fed:
             source = scope.activations if kind == "activation" else scope.sequence_lengths
-            feed[placeholder] = source[key]
-        return feed
+            values.append(source[key])
+        return values
+
+    def _feed(self, features: Any, labels: Any, scope: LookupScope) -> dict[Any, Any]:
+        return dict(zip(self._placeholders, self._feed_values(features, labels, scope)))
 
     def train(self, features: Any, labels: Any, scope: LookupScope, step: int) -> tuple[float, dict[str, np.ndarray]]:
         """One step: train_op, loss and d loss / d activations in one run; returns (loss, per-feature gradients)."""
         self._load_step(step)
-        fetches = {
-            "train_op": self.train_op,
-            "step": self._step_after_train,
-            "loss": self.loss,
-            "grads": [g for _, g in self.gradients],
-        }
+        if not self._train_run_made:  # the same fetches and feeds every step: worked out once (tf_run.py)
+            self._train_run = FixedRun.for_session(self.session, self._train_fetches, self._placeholders)
+            self._train_run_made = True
         self._graph_step = None  # unknown until the run returns (it may fail half way)
-        out = self.session.run(fetches, self._feed(features, labels, scope))
-        self._graph_step = int(out["step"])
+        values = self._feed_values(features, labels, scope)
+        if self._train_run is not None:
+            out = self._train_run(values)
+        else:
+            out = self.session.run(self._train_fetches, dict(zip(self._placeholders, values)))
+        self._graph_step = int(out[1])
         grads: dict[str, np.ndarray] = {}
-        for (key, _), grad in zip(self.gradients, out["grads"]):
+        for (key, _), grad in zip(self.gradients, out[3:]):
             grads[key] = grads[key] + grad if key in grads else np.asarray(grad, np.float32)
-        return float(out["loss"]), grads
+        return float(out[2]), grads
 
     def evaluate(self, features: Any, labels: Any, scope: LookupScope, step: int) -> float:
         """One eval batch: the loss, and every metric's update op."""
