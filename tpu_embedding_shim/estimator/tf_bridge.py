@@ -45,6 +45,7 @@ from ..compat import replicas
 from ..compat.feature_columns import NumericColumn
 from ..compat.lookup_scope import LookupScope
 from ..compat.tensors import RaggedTensor, SparseTensor
+from .tf_data import numpy_elements
 from .tf_run import FixedRun
 
 __all__ = ["uses_tensorflow", "as_batches", "GraphLayers", "GraphScope", "GraphModel"]
@@ -133,7 +134,7 @@ def as_batches(result: Any) -> Any:
                 "iterates datasets eagerly: call train / evaluate / predict outside "
                 "`with graph.as_default()`."
             )
-        return (to_numpy(element) for element in result)
+        return numpy_elements(result, to_numpy)
     if isinstance(result, Iterator):  # a generator of batches: each read as numpy when it is reached
         return (to_numpy(element) for element in result)
     return to_numpy(result)
