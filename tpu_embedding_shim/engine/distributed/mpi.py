@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from . import blas_threads
+
 __all__ = ["MPICommunicator"]
 
 _hook_installed = False
@@ -35,12 +37,15 @@ class MPICommunicator:
       abort_on_uncaught_exception: chain `sys.excepthook` so that an
         uncaught exception on this rank aborts the job instead of leaving
         the other ranks waiting (once per process).
+      share_blas_threads: with more than one process, limit numpy's BLAS
+        to this process's share of the host's cores, unless the
+        environment names a thread count (`blas_threads.py`).
 
     Raises:
       ImportError: mpi4py is not installed.
     """
 
-    def __init__(self, comm: Any = None, *, abort_on_uncaught_exception: bool = True):
+    def __init__(self, comm: Any = None, *, abort_on_uncaught_exception: bool = True, share_blas_threads: bool = True):
         from mpi4py import MPI  # initializes MPI (once per process)
 
         self._mpi = MPI
@@ -50,6 +55,7 @@ class MPICommunicator:
         self._ops = {"min": MPI.MIN, "max": MPI.MAX, "sum": MPI.SUM}
         if abort_on_uncaught_exception:
             _abort_on_uncaught_exception()
+        self.blas_threads = blas_threads.share_blas_threads() if share_blas_threads and self.size > 1 else None
 
     def alltoallv(
         self, send: np.ndarray, send_counts: Sequence[int] | np.ndarray, recv_counts: Sequence[int] | np.ndarray
