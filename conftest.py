@@ -7,9 +7,9 @@ are not collected without it (their doctests need it); the tests that use
 them skip with a reason naming the extra:
 
 - the PyTorch bridge needs torch (the `torch` extra);
-- `tpu_embedding_shim.tensorflow`, `estimator/tf_bridge.py`, `estimator/tf_serving.py`,
-  `movielens/model_tf.py` and docs/tensorflow_bridge.md need TensorFlow (the `tensorflow` extra;
-  tests/tf_bridge runs the page where it is installed);
+- `tpu_embedding_shim.tensorflow`, `estimator/tf_bridge.py` (with `tf_run.py` and `tf_data.py`),
+  `estimator/tf_serving.py`, `movielens/model_tf.py` and docs/tensorflow_bridge.md need TensorFlow
+  (the `tensorflow` extra; tests/tf_bridge runs the page where it is installed);
 - the fast kernels in `engine/fast/` need numba (the `fast` extra);
   `engine/fast/__init__.py` itself imports nothing optional and is kept.
 """
@@ -27,6 +27,8 @@ if importlib.util.find_spec("tensorflow") is None:
     collect_ignore.append("docs/tensorflow_bridge.md")
     collect_ignore += [
         "tpu_embedding_shim/estimator/tf_bridge.py",
+        "tpu_embedding_shim/estimator/tf_data.py",
+        "tpu_embedding_shim/estimator/tf_run.py",
         "tpu_embedding_shim/estimator/tf_serving.py",
         "tpu_embedding_shim/movielens/model_tf.py",
     ]

@@ -73,7 +73,13 @@ def _imports(path):
 
 CORE = ("spec", "engine", "compat")
 # The optional bridges that run TensorFlow code, as torch_bridge.py runs PyTorch: imported only where TensorFlow is.
-TENSORFLOW_BRIDGES = ("tensorflow", "estimator/tf_bridge.py", "estimator/tf_serving.py")
+TENSORFLOW_BRIDGES = (
+    "tensorflow",
+    "estimator/tf_bridge.py",
+    "estimator/tf_data.py",
+    "estimator/tf_run.py",
+    "estimator/tf_serving.py",
+)
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))

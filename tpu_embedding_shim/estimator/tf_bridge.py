@@ -395,8 +395,10 @@ class GraphModel:
         self.load_from(dense_state)
         self._placeholders = [*self._feature_feeds, *self._label_feeds, *(p for _, _, p in self.scope.fed)]
         self._train_fetches = [self.train_op, self._step_after_train, self.loss, *(g for _, g in self.gradients)]
-        self._train_run: FixedRun | None = None  # made at the first training step (`FixedRun`; None after: Session.run)
-        self._train_run_made = False
+        # The same fetches and feeds every step: worked out once (tf_run.py); None: each step calls Session.run.
+        self._train_run = (
+            FixedRun.for_session(self.session, self._train_fetches, self._placeholders) if mode == "train" else None
+        )
 
     def _check_served(self, spec: Any) -> None:
         if getattr(spec, "host_call", None) is not None:
@@ -507,9 +509,6 @@ class GraphModel:
     def train(self, features: Any, labels: Any, scope: LookupScope, step: int) -> tuple[float, dict[str, np.ndarray]]:
         """One step: train_op, loss and d loss / d activations in one run; returns (loss, per-feature gradients)."""
         self._load_step(step)
-        if not self._train_run_made:  # the same fetches and feeds every step: worked out once (tf_run.py)
-            self._train_run = FixedRun.for_session(self.session, self._train_fetches, self._placeholders)
-            self._train_run_made = True
         self._graph_step = None  # unknown until the run returns (it may fail half way)
         values = self._feed_values(features, labels, scope)
         if self._train_run is not None:
