@@ -1,8 +1,10 @@
-"""`mpiexec -n W python blas_program.py`: each rank prints one JSON line, its BLAS threads once its communicator
-is built (`engine/distributed/blas_threads.py`)."""
+"""`mpiexec -n W python blas_program.py DIR`: each rank writes DIR/rank<r>.json, its BLAS threads before and
+after its communicator is built (`engine/distributed/blas_threads.py`)."""
 
 import json
 import os
+import sys
+from pathlib import Path
 
 from threadpoolctl import threadpool_info
 
@@ -11,5 +13,6 @@ from tpu_embedding_shim.engine.distributed import communicator
 before = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
 comm = communicator()
 after = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
-cores = len(os.sched_getaffinity(0))
-print(json.dumps({"rank": comm.rank, "before": before, "after": after, "limit": comm.blas_threads, "cores": cores}))
+seen = {"rank": comm.rank, "before": before, "after": after, "limit": comm.blas_threads}
+seen["cores"] = len(os.sched_getaffinity(0))
+Path(sys.argv[1], f"rank{comm.rank}.json").write_text(json.dumps(seen))

@@ -1,6 +1,8 @@
 """Each process of an MPI job gives BLAS its share of the host's cores (engine/distributed/blas_threads.py)."""
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -51,9 +53,11 @@ def test_left_alone(blas_at_four, environ, cores):
 
 
 def _job(env):
-    job = mpirun(2, HERE / "blas_program.py", env=env)
-    assert job.returncode == 0, job.stdout + job.stderr
-    return [json.loads(line) for line in job.stdout.splitlines() if line.startswith("{")]
+    """What each of two ranks saw (a file each: their printed lines could interleave)."""
+    with tempfile.TemporaryDirectory() as out:
+        job = mpirun(2, HERE / "blas_program.py", out, env=env)
+        assert job.returncode == 0, job.stdout + job.stderr
+        return [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(2)]
 
 
 @requires_mpi
