@@ -88,6 +88,8 @@ def test_fetches_or_feeds_that_are_not_plain_tensors_or_ops_are_left_to_session_
     other = tf.Graph()
     with other.as_default():
         elsewhere = tf.constant(1.0)
+        op_elsewhere = tf.no_op()
     assert FixedRun.for_session(session, [elsewhere], list(placeholders)) is None
+    assert FixedRun.for_session(session, [op_elsewhere], list(placeholders)) is None
     with pytest.raises(ValueError, match="strict|length|argument"):  # one value per placeholder, no fewer
         FixedRun.for_session(session, list(fetches), list(placeholders))([np.ones((1, 3))])

@@ -57,7 +57,7 @@ class FixedRun:
         if not hasattr(session, "_call_tf_sessionrun") or not hasattr(session, "_extend_graph"):
             return None
         graph = session.graph
-        if not all(isinstance(f, tf.Operation) or (isinstance(f, tf.Tensor) and f.graph is graph) for f in fetches):
+        if not all(isinstance(f, (tf.Operation, tf.Tensor)) and f.graph is graph for f in fetches):
             return None
         if not all(isinstance(p, tf.Tensor) and p.graph is graph and graph.is_feedable(p) for p in placeholders):
             return None
