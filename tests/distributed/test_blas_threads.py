@@ -52,10 +52,10 @@ def test_left_alone(blas_at_four, environ, cores):
     assert set(_blas_threads()) == {4}
 
 
-def _job(env):
+def _job(env, *args):
     """What each of two ranks saw (a file each: their printed lines could interleave)."""
     with tempfile.TemporaryDirectory() as out:
-        job = mpirun(2, HERE / "blas_program.py", out, env=env)
+        job = mpirun(2, HERE / "blas_program.py", out, *args, env=env)
         assert job.returncode == 0, job.stdout + job.stderr
         return [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(2)]
 
@@ -71,3 +71,6 @@ def test_under_mpiexec_each_rank_takes_its_share_unless_the_environment_names_a_
         assert r["limit"] == (share if max(r["before"]) > share else None)
     for r in _job({**base, "OPENBLAS_NUM_THREADS": "2"}):
         assert r["after"] == r["before"] == [2] and r["limit"] is None
+    for r in _job(base, "keep"):  # MPICommunicator(share_blas_threads=False)
+        assert r["after"] == r["before"] and r["limit"] is None
+        assert max(r["before"]) > max(1, r["cores"] // 2) or r["cores"] == 1  # so keeping was a choice here

@@ -394,11 +394,12 @@ class GraphModel:
         self.session.run(init)
         self.load_from(dense_state)
         self._placeholders = [*self._feature_feeds, *self._label_feeds, *(p for _, _, p in self.scope.fed)]
-        self._train_fetches = [self.train_op, self._step_after_train, self.loss, *(g for _, g in self.gradients)]
-        # The same fetches and feeds every step: worked out once (tf_run.py); None: each step calls Session.run.
-        self._train_run = (
-            FixedRun.for_session(self.session, self._train_fetches, self._placeholders) if mode == "train" else None
-        )
+        # A training step's fetches, the same every step: worked out once (tf_run.py); None: Session.run each step.
+        self._train_fetches: list[Any] = []
+        self._train_run: FixedRun | None = None
+        if mode == "train":
+            self._train_fetches = [self.train_op, self._step_after_train, self.loss, *(g for _, g in self.gradients)]
+            self._train_run = FixedRun.for_session(self.session, self._train_fetches, self._placeholders)
 
     def _check_served(self, spec: Any) -> None:
         if getattr(spec, "host_call", None) is not None:
