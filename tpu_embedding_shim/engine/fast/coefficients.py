@@ -19,6 +19,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from . import disk_cache  # noqa: F401  (before any cache=True kernel: numba caches them outside the package)
+
 __all__ = ["pooled_coefficients"]
 
 _MODES = {"sum": 0, "mean": 1, "sqrtn": 2}

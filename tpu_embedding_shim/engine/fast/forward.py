@@ -27,6 +27,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from . import disk_cache  # noqa: F401  (before any cache=True kernel: numba caches them outside the package)
 from .prefetch import prefetch_row, stack_f32
 
 __all__ = ["pooled", "pooled_forward", "sequence_forward", "AHEAD_ROWS"]

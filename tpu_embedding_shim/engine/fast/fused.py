@@ -60,6 +60,7 @@ from numba.extending import intrinsic, overload, register_jitable
 from ...spec import OptimizerSpec
 from ..optimizers import formulas
 from ..optimizers.registry import OPTIMIZERS, Powers
+from . import disk_cache  # noqa: F401  (before any cache=True kernel: numba caches them outside the package)
 from .prefetch import AHEAD, prefetch_row
 
 __all__ = ["fusable", "apply", "options"]

@@ -41,7 +41,7 @@ from .. import aligned
 from ..kernels import Lookup, Update
 from ..optimizers import touches_all_rows
 from ..ragged import Ragged, is_ragged_tensor, is_sparse, to_ragged
-from . import coefficients, forward, fused, owner
+from . import coefficients, disk_cache, forward, fused, owner  # noqa: F401  (disk_cache: see its docstring)
 from .threads import num_threads, one_thread_below, run_each
 
 __all__ = ["Entries", "FastKernels", "Summed"]

@@ -31,6 +31,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from . import disk_cache  # noqa: F401  (before any cache=True kernel: numba caches them outside the package)
 from .prefetch import AHEAD, prefetch_item
 
 __all__ = ["new_slot_map", "count_owned", "bucket_owned", "sum_owned", "reset_owned"]

@@ -221,6 +221,8 @@ def _numba_kernel() -> Callable[..., Any] | None:
         return None
     import numba  # optional (the `fast` extra): imported only where it is installed
 
+    from ..fast import disk_cache  # noqa: F401  (numba caches the kernel outside the package)
+
     return numba.njit(cache=True, nogil=True)(_register_kernel)
 
 
