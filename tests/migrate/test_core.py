@@ -201,7 +201,7 @@ def test_write_puts_every_file_in_place_or_none(tmp_path):
     assert sorted(os.path.basename(p) for p in paths) == ["model.py", "report.md", "tf_checkpoint"]
     assert sorted(os.listdir(tmp_path / "out")) == ["model.py", "report.md", "tf_checkpoint"]
 
-    def failing(migration: Migration, directory: str) -> list[str]:
+    def failing(migration: Migration, directory: str, progress=None) -> list[str]:
         raise OSError("disk full")
 
     (tmp_path / "keep").mkdir()
