@@ -250,7 +250,9 @@ def test_cli_writes_the_migration_and_refuses_a_lossy_one(tmp_path, capsys, monk
         )
         == 1
     )
-    assert "NotFoundError" in capsys.readouterr().err and not (tmp_path / "x" / "model.py").exists()
+    err = capsys.readouterr().err
+    assert err.startswith(f"tpu-embedding-shim migrate: error: No checkpoint at {str(tmp_path / 'missing')!r}")
+    assert err.count("\n") == 1 and not (tmp_path / "x" / "model.py").exists()
 
 
 def test_cli_usage_errors_exit_2():
