@@ -406,7 +406,7 @@ def _not_convertible(source: BundleReader, src: str, problems: list[tuple[str, s
     """Why `source` does not convert, and what to do instead: a TPUEstimator checkpoint in two lines, else the
     unfit tensors grouped by reason."""
     names = set(source.names())
-    slots = {n: _tf_slot_table(n) for n in names if _tf_slot_table(n) in names}
+    slots = {n: table for n in names if (table := _tf_slot_table(n)) is not None and table in names}
     tables = set(slots.values()) | {n for n in names if n.endswith("/embedding_weights")}
     if METADATA in names or tables:
         dense = sorted(names - tables - set(slots) - {METADATA, GLOBAL_STEP})

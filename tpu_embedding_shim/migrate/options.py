@@ -102,7 +102,7 @@ class NotInConfig:
 def options(source: Source) -> Iterator[Option]:
     spec = source.spec
     for name in SPEC_OPTIONS:
-        value = getattr(spec, name)
+        value: Any = getattr(spec, name)
         if name == "num_shards" and not source.num_shards_known:
             value = NotInConfig("the TPUEstimator's TPUConfig(num_shards=...)")
         yield Option("spec", name, value)
@@ -111,7 +111,7 @@ def options(source: Source) -> Iterator[Option]:
         tensor_core = source.is_tensor_core(table.name)
         for name in TABLE_OPTIONS:
             if name == "placement":
-                value: Any = "tensor_core" if tensor_core else "tpu_embedding"
+                value = "tensor_core" if tensor_core else "tpu_embedding"
             elif name == "features":
                 value = tuple(f.name for f in source.features_of(table.name))
             elif name == "optimizer":
