@@ -177,7 +177,10 @@ def test_engine_to_tensorflow_to_engine_bit_for_bit(engine_ckpt, tmp_path, capsy
     tf_dir = tmp_path / "tf"
     assert run("convert", engine_ckpt, f"{tf_dir}{os.sep}") == 0
     prefix = tf_dir / "model.ckpt-12"
-    assert capsys.readouterr().out == f"wrote {prefix}\n"
+    assert capsys.readouterr().out == (
+        f"wrote {prefix} (model.ckpt-12.index, model.ckpt-12.data-00000-of-00001; "
+        f"the state file {tf_dir / 'checkpoint'} names it)\n"
+    )
     assert sorted(os.listdir(tf_dir)) == ["checkpoint", "model.ckpt-12.data-00000-of-00001", "model.ckpt-12.index"]
     assert tf.train.latest_checkpoint(str(tf_dir)) == str(prefix)
     reader = BundleReader(str(prefix))
@@ -189,7 +192,7 @@ def test_engine_to_tensorflow_to_engine_bit_for_bit(engine_ckpt, tmp_path, capsy
 
     assert run("convert", tf_dir, tmp_path / "back") == 0
     path = latest_checkpoint(tmp_path / "back")
-    assert capsys.readouterr().out == f"wrote {path}\n"
+    assert capsys.readouterr().out == f"wrote {path} (an engine checkpoint: manifest.json and 4 .npy files)\n"
     state, back_step, manifest = load_checkpoint(path)
     assert back_step == step == 12
     assert {t: {s: bits(a) for s, a in arrays.items()} for t, arrays in state.items()} == {
@@ -240,24 +243,65 @@ def test_a_tensorflow_checkpoint_of_the_engines_form_converts(tmp_path, capsys):
     assert state["b"]["embedding"].tolist() == [[1.5, 2.0]]  # bfloat16 arrives as float32
 
 
-def test_a_tensorflow_checkpoint_of_another_form_is_refused_listing_what_does_not_fit(tmp_path, capsys):
+def test_a_tpuestimator_checkpoint_is_refused_in_two_lines_pointing_to_migrate(tmp_path, capsys):
+    """TensorFlow wrote saver_v1 (a table, its /Adagrad slot, dense variables): no list of names, the next step."""
     before = tree(tmp_path)
-    assert run("convert", FIXTURES / "saver_v1", tmp_path / "out") == 1
+    src = FIXTURES / "saver_v1"
+    assert run("convert", src, tmp_path / "out") == 1
     err = capsys.readouterr().err
-    assert err.startswith("tpu-embedding-shim checkpoint convert: error: ")
-    assert f"{FIXTURES / 'saver_v1' / 'model.ckpt-42'}: not convertible to an engine checkpoint" in err
-    assert (
-        "input_layer/user_embedding/embedding_weights/Adagrad (float32 [7, 3]): 'Adagrad' is not an engine slot name"
-    ) in err
-    for line in (
-        "dense/bias (float64 [2]): not a [vocabulary_size, dim] table",
-        "vocab (string [3]): not a",
-        "mask (bool [3]): not a",
-        "lr (float32 []): not a",
-    ):
-        assert line in err
-    assert "global_step" not in err.split("These do not fit:")[1]  # it fits
+    first, second = err.splitlines()
+    assert first.startswith(
+        f"tpu-embedding-shim checkpoint convert: error: {src / 'model.ckpt-42'} is a TPUEstimator checkpoint: "
+        "1 embedding table under TensorFlow's variable names with their optimizer slots (/Adagrad) and "
+        "9 other tensors, the model's other variables (brain, counts, dense/bias, dense/kernel, ...). "
+    )
+    assert second.startswith(
+        "To move its tables and optimizer state to another library, run: tpu-embedding-shim migrate "
+        f"--to {{torchrec,keras-rs,jax,tf-midlevel}} MODULE:OBJECT --checkpoint {src} --out DIR, "
+    )
     assert tree(tmp_path) == before
+
+
+def test_the_runners_own_checkpoint_names_the_dense_models_state(tmp_path, capsys):
+    table = np.ones((4, 2), np.float32)
+    meta = json.dumps({"format": "tpu_embedding_shim.tpu_estimator", "version": 1}).encode()
+    prefix = write_bundle(
+        str(tmp_path / "model" / "model.ckpt-3"),
+        {
+            "dense_features/user_embedding/embedding_weights": table,
+            "dense_features/user_embedding/embedding_weights/Adagrad": table,
+            "w1": np.ones((3, 2), np.float32),
+            "b1": np.zeros(2, np.float32),
+            "global_step": np.int64(3),
+            "_TPU_EMBEDDING_SHIM_STATE": np.array(meta, dtype=object),
+        },
+        update_state=True,
+    )
+    assert run("convert", tmp_path / "model", tmp_path / "out") == 1
+    err = capsys.readouterr().err
+    assert f"{prefix} is a TPUEstimator checkpoint: 1 embedding table " in err
+    assert "and 2 other tensors, the dense model's state (b1, w1)." in err
+    assert f"--checkpoint {tmp_path / 'model'} --out DIR" in err and len(err.splitlines()) == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_another_form_is_refused_listing_what_does_not_fit_by_reason(tmp_path, capsys):
+    tensors = {
+        "t": np.ones((3, 2), np.float32),
+        "dense/bias": np.zeros(2, np.float64),
+        "lr": np.float32(0.1),
+        "vocab": np.array([b"a", b"b"], dtype=object),
+        "global_step": np.int64(3),
+    }
+    assert convert_written(tmp_path, tensors) == 1
+    err = capsys.readouterr().err
+    assert ": not convertible to an engine checkpoint: its tensors must be `<table>`" in err
+    assert (
+        "These do not fit:\n  - not a [vocabulary_size, dim] table of numbers: dense/bias (float64 [2]), "
+        "lr (float32 []), vocab (string [2])\n"
+    ) in err
+    assert "global_step" not in err.split("These do not fit:")[1]  # it fits
+    assert not (tmp_path / "out").exists()
 
 
 def test_every_unfit_form_is_named(tmp_path, capsys):
@@ -270,9 +314,9 @@ def test_every_unfit_form_is_named(tmp_path, capsys):
     }
     assert convert_written(tmp_path, tensors) == 1
     err = capsys.readouterr().err
-    assert "t/accumulators (float32 [2, 2]): a slot must be numbers with the table's 3 rows" in err
-    assert "s/accumulators (float32 [3, 2]): a slot of s, which is not a table" in err
-    assert "global_step (float32 []): the global step must be an int64 (or int32) scalar" in err
+    assert "  - a slot must be numbers with the table's 3 rows: t/accumulators (float32 [2, 2])\n" in err
+    assert "  - a slot of s, which is not a table: s/accumulators (float32 [3, 2])\n" in err
+    assert "  - the global step must be an int64 (or int32) scalar: global_step (float32 [])\n" in err
     assert not (tmp_path / "out").exists()
 
 
@@ -412,7 +456,7 @@ def test_an_unknown_dtype(tf_ckpt, tmp_path, capsys):
         capsys,
         tmp_path,
         ["convert", tf_ckpt, tmp_path / "out"],
-        "t/accumulators (unknown dtype 99 [4, 2]): a slot must be numbers",
+        "a slot must be numbers with the table's 4 rows: t/accumulators (unknown dtype 99 [4, 2])",
     )
 
 
@@ -449,9 +493,98 @@ def test_a_table_tensorflow_has_no_dtype_for(tmp_path, capsys, save_arrays):
     expect_failure(capsys, tmp_path, ["convert", path, tmp_path / "tf" / "m"], "tensor 't'", "float128")
 
 
-def test_missing_paths(tmp_path, capsys):
-    expect_failure(capsys, tmp_path, ["list", tmp_path / "nope"], str(tmp_path / "nope"))
-    expect_failure(capsys, tmp_path, ["show", tmp_path, "x"], "Couldn't find 'checkpoint' file or checkpoints")
+def one_line_failure(capsys, root, argv):
+    """Runs a failing command; its one stderr line after the `error: ` prefix."""
+    expect_failure(capsys, root, argv)
+    run(*argv)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err.split(": error: ", 1)[1].rstrip("\n")
+
+
+def test_missing_paths_and_files_that_are_not_checkpoints(tmp_path, capsys):
+    nope = tmp_path / "nope"
+    assert one_line_failure(capsys, tmp_path, ["list", nope]) == (
+        f"{str(nope)!r} does not exist (nor {str(nope) + '.index'!r}): pass a directory or a checkpoint prefix "
+        "such as run/model.ckpt-100"
+    )
+    (tmp_path / "notes.txt").write_text("x")
+    assert one_line_failure(capsys, tmp_path, ["show", tmp_path / "notes.txt", "t"]).endswith(
+        "is a file, not a checkpoint: pass a directory or a checkpoint prefix such as run/model.ckpt-100"
+    )
+    assert one_line_failure(capsys, tmp_path, ["list", tmp_path]) == (
+        f"{str(tmp_path)!r} holds no checkpoint: no 'checkpoint' state file naming one, no engine checkpoint "
+        "(ckpt-<step>), in it or in its subdirectories"
+    )
+
+
+def job_output(root):
+    """A directory laid out as the MovieLens job's: `model/` holds the checkpoint (and its state file)."""
+    return write_bundle(
+        str(root / "job" / "model" / "model.ckpt-5"), {"t": np.ones((4, 2), np.float32)}, update_state=True
+    )
+
+
+def test_a_file_of_a_checkpoint_names_what_to_pass(tmp_path, capsys):
+    tf_ckpt = job_output(tmp_path)
+    directory = os.path.dirname(tf_ckpt)
+    state = os.path.join(directory, "checkpoint")
+    assert one_line_failure(capsys, tmp_path, ["list", state]) == (
+        f"{state!r} is a file, the state file of a checkpoint directory: pass the directory, {directory!r}"
+    )
+    index = index_file(str(tf_ckpt))
+    assert one_line_failure(capsys, tmp_path, ["list", index]) == (
+        f"{index!r} is a file, one file of a checkpoint: pass its prefix, {str(tf_ckpt)!r}"
+    )
+
+
+def test_a_directory_whose_subdirectory_holds_the_checkpoint_gives_the_command(tmp_path, capsys):
+    """The MovieLens job writes movielens_output/model/: `list movielens_output` says to list model/."""
+    tf_ckpt = job_output(tmp_path)
+    job = pathlib.Path(tf_ckpt).parent.parent
+    model = pathlib.Path(tf_ckpt).parent
+    assert one_line_failure(capsys, job, ["list", job, "--verify"]) == (
+        f"{str(job)!r} holds no checkpoint, but its subdirectory {str(model)!r} does; "
+        f"run: tpu-embedding-shim checkpoint list {model} --verify"
+    )
+    assert one_line_failure(capsys, job, ["show", job, "t", "--rows", "2"]).endswith(
+        f"run: tpu-embedding-shim checkpoint show {model} t --rows=2 --start=0"
+    )
+    assert one_line_failure(capsys, job, ["convert", job, job / "out"]).endswith(
+        f"run: tpu-embedding-shim checkpoint convert {model} {job / 'out'}"
+    )
+    (job / "other").mkdir()
+    write_bundle(str(job / "other" / "m"), {"t": np.ones((2, 2), np.float32)}, update_state=True)
+    assert one_line_failure(capsys, job, ["list", job]) == (
+        f"{str(job)!r} holds no checkpoint, but its subdirectories {str(model)!r}, {str(job / 'other')!r} do"
+    )
+
+
+def test_help_describes_every_argument():
+    for action, arguments in (("list", ["PATH"]), ("show", ["PATH", "NAME"]), ("convert", ["SRC", "DST"])):
+        proc = subprocess.run(
+            [sys.executable, "-m", "tpu_embedding_shim", "checkpoint", action, "--help"],
+            capture_output=True,
+            text=True,
+        )
+        positional = proc.stdout.split("positional arguments:")[1].split("options:")[0]
+        for argument in arguments:
+            line = next(line for line in positional.splitlines() if line.strip().startswith(argument))
+            assert line.strip() != argument, (action, argument)  # a help text follows the name
+        assert "None" not in proc.stdout
+
+
+def test_bad_option_values_are_usage_errors_naming_the_option(tf_ckpt):
+    for value in ("-1", "x"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "tpu_embedding_shim", "checkpoint", "show", str(tf_ckpt), "t", "--rows", value],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 2
+        assert proc.stderr.splitlines()[-1] == (
+            f"tpu-embedding-shim checkpoint show: error: argument --rows: must be an int >= 0, got {value!r}"
+        )
 
 
 def test_the_installed_command_exits_1_without_a_traceback_and_2_on_usage(tf_ckpt):
@@ -461,7 +594,7 @@ def test_the_installed_command_exits_1_without_a_traceback_and_2_on_usage(tf_ckp
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.count("\n") == 1 and "tensor 't'" in proc.stderr
     proc = subprocess.run(command + ["show", str(tf_ckpt)], capture_output=True, text=True)
-    assert proc.returncode == 2 and "the following arguments are required: name" in proc.stderr
+    assert proc.returncode == 2 and "the following arguments are required: NAME" in proc.stderr
 
 
 # Round trips ------------------------------------------------------------------------------------

@@ -30,16 +30,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from typing import Any
 
 import numpy as np
 
-from .compat.checkpoint_reader import load_checkpoint
+from .compat.checkpoint_reader import latest_checkpoint, load_checkpoint
 from .compat.engine_checkpoint_reader import GLOBAL_STEP, EngineCheckpoint
 from .engine import EMBEDDING, CheckpointError
 from .engine import checkpoint as engine_checkpoint
-from .engine.tf_bundle import BundleReader, data_files, index_file, write_bundle
+from .engine.tf_bundle import BundleReader, data_files, index_file, index_suffix_hint, is_bundle, write_bundle
+from .estimator.checkpoints import METADATA
+from .migrate.progress import ProgressLine
 from .spec.optimizers import OPTIMIZER_SPECS
 
 __all__ = [
@@ -56,6 +59,7 @@ __all__ = [
 _STAT_BLOCK = 1 << 22  # elements per block when computing a tensor's statistics
 _MAX_PROBLEMS = 20  # unfit tensors named in a convert error
 _STRING_CHARS = 70  # characters of a string element shown
+_MANIFESTS = (engine_checkpoint.MANIFEST, "checkpoint.json")  # an engine checkpoint; a tf.train.Checkpoint save
 
 
 def engine_slot_names() -> list[str]:
@@ -72,9 +76,72 @@ def _shape(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(n) for n in shape) + "]"
 
 
+class NoCheckpointError(CheckpointError):
+    """A path that holds no checkpoint; `below` lists its subdirectories that do (the command to run with one)."""
+
+    def __init__(self, message: str, below: list[str] | None = None):
+        super().__init__(message)
+        self.below = below or []
+
+
+def checkpoint_subdirectories(directory: str) -> list[str]:
+    """The subdirectories of `directory` (one level down) that hold a checkpoint: a TensorFlow `checkpoint`
+    state file, or engine checkpoints (`ckpt-<step>`)."""
+    try:
+        entries = sorted((e for e in os.scandir(directory) if e.is_dir() and not e.name.startswith(".")), key=_name)
+    except OSError:
+        return []
+    return [
+        entry.path
+        for entry in entries
+        if os.path.isfile(os.path.join(entry.path, "checkpoint"))
+        or engine_checkpoint.latest_checkpoint(entry.path) is not None
+    ]
+
+
+def _name(entry: os.DirEntry) -> str:
+    return entry.name
+
+
+def _check_path(path: str) -> None:
+    """Raises NoCheckpointError (one line, saying what to pass instead) when `path` cannot name a checkpoint."""
+    if os.path.isdir(path):
+        if any(os.path.isfile(os.path.join(path, name)) for name in _MANIFESTS) or latest_checkpoint(path):
+            return  # a checkpoint (load_checkpoint says what it is), or a directory of them
+        below = checkpoint_subdirectories(path)
+        if below:
+            found = ", ".join(map(repr, below))
+            which = f"its subdirectory {found} does" if len(below) == 1 else f"its subdirectories {found} do"
+            raise NoCheckpointError(f"{path!r} holds no checkpoint, but {which}", below)
+        raise NoCheckpointError(
+            f"{path!r} holds no checkpoint: no 'checkpoint' state file naming one, no engine checkpoint "
+            "(ckpt-<step>), in it or in its subdirectories"
+        )
+    if is_bundle(path):
+        return
+    if os.path.isfile(path):
+        directory, name = os.path.split(path)
+        if name == "checkpoint":
+            hint = f"the state file of a checkpoint directory: pass the directory, {directory or os.curdir!r}"
+        elif index_suffix_hint(path) or ".data-" in name:
+            hint = f"one file of a checkpoint: pass its prefix, {path.rpartition('.')[0]!r}"
+        else:
+            hint = "not a checkpoint: pass a directory or a checkpoint prefix such as run/model.ckpt-100"
+        raise NoCheckpointError(f"{path!r} is a file, {hint}")
+    if not os.path.lexists(path):
+        raise NoCheckpointError(
+            f"{path!r} does not exist (nor {index_file(path)!r}): pass a directory or a checkpoint prefix such as "
+            "run/model.ckpt-100"
+        )
+
+
 def open_checkpoint(path: str) -> Any:
     """The checkpoint at `path` (either format; a directory means its latest): a `BundleReader` or an
-    `EngineCheckpoint`, both with `names`, `dtype_name`, `shape` and `read(name, mmap=...)`."""
+    `EngineCheckpoint`, both with `names`, `dtype_name`, `shape` and `read(name, mmap=...)`.
+
+    Raises NoCheckpointError when `path` names none (saying what to pass instead).
+    """
+    _check_path(path)
     reader = load_checkpoint(path)
     return EngineCheckpoint(reader.prefix) if reader.format == "engine" else BundleReader(reader.prefix)
 
@@ -225,23 +292,23 @@ def _show_strings(value: np.ndarray, rows: int, start: int) -> None:
 # convert ----------------------------------------------------------------------------------------
 
 
-def split_engine_names(source: Any) -> tuple[dict[str, dict[str, str]], str | None, list[str]]:
+def split_engine_names(source: Any) -> tuple[dict[str, dict[str, str]], str | None, list[tuple[str, str, str]]]:
     """How the tensors of a TensorFlow checkpoint map onto an engine checkpoint.
 
     Returns:
       (tables, step_name, problems): table -> {engine slot ('embedding' for
       the table itself) -> tensor name}; the name of the global step tensor
-      or None; one line per tensor that does not fit (name, dtype, shape,
-      why). The checkpoint fits when `problems` is empty and there is a table.
+      or None; (name, 'dtype [shape]', why) of each tensor that does not
+      fit. The checkpoint fits when `problems` is empty and there is a table.
     """
     slots = engine_slot_names()
     names = set(source.names())
     tables: dict[str, dict[str, str]] = {}
-    problems: list[str] = []
+    problems: list[tuple[str, str, str]] = []
     step_name = None
 
     def unfit(name: str, why: str) -> None:
-        problems.append(f"{_display(name)} ({source.dtype_name(name)} {_shape(source.shape(name))}): {why}")
+        problems.append((_display(name), f"{source.dtype_name(name)} {_shape(source.shape(name))}", why))
 
     for name in sorted(names):
         dtype, shape = source.dtype_name(name), source.shape(name)
@@ -255,8 +322,8 @@ def split_engine_names(source: Any) -> tuple[dict[str, dict[str, str]], str | No
             if leaf not in slots:
                 unfit(
                     name,
-                    f"{leaf!r} is not an engine slot name ({', '.join(slots)}); TensorFlow names its "
-                    "slots after the optimizer (/Adagrad, /Adam/m, ...)",
+                    f"not an engine slot name ({', '.join(slots)}); TensorFlow names its slots after the "
+                    "optimizer (/Adagrad, /Adam/m, ...)",
                 )
             else:
                 tables.setdefault(parent, {})[leaf] = name
@@ -288,18 +355,103 @@ def _numeric(source: Any, name: str) -> bool:
         return False
 
 
-def convert(src: str, dst: str) -> int:
-    """Converts the checkpoint at `src` to the other format at `dst`; returns the exit status."""
+def convert(src: str, dst: str, *, progress: ProgressLine | None = None) -> int:
+    """Converts the checkpoint at `src` to the other format at `dst`; returns the exit status.
+
+    Prints what it wrote: the checkpoint and its files. `progress` shows each
+    tensor read (default: a progress line on a terminal, after 2 seconds).
+    """
+    line = progress or ProgressLine("checkpoint convert")
     source = open_checkpoint(src)
-    if _is_engine(source):
-        path = _engine_to_tensorflow(source, dst)
-    else:
-        path = _tensorflow_to_engine(source, dst)
-    print(f"wrote {path}")
+    try:
+        if _is_engine(source):
+            path = _engine_to_tensorflow(source, dst, line)
+        else:
+            path = _tensorflow_to_engine(source, dst, src, line)
+    finally:
+        line.close()
+    print(f"wrote {_written(path, engine=not _is_engine(source))}")
     return 0
 
 
-def _engine_to_tensorflow(source: EngineCheckpoint, dst: str) -> str:
+def _written(path: str, *, engine: bool) -> str:
+    """The checkpoint written at `path`, and its files."""
+    if engine:
+        arrays = sum(name.endswith(".npy") for name in os.listdir(path))
+        return f"{path} (an engine checkpoint: {engine_checkpoint.MANIFEST} and {arrays} .npy files)"
+    directory = os.path.dirname(path)
+    files = [os.path.basename(index_file(path))] + [os.path.basename(f) for f in data_files(path)]
+    return f"{path} ({', '.join(files)}; the state file {os.path.join(directory, 'checkpoint')} names it)"
+
+
+_TF_SLOTS = ("Adagrad", "Adam", "Adam_1", "Ftrl", "Ftrl_1", "Momentum", "RMSProp", "RMSProp_1", "ProximalAdagrad")
+"""The last part of a slot's name in a TPUEstimator checkpoint (TPU's and the CPU optimizers' names)."""
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _tf_slot_table(name: str) -> str | None:
+    """The table a TPUEstimator slot belongs to (`t` for `t/Adagrad`, `t/Adam/m`), or None for another name."""
+    parent, _, leaf = name.rpartition("/")
+    if leaf in _TF_SLOTS:
+        return parent
+    if leaf in ("m", "v") and parent.endswith("/Adam"):
+        return parent[: -len("/Adam")]
+    return None
+
+
+def _not_convertible(source: BundleReader, src: str, problems: list[tuple[str, str, str]]) -> str:
+    """Why `source` does not convert, and what to do instead: a TPUEstimator checkpoint in two lines, else the
+    unfit tensors grouped by reason."""
+    names = set(source.names())
+    slots = {n: table for n in names if (table := _tf_slot_table(n)) is not None and table in names}
+    tables = set(slots.values()) | {n for n in names if n.endswith("/embedding_weights")}
+    if METADATA in names or tables:
+        dense = sorted(names - tables - set(slots) - {METADATA, GLOBAL_STEP})
+        shown = ", ".join(dense[:4]) + (", ..." if len(dense) > 4 else "")
+        parts = [f"{_count(len(tables), 'embedding table')} under TensorFlow's variable names"]
+        if slots:
+            kinds = sorted({n[len(table) + 1 :] for n, table in slots.items()})
+            parts[0] += f" with their optimizer slots (/{', /'.join(kinds)})"
+        if dense:
+            what = "the dense model's state" if METADATA in names else "the model's other variables"
+            parts.append(f"{_count(len(dense), 'other tensor')}, {what} ({shown})")
+        return (
+            f"{source.prefix} is a TPUEstimator checkpoint: {' and '.join(parts)}. `convert` takes the form it "
+            "writes (`<table>`, `<table>/<slot>`, `global_step`), and TensorFlow and the TPUEstimator runner read "
+            "this one as it is.\nTo move its tables and optimizer state to another library, run: "
+            f"tpu-embedding-shim migrate --to {{torchrec,keras-rs,jax,tf-midlevel}} MODULE:OBJECT --checkpoint "
+            f"{shlex.quote(src)} --out DIR, MODULE:OBJECT naming the program's EmbeddingConfigSpec (for the "
+            "MovieLens job: tpu_embedding_shim.movielens.job:embedding_config_spec); see docs/migrate.md."
+        )
+    by_reason: dict[str, list[str]] = {}
+    for name, detail, why in problems:
+        by_reason.setdefault(why, []).append(f"{name} ({detail})")
+    lines, shown_count = [], 0
+    for why, listed in by_reason.items():
+        room = max(_MAX_PROBLEMS - shown_count, 1)
+        more = f", ... and {len(listed) - room} more" if len(listed) > room else ""
+        lines.append(f"\n  - {why}: {', '.join(listed[:room])}{more}")
+        shown_count += min(len(listed), room)
+    found = "".join(lines) if lines else " no tensors besides global_step"
+    return (
+        f"{source.prefix}: not convertible to an engine checkpoint: its tensors must be `<table>` "
+        f"([vocabulary_size, dim]), `<table>/<slot>` (slot one of {', '.join(engine_slot_names())}) and "
+        f"`global_step`. These do not fit:{found}"
+    )
+
+
+def _nbytes(source: Any, name: str) -> int:
+    """About how many bytes tensor `name` holds (for the time left)."""
+    try:
+        return int(np.prod(source.shape(name), dtype=np.int64)) * source.dtype(name).itemsize
+    except (CheckpointError, TypeError):
+        return 1
+
+
+def _engine_to_tensorflow(source: EngineCheckpoint, dst: str, progress: ProgressLine) -> str:
     prefix = dst
     if os.path.isdir(dst) or dst.endswith(os.sep) or (os.altsep and dst.endswith(os.altsep)):
         prefix = os.path.join(dst, f"model.ckpt-{source.step}")
@@ -308,7 +460,12 @@ def _engine_to_tensorflow(source: EngineCheckpoint, dst: str) -> str:
             f"{prefix!r} already holds a TensorFlow checkpoint; remove it or choose another "
             "destination (convert never overwrites)."
         )
-    tensors = {name: source.read(name, mmap=True) for name in source.names()}  # all read and checked first
+    names = source.names()
+    tensors = {
+        name: source.read(name, mmap=True)  # all read and checked first
+        for name in progress.items("reading and checking tensor", [(n, _nbytes(source, n)) for n in names])
+    }
+    progress.status(f"writing {prefix}")
     try:
         write_bundle(prefix, tensors, update_state=True)
     except TypeError as error:  # a dtype TensorFlow has no code for (float128, ...)
@@ -331,18 +488,10 @@ def _engine_to_tensorflow(source: EngineCheckpoint, dst: str) -> str:
     return prefix
 
 
-def _tensorflow_to_engine(source: BundleReader, dst: str) -> str:
+def _tensorflow_to_engine(source: BundleReader, dst: str, src: str, progress: ProgressLine) -> str:
     tables, step_name, problems = split_engine_names(source)
     if problems or not tables:
-        listed = problems[:_MAX_PROBLEMS] + (
-            [f"... and {len(problems) - _MAX_PROBLEMS} more"] if len(problems) > _MAX_PROBLEMS else []
-        )
-        found = "".join(f"\n  - {line}" for line in listed) if listed else " no tensors besides global_step"
-        raise CheckpointError(
-            f"{source.prefix}: not convertible to an engine checkpoint: its tensors must be `<table>` "
-            f"([vocabulary_size, dim]), `<table>/<slot>` (slot one of {', '.join(engine_slot_names())}) and "
-            f"`global_step`. These do not fit:{found}"
-        )
+        raise CheckpointError(_not_convertible(source, src, problems))
     step = 0
     if step_name is not None:
         step = int(source.read(step_name))
@@ -357,9 +506,13 @@ def _tensorflow_to_engine(source: BundleReader, dst: str) -> str:
         )
     if os.path.lexists(dst) and not os.path.isdir(dst):
         raise CheckpointError(f"{dst!r} is a file; the destination of an engine checkpoint is a directory.")
-    state = {
-        table: {slot: source.read(name, mmap=True) for slot, name in arrays.items()} for table, arrays in tables.items()
-    }  # all read and checked first
+    state: dict[str, dict[str, np.ndarray]] = {table: {} for table in tables}
+    items = [(table, slot, name) for table, arrays in tables.items() for slot, name in arrays.items()]
+    sizes = {name: _nbytes(source, name) for _, _, name in items}
+    for name in progress.items("reading and checking tensor", [(name, sizes[name]) for _, _, name in items]):
+        table, slot, _ = next(item for item in items if item[2] == name)
+        state[table][slot] = source.read(name, mmap=True)  # all read and checked first
+    progress.status(f"writing {final}")
     structure = {
         table: {
             "vocabulary_size": arrays[EMBEDDING].shape[0],
@@ -390,24 +543,53 @@ def add_parser(commands: Any) -> None:
         description=__doc__.splitlines()[0],
     )
     actions = parser.add_subparsers(dest="action", required=True)
+    where = "a checkpoint prefix (run/model.ckpt-100), an engine checkpoint, or a directory (its latest)"
     listing = actions.add_parser("list", help="every tensor: name, dtype, shape")
-    listing.add_argument("path", help="a checkpoint prefix, an engine checkpoint, or a directory (its latest)")
+    listing.add_argument("path", metavar="PATH", help=where)
     listing.add_argument("--verify", action="store_true", help="also read every tensor and check its checksum")
     show = actions.add_parser("show", help="one tensor: dtype, shape, statistics, first rows")
-    show.add_argument("path")
-    show.add_argument("name", help="the tensor's name, as `list` prints it")
-    show.add_argument("--rows", type=_non_negative, default=5, help="rows (or elements) to print (default 5)")
-    show.add_argument("--start", type=_non_negative, default=0, help="the first row to print (default 0)")
+    show.add_argument("path", metavar="PATH", help=where)
+    show.add_argument("name", metavar="NAME", help="the tensor's name, as `list` prints it")
+    show.add_argument(
+        "--rows", metavar="N", type=_non_negative, default=5, help="rows (or elements) to print (default 5)"
+    )
+    show.add_argument("--start", metavar="I", type=_non_negative, default=0, help="the first row to print (default 0)")
     conv = actions.add_parser("convert", help="engine checkpoint -> TensorFlow checkpoint, or back")
-    conv.add_argument("src")
-    conv.add_argument("dst", help="TensorFlow: a prefix or a directory (gets model.ckpt-<step>); engine: a directory")
+    conv.add_argument(
+        "src",
+        metavar="SRC",
+        help="the checkpoint to convert: an engine checkpoint (or a directory of them), or a TensorFlow checkpoint "
+        "of keys <table>, <table>/<slot>, global_step (a prefix, or a directory: its latest)",
+    )
+    conv.add_argument(
+        "dst",
+        metavar="DST",
+        help="from an engine checkpoint: a TensorFlow prefix, or a directory (gets model.ckpt-<step>); "
+        "from a TensorFlow one: a directory (gets ckpt-<step>)",
+    )
 
 
 def _non_negative(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
     if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an int >= 0, got {value}")
+        raise argparse.ArgumentTypeError(f"must be an int >= 0, got {text!r}")
     return value
+
+
+def _command(args: argparse.Namespace, path: str) -> str:
+    """The command line `args` stand for, with `path` as its checkpoint."""
+    if args.action == "list":
+        argv = [path] + (["--verify"] if args.verify else [])
+    elif args.action == "show":
+        argv = [path, args.name] + [f"--rows={args.rows}", f"--start={args.start}"] * (
+            args.rows != 5 or args.start != 0
+        )
+    else:
+        argv = [path, args.dst]
+    return " ".join(["tpu-embedding-shim", "checkpoint", args.action, *map(shlex.quote, argv)])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -419,6 +601,9 @@ def run(args: argparse.Namespace) -> int:
             return show_tensor(args.path, args.name, rows=args.rows, start=args.start)
         return convert(args.src, args.dst)
     except (CheckpointError, ValueError, OSError) as error:
+        message = str(error)
+        if isinstance(error, NoCheckpointError) and len(error.below) == 1:
+            message += f"; run: {_command(args, error.below[0])}"
         sys.stdout.flush()
-        print(f"tpu-embedding-shim checkpoint {args.action}: error: {error}", file=sys.stderr)
+        print(f"tpu-embedding-shim checkpoint {args.action}: error: {message}", file=sys.stderr)
         return 1

@@ -201,7 +201,7 @@ def test_write_puts_every_file_in_place_or_none(tmp_path):
     assert sorted(os.path.basename(p) for p in paths) == ["model.py", "report.md", "tf_checkpoint"]
     assert sorted(os.listdir(tmp_path / "out")) == ["model.py", "report.md", "tf_checkpoint"]
 
-    def failing(migration: Migration, directory: str) -> list[str]:
+    def failing(migration: Migration, directory: str, progress=None) -> list[str]:
         raise OSError("disk full")
 
     (tmp_path / "keep").mkdir()
@@ -250,7 +250,9 @@ def test_cli_writes_the_migration_and_refuses_a_lossy_one(tmp_path, capsys, monk
         )
         == 1
     )
-    assert "NotFoundError" in capsys.readouterr().err and not (tmp_path / "x" / "model.py").exists()
+    err = capsys.readouterr().err
+    assert err.startswith(f"tpu-embedding-shim migrate: error: No checkpoint at {str(tmp_path / 'missing')!r}")
+    assert err.count("\n") == 1 and not (tmp_path / "x" / "model.py").exists()
 
 
 def test_cli_usage_errors_exit_2():

@@ -25,6 +25,7 @@ import os
 from typing import Any
 
 from .migration import Migration
+from .progress import ProgressLine
 from .report import CONVERTED, EXACT, IMPOSSIBLE, LossyMigrationError, Report, Row
 from .source import Source, load_source, resolve_object
 
@@ -59,14 +60,20 @@ def migrate(
     allow_lossy: bool = False,
     seed: int = 0,
     batch_size: int | None = None,
+    progress: ProgressLine | None = None,
 ) -> Migration:
-    """Migrates `config` to the target `to` (one of `TARGETS`); the `to_*` functions call this."""
+    """Migrates `config` to the target `to` (one of `TARGETS`); the `to_*` functions call this.
+
+    `progress`: the command line's progress line (None: nothing is shown).
+    """
     from .convert import convert
 
     if to not in TARGETS:
         raise ValueError(f"Argument `to` must be one of {sorted(TARGETS)}. Received: to={to!r}.")
     target = importlib.import_module(f"{__name__}.{TARGETS[to]}")
-    return convert(target, config, checkpoint, allow_lossy=allow_lossy, seed=seed, batch_size=batch_size)
+    return convert(
+        target, config, checkpoint, allow_lossy=allow_lossy, seed=seed, batch_size=batch_size, progress=progress
+    )
 
 
 def to_torchrec(config: Any, checkpoint: Any = None, **options: Any) -> Migration:

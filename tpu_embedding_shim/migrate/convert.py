@@ -14,7 +14,7 @@ A target is a module of this package with:
 - `build(source)`: the target's config objects, made with its library
   (ImportError when the library is not installed);
 - optionally `notes(source) -> list[str]` for the report, and
-  `write_weights(migration, directory) -> list[str]` when the weights go
+  `write_weights(migration, directory, progress) -> list[str]` when the weights go
   in a format of the target's own rather than `weights.npz`.
 """
 
@@ -26,6 +26,7 @@ from typing import Any
 
 from .migration import Migration
 from .options import Option, options
+from .progress import ProgressLine
 from .report import EXACT, Report, Row
 from .source import Source, load_source
 
@@ -66,15 +67,23 @@ def convert(
     allow_lossy: bool = False,
     seed: int = 0,
     batch_size: int | None = None,
+    progress: ProgressLine | None = None,
 ) -> Migration:
-    """Migrates `config` (with the weights of `checkpoint`) to `target`; see `tpu_embedding_shim.migrate`."""
+    """Migrates `config` (with the weights of `checkpoint`) to `target`; see `tpu_embedding_shim.migrate`.
+
+    `progress` shows each step on the command line's progress line.
+    """
     if not isinstance(allow_lossy, bool):
         raise TypeError(f"Argument `allow_lossy` must be a bool. Received: allow_lossy={allow_lossy!r}.")
+    show = progress.status if progress is not None else (lambda text: None)
+    show(f"reading the checkpoint {os.fspath(checkpoint)}" if checkpoint is not None else "drawing fresh tables")
     source = load_source(config, checkpoint, seed=seed, batch_size=batch_size)
     report = report_for(target, source)
     report.check(allow_lossy=allow_lossy)
+    show(f"converting {len(source.tables)} tables to {target.NAME}'s layout")
     weights = target.weights(source)
     code = target.code(source)
+    show(f"building {target.NAME}'s configs")
     try:
         built, missing = target.build(source), None
     except ImportError as error:

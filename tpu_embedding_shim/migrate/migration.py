@@ -14,23 +14,36 @@ import dataclasses
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+import zipfile
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
+from .progress import ProgressLine
 from .report import Report
 
-__all__ = ["Migration", "CODE_FILE", "WEIGHTS_FILE", "REPORT_FILE"]
+__all__ = ["Migration", "write_npz", "CODE_FILE", "WEIGHTS_FILE", "REPORT_FILE"]
 
 CODE_FILE = "model.py"
 WEIGHTS_FILE = "weights.npz"
 REPORT_FILE = "report.md"
 
 
-def _write_npz(migration: Migration, directory: str) -> list[str]:
-    arrays: dict[str, Any] = dict(migration.weights)  # numpy's stub types **kwds as allow_pickle's bool
-    np.savez(os.path.join(directory, WEIGHTS_FILE), **arrays)
+def write_npz(
+    path: str, arrays: Mapping[str, np.ndarray], progress: ProgressLine | None = None, what: str = WEIGHTS_FILE
+) -> None:
+    """`np.savez(path, **arrays)`, one array at a time, each shown on `progress` (`what i/n: name`)."""
+    items = [(name, int(np.asarray(array).nbytes)) for name, array in arrays.items()]
+    names = progress.items(f"writing {what}", items) if progress is not None else (name for name, _ in items)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name in names:
+            with archive.open(name + ".npy", "w", force_zip64=True) as file:
+                np.lib.format.write_array(file, np.asanyarray(arrays[name]), allow_pickle=False)
+
+
+def _write_npz(migration: Migration, directory: str, progress: ProgressLine | None = None) -> list[str]:
+    write_npz(os.path.join(directory, WEIGHTS_FILE), migration.weights, progress)
     return [WEIGHTS_FILE]
 
 
@@ -57,12 +70,14 @@ class Migration:
     report: Report
     step: int = 0
     missing: str | None = None
-    write_weights: Callable[[Migration, str], list[str]] = dataclasses.field(default=_write_npz, repr=False)
+    write_weights: Callable[..., list[str]] = dataclasses.field(default=_write_npz, repr=False)
 
-    def write(self, directory: str | os.PathLike) -> list[str]:
+    def write(self, directory: str | os.PathLike, *, progress: ProgressLine | None = None) -> list[str]:
         """Writes the code, the weights and the report into `directory` (made if missing); their paths.
 
         Nothing in `directory` changes unless every file was written.
+        `write_weights(migration, scratch, progress)` writes the weights (the
+        names it returns are relative to `scratch`); `progress` shows each array.
         """
         directory = os.fspath(directory)
         os.makedirs(directory, exist_ok=True)
@@ -72,7 +87,7 @@ class Migration:
                 file.write(self.code)
             with open(os.path.join(scratch, REPORT_FILE), "w", encoding="utf-8") as file:
                 file.write(self.report.to_markdown())
-            names = [CODE_FILE, *self.write_weights(self, scratch), REPORT_FILE]
+            names = [CODE_FILE, *self.write_weights(self, scratch, progress), REPORT_FILE]
             for name in names:
                 destination = os.path.join(directory, name)
                 if os.path.isdir(destination):

@@ -15,7 +15,7 @@ from typing import Any
 
 from .source import Source
 
-__all__ = ["Option", "options", "SPEC_OPTIONS", "TABLE_OPTIONS", "FEATURE_OPTIONS", "UNSET", "describe"]
+__all__ = ["Option", "options", "NotInConfig", "SPEC_OPTIONS", "TABLE_OPTIONS", "FEATURE_OPTIONS", "UNSET", "describe"]
 
 SPEC_OPTIONS = (
     "partition_strategy",
@@ -89,16 +89,29 @@ def describe(value: Any) -> str:
     return repr(value)
 
 
+class NotInConfig:
+    """The value of an option the source's config does not hold (an EmbeddingConfigSpec's shard count)."""
+
+    def __init__(self, holder: str):
+        self.holder = holder
+
+    def __repr__(self) -> str:
+        return f"not in the EmbeddingConfigSpec ({self.holder} sets it)"
+
+
 def options(source: Source) -> Iterator[Option]:
     spec = source.spec
     for name in SPEC_OPTIONS:
-        yield Option("spec", name, getattr(spec, name))
+        value: Any = getattr(spec, name)
+        if name == "num_shards" and not source.num_shards_known:
+            value = NotInConfig("the TPUEstimator's TPUConfig(num_shards=...)")
+        yield Option("spec", name, value)
     for table in source.tables:
         where = f"table {table.name}"
         tensor_core = source.is_tensor_core(table.name)
         for name in TABLE_OPTIONS:
             if name == "placement":
-                value: Any = "tensor_core" if tensor_core else "tpu_embedding"
+                value = "tensor_core" if tensor_core else "tpu_embedding"
             elif name == "features":
                 value = tuple(f.name for f in source.features_of(table.name))
             elif name == "optimizer":

@@ -10,12 +10,15 @@ Each option gets one `Row` with a status:
 
 `Report.check(allow_lossy=False)` raises `LossyMigrationError` naming every
 impossible row, so nothing is dropped silently; with `allow_lossy=True` the
-report keeps them, and `to_markdown()` puts them first.
+report keeps them, and `to_markdown()` puts them first. `to_markdown()`
+writes the rows that differ only in their table or feature once, naming
+them all (`features user, item, zip`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 __all__ = ["EXACT", "CONVERTED", "IMPOSSIBLE", "STATUSES", "Row", "Report", "LossyMigrationError"]
 
@@ -26,7 +29,25 @@ STATUSES = (EXACT, CONVERTED, IMPOSSIBLE)
 
 
 class LossyMigrationError(ValueError):
-    """A migration would change what the model computes, and `allow_lossy=True` was not passed."""
+    """A migration would change what the model computes, and `allow_lossy=True` was not passed.
+
+    Attributes:
+      target: the target's title.
+      rows: the impossible rows.
+    """
+
+    def __init__(self, target: str, rows: Sequence[Row]):
+        self.target, self.rows = target, tuple(rows)
+        super().__init__(self.explain("pass allow_lossy=True"))
+
+    def explain(self, allow: str) -> str:
+        """The message, with `allow` saying how to convert anyway (`pass allow_lossy=True`, `add --allow-lossy`)."""
+        lines = "\n".join(f"  - {r.where}: {r.option}={r.value}: {r.how}" for r in self.rows)
+        return (
+            f"Migrating to {self.target} would change what the model computes; {len(self.rows)} option(s) "
+            f"have no equivalent there:\n{lines}\n"
+            f"Change them in the source, or {allow} to convert anyway: the report then lists what will differ."
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,13 +111,7 @@ class Report:
         """Raises LossyMigrationError naming every impossible row, unless `allow_lossy`."""
         impossible = self.impossible
         if impossible and not allow_lossy:
-            lines = "\n".join(f"  - {r.where}: {r.option}={r.value}: {r.how}" for r in impossible)
-            raise LossyMigrationError(
-                f"Migrating to {self.target} would change what the model computes; {len(impossible)} option(s) "
-                f"have no equivalent there:\n{lines}\n"
-                "Change them in the source, or pass allow_lossy=True (CLI: --allow-lossy) to convert anyway: "
-                "the report then lists what will differ."
-            )
+            raise LossyMigrationError(self.target, impossible)
 
     def to_markdown(self) -> str:
         """The report as a markdown page: a summary, what will differ, the conversions, then every row."""
@@ -112,12 +127,15 @@ class Report:
         ]
         if self.impossible:
             out += ["## What will differ", ""]
-            out += [f"- **{r.where}**, `{r.option}` = `{r.value}`: {r.how}" for r in self.impossible]
+            out += [f"- **{where}**, `{r.option}` = `{r.value}`: {r.how}" for where, r in _grouped(self.impossible)]
             out.append("")
         converted = self.with_status(CONVERTED)
         if converted:
             out += ["## What to do (conversions)", ""]
-            out += [f"- **{r.where}**, `{r.option}` = `{r.value}` → {r.target or '—'}: {r.how}" for r in converted]
+            out += [
+                f"- **{where}**, `{r.option}` = `{r.value}` → {r.target or '—'}: {r.how}"
+                for where, r in _grouped(converted)
+            ]
             out.append("")
         if self.notes:
             out += ["## Notes", ""] + [f"- {note}" for note in self.notes] + [""]
@@ -128,10 +146,30 @@ class Report:
             "|---|---|---|---|---|---|",
         ]
         out += [
-            "| " + " | ".join(_cell(c) for c in (r.where, f"`{r.option}`", r.value, r.status, r.target, r.how)) + " |"
-            for r in self.rows
+            "| " + " | ".join(_cell(c) for c in (where, f"`{r.option}`", r.value, r.status, r.target, r.how)) + " |"
+            for where, r in _grouped(self.rows)
         ]
         return "\n".join(out) + "\n"
+
+
+def _grouped(rows: Sequence[Row]) -> list[tuple[str, Row]]:
+    """The rows, those that differ only in where they are (the same option, value and mapping on several
+    tables or features) merged into one: ('features a, b, c', the first of them), in the order of the first."""
+    groups: dict[tuple[str, ...], list[Row]] = {}
+    for row in rows:
+        kind, _, name = row.where.partition(" ")
+        key = (kind if name else row.where, row.option, row.value, row.status, row.target, row.how)
+        groups.setdefault(key, []).append(row)
+    out = []
+    for members in groups.values():
+        first = members[0]
+        if len(members) == 1:
+            out.append((first.where, first))
+            continue
+        kind = first.where.partition(" ")[0]
+        names = ", ".join(row.where.partition(" ")[2] for row in members)
+        out.append((f"{kind}s {names}", first))
+    return out
 
 
 def _cell(text: str) -> str:

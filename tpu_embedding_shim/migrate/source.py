@@ -56,6 +56,11 @@ class Source:
       batch_size: the global batch size, for targets whose configs carry it
         (keras-rs, jax-tpu-embedding); None when not given.
       notes: what reading the weights noticed (slots started fresh, ...).
+      num_shards_known: whether `spec.num_shards` is the program's. An
+        EmbeddingConfigSpec holds no shard count (the TPUEstimator's
+        `TPUConfig(num_shards=...)` sets it, and a checkpoint of whole
+        tables does not record it), so for one this is False and the
+        report says where the count lives instead of the spec's 1.
     """
 
     spec: EmbeddingSpec
@@ -66,6 +71,7 @@ class Source:
     origin: str
     batch_size: int | None = None
     notes: tuple[str, ...] = ()
+    num_shards_known: bool = True
 
     @property
     def tables(self) -> tuple[TableSpec, ...]:
@@ -152,7 +158,17 @@ def load_source(
         state, step, origin, notes = _fresh(spec, tensor_core_tables, seed)
     else:
         state, step, origin, notes = _read(config, spec, tensor_core_tables, os.fspath(checkpoint))
-    return Source(spec, tensor_core_tables, tensor_core_features, state, step, origin, batch_size, tuple(notes))
+    return Source(
+        spec,
+        tensor_core_tables,
+        tensor_core_features,
+        state,
+        step,
+        origin,
+        batch_size,
+        tuple(notes),
+        num_shards_known=not isinstance(config, EmbeddingConfigSpec),
+    )
 
 
 def _fresh(spec: EmbeddingSpec, tensor_core: tuple[TableSpec, ...], seed: int) -> tuple[State, int, str, list[str]]:

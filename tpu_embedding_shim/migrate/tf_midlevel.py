@@ -18,7 +18,8 @@ them as dense variables): they go to `tensor_core.npz`.
 
 `build()` makes the configs with this project's mid-level API (always
 installed; the same classes as TensorFlow's); the generated `model.py`
-imports `tensorflow`, and runs unchanged with `import tpu_embedding_shim as tf`.
+imports `tensorflow`, and runs on a CPU without TensorFlow once that one
+import reads `import tpu_embedding_shim as tf`.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ from ..spec import OptimizerSpec
 from ..spec import initializers as spec_initializers
 from .codegen import header, importable_name, literal
 from .convert import make_row
-from .migration import Migration
+from .migration import Migration, write_npz
 from .options import Option
+from .progress import ProgressLine
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
 from .source import Source
 
@@ -374,13 +376,15 @@ def _state(migration: Migration) -> dict[str, dict[str, np.ndarray]]:
     return state
 
 
-def write_weights(migration: Migration, directory: str) -> list[str]:
+def write_weights(migration: Migration, directory: str, progress: ProgressLine | None = None) -> list[str]:
     """Writes `tf_checkpoint/ckpt-1` (a mid-level TPUEmbedding restored from the weights, saved as `embedding=`)
     and `tensor_core.npz` when the model has tensor-core tables."""
     names = [CHECKPOINT_DIR]
     config = migration.config
     state = _state(migration)
     if state:
+        if progress is not None:
+            progress.status(f"writing {CHECKPOINT_DIR}/ckpt-1 ({len(state)} tables with their slots)")
         embedding = TPUEmbedding(
             feature_config=config["feature_config"],
             optimizer=config["optimizer"],
@@ -392,8 +396,7 @@ def write_weights(migration: Migration, directory: str) -> list[str]:
         os.makedirs(os.path.join(directory, CHECKPOINT_DIR))
     tensor_core = {key.split("/", 1)[1]: v for key, v in migration.weights.items() if key.startswith("tensor_core/")}
     if tensor_core:
-        arrays: dict[str, Any] = tensor_core  # numpy's stub types **kwds as allow_pickle's bool
-        np.savez(os.path.join(directory, TENSOR_CORE_FILE), **arrays)
+        write_npz(os.path.join(directory, TENSOR_CORE_FILE), tensor_core, progress, TENSOR_CORE_FILE)
         names.append(TENSOR_CORE_FILE)
     return names
 
@@ -537,9 +540,11 @@ def code(source: Source) -> str:
         f"TensorFlow mid-level TPU embedding configs ({len(spec.tables)} tables), with their trained state.",
         source.origin,
         [
-            "Runs on TensorFlow (2.15: `import tensorflow as tf`), or on a CPU with tpu-embedding-shim",
-            "(`import tpu_embedding_shim as tf`). The tables and slots are in the TensorFlow checkpoint",
-            f"{CHECKPOINT_DIR}/ckpt-1 beside this file; tpu_embedding() and serving() restore it.",
+            "Written for TensorFlow 2.15: it imports `tensorflow` (pip install tensorflow==2.15.*).",
+            "To run it on a CPU without TensorFlow, with tpu-embedding-shim's TensorFlow-shaped",
+            "namespace, change that one line to `import tpu_embedding_shim as tf`.",
+            f"The tables and slots are in the TensorFlow checkpoint {CHECKPOINT_DIR}/ckpt-1 beside",
+            "this file; tpu_embedding() and serving() restore it.",
         ],
     )
     lines = top + ["import os", "", "import tensorflow as tf", *sorted(set(imports))]
