@@ -46,7 +46,7 @@ WHEEL_FILE = "recbole-1.2.1-py3-none-any.whl"
 WHEEL_URL = "https://pypi.org/project/recbole/1.2.1/#files"
 RATINGS_HEADERS = (("user_id", "item_id", "rating"), ("user_id", "item_id", "rating", "timestamp"))
 MAX_ID = 10_000_000
-"""The largest user or item id of a ratings file: each id is a row of its table (ids 0..max)."""
+"""The largest user or item id of a ratings file: each id is a row of its table (ids 0..max; 0 is padding)."""
 POSITIVE_RATING = 4.0
 """The label of a rating: 1 when `rating >= POSITIVE_RATING` (MovieLens' 1-5 stars), else 0."""
 
@@ -172,10 +172,11 @@ def load(wheel: str | None = None, *, history_length: int = 20, test_fraction: f
 def load_ratings(path: str, *, history_length: int = 20, test_fraction: float = 0.2) -> MovieLens:
     """The user's own ratings: a CSV file with the header `user_id,item_id,rating[,timestamp]`.
 
-    Ids are integers in 0..MAX_ID (each id is a row of its table); ratings
-    and timestamps are numbers. Without timestamps, each user's ratings are
-    in file order. Side features (genres, age, gender, occupation, zip code)
-    are empty.
+    Ids are integers in 1..MAX_ID (each id is a row of its table; 0 is
+    padding); ratings and timestamps are numbers. Without timestamps, each
+    user's ratings are in file order. Side features are empty (genres,
+    gender, occupation and zip code have no id; every user is in one age
+    bucket).
 
     Raises:
       DataError: the file is missing, empty, has another header, a bad
@@ -206,6 +207,7 @@ def load_ratings(path: str, *, history_length: int = 20, test_fraction: float = 
     if not rows:
         raise DataError(f"--ratings {path!r} has a header and no ratings.")
     data = _examples(np.array(rows, np.float64), [], [], history_length, test_fraction)
+    data = dataclasses.replace(data, user_age=np.ones_like(data.user_age))  # one bucket (0 would be padding)
     if not len(data.test):
         raise DataError(
             f"--ratings {path!r}: no user has enough ratings for a test set (the last {test_fraction:.0%} of each "
@@ -219,10 +221,10 @@ def _rating_row(path: str, number: int, header: tuple[str, ...], fields: list[st
     values = []
     for name, field in zip(header, fields):
         if name in ("user_id", "item_id"):
-            if not field.isdigit() or int(field) > MAX_ID:
+            if not field.isdigit() or not 1 <= int(field) <= MAX_ID:
                 raise DataError(
-                    f"--ratings {path!r} line {number}: `{name}` must be an integer in 0..{MAX_ID}. "
-                    f"Received: {field!r}."
+                    f"--ratings {path!r} line {number}: `{name}` must be an integer in 1..{MAX_ID} (0 is padding "
+                    f"in TPUEstimator's dense input: shift your ids by one). Received: {field!r}."
                 )
             values.append(float(field))
         else:

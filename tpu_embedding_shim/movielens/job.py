@@ -35,7 +35,7 @@ import tpu_embedding_shim as tf
 from ..compat import replicas
 from . import data as ml_data
 from . import model as ml_model
-from .progress import JobProgress, kernels_to_compile
+from .progress import JobProgress, kernels_uncompiled
 
 log = logging.getLogger("tpu_embedding_shim.movielens")
 
@@ -368,7 +368,7 @@ def run(config: JobConfig, *, echo=print) -> JobResult:
     progress = JobProgress(
         steps_per_epoch, config.epochs, echo if config.progress is not False else _silent, losses=train_losses
     )
-    progress.announce_compile(kernels_to_compile())
+    progress.announce_compile(kernels_uncompiled())
     library_log = logging.getLogger("tpu_embedding_shim")
     level = library_log.level
 

@@ -10,12 +10,12 @@ counts only the steps after it.
 >>> lines, losses = [], []
 >>> ticks = iter([0.0, 4.0, 5.0, 6.0, 7.0])   # the clock: the first step takes 4 s, the others 1 s
 >>> progress = JobProgress(2, 2, lines.append, losses=losses, interval=1.5, clock=lambda: next(ticks))
->>> progress.announce_compile(3)
+>>> progress.announce_compile(True)
 >>> for loss in (0.7, 0.6, 0.5, 0.4):
 ...     losses.append(loss)
 ...     progress.step()
 >>> print("\\n".join(lines))
-numba compiles the engine's kernels before the first step (3 not in its cache: a first run).
+numba compiles the engine's kernels before the first step (a first run: none is cached yet).
 first step: 4.0 s (numba compiling the engine's kernels)
 epoch 2/2  step 3/4  loss 0.5000  1.0 steps/s  ETA 1 s
 epoch 2/2  step 4/4  loss 0.4000  1.0 steps/s  ETA 0 s
@@ -29,31 +29,30 @@ import time
 from collections.abc import Callable, Sequence
 
 FAST_MODULES = ("forward", "owner", "coefficients", "kernels", "fused")
-"""The modules of `engine/fast` whose kernels are compiled on a first run and cached by numba."""
+"""The modules of `engine/fast` whose kernels numba compiles on a first run and caches on disk."""
 
 
-def kernels_to_compile() -> int | None:
-    """How many of the engine's cached numba kernels numba's cache does not hold yet; None when the engine runs
-    the numpy kernels (no numba, or `TPU_EMBEDDING_SHIM_KERNELS=numpy`).
+def kernels_uncompiled() -> bool:
+    """True when the engine will run numba's kernels and numba's cache holds none of them yet: a first run, whose
+    first step waits for numba to compile them (False: the numpy kernels, or a cache from an earlier run).
 
-    It asks numba where each kernel's cache index lives (its own locator:
-    `__pycache__` beside the source, `NUMBA_CACHE_DIR`, or the user-wide
-    cache) and counts the missing index files.
+    It asks numba where each cached kernel of `engine/fast` keeps its index
+    (numba's own locator: `__pycache__` beside the source, `NUMBA_CACHE_DIR`,
+    or the user-wide cache) and looks for those files.
     """
     from ..engine import fast
 
     if not fast.available():
-        return None
+        return False
     from numba.core.registry import CPUDispatcher
 
-    missing = 0
     for name in FAST_MODULES:
         module = importlib.import_module(f"{fast.__name__}.{name}")
         for value in vars(module).values():
             cache_file = getattr(getattr(value, "_cache", None), "_cache_file", None)
-            if isinstance(value, CPUDispatcher) and cache_file is not None:
-                missing += not os.path.exists(cache_file._index_path)
-    return missing
+            if isinstance(value, CPUDispatcher) and cache_file is not None and os.path.exists(cache_file._index_path):
+                return False
+    return True
 
 
 class JobProgress:
@@ -86,13 +85,11 @@ class JobProgress:
         self._after_first: float | None = None  # when the first step ended: the rate counts the steps after it
         self._last_line = self._start
 
-    def announce_compile(self, missing: int | None) -> None:
-        """Says that numba compiles before the first step, when `missing` (from `kernels_to_compile`) is > 0."""
-        if missing:
+    def announce_compile(self, uncompiled: bool) -> None:
+        """Says that numba compiles before the first step, when `uncompiled` (`kernels_uncompiled()`)."""
+        if uncompiled:
             self.compiling = True
-            self.echo(
-                f"numba compiles the engine's kernels before the first step ({missing} not in its cache: a first run)."
-            )
+            self.echo("numba compiles the engine's kernels before the first step (a first run: none is cached yet).")
 
     def step(self) -> None:
         now = self.clock()
