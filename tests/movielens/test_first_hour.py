@@ -129,21 +129,21 @@ def test_the_job_on_own_ratings_prints_progress_and_names_every_output(capsys, t
         ("results", out / "results.json"),
     ]:
         assert f"  {name:<14}{path}" in lines
-    plot = [line for line in lines if line.startswith("  plot")][0]
+    plot = next(line for line in lines if line.startswith("  plot"))
     assert plot.endswith(str(out / "training.png")) or "no matplotlib" in plot
     assert (out / "results.json").is_file() and (out / "export" / "manifest.json").is_file()
     assert f"movielens-score PAIRS.csv --output-dir {out}" in lines[-1]
 
 
-def test_a_first_run_announces_the_compile_only_when_numba_has_nothing_cached(monkeypatch):
-    from tpu_embedding_shim.engine import fast
-
-    monkeypatch.setattr(fast, "available", lambda: False)
-    assert ml_progress.kernels_uncompiled() is False  # the numpy kernels: nothing to compile
+def test_a_fast_first_step_prints_no_compile_notice(monkeypatch):
     lines = []
-    progress = ml_progress.JobProgress(3, 1, lines.append)
-    progress.announce_compile(False)
-    assert lines == []
+    progress = ml_progress.JobProgress(3, 1, lines.append, compile_notice=60.0)
+    progress.start()
+    progress.step()  # before the notice: the timer is cancelled, and no line about compiling or the first step
+    progress.first_step_is_slow()  # a timer that fired late says nothing either
+    assert lines == [] and not progress.slow_first_step
+    monkeypatch.setenv("TPU_EMBEDDING_SHIM_KERNELS", "numpy")
+    assert not ml_progress.numba_kernels()  # the numpy kernels: nothing is compiled, no timer
 
 
 @pytest.mark.parametrize(

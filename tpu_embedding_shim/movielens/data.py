@@ -193,7 +193,7 @@ def load_ratings(path: str, *, history_length: int = 20, test_fraction: float = 
     header = tuple(field.strip() for field in lines[0].split(","))
     if header not in RATINGS_HEADERS:
         raise DataError(f"--ratings {path!r}: the header must be {expected}. Received: {lines[0]!r}.")
-    rows = []
+    rows: list[list[float]] = []
     for number, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue

