@@ -69,15 +69,24 @@ def test_many_shards_are_allowed_with_a_warning(caplog):
     assert "num_shards=5000" in caplog.text and "slower" in caplog.text
 
 
-def test_a_corrupt_wheel_names_the_file(tmp_path):
+def test_a_corrupt_cached_wheel_names_the_file_to_delete(tmp_path):
     wheel = tmp_path / "recbole-1.2.1-py3-none-any.whl"
     wheel.write_bytes(b"PK\x03\x04 cut short")
     with pytest.raises(
-        ValueError,
-        match=r"recbole-1\.2\.1-py3-none-any\.whl' is not a readable recbole==1\.2\.1 "
+        ml_data.DataError,
+        match=r"The cached download .*recbole-1\.2\.1-py3-none-any\.whl' is not a readable recbole==1\.2\.1 "
         r"wheel .* Delete it and run again",
     ):
-        ml_data.load(str(wheel))
+        ml_data.read_tables(str(wheel), cached=True)
+
+
+def test_a_user_file_that_is_no_wheel_is_not_to_be_deleted(tmp_path):
+    notes = tmp_path / "README.md"
+    notes.write_text("# notes\n")
+    with pytest.raises(ml_data.DataError) as error:
+        ml_data.load(str(notes))
+    assert str(error.value).startswith(f"--wheel {str(notes)!r} is not a readable recbole==1.2.1 wheel")
+    assert "Delete" not in str(error.value) and "recbole-1.2.1-py3-none-any.whl" in str(error.value)
 
 
 def test_a_corrupt_cached_download_is_fetched_again(tmp_path, monkeypatch, caplog):

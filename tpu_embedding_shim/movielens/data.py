@@ -11,6 +11,12 @@ movies (a sequence sharing the movie table), the movie's genres, the
 user's occupation, gender, age bucket and zip-code prefix; the label is
 `rating >= 4`. The split is by time: the last 20% of each user's ratings
 are the test set.
+
+`load_ratings` reads the user's own ratings instead: a CSV file with the
+header `user_id,item_id,rating` or `user_id,item_id,rating,timestamp`.
+It has no side information, so those features are empty for every example
+(their embeddings stay at zero) and the model learns from the user, the
+item and the user's history.
 """
 
 from __future__ import annotations
@@ -36,6 +42,17 @@ MEMBER = "recbole/dataset_example/ml-100k/ml-100k.{}"
 AGE_BOUNDARIES = (18, 25, 35, 45, 50, 56)  # MovieLens' own age groups: 7 buckets, ids 1..7
 # (dense input: TPUEstimator treats id 0 of a dense input as padding, so bucket ids start at 1)
 ZIP_PREFIX = 3
+WHEEL_FILE = "recbole-1.2.1-py3-none-any.whl"
+WHEEL_URL = "https://pypi.org/project/recbole/1.2.1/#files"
+RATINGS_HEADERS = (("user_id", "item_id", "rating"), ("user_id", "item_id", "rating", "timestamp"))
+MAX_ID = 10_000_000
+"""The largest user or item id of a ratings file: each id is a row of its table (ids 0..max; 0 is padding)."""
+POSITIVE_RATING = 4.0
+"""The label of a rating: 1 when `rating >= POSITIVE_RATING` (MovieLens' 1-5 stars), else 0."""
+
+
+class DataError(Exception):
+    """The job's data cannot be had or read: the message says what and the fix (the command line exits 1)."""
 
 
 def cache_dir() -> str:
@@ -68,19 +85,24 @@ def fetch(directory: str | None = None, *, quiet: bool = True) -> str:
     found = glob.glob(os.path.join(directory, "recbole-1.2.1-*.whl"))
     if done.returncode != 0 or not found:
         detail = (done.stderr or "").strip().splitlines()[-1:] if quiet else []
-        raise RuntimeError(
-            f"Could not download {WHEEL} into {directory!r} with pip (exit code {done.returncode}). {' '.join(detail)}"
+        raise DataError(
+            f"Could not download {WHEEL} into {directory!r} with `{sys.executable} -m pip download` "
+            f"(exit code {done.returncode}: {' '.join(detail) or 'see the lines above'}). Without pip or a network, "
+            f"download {WHEEL_FILE} from {WHEEL_URL} elsewhere and pass it: --wheel PATH."
         )
     return found[0]
 
 
-def read_tables(wheel: str) -> dict[str, list[list[str]]]:
+def read_tables(wheel: str, *, cached: bool = False) -> dict[str, list[list[str]]]:
     """The three files as rows of string fields (header dropped).
 
     Raises:
-      ValueError: the wheel is not a readable recbole 1.2.1 wheel (a cut or
-        corrupt download): the message names the file to delete.
+      DataError: the wheel is missing or not a readable recbole 1.2.1 wheel:
+        the message names the file; for the project's own `cached` download
+        (a cut or corrupt one), it says to delete it.
     """
+    if not os.path.isfile(wheel):
+        raise DataError(f"--wheel {wheel!r}: no such file. Pass the path of {WHEEL_FILE} ({WHEEL_URL}).")
     out = {}
     try:
         with zipfile.ZipFile(wheel) as archive:
@@ -89,10 +111,13 @@ def read_tables(wheel: str) -> dict[str, list[list[str]]]:
                 rows = [line.split("\t") for line in text.splitlines() if line]
                 out[name] = rows[1:]
     except (zipfile.BadZipFile, KeyError, EOFError, zlib.error) as error:
-        raise ValueError(
-            f"{wheel!r} is not a readable {WHEEL} wheel ({type(error).__name__}: {error}). "
+        fix = (
             "Delete it and run again to download it anew."
-        ) from None
+            if cached
+            else f"Pass the {WHEEL_FILE} file ({WHEEL_URL}), or omit --wheel to download it."
+        )
+        what = f"The cached download {wheel!r}" if cached else f"--wheel {wheel!r}"
+        raise DataError(f"{what} is not a readable {WHEEL} wheel ({type(error).__name__}: {error}). {fix}") from None
     return out
 
 
@@ -133,14 +158,90 @@ def load(wheel: str | None = None, *, history_length: int = 20, test_fraction: f
     """Parses the files and builds examples, history and the per-user time split."""
     if wheel is None:  # the cached download: a corrupt one is fetched again, once
         try:
-            tables = read_tables(fetch())
-        except ValueError as error:
+            tables = read_tables(fetch(), cached=True)
+        except DataError as error:
             log.warning("%s Downloading it again.", error)
             os.remove(fetch())
-            tables = read_tables(fetch())
+            tables = read_tables(fetch(), cached=True)
     else:
         tables = read_tables(wheel)
     inter = np.array([[int(r[0]), int(r[1]), float(r[2]), float(r[3])] for r in tables["inter"]])
+    return _examples(inter, tables["user"], tables["item"], history_length, test_fraction)
+
+
+def load_ratings(path: str, *, history_length: int = 20, test_fraction: float = 0.2) -> MovieLens:
+    """The user's own ratings: a CSV file with the header `user_id,item_id,rating[,timestamp]`.
+
+    Ids are integers in 1..MAX_ID (each id is a row of its table; 0 is
+    padding); ratings and timestamps are numbers. Without timestamps, each
+    user's ratings are in file order. Side features are empty (genres,
+    gender, occupation and zip code have no id; every user is in one age
+    bucket).
+
+    Raises:
+      DataError: the file is missing, empty, has another header, a bad
+        field, or too few ratings to split; the message names the line.
+    """
+    try:
+        with open(path, encoding="utf-8-sig") as handle:
+            lines = handle.read().splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise DataError(f"--ratings {path!r}: cannot read it ({type(error).__name__}: {error}).") from None
+    expected = " or ".join(",".join(h) for h in RATINGS_HEADERS)
+    if not lines or not lines[0].strip():
+        raise DataError(f"--ratings {path!r} is empty: its first line must be the header {expected}.")
+    header = tuple(field.strip() for field in lines[0].split(","))
+    if header not in RATINGS_HEADERS:
+        raise DataError(f"--ratings {path!r}: the header must be {expected}. Received: {lines[0]!r}.")
+    rows: list[list[float]] = []
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        fields = [field.strip() for field in line.split(",")]
+        if len(fields) != len(header):
+            raise DataError(
+                f"--ratings {path!r} line {number}: {len(header)} fields expected ({','.join(header)}). "
+                f"Received: {line!r}."
+            )
+        rows.append(_rating_row(path, number, header, fields, len(rows)))
+    if not rows:
+        raise DataError(f"--ratings {path!r} has a header and no ratings.")
+    data = _examples(np.array(rows, np.float64), [], [], history_length, test_fraction)
+    data = dataclasses.replace(data, user_age=np.ones_like(data.user_age))  # one bucket (0 would be padding)
+    if not len(data.test):
+        raise DataError(
+            f"--ratings {path!r}: no user has enough ratings for a test set (the last {test_fraction:.0%} of each "
+            "user's ratings; a user needs at least 3)."
+        )
+    return data
+
+
+def _rating_row(path: str, number: int, header: tuple[str, ...], fields: list[str], index: int) -> list[float]:
+    """[user, item, rating, timestamp] of one line (timestamp: the line's position when the file has none)."""
+    values = []
+    for name, field in zip(header, fields):
+        if name in ("user_id", "item_id"):
+            if not field.isdigit() or not 1 <= int(field) <= MAX_ID:
+                raise DataError(
+                    f"--ratings {path!r} line {number}: `{name}` must be an integer in 1..{MAX_ID} (0 is padding "
+                    f"in TPUEstimator's dense input: shift your ids by one). Received: {field!r}."
+                )
+            values.append(float(field))
+        else:
+            try:
+                value = float(field)
+            except ValueError:
+                value = float("nan")
+            if not np.isfinite(value):
+                raise DataError(f"--ratings {path!r} line {number}: `{name}` must be a number. Received: {field!r}.")
+            values.append(value)
+    return values if len(values) == 4 else values + [float(index)]
+
+
+def _examples(
+    inter: np.ndarray, user_rows: list, item_rows: list, history_length: int, test_fraction: float
+) -> MovieLens:
+    """The examples of ratings [user, item, rating, timestamp] and the side information of the user and item rows."""
     user, item = inter[:, 0].astype(np.int64), inter[:, 1].astype(np.int64)
     rating, timestamp = inter[:, 2], inter[:, 3].astype(np.int64)
     order = np.lexsort((item, timestamp, user))  # per user, by time (ties by item id: deterministic)
@@ -162,7 +263,7 @@ def load(wheel: str | None = None, *, history_length: int = 20, test_fraction: f
             history.extend(item[max(start, position - history_length) : position])
             splits.append(len(history))
 
-    users = {int(r[0]): r for r in tables["user"]}
+    users = {int(r[0]): r for r in user_rows}
     user_age = np.zeros(num_users, np.int64)
     user_gender = np.full(num_users, "", dtype=object)
     user_occupation = np.full(num_users, "", dtype=object)
@@ -172,7 +273,7 @@ def load(wheel: str | None = None, *, history_length: int = 20, test_fraction: f
         user_gender[uid], user_occupation[uid], user_zip[uid] = row[2], row[3], row[4][:ZIP_PREFIX]
 
     genre_lists: list[list[str]] = [[] for _ in range(num_items)]
-    for row in tables["item"]:
+    for row in item_rows:
         genre_lists[int(row[0])] = row[3].split() if len(row) > 3 else []
     genres = tuple(sorted({g for gs in genre_lists for g in gs}))
     genre_values = np.array([g for gs in genre_lists for g in gs], dtype=object)
@@ -182,7 +283,7 @@ def load(wheel: str | None = None, *, history_length: int = 20, test_fraction: f
         user=user,
         item=item,
         timestamp=timestamp,
-        label=(rating >= 4).astype(np.float32),
+        label=(rating >= POSITIVE_RATING).astype(np.float32),
         history_values=np.asarray(history, np.int64),
         history_splits=np.asarray(splits, np.int64),
         genre_values=genre_values,
@@ -195,8 +296,8 @@ def load(wheel: str | None = None, *, history_length: int = 20, test_fraction: f
         test=np.asarray(test, np.int64),
         num_users=num_users,
         num_items=num_items,
-        genres=genres,
-        occupations=tuple(sorted(set(user_occupation[user_occupation != ""]))),
+        genres=genres or ("unknown",),  # no side information: a vocabulary no example uses
+        occupations=tuple(sorted(set(user_occupation[user_occupation != ""]))) or ("unknown",),
     )
 
 
@@ -251,10 +352,13 @@ def batches(
 
 
 def write_zip_vocabulary(data: MovieLens, path: str) -> str:
-    """The zip-code prefixes of the training split's users, one per line, in first-seen order."""
+    """The zip-code prefixes of the training split's users, one per line, in first-seen order ("unknown" when the
+    data has no zip codes: a vocabulary no example uses)."""
     seen: dict[str, None] = {}
     for uid in data.user[data.train]:
-        seen.setdefault(str(data.user_zip[uid]), None)
+        if data.user_zip[uid]:
+            seen.setdefault(str(data.user_zip[uid]), None)
+    seen = seen or {"unknown": None}
     with open(path, "w", encoding="utf-8") as handle:
         handle.write("\n".join(seen) + "\n")
     return path

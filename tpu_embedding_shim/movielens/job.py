@@ -1,6 +1,7 @@
 """The main job: a legacy-style TPUEstimator recommender trained on MovieLens 100K, on a CPU.
 
-`tpu-embedding-shim movielens` fetches the data if needed, trains the
+`tpu-embedding-shim movielens` fetches the data if needed (or reads the
+user's own ratings file, `data.load_ratings`), trains the
 model_fn of `model.py` with `TPUEstimator` and an `EmbeddingConfigSpec`
 (Adagrad for the embeddings, as on a TPU), evaluates after each epoch, prints
 test AUC and log loss next to a most-popular-item baseline, saves a
@@ -24,6 +25,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import time
 
 import numpy as np
@@ -33,6 +35,7 @@ import tpu_embedding_shim as tf
 from ..compat import replicas
 from . import data as ml_data
 from . import model as ml_model
+from .progress import JobProgress
 
 log = logging.getLogger("tpu_embedding_shim.movielens")
 
@@ -43,6 +46,7 @@ class JobConfig:
 
     output_dir: str = "movielens_output"
     wheel: str | None = None  # the recbole wheel; None: fetch into the cache
+    ratings: str | None = None  # the user's own ratings CSV (data.load_ratings) instead of MovieLens
     epochs: int = 5
     batch_size: int = 256
     eval_batch_size: int = 4096
@@ -53,7 +57,7 @@ class JobConfig:
     partition_strategy: str = "div"
     pipelining: bool = False
     seed: int = 0
-    progress: bool | None = None
+    progress: bool | None = None  # the job's progress lines; False: none (None and True: shown)
     plot: bool = True
     dense: str = "numpy"  # the dense part: "numpy" (model.py) or "tf" (model_tf.py, needs TensorFlow)
 
@@ -70,6 +74,11 @@ class JobConfig:
         if self.partition_strategy not in ("div", "mod"):
             raise ValueError(
                 f"Option `partition_strategy` must be 'div' or 'mod'. Received: {self.partition_strategy!r}."
+            )
+        if self.wheel is not None and self.ratings is not None:
+            raise ValueError(
+                f"Options `wheel` and `ratings` exclude each other: MovieLens from the wheel, or your own ratings. "
+                f"Received: wheel={self.wheel!r}, ratings={self.ratings!r}."
             )
         if self.dense not in DENSE_BACKENDS:
             raise ValueError(f"Option `dense` must be one of {list(DENSE_BACKENDS)}. Received: {self.dense!r}.")
@@ -110,9 +119,17 @@ class JobResult:
     global_step: int
     dense: str = "numpy"  # which dense part trained: "numpy" or "tf"
     replicas: int = 1  # processes that trained it (mpiexec -n N)
+    data: dict = dataclasses.field(default_factory=dict)  # where the ratings came from: `load_data`'s arguments
 
 
 TF_PACKAGES = ("tensorflow", "tensorflow_estimator")  # the `tensorflow` extra
+TF_INSTALL = (
+    "pip install tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0"
+    if sys.version_info < (3, 12)
+    else "pip install tensorflow-cpu==2.21.0 tf-keras==2.21.0"
+)
+"""The packages of pyproject.toml's `tensorflow` extra (Python < 3.12) or `tensorflow-latest` extra (3.12+) for this
+Python, as a command that runs anywhere."""
 
 
 def tf_model_module():
@@ -126,10 +143,17 @@ def tf_model_module():
         if not (isinstance(cause, ModuleNotFoundError) and str(cause.name).split(".")[0] in TF_PACKAGES):
             raise  # TensorFlow is installed: its own error, or the bridge's, as it is
         raise ImportError(
-            f"The dense part in TensorFlow (--dense tf) needs TensorFlow, which is not installed ({cause}). Install "
-            "the `tensorflow` extra: pip install 'tpu-embedding-shim[tensorflow]', or use the default numpy dense part "
-            "(--dense numpy)."
+            f"The dense part in TensorFlow (--dense tf) needs TensorFlow, which is not installed ({cause}). "
+            f"Install it with `{TF_INSTALL}` (or pip install -e '.[tensorflow]' in the project's checkout), or use "
+            "the default numpy dense part (--dense numpy)."
         ) from error
+
+
+def load_data(wheel: str | None = None, ratings: str | None = None, max_examples: int | None = None):
+    """The job's ratings: the user's own `ratings` CSV, else MovieLens 100K from `wheel` (None: the cached
+    download); the first users' ratings up to about `max_examples` if given."""
+    data = ml_data.load_ratings(ratings) if ratings is not None else ml_data.load(wheel)
+    return _slice(data, max_examples)
 
 
 def _slice(data: ml_data.MovieLens, max_examples: int | None) -> ml_data.MovieLens:
@@ -158,6 +182,17 @@ MARKER = ".tpu-embedding-shim-movielens"  # marks an output directory this job w
 _OUTPUTS = ("model", "export", "results.json", "training.png", "zip_prefixes.txt")  # what the job writes there
 
 
+def check_output_dir(output_dir: str) -> None:
+    """A FileExistsError if `output_dir` is not empty and not this job's earlier output (nothing is changed)."""
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise FileExistsError(f"--output-dir {output_dir!r} is a file; pass a new or empty directory.")
+    if os.path.isdir(output_dir) and os.listdir(output_dir) and not os.path.isfile(os.path.join(output_dir, MARKER)):
+        raise FileExistsError(
+            f"--output-dir {output_dir!r} is not empty and was not written by this job (no {MARKER} file); "
+            "pass a new or empty directory."
+        )
+
+
 def prepare_output_dir(output_dir: str, echo=print) -> None:
     """Makes `output_dir` ready for a run from scratch: every run trains from step 0.
 
@@ -167,12 +202,8 @@ def prepare_output_dir(output_dir: str, echo=print) -> None:
     A non-empty directory without the marker is not this job's to clear: a
     FileExistsError names it and changes nothing.
     """
+    check_output_dir(output_dir)
     if os.path.isdir(output_dir) and os.listdir(output_dir):
-        if not os.path.isfile(os.path.join(output_dir, MARKER)):
-            raise FileExistsError(
-                f"--output-dir {output_dir!r} is not empty and was not written by this job (no {MARKER} file); "
-                "pass a new or empty directory."
-            )
         echo(f"replacing the previous run in {output_dir}")
         for name in _OUTPUTS:
             path = os.path.join(output_dir, name)
@@ -264,6 +295,7 @@ def build_estimator(config: JobConfig, data: ml_data.MovieLens, train_losses: li
     run_config = tf.estimator.tpu.RunConfig(
         model_dir=os.path.join(config.output_dir, "model"),
         tf_random_seed=config.seed,
+        log_step_count_steps=None,  # the job's own progress lines say it (progress.py)
         save_checkpoints_steps=10**9,
         keep_checkpoint_max=2,
         tpu_config=tf.estimator.tpu.TPUConfig(num_shards=config.num_shards),
@@ -278,20 +310,32 @@ def build_estimator(config: JobConfig, data: ml_data.MovieLens, train_losses: li
     )
 
 
-def input_fn_for(data: ml_data.MovieLens, examples: np.ndarray, *, shuffle_seed: int | None = None):
+def input_fn_for(data: ml_data.MovieLens, examples: np.ndarray, *, shuffle_seed: int | None = None, on_step=None):
     """An input_fn yielding batches (a generator is the numpy world's tf.data.Dataset).
 
     `params['batch_size']` is the per-replica batch; under mpiexec each
     replica yields its rows of the global batches (`current_input_fn_deployment`
     says which), so the replicas see, together, one process's batches.
+    `on_step()` is called after each step: when the estimator asks for the
+    next batch (and once more at the end).
     """
 
     def input_fn(params):
         _, replica, count = params["context"].current_input_fn_deployment()
         global_batches = ml_data.batches(data, examples, params["batch_size"] * count, shuffle_seed=shuffle_seed)
-        return (replicas.replica_slice(batch, replica=replica, replicas=count) for batch in global_batches)
+        sliced = (replicas.replica_slice(batch, replica=replica, replicas=count) for batch in global_batches)
+        return sliced if on_step is None else _calling_after_each(sliced, on_step)
 
     return input_fn
+
+
+def _calling_after_each(batches, on_step):
+    """The batches, calling `on_step()` once each has been used (the estimator asks for the next one)."""
+    for index, batch in enumerate(batches):
+        if index:
+            on_step()
+        yield batch
+    on_step()
 
 
 def run(config: JobConfig, *, echo=print) -> JobResult:
@@ -302,44 +346,62 @@ def run(config: JobConfig, *, echo=print) -> JobResult:
         echo = _silent  # replica 0 prints and logs for all
         logging.getLogger("tpu_embedding_shim").setLevel(logging.WARNING)
     start = time.time()
-    if config.wheel is None:  # replica 0 downloads, the others read its cached copy
+    if config.wheel is None and config.ratings is None:  # replica 0 downloads, the others read its cached copy
         replicas.on_chief(ml_data.fetch, "movielens: download")
-    data = _slice(ml_data.load(config.wheel), config.max_examples)  # None: the cached download
+    source: dict = {
+        "wheel": _absolute(config.wheel),
+        "ratings": _absolute(config.ratings),
+        "max_examples": config.max_examples,
+    }
+    data = load_data(**source)
+    name = f"ratings from {config.ratings}" if config.ratings else "MovieLens 100K"
     echo(
-        f"MovieLens 100K: {len(data.train)} training and {len(data.test)} test ratings "
-        f"(last 20% of each user's ratings by time); label: rating >= 4."
+        f"{name}: {len(data.train)} training and {len(data.test)} test ratings "
+        f"(last 20% of each user's ratings by time); label: rating >= {ml_data.POSITIVE_RATING:g}."
     )
     base = baseline(data)
     replicas.on_chief(lambda: prepare_output_dir(config.output_dir, echo), "movielens: output directory")
     train_losses: list[float] = []
     estimator = build_estimator(config, data, train_losses)
-    if config.progress is not None:
-        estimator.progress = config.progress
-    epoch_loss, test_auc, test_log_loss = [], [], []
-    for epoch in range(config.epochs):
-        epoch_start = time.time()
-        before = len(train_losses)
-        estimator.train(input_fn_for(data, data.train, shuffle_seed=config.seed + epoch))
-        metrics = estimator.evaluate(input_fn_for(data, data.test))
-        epoch_loss.append(float(replicas.cross_replica_mean(float(np.mean(train_losses[before:])))))
-        test_auc.append(float(metrics["auc"]))
-        test_log_loss.append(float(metrics["log_loss"]))
-        echo(
-            f"epoch {epoch + 1}/{config.epochs}: train loss {epoch_loss[-1]:.4f}  test AUC {test_auc[-1]:.4f}  "
-            f"test log loss {test_log_loss[-1]:.4f}  ({time.time() - epoch_start:.1f} s)"
-        )
-    seconds = time.time() - start
-    checkpoint = estimator.latest_checkpoint()
-    export_dir = estimator.export_embeddings(os.path.join(config.output_dir, "export"))
-    plot = (
-        replicas.on_chief(lambda: _plot(config, epoch_loss, test_auc, echo), "movielens: plot") if config.plot else None
+    estimator.progress = False  # the job prints its own progress lines, on a terminal or not
+    steps_per_epoch = -(-len(data.train) // config.batch_size)
+    progress = JobProgress(
+        steps_per_epoch, config.epochs, echo if config.progress is not False else _silent, losses=train_losses
     )
-    echo("")
-    echo(f"{'model':<28}{'test AUC':>10}{'log loss':>10}")
-    echo(f"{f'TPU-embedding model ({config.dense})':<28}{test_auc[-1]:>10.4f}{test_log_loss[-1]:>10.4f}")
-    echo(f"{'most-popular-item baseline':<28}{base['auc']:>10.4f}{base['log_loss']:>10.4f}")
-    where = f" on {replicas.num_replicas()} replicas" if replicas.num_replicas() > 1 else ""
-    echo(f"trained{where} in {seconds:.1f} s; checkpoint {checkpoint}; export {export_dir}")
+    library_log = logging.getLogger("tpu_embedding_shim")
+    level = library_log.level
+
+    def on_step() -> None:
+        progress.step()
+        if progress.done == 1:  # the engine and estimator have said what runs; their per-epoch lines repeat the job's
+            library_log.setLevel(max(level, logging.WARNING))
+
+    try:
+        progress.start()
+        epoch_loss, test_auc, test_log_loss = [], [], []
+        for epoch in range(config.epochs):
+            epoch_start = time.time()
+            before = len(train_losses)
+            estimator.train(input_fn_for(data, data.train, shuffle_seed=config.seed + epoch, on_step=on_step))
+            metrics = estimator.evaluate(input_fn_for(data, data.test))
+            epoch_loss.append(float(replicas.cross_replica_mean(float(np.mean(train_losses[before:])))))
+            test_auc.append(float(metrics["auc"]))
+            test_log_loss.append(float(metrics["log_loss"]))
+            echo(
+                f"epoch {epoch + 1}/{config.epochs}: train loss {epoch_loss[-1]:.4f}  test AUC {test_auc[-1]:.4f}  "
+                f"test log loss {test_log_loss[-1]:.4f}  ({time.time() - epoch_start:.1f} s)  {progress.eta()}".rstrip()
+            )
+        seconds = time.time() - start
+        checkpoint = estimator.latest_checkpoint()
+        export_dir = estimator.export_embeddings(os.path.join(config.output_dir, "export"))
+    finally:
+        progress.close()
+        library_log.setLevel(level)
+    plot = (
+        replicas.on_chief(lambda: _plot(config, epoch_loss, test_auc, base["auc"], echo), "movielens: plot")
+        if config.plot
+        else None
+    )
     result = JobResult(
         epoch_loss,
         test_auc,
@@ -353,28 +415,49 @@ def run(config: JobConfig, *, echo=print) -> JobResult:
         estimator.global_step,
         config.dense,
         replicas.num_replicas(),
+        source,
     )
+    results = os.path.join(config.output_dir, "results.json")
 
     def write_results() -> None:
-        with open(os.path.join(config.output_dir, "results.json"), "w") as handle:
+        with open(results, "w") as handle:
             json.dump(dataclasses.asdict(result), handle, indent=2)
 
     replicas.on_chief(write_results, "movielens: results")
+    echo("")
+    echo(f"{'model':<28}{'test AUC':>10}{'log loss':>10}")
+    echo(f"{f'TPU-embedding model ({config.dense})':<28}{test_auc[-1]:>10.4f}{test_log_loss[-1]:>10.4f}")
+    echo(f"{'most-popular-item baseline':<28}{base['auc']:>10.4f}{base['log_loss']:>10.4f}")
+    where = f" on {replicas.num_replicas()} replicas" if replicas.num_replicas() > 1 else ""
+    echo(f"trained{where} in {seconds:.1f} s. Wrote:")
+    echo(f"  checkpoint    {checkpoint}")
+    echo(f"  export        {export_dir}")
+    echo(f"  results       {results}")
+    echo(f"  plot          {plot}" if plot else "  plot          (none: --no-plot or no matplotlib)")
+    echo(f"score (user, item) pairs: tpu-embedding-shim movielens-score PAIRS.csv --output-dir {config.output_dir}")
     return result
+
+
+def _absolute(path: str | None) -> str | None:
+    return None if path is None else os.path.abspath(path)
 
 
 def _silent(*args, **kwargs) -> None:
     """The echo of replicas other than 0."""
 
 
-def _plot(config: JobConfig, losses: list[float], aucs: list[float], echo) -> str | None:
+def _plot(config: JobConfig, losses: list[float], aucs: list[float], baseline_auc: float, echo) -> str | None:
+    """training.png: train loss (left axis), test AUC and the most-popular-item baseline's AUC (right), per epoch."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        echo("matplotlib is not installed (pip install 'tpu-embedding-shim[plot]'): skipping the plot.")
+        echo(
+            "matplotlib is not installed: skipping the plot (pip install matplotlib, "
+            "or pip install -e '.[plot]' in the project's checkout)."
+        )
         return None
     epochs = np.arange(1, len(losses) + 1)
     figure, left = plt.subplots(figsize=(6, 4))
@@ -384,8 +467,17 @@ def _plot(config: JobConfig, losses: list[float], aucs: list[float], echo) -> st
     left.set_ylabel("train loss (log loss)", color="tab:blue")
     right = left.twinx()
     right.plot(epochs, aucs, "s-", color="tab:orange", label="test AUC")
+    right.axhline(
+        baseline_auc, linestyle="--", color="tab:gray", label=f"most-popular-item baseline AUC ({baseline_auc:.3f})"
+    )
+    low, high = min(baseline_auc, *aucs), max(baseline_auc, *aucs)
+    right.set_ylim(low - 0.15 * (high - low) - 0.005, high + 0.05 * (high - low) + 0.005)  # the baseline off the edge
     right.set_ylabel("test AUC", color="tab:orange")
-    left.set_title(f"MovieLens 100K on tpu-embedding-shim (dense part: {config.dense})")
+    left_handles, left_labels = left.get_legend_handles_labels()
+    right_handles, right_labels = right.get_legend_handles_labels()
+    left.legend(left_handles + right_handles, left_labels + right_labels, loc="center right", fontsize="small")
+    data = "your ratings" if config.ratings else "MovieLens 100K"
+    left.set_title(f"{data} on tpu-embedding-shim (dense part: {config.dense})")
     figure.tight_layout()
     path = os.path.join(config.output_dir, "training.png")
     figure.savefig(path, dpi=100)
