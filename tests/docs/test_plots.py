@@ -112,10 +112,17 @@ def test_every_text_in_the_plots_is_at_least_11_px_on_the_page():
                     assert px >= 11, (name, layout.suffix, text.get_text(), px)
 
 
-def test_the_committed_plots_are_what_the_script_draws(tmp_path):
-    pytest.importorskip("matplotlib", reason="needs matplotlib: the `plot` extra, pip install -e '.[plot]'")
+def _coarse(path, block=16):
+    """The PNG's grey levels averaged over blocks of block x block pixels."""
     import matplotlib.image
 
+    grey = matplotlib.image.imread(path)[..., :3].mean(axis=2)
+    h, w = (grey.shape[0] // block) * block, (grey.shape[1] // block) * block
+    return grey[:h, :w].reshape(h // block, block, w // block, block).mean(axis=(1, 3))
+
+
+def test_the_committed_plots_are_what_the_script_draws(tmp_path):
+    pytest.importorskip("matplotlib", reason="needs matplotlib: the `plot` extra, pip install -e '.[plot]'")
     paths = make_plots.draw(str(tmp_path))
     names = [f"{name}{layout.suffix}.png" for layout in make_plots.LAYOUTS for name in make_plots.FIGURES]
     assert [pathlib.Path(p).name for p in paths] == names
@@ -125,6 +132,9 @@ def test_the_committed_plots_are_what_the_script_draws(tmp_path):
         assert _png_size(drawn) == _png_size(kept), f"{committed.name}: run {SCRIPT}"
         if _png_text(drawn)["Software"] == _png_text(kept)["Software"]:
             assert drawn == kept, f"{committed.name} is not what the script draws now: run {SCRIPT}"
-        else:  # another matplotlib (or FreeType) draws text a little differently: compare the pixels
-            difference = abs(matplotlib.image.imread(path) - matplotlib.image.imread(committed)).mean()
-            assert difference < 0.01, f"{committed.name} differs from what the script draws: run {SCRIPT}"
+            continue
+        # Another matplotlib (or FreeType) draws text with other glyphs and metrics, and constrained layout moves
+        # the axes by a pixel or two, so pixels differ everywhere (a mean of 0.018-0.021 between matplotlib 3.10
+        # and 3.11 for the same numbers); averaged over 16 x 16 blocks they agree (0.003-0.005).
+        difference = abs(_coarse(path) - _coarse(committed)).mean()
+        assert difference < 0.01, f"{committed.name} differs from what the script draws: run {SCRIPT}"
