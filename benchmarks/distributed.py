@@ -34,7 +34,7 @@ from .workload import Workload
 HOSTS = (8, 16, 32, 64, 128, 256)
 BANDWIDTHS_GBPS = (10, 100)
 LATENCY_US = 20.0  # one MPI message over TCP on a data-centre Ethernet (assumed, not measured); RDMA: 2-5 us
-INSTALL = "pip install 'tpu-embedding-shim[distributed]'  (mpi4py and the mpich wheel, which brings mpiexec)"
+INSTALL = "pip install mpi4py==4.1.2 mpich==5.0.2 threadpoolctl  (the mpich wheel brings MPI and mpiexec)"
 
 
 def find_mpiexec() -> str | None:

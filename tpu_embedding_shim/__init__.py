@@ -1,8 +1,10 @@
 """TensorFlow's TPU-embedding API on a CPU, with numpy.
 
-`import tpu_embedding_shim as tf` makes the TF-shaped names work:
+`import tpu_embedding_shim as tf` (the numpy namespace) has TensorFlow's TPU-embedding names:
 `tf.feature_column.*`, `tf.tpu.experimental.*`, `tf.estimator.tpu.experimental.*`,
-`tf.nn.embedding_lookup*`, `tf.compat.v1.*`, `tf.SparseTensor`, `tf.RaggedTensor`.
+`tf.nn.embedding_lookup*`, `tf.initializers.*`, their `tf.compat.v1.*` paths, `tf.SparseTensor`,
+`tf.RaggedTensor`; for numpy and PyTorch model_fns. It has no TensorFlow ops: a model_fn written in
+TensorFlow wants `import tpu_embedding_shim.tensorflow as tf` (docs/tensorflow_bridge.md).
 
 >>> import tpu_embedding_shim as tf
 >>> column = tf.feature_column.categorical_column_with_identity("movie", 1682)
@@ -25,6 +27,7 @@ _V2_NAMES = frozenset(
         "config",
         "distribute",
         "function",
+        "initializers",
         "nn",
         "range",
         "train",
@@ -71,7 +74,8 @@ def __dir__() -> list[str]:
 
 
 def __getattr__(name: str) -> Any:
-    """A TF-shaped name or a subpackage, imported at first use; `tf.GradientTape` says what to write instead."""
+    """A TF-shaped name or a subpackage, imported at first use; another TensorFlow name (`tf.concat`,
+    `tf.GradientTape`) is an AttributeError that says what to use instead."""
     if name in _V2_NAMES:
         value = getattr(importlib.import_module(".compat.v2", __name__), name)
         globals()[name] = value
@@ -86,4 +90,8 @@ def __getattr__(name: str) -> Any:
             "tf.GradientTape loop in numpy. With TensorFlow installed, `import tpu_embedding_shim.tensorflow as tf` "
             "runs the loop as written (docs/tensorflow_bridge.md)."
         )
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name.startswith("_"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from .compat import namespaces  # a TensorFlow name this numpy namespace lacks: point to the bridge
+
+    raise namespaces.missing_name_error(f"tf.{name}")

@@ -171,7 +171,7 @@ def test_without_mpi4py_it_says_how_to_install_and_exits_2(monkeypatch, capsys):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mpi4py" else real(name, *a))
     assert distributed.main(["--quick"]) == 2
-    assert "pip install 'tpu-embedding-shim[distributed]'" in capsys.readouterr().err
+    assert "pip install mpi4py==4.1.2 mpich==5.0.2 threadpoolctl" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(distributed.missing() is not None, reason=str(distributed.missing()))

@@ -16,11 +16,17 @@ import textwrap
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "tpu_embedding_shim"
-MESSAGE = (
-    r"tpu_embedding_shim.tensorflow needs TensorFlow, which is not installed .*Install the `tensorflow` extra: "
-    r"pip install 'tpu-embedding-shim\[tensorflow\]' "
-    r"\(tensorflow-cpu==2.15.1 and tensorflow-estimator==2.15.0\)"
-)
+if sys.version_info >= (3, 12):  # TensorFlow 2.15 has no wheels there
+    INSTALL = (
+        r"TensorFlow 2.15 has no wheels for Python 3\.\d+: pip install tensorflow-cpu==2.21.0 tf-keras==2.21.0 "
+        r"\(the `tensorflow-latest` extra; in the project's checkout: pip install -e '\.\[tensorflow-latest\]'\)"
+    )
+else:
+    INSTALL = (
+        r"pip install tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 "
+        r"\(the `tensorflow` extra; in the project's checkout: pip install -e '\.\[tensorflow\]'\)"
+    )
+MESSAGE = r"tpu_embedding_shim.tensorflow needs TensorFlow, which is not installed .*Install it: " + INSTALL
 
 WITHOUT_TENSORFLOW = textwrap.dedent("""
     import importlib.abc, sys
@@ -97,3 +103,21 @@ def test_the_import_scan_resolves_relative_imports():
     module = PACKAGE / "compat" / "v2" / "nn.py"
     names = set(_imports(module))
     assert "tpu_embedding_shim.compat.embedding_ops" in names
+
+
+ON_PYTHON_3_12 = WITHOUT_TENSORFLOW.replace(
+    "    import tpu_embedding_shim.tensorflow\n",
+    "    sys.version_info = (3, 12, 0, 'final', 0)\n    import tpu_embedding_shim.tensorflow\n",
+)
+
+
+def test_on_python_3_12_the_import_error_says_tensorflow_2_15_has_no_wheels_and_names_2_21():
+    """TensorFlow 2.15 (the `tensorflow` extra) has no wheels for Python >= 3.12: the hint is the 2.21 packages."""
+    result = subprocess.run([sys.executable, "-c", ON_PYTHON_3_12], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert (
+        "Install it: TensorFlow 2.15 has no wheels for Python 3.12: pip install tensorflow-cpu==2.21.0 "
+        "tf-keras==2.21.0 (the `tensorflow-latest` extra; in the project's checkout: "
+        "pip install -e '.[tensorflow-latest]')"
+    ) in result.stdout, result.stdout
+    assert "tensorflow-estimator" not in result.stdout

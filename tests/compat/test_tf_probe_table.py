@@ -1,4 +1,4 @@
-"""Every construction row of /work/shared/reference/tf_probe_results.md, against our API.
+"""Every construction row of the TensorFlow probe table (calls made on TensorFlow 2.15.1), against our API.
 
 Each row of the probe table (a call made on real TensorFlow 2.15.1) is one
 test case, with the row's input text as its id. Three kinds of rows:

@@ -22,7 +22,7 @@ HAS_MPI4PY = importlib.util.find_spec("mpi4py") is not None
 
 requires_mpi = pytest.mark.skipif(
     not HAS_MPI4PY or MPIEXEC is None,
-    reason="needs mpi4py and mpiexec: pip install 'tpu-embedding-shim[distributed]' (mpi4py and the mpich wheel)"
+    reason="needs mpi4py and mpiexec: pip install mpi4py==4.1.2 mpich==5.0.2 threadpoolctl (the distributed extra)"
     if not HAS_MPI4PY
     else "mpi4py is installed but no mpiexec is on PATH",
 )

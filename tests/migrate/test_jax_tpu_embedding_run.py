@@ -10,7 +10,8 @@ them back unchanged; and the kernels' update formulas (transcribed below
 from `lib/core/primitives/sparse_dense_matmul_grad_with_*.py` of 0.1.0),
 fed with those hyper-parameters, follow the engine step by step.
 
-Run in the keras-rs / JAX venv: /work/venv-kerasrs/bin/python -m pytest tests/migrate/test_jax_tpu_embedding_run.py
+Run in a venv with the migrate-keras extra (`pip install -e '.[test,migrate-keras]'`):
+python -m pytest tests/migrate/test_jax_tpu_embedding_run.py
 """
 
 from __future__ import annotations

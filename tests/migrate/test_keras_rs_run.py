@@ -12,7 +12,8 @@ far enough to build: keras-rs turns the Keras optimizers into the
 jax-tpu-embedding specs the report names, and `set_sparsecore_state` loads
 the slots and the step (its lookups need a TPU).
 
-Run in the keras-rs venv: KERAS_BACKEND=jax /work/venv-kerasrs/bin/python -m pytest tests/migrate/test_keras_rs_run.py
+Run in a venv with the migrate-keras extra (`pip install -e '.[test,migrate-keras]'`):
+KERAS_BACKEND=jax python -m pytest tests/migrate/test_keras_rs_run.py
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The command line and the missing-TensorFlow error are tested everywhere (TensorFlow's absence is simulated
 where it is installed). The TensorFlow tests run where the `tensorflow` extra is installed (a separate venv):
 
-    /work/tfvenv/bin/python -m pytest tests/movielens/test_dense_tf.py -q
+    python -m pytest tests/movielens/test_dense_tf.py -q
 """
 
 import importlib.abc

@@ -4,7 +4,7 @@ The modules import `tensorflow` like any other package; this file stands in
 for the `pytest.importorskip` each of them would otherwise start with. They
 run where TensorFlow is installed (a separate venv):
 
-    /work/tfvenv/bin/python -m pytest tests/tf_bridge -q
+    python -m pytest tests/tf_bridge -q
 """
 
 import importlib.util

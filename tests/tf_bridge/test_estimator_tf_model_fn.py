@@ -9,7 +9,7 @@ weights; the guide's `...` input_fn is a `tf.data.Dataset`.
 
 Runs where TensorFlow is installed (a separate venv):
 
-    /work/tfvenv/bin/python -m pytest tests/tf_bridge/test_estimator_tf_model_fn.py -q
+    python -m pytest tests/tf_bridge/test_estimator_tf_model_fn.py -q
 """
 
 import numpy as np

@@ -10,7 +10,7 @@ tensors and as serialized tf.Examples.
 
 Runs where TensorFlow is installed (a separate venv):
 
-    /work/tfvenv/bin/python -m pytest tests/tf_bridge/test_saved_model_export.py -q
+    python -m pytest tests/tf_bridge/test_saved_model_export.py -q
 """
 
 import os

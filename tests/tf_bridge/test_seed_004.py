@@ -11,7 +11,7 @@ its numpy form in docs/mid_level_api.md.
 
 Runs where TensorFlow is installed (a separate venv):
 
-    /work/tfvenv/bin/python -m pytest tests/tf_bridge -q
+    python -m pytest tests/tf_bridge -q
 """
 
 import os

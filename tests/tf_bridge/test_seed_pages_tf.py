@@ -21,7 +21,7 @@ is a `tf.data.Dataset`, and this project takes the TPU-embedding names.
 
 Runs where TensorFlow is installed (a separate venv):
 
-    /work/tfvenv/bin/python -m pytest tests/tf_bridge/test_seed_pages_tf.py -q
+    python -m pytest tests/tf_bridge/test_seed_pages_tf.py -q
 """
 
 import re

@@ -2,7 +2,7 @@
 
 Runs where TensorFlow is installed (a separate venv):
 
-    /work/tfvenv/bin/python -m pytest tests/tf_bridge -q
+    python -m pytest tests/tf_bridge -q
 """
 
 import numpy as np

@@ -3,6 +3,6 @@
 They run only where TensorFlow is installed (a separate venv; the project never
 depends on it), and skip elsewhere:
 
-    /work/tfvenv/bin/pip install -e '.[test]'
-    /work/tfvenv/bin/python -m pytest tests/tf_interop -q
+    pip install -e '.[test,tensorflow]'     # in that venv, from the project's checkout
+    python -m pytest tests/tf_interop -q
 """

@@ -3,9 +3,10 @@
 TensorFlow reads the runner's checkpoints under its own names with equal
 values, warm-starts and resumes its own TPUEstimator(use_tpu=False) from
 them; the runner resumes and warm-starts from a model_dir TensorFlow wrote.
-The program is tests/estimator/tf_program.py, written for both.
+The program is tests/estimator/tf_program.py, written for both. In a venv with the
+`tensorflow` extra (`pip install -e '.[test,tensorflow]'`):
 
-    /work/tfvenv/bin/python -m pytest tests/tf_interop -q
+    python -m pytest tests/tf_interop -q
 """
 
 import importlib.util

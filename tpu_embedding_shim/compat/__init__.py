@@ -13,4 +13,8 @@ def __getattr__(name: str) -> Any:
     """`tf.compat.v1` / `tf.compat.v2`: the namespaces (a higher layer), imported at first use (PEP 562)."""
     if name in ("v1", "v2"):
         return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name.startswith("_"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from .namespaces import missing_name_error  # `tf.compat.as_bytes` & co: TensorFlow's, not here
+
+    raise missing_name_error(f"tf.compat.{name}")

@@ -46,6 +46,38 @@ def truncated_normal_initializer(mean=0.0, stddev=1.0, seed=None, dtype=None):
     return TruncatedNormal(float(mean), float(stddev), seed)
 
 
-def truncated_normal_initializer_v2(mean=0.0, stddev=0.05, seed=None):
-    """`tf.initializers.TruncatedNormal` / `tf.keras.initializers.TruncatedNormal` (default stddev 0.05)."""
+# Keras' initializer classes (`tf.initializers.*`, `tf.keras.initializers.*`), with TensorFlow 2's arguments.
+
+
+def keras_truncated_normal(mean=0.0, stddev=0.05, seed=None):
+    """`tf.keras.initializers.TruncatedNormal`: normal, re-drawn beyond two stddevs.
+
+    >>> keras_truncated_normal(stddev=0.1, seed=1)((2, 3)).shape
+    (2, 3)
+    """
     return TruncatedNormal(float(mean), float(stddev), seed)
+
+
+def keras_random_normal(mean=0.0, stddev=0.05, seed=None):
+    """`tf.keras.initializers.RandomNormal`."""
+    return RandomNormal(float(mean), float(stddev), seed)
+
+
+def keras_random_uniform(minval=-0.05, maxval=0.05, seed=None):
+    """`tf.keras.initializers.RandomUniform`: uniform on [minval, maxval)."""
+    return RandomUniform(float(minval), float(maxval), seed)
+
+
+def keras_constant(value=0):
+    """`tf.keras.initializers.Constant`: `value` everywhere (a number, or an array of the variable's size)."""
+    return Constant(value)
+
+
+def keras_zeros():
+    """`tf.keras.initializers.Zeros`."""
+    return Zeros()
+
+
+def keras_ones():
+    """`tf.keras.initializers.Ones`."""
+    return Ones()

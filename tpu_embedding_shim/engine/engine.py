@@ -485,7 +485,7 @@ def _choose_kernels(kernels: str) -> Kernels:
         if kernels == "fast":
             raise ImportError(
                 f"kernels='fast' needs numba: {fast.unavailable_reason()}. Install it with "
-                "`pip install 'tpu-embedding-shim[fast]'`, or pass kernels='auto'."
+                "`pip install numba` (the `fast` extra), or pass kernels='auto'."
             )
         return _NUMPY_KERNELS
     from .fast.kernels import FastKernels  # imports numba: only once numba is known to be there

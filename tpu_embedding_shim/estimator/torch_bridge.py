@@ -1,6 +1,6 @@
 """The optional PyTorch bridge: a torch module as the dense part of a model_fn.
 
-torch is an optional extra (`pip install 'tpu-embedding-shim[torch]'`); this
+torch is an optional extra (`pip install torch==2.13.0`); this
 module is imported only when used. The contract:
 
 1. `x = torch_bridge.to_torch(net)` turns a feature-layer output into a

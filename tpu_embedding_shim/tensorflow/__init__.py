@@ -11,22 +11,36 @@ TPUStrategy stand-in and `CrossShardOptimizer`. TensorFlow keeps the dense
 part of the program; the CPU engine holds and trains the embedding tables.
 TensorFlow itself is not changed. See docs/tensorflow_bridge.md.
 
-Needs TensorFlow: `pip install 'tpu-embedding-shim[tensorflow]'`
-(tensorflow-cpu 2.15.1 and tensorflow-estimator 2.15.0); TensorFlow 2.15.1
-without tensorflow-estimator and TensorFlow 2.21 (with tf_keras for Keras 2
-programs) are covered too (docs/tensorflow_bridge.md, "Which TensorFlow").
+Needs TensorFlow: on Python < 3.12 `pip install tensorflow-cpu==2.15.1
+tensorflow-estimator==2.15.0` (the `tensorflow` extra); on Python 3.12 and
+later, where TensorFlow 2.15 has no wheels, `pip install
+tensorflow-cpu==2.21.0 tf-keras==2.21.0` (the `tensorflow-latest` extra).
+TensorFlow 2.15.1 without tensorflow-estimator is covered too
+(docs/tensorflow_bridge.md, "Which TensorFlow").
 The core (spec, engine, compat) never imports TensorFlow, and nothing
 imports this module.
 """
 
+import sys as _sys
+
 try:
     import tensorflow as _tensorflow
 except ImportError as _error:
+    if _sys.version_info >= (3, 12):
+        _install = (
+            f"TensorFlow 2.15 has no wheels for Python {_sys.version_info[0]}.{_sys.version_info[1]}: "
+            "pip install tensorflow-cpu==2.21.0 tf-keras==2.21.0 (the `tensorflow-latest` extra; "
+            "in the project's checkout: pip install -e '.[tensorflow-latest]')"
+        )
+    else:
+        _install = (
+            "pip install tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0 (the `tensorflow` extra; "
+            "in the project's checkout: pip install -e '.[tensorflow]')"
+        )
     raise ImportError(
-        "tpu_embedding_shim.tensorflow needs TensorFlow, which is not installed (or failed to import: "
-        f"{_error}). Install the `tensorflow` extra: pip install 'tpu-embedding-shim[tensorflow]' "
-        "(tensorflow-cpu==2.15.1 and tensorflow-estimator==2.15.0). Without TensorFlow, "
-        "`import tpu_embedding_shim as tf` gives the numpy API (docs/migration.md)."
+        f"tpu_embedding_shim.tensorflow needs TensorFlow, which is not installed (or failed to import: {_error}). "
+        f"Install it: {_install}. Without TensorFlow, `import tpu_embedding_shim as tf` gives the numpy API for "
+        "numpy and PyTorch model_fns (docs/migration.md)."
     ) from _error
 
 from . import _namespace, _overrides

@@ -1,6 +1,7 @@
 """`tf.compat.v2`, which is also the top-level `tf` namespace of TensorFlow 2."""
 
 from .. import dtypes as _dtypes
+from .. import namespaces as _namespaces
 from ..control_flow import function, range  # noqa: F401
 from ..initializers import (  # noqa: F401
     constant_initializer,
@@ -10,11 +11,12 @@ from ..initializers import (  # noqa: F401
     zeros_initializer,
 )
 from ..tensors import RaggedTensor, SparseTensor  # noqa: F401
-from . import (  # noqa: F401  # noqa: F401
+from . import (  # noqa: F401
     config,
     distribute,
     estimator,
     feature_column,
+    initializers,
     keras,
     nn,
     ragged,
@@ -23,3 +25,5 @@ from . import (  # noqa: F401  # noqa: F401
 )
 
 float32, float64, int32, int64, string = _dtypes.float32, _dtypes.float64, _dtypes.int32, _dtypes.int64, _dtypes.string
+
+_namespaces.seal(__name__)

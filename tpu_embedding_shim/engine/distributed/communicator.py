@@ -155,7 +155,7 @@ def communicator(kind: str = "auto") -> Communicator:
 
     Raises:
       ImportError: MPI is wanted but mpi4py is not installed (`pip install
-        'tpu-embedding-shim[distributed]'`).
+        mpi4py==4.1.2 mpich==5.0.2 threadpoolctl`).
     """
     if kind not in ("auto", "mpi", "single"):
         raise ValueError(f"Argument `kind` must be one of 'auto', 'mpi', 'single'. Received: {kind!r}.")
@@ -169,6 +169,7 @@ def communicator(kind: str = "auto") -> Communicator:
     except ImportError as error:
         started = f"This process was started by an MPI launcher with {size} ranks, but " if size > 1 else ""
         raise ImportError(
-            f"{started}mpi4py is not installed ({error}). Install the extra: "
-            "`pip install 'tpu-embedding-shim[distributed]'` (mpi4py and the mpich wheel)."
+            f"{started}mpi4py is not installed ({error}). Install it with the mpich wheel (which brings MPI and "
+            "mpiexec): `pip install mpi4py==4.1.2 mpich==5.0.2 threadpoolctl` (the `distributed` extra; in the "
+            "project's checkout: pip install -e '.[distributed]')."
         ) from None

@@ -3,7 +3,7 @@
 The numpy kernels in `lookup.py` and `optimizers/` are the executable
 specification. The kernels here compute the same numbers, in the same
 float32 arithmetic, faster: they are used by `Engine` when numba imports
-(`pip install tpu-embedding-shim[fast]`), and the engine falls back to the
+(`pip install numba`, the `fast` extra), and the engine falls back to the
 numpy kernels otherwise. `tests/engine/test_fast_kernels.py` checks that
 both agree.
 

@@ -230,7 +230,7 @@ def crc32c_numba(data: Bytes, crc: int = 0) -> int:
     """`crc32c` with the numba kernel (raises RuntimeError when numba is not available)."""
     kernel = _numba_kernel()
     if kernel is None:
-        raise RuntimeError("crc32c_numba needs numba (pip install 'tpu-embedding-shim[fast]').")
+        raise RuntimeError("crc32c_numba needs numba (pip install numba).")
     return int(kernel(np.uint32((crc ^ _M32) & _M32), _as_bytes(data), TABLES)) ^ _M32
 
 

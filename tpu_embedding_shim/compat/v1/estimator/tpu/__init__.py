@@ -7,4 +7,7 @@ from .....estimator import (  # noqa: F401
     TPUEstimatorSpec,
 )
 from .....estimator import TPURunConfig as RunConfig  # noqa: F401
-from ....v2.estimator.tpu import experimental  # noqa: F401  (the same names in TensorFlow's v1 and v2)
+from .... import namespaces as _namespaces
+from ....v2.estimator.tpu import experimental as _experimental
+
+experimental = _namespaces.alias(_experimental, f"{__name__}.experimental")  # the same names in TF's v1 and v2
