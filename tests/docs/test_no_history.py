@@ -82,13 +82,11 @@ def test_no_file_names_a_path_of_one_machine(path):
 
 
 FROM_AN_INDEX = re.compile(r"pip install\s+['\"]?" + "tpu-embedding-shim" + r"\[")
-# Another change rewrites the MovieLens job's two hints (and its test's copy of them).
-NOT_YET_REWRITTEN = {"tpu_embedding_shim/movielens/job.py", "tests/movielens/test_dense_tf.py"}
 
 
 @pytest.mark.parametrize("path", [*SOURCES, *PAGES], ids=_name)
 def test_no_hint_installs_the_project_from_a_package_index(path):
-    if _name(path) in NOT_YET_REWRITTEN or path == pathlib.Path(__file__).resolve():
+    if path == pathlib.Path(__file__).resolve():
         return
     found = FROM_AN_INDEX.findall(path.read_text(encoding="utf-8"))
     assert not found, (

@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("numba", reason="needs numba (the `fast` extra)")
 
-import tpu_embedding_shim  # noqa: E402
+import tpu_embedding_shim
 
 PACKAGE = Path(tpu_embedding_shim.__file__).parent
 
