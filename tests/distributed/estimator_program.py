@@ -39,7 +39,7 @@ def global_batches(count, batch, seed):
 
 def input_fn_for(count, seed, seen):
     def input_fn(params):
-        _, replica, replicas_count = params["context"].current_input_fn_deployment()
+        _, replica, replicas_count, _ = params["context"].current_input_fn_deployment()
         seen.append([params["batch_size"], replica, replicas_count])
         batches = global_batches(count, params["batch_size"] * replicas_count, seed)
         return (replicas.replica_slice(batch, replica=replica, replicas=replicas_count) for batch in batches)
