@@ -38,7 +38,7 @@ from .inputs import BatchStream, call_input_fn
 from .model_dir import ModelState
 from .model_fn import EstimatorSpec, ModeKeys, TPUEstimatorSpec, call_model_fn
 from .progress import Progress, progress_enabled
-from .run_config import RunConfig
+from .run_config import RunConfig, num_shards_of
 from .state import DenseState
 from .steps import Steps
 from .warm_start import warm_start_settings
@@ -111,7 +111,7 @@ class TPUEstimator:
         use_tpu = check_constructor(
             model_fn, config, params, use_tpu, batch_sizes, embedding_config_spec, export_saved_model_api_version
         )
-        self._num_shards = config.tpu_config.num_shards or 1
+        self._num_shards = num_shards_of(config.tpu_config)
         replicated.check_batch_sizes(
             {"train": train_batch_size, "eval": eval_batch_size, "predict": predict_batch_size}, self._num_shards
         )
