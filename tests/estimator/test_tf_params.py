@@ -29,7 +29,7 @@ def _estimator(tmp_path, seen, **kwargs):
         with pytest.raises(RuntimeError, match=IN_INPUT_FN_ONLY):
             context.current_input_fn_deployment()
         with pytest.raises(RuntimeError, match=IN_INPUT_FN_ONLY):
-            context.current_host  # noqa: B018
+            context.current_host
         seen.setdefault(("model_fn", mode), record)
         x = tf.keras.layers.DenseFeatures([column])(features)
         if mode == tf.estimator.ModeKeys.PREDICT:
@@ -41,7 +41,7 @@ def _estimator(tmp_path, seen, **kwargs):
     def input_fn(params, mode, input_context):
         context = params["context"]
         with pytest.raises(RuntimeError, match=IN_MODEL_FN_ONLY):
-            context.device_assignment  # noqa: B018
+            context.device_assignment
         seen.setdefault(
             ("input_fn", mode),
             {
@@ -110,4 +110,3 @@ def test_use_tpu_is_false_where_tensorflow_runs_the_model_fn_on_the_cpu(tmp_path
     seen = {}
     _run_every_mode(*_estimator(tmp_path, seen, **kwargs))
     assert {mode: seen[("model_fn", mode)]["use_tpu"] for mode in expected} == expected
-
