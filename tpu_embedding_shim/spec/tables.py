@@ -93,8 +93,8 @@ def _is_seedless_dataclass(initializer: Any) -> bool:
     """Whether `initializer` is a dataclass instance with a `seed` field that is None."""
     if not dataclasses.is_dataclass(initializer) or isinstance(initializer, type):
         return False
-    fields = {field.name for field in dataclasses.fields(initializer)}
-    return "seed" in fields and initializer.seed is None
+    values = {field.name: getattr(initializer, field.name) for field in dataclasses.fields(initializer)}
+    return "seed" in values and values["seed"] is None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
