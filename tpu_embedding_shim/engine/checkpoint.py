@@ -519,6 +519,9 @@ def read_manifest(path: PathLike) -> dict[str, Any]:
     """
     path = os.fspath(path)
     manifest_path = os.path.join(path, MANIFEST)
+    kind = not_a_regular_file(manifest_path)
+    if kind is not None:
+        raise CheckpointError(f"Checkpoint {path!r}: {manifest_path} is {kind}, not a manifest file.")
     if not os.path.isfile(manifest_path):
         hint = ""
         if os.path.isdir(path) and list_checkpoints(path):
