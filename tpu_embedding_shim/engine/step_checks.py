@@ -156,6 +156,6 @@ def _check_real(table: str, key: str, value: Any) -> None:
         if overflow.any():
             k = int(np.flatnonzero(overflow.reshape(-1))[0])
             raise ValueError(
-                f"Table {table!r}, {key!r}: {array.reshape(-1)[k]!r} at entry {k} is beyond float32's range "
+                f"Table {table!r}, {key!r}: {float(array.reshape(-1)[k])!r} at entry {k} is beyond float32's range "
                 f"(|x| <= {float(np.finfo(np.float32).max):g}); the engine keeps tables in float32."
             )
