@@ -55,6 +55,12 @@ def _directory(text: str) -> str:
     return text
 
 
+def _checkpoint(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("must name a checkpoint (a model_dir, a prefix or ckpt-<step>), got ''")
+    return text
+
+
 def _seed(text: str) -> int:
     try:
         value = int(text)
@@ -82,6 +88,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--checkpoint",
         metavar="PATH",
+        type=_checkpoint,
         help="the weights: a TPUEstimator model_dir or checkpoint prefix (TensorFlow's or this project's), or an "
         "engine checkpoint; omitted: fresh values drawn by each table's initializer (see --seed)",
     )
