@@ -63,6 +63,7 @@ CONSUMER_VERSION = 1
 """The bundle format version this reader is (TensorFlow's kTensorBundleVersion)."""
 
 _CRC_CHUNK = 1 << 26  # bytes checksummed per call when streaming over a mapping
+_MAX_ELEMENTS = 1 << 59  # more elements than this fit no array (numpy's limit is 2**63 bytes)
 
 
 def _decode_key(key: bytes) -> str:
@@ -264,7 +265,16 @@ class BundleReader:
             )
         return data
 
+    def _check_shape(self, entry: BundleEntry, where: str) -> None:
+        """DataLossError for a shape no array can have (numpy caps the product of the nonzero dims)."""
+        if math.prod(n for n in entry.shape if n) > _MAX_ELEMENTS:
+            raise DataLossError(
+                f"{self.index_path}: {where} has shape {list(entry.shape)}, more elements than any array can "
+                "hold: the index is corrupt."
+            )
+
     def _read_entry(self, entry: BundleEntry, where: str, mmap: bool | None) -> np.ndarray:
+        self._check_shape(entry, where)
         count = math.prod(entry.shape)
         code = entry.dtype
         if code == STRING:
@@ -326,6 +336,7 @@ class BundleReader:
 
     def _assemble(self, name: str, entry: BundleEntry, mmap: bool | None) -> np.ndarray:
         shape = entry.shape
+        self._check_shape(entry, f"tensor {name!r}")
         parts = self._check_slices(name, entry)
         out = np.empty(shape, dtype=numpy_dtype(entry.dtype))
         for box, part, label in parts:
