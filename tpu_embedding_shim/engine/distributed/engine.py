@@ -148,7 +148,8 @@ class DistributedEngine:
         self._pending: _Pending | None = None
         self._lookups = 0  # training lookups so far (the same count on every rank)
         self._kept: dict[int, tuple[int, Kept]] = {}  # owner mode: lookup -> (its step, what its backward needs)
-        error, views = None, ("", "", "", seed)
+        error: Exception | None = None
+        views: tuple[str, dict[str, str], str, int | None] = ("", {}, "", seed)
         try:
             if not isinstance(spec, EmbeddingSpec):
                 raise TypeError(f"DistributedEngine needs an EmbeddingSpec. Received: {spec!r}.")
