@@ -134,3 +134,12 @@ def test_an_engine_manifest_that_is_not_a_file_is_refused(tmp_path, kind):
     with pytest.raises(CheckpointError, match=rf"manifest\.json is {KINDS[kind][:5]}.*, not a manifest file"):
         load_checkpoint(path)
     assert list_checkpoints(os.path.dirname(path)) == []
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero"])
+def test_a_legacy_manifest_that_is_not_a_file_is_refused(tmp_path, kind):
+    from tpu_embedding_shim.compat.checkpoint_sources import LEGACY_MANIFEST, LegacySource
+
+    replace_with(str(tmp_path / LEGACY_MANIFEST), kind)
+    with pytest.raises(CheckpointError, match=rf"{LEGACY_MANIFEST} is a (FIFO|character device).*, not a manifest"):
+        LegacySource(str(tmp_path))
