@@ -93,3 +93,13 @@ def test_the_python_api_refuses_the_same(tmp_path):
         other.write(tmp_path / "fresh", force="yes")
     with pytest.raises(ValueError, match="Argument `directory` must be a non-empty path. Received: ''"):
         other.write("")
+
+
+def test_a_directory_named_like_the_marker_is_never_deleted(tmp_path, capsys):
+    (tmp_path / MARKER_FILE).mkdir()
+    (tmp_path / MARKER_FILE / "mine.txt").write_text("the user's")
+    before = snapshot(str(tmp_path))
+    for extra in ([], ["--force"]):
+        assert migrate_cli(tmp_path, *extra) == 1
+        assert MARKER_FILE in capsys.readouterr().err
+        assert snapshot(str(tmp_path)) == before

@@ -154,10 +154,12 @@ def _install(directory: str, scratch: str, names: list[str], *, force: bool) -> 
             f"{directory!r} already holds {', '.join(taken)}: a migration never overwrites files. Choose another "
             "directory, or pass force=True (--force) to replace the output of an earlier migration there."
         )
+    marker = os.path.join(directory, MARKER_FILE)
     foreign = [
         name
         for name in taken
-        if name != MARKER_FILE and (name not in earlier or earlier[name] != _record(os.path.join(directory, name)))
+        if (name == MARKER_FILE and (os.path.islink(marker) or not os.path.isfile(marker)))
+        or (name != MARKER_FILE and (name not in earlier or earlier[name] != _record(os.path.join(directory, name))))
     ]
     if foreign:
         raise FileExistsError(
@@ -185,8 +187,8 @@ def _install(directory: str, scratch: str, names: list[str], *, force: bool) -> 
         for name in names:
             os.replace(os.path.join(scratch, name), os.path.join(directory, name))
             placed.append(name)
-        marker = {"written": {name: _record(os.path.join(directory, name)) for name in names}}
-        replace_file(os.path.join(directory, MARKER_FILE), json.dumps(marker, indent=1).encode())
+        written = {"written": {name: _record(os.path.join(directory, name)) for name in names}}
+        replace_file(marker, json.dumps(written, indent=1).encode())
     except BaseException:
         for name in placed:
             path = os.path.join(directory, name)
