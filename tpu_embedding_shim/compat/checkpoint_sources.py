@@ -30,9 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import CheckpointError
+from ..engine import CheckpointError, not_a_regular_file
 from ..engine import load_checkpoint as load_engine_checkpoint
-from ..engine.files import not_a_regular_file
 from ..engine.tf_bundle import (
     OBJECT_GRAPH_KEY,
     VARIABLE_VALUE,

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.files import created_directories, replace_file
+from ..engine import created_directories, replace_file
 from .progress import ProgressLine
 from .report import Report
 
