@@ -219,3 +219,13 @@ def test_embedding_lookup_sparse_with_a_huge_dense_shape_returns_the_rows_up_to_
         )
     assert out.tolist() == [[6.0, 7.0]]  # TensorFlow: [1, 2], one row per row up to the last with an id
     assert later.shape == (5, 2) and later[4].tolist() == [8.0, 10.0] and not later[:4].any()
+
+
+def test_a_safe_lookup_whose_dense_shape_does_not_fit_in_memory_is_a_value_error_naming_it():
+    params = np.arange(20, dtype=np.float32).reshape(10, 2)
+    ids = tf.SparseTensor(indices=[[0, 0]], values=[3], dense_shape=[10**12, 2])
+    with (
+        limited_memory(),
+        pytest.raises(ValueError, match=r"Argument `sparse_ids`: its dense_shape \[1000000000000, 2\]"),
+    ):
+        tf.nn.safe_embedding_lookup_sparse(params, ids)

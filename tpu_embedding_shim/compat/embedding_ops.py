@@ -331,7 +331,15 @@ def _pooled(
     table = _table(params, strategy, names[0])
     if table.dtype.kind not in "iuf":
         raise TypeError(f"Argument `{names[0]}` must hold numbers. Received dtype {table.dtype}.")
-    batch, lead = _batch(sp_ids, sp_weights, table.vocabulary_size, combiner, safe=safe, names=names[1:])
+    try:
+        batch, lead = _batch(sp_ids, sp_weights, table.vocabulary_size, combiner, safe=safe, names=names[1:])
+    except MemoryError:  # a safe lookup returns every row of the dense shape, as TensorFlow does
+        shape = [int(d) for d in getattr(sp_ids, "dense_shape", [])]
+        raise ValueError(
+            f"Argument `{names[1]}`: its dense_shape {shape} asks for more rows than fit in memory (a safe lookup "
+            "returns one row per row of the dense shape, as TensorFlow does); give the SparseTensor the shape of "
+            "its batch."
+        ) from None
     if len(table.shards) == 1:
         rows = table.shards[0]
     else:  # only the rows the batch names (and the default row), gathered from their shards; ids renumbered
