@@ -600,8 +600,8 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "show":
             return show_tensor(args.path, args.name, rows=args.rows, start=args.start)
         return convert(args.src, args.dst)
-    except (CheckpointError, ValueError, OSError) as error:
-        message = str(error)
+    except (CheckpointError, ValueError, OSError, MemoryError, OverflowError) as error:
+        message = str(error) if not isinstance(error, MemoryError) else f"out of memory ({error})"
         if isinstance(error, NoCheckpointError) and len(error.below) == 1:
             message += f"; run: {_command(args, error.below[0])}"
         sys.stdout.flush()

@@ -11,6 +11,9 @@ conversion (exit status 1, the options listed, nothing written) unless
 missing or bad checkpoint, a MODULE:OBJECT that cannot be imported or is
 not a config, or an --out that cannot be written exits with status 1 and
 one line; a malformed command line (a bad option value) exits with status 2.
+`migrate` never overwrites a file it did not write: when DIR already holds
+one of its names it stops (status 1); `--force` replaces only the output
+of an earlier migration there.
 """
 
 from __future__ import annotations
@@ -46,6 +49,18 @@ def _positive(text: str) -> int:
     return value
 
 
+def _directory(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("must name a directory (made if missing), got ''")
+    return text
+
+
+def _checkpoint(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("must name a checkpoint (a model_dir, a prefix or ckpt-<step>), got ''")
+    return text
+
+
 def _seed(text: str) -> int:
     try:
         value = int(text)
@@ -73,11 +88,21 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--checkpoint",
         metavar="PATH",
+        type=_checkpoint,
         help="the weights: a TPUEstimator model_dir or checkpoint prefix (TensorFlow's or this project's), or an "
         "engine checkpoint; omitted: fresh values drawn by each table's initializer (see --seed)",
     )
     parser.add_argument(
-        "--out", metavar="DIR", required=True, help="the directory to write model.py, the weights and report.md into"
+        "--out",
+        metavar="DIR",
+        required=True,
+        type=_directory,
+        help="the directory to write model.py, the weights and report.md into",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the output of an earlier migration in DIR (never files it did not write)",
     )
     parser.add_argument(
         "--allow-lossy",
@@ -149,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             progress=progress,
         )
-        paths = migration.write(args.out, progress=progress)
+        paths = migration.write(args.out, progress=progress, force=args.force)
     except LossyMigrationError as error:
         progress.close()
         return _fail(error.explain("add --allow-lossy"))
@@ -177,6 +202,7 @@ def _command(args: argparse.Namespace, checkpoint: str) -> str:
     """The command line `args` stand for, with `checkpoint` as --checkpoint."""
     argv = ["--to", args.to, args.object, "--checkpoint", checkpoint, "--out", args.out]
     argv += ["--allow-lossy"] * args.allow_lossy
+    argv += ["--force"] * args.force
     argv += ["--batch-size", str(args.batch_size)] * (args.batch_size is not None)
     argv += ["--seed", str(args.seed)] * (args.seed != 0)
     return " ".join([PROG, *map(shlex.quote, argv)])

@@ -107,8 +107,15 @@ def test_communicator_under_mpiexec():
 @pytest.mark.parametrize(
     "scenario, message",
     [
-        ("mismatched_dim", "ranks [1] have other tables and slots (spec.fingerprint())"),
-        ("mismatched_learning_rate", "ranks [1] have other options"),
+        (
+            "mismatched_dim",
+            "ranks [1] have other tables and slots (spec.fingerprint()) than rank 0: rank 1 has "
+            "tables['t'].dim=3 (rank 0: 2).",
+        ),
+        (
+            "mismatched_learning_rate",
+            "ranks [1] have other options than rank 0: rank 1 has optimizer.learning_rate=0.2 (rank 0: 0.1).",
+        ),
         ("mismatched_seed", "ranks [1, 2] have other seed"),
         ("num_shards_not_a_multiple", "Argument `num_shards` must be the number of ranks (3) or a multiple"),
     ],

@@ -43,7 +43,7 @@ def test_table_slots_state_and_load_state():
     engine.load_state(state, step=4)
     assert engine.global_step == 4
     assert engine.table("t").tolist() == state["t"]["embedding"].tolist()
-    with pytest.raises(KeyError, match="No table named 'u'"):
+    with pytest.raises(KeyError, match=r"Argument `name` must be one of the tables \['t'\]. Received: 'u'"):
         engine.table("u")
     with pytest.raises(ValueError, match=r"Table 't', 'embedding': shape \(5, 2\), expected \(6, 2\)"):
         engine.load_state({"t": {"embedding": np.zeros((5, 2), np.float32)}})
@@ -81,3 +81,23 @@ def test_describe_says_what_each_rank_holds():
     assert lines[0].startswith("Distributed CPU embedding engine: rank 0 of 1 (SingleProcess()), 1 table(s)")
     assert "rows per rank [6] (this rank: 6)" in lines[1]
     assert any("pipeline_execution_with_tensor_core" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (np.full((6, 2), None, dtype=object), r"Table 't', 'embedding': dtype object \(ndarray\); expected real"),
+        (np.ones((6, 2), np.complex64), r"Table 't', 'embedding': dtype complex64 \(ndarray\); expected real numbers"),
+        (np.full((6, 2), 1e300), r"Table 't', 'embedding': 1e\+300 at entry 0 is beyond float32's range"),
+        (np.full((6, 2), "1"), r"Table 't', 'embedding': dtype <U1 \(ndarray\); expected real numbers"),
+    ],
+)
+def test_load_state_refuses_what_float32_cannot_hold_as_engine_does(values, message):
+    engine = DistributedEngine(spec(), seed=3)
+    before = engine.table("t")
+    reference = Engine(spec(), seed=3, kernels="numpy")
+    for target in (engine, reference):
+        with pytest.raises(ValueError, match=message):
+            target.load_state({"t": {"embedding": values}}, step=9)
+    assert engine.global_step == 0 and engine.table("t").tolist() == before.tolist()
+    assert reference.global_step == 0 and reference.table("t").tolist() == before.tolist()

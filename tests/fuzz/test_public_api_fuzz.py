@@ -565,6 +565,11 @@ def test_tpu_embedding_v2(data):
 # tf.nn lookups ---------------------------------------------------------------------------------------------------
 
 
+def _fits_float32(v):
+    """True when the positive number `v` is neither 0 nor inf once float32 (max_norm must be)."""
+    return float(np.finfo(np.float32).smallest_subnormal) <= float(v) <= float(np.finfo(np.float32).max)
+
+
 def nn_lookups(params, sp_ids):
     """argument -> (the lookup with that argument, the names its error may give, the verdict on the value)."""
     return {
@@ -576,7 +581,7 @@ def nn_lookups(params, sp_ids):
         "max_norm": (
             lambda v: tf.nn.embedding_lookup(params, [1, 2], max_norm=v),
             ["max_norm"],
-            lambda v: v is None or number_at_least(v, 0, strict=True),
+            lambda v: v is None or (number_at_least(v, 0, strict=True) and _fits_float32(v)),
         ),
         "combiner": (
             lambda v: tf.nn.embedding_lookup_sparse(params, sp_ids, None, combiner=v),

@@ -30,7 +30,7 @@ from tpu_embedding_shim.migrate import (
     to_tf_midlevel,
 )
 from tpu_embedding_shim.migrate import options as options_module
-from tpu_embedding_shim.migrate.migration import Migration
+from tpu_embedding_shim.migrate.migration import MARKER_FILE, Migration
 from tpu_embedding_shim.spec import EmbeddingSpec, FeatureSpec, TableSpec
 
 from .models import every_optimizer_spec, every_option_config, movielens_config, small_spec
@@ -199,7 +199,7 @@ def test_write_puts_every_file_in_place_or_none(tmp_path):
     migration = to_tf_midlevel(small_spec())
     paths = migration.write(tmp_path / "out")
     assert sorted(os.path.basename(p) for p in paths) == ["model.py", "report.md", "tf_checkpoint"]
-    assert sorted(os.listdir(tmp_path / "out")) == ["model.py", "report.md", "tf_checkpoint"]
+    assert sorted(os.listdir(tmp_path / "out")) == [MARKER_FILE, "model.py", "report.md", "tf_checkpoint"]
 
     def failing(migration: Migration, directory: str, progress=None) -> list[str]:
         raise OSError("disk full")
@@ -228,7 +228,7 @@ def test_cli_writes_the_migration_and_refuses_a_lossy_one(tmp_path, capsys, monk
     assert cli.main(["migrate", "--to", "tf-midlevel", "tests.migrate.models:movielens_config", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "Migrated to TensorFlow's mid-level API" in printed and "0 impossible" in printed
-    assert sorted(os.listdir(out)) == ["model.py", "report.md", "tf_checkpoint"]
+    assert sorted(os.listdir(out)) == [MARKER_FILE, "model.py", "report.md", "tf_checkpoint"]
     lossy = tmp_path / "lossy"
     argv = ["migrate", "--to", "tf-midlevel", "tests.migrate.models:every_option_config", "--out", str(lossy)]
     assert cli.main(argv) == 1

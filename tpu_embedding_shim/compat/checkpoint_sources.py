@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import CheckpointError
+from ..engine import CheckpointError, not_a_regular_file
 from ..engine import load_checkpoint as load_engine_checkpoint
 from ..engine.tf_bundle import (
     OBJECT_GRAPH_KEY,
@@ -135,6 +135,9 @@ class LegacySource:
     def __init__(self, directory: str):
         self.where = directory
         manifest_path = os.path.join(directory, LEGACY_MANIFEST)
+        kind = not_a_regular_file(manifest_path)
+        if kind is not None:
+            raise CheckpointError(f"Checkpoint {directory!r}: {LEGACY_MANIFEST} is {kind}, not a manifest file.")
         try:
             with open(manifest_path, encoding="utf-8") as file:
                 manifest = json.load(file)
@@ -170,6 +173,10 @@ class LegacySource:
             )
         file_name = os.path.basename(str(entry.get("file")))
         path = os.path.join(directory, file_name)
+        if not_a_regular_file(path) is not None:
+            raise CheckpointError(
+                f"Checkpoint {directory!r}: {file_name} of object {name!r} is {not_a_regular_file(path)}, not a file."
+            )
         try:
             with np.load(path, allow_pickle=False) as data:
                 arrays = {key: np.array(data[key]) for key in entry["keys"]}

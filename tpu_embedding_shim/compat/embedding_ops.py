@@ -50,7 +50,7 @@ import numpy as np
 
 from ..engine import Ragged, is_ragged_tensor, is_sparse, locate, lookup, shard_sizes, to_ragged
 from ..spec import FeatureSpec, parse_combiner, parse_partition_strategy
-from ..spec.checks import check_bool, check_real
+from ..spec.checks import check_bool, check_real, fail
 from .tensors import RaggedTensor, SparseTensor
 
 __all__ = [
@@ -68,11 +68,19 @@ __all__ = [
 # --------------------------------------------------------------------------
 
 
+_FLOAT32 = np.finfo(np.float32)
+
+
 def _max_norm(max_norm: Any) -> float | None:
-    """None, or a finite number > 0 (TensorFlow also takes 0 and negatives, and flips or zeroes rows)."""
+    """None, or a number > 0 that float32 holds (TensorFlow also takes 0 and negatives, and flips or zeroes
+    rows; a norm past float32's range would turn rows into NaN or zeros)."""
     if max_norm is None:
         return None
-    return check_real("max_norm", max_norm, minimum=0, min_open=True)
+    number = check_real("max_norm", max_norm, minimum=0, min_open=True)
+    low, high = float(_FLOAT32.smallest_subnormal), float(_FLOAT32.max)
+    if not low <= number <= high:
+        raise fail("max_norm", f"a number > 0 within float32's range [{low:g}, {high:g}]", max_norm)
+    return number
 
 
 class _Table(NamedTuple):
@@ -108,6 +116,15 @@ def _table(params: Any, strategy: str, name: str) -> _Table:
     allowed = "a [vocabulary_size, ...] array or a non-empty list of its shards"
     if params is None or (isinstance(params, list) and not params):
         raise ValueError(f"Argument `{name}` must be {allowed}. Received: {params!r}.")
+    if isinstance(params, tuple):  # TensorFlow converts a tuple to one tensor: equal shapes only
+        try:
+            params = np.asarray(params)
+        except ValueError:
+            shapes = [np.shape(p) for p in params]
+            raise ValueError(
+                f"Argument `{name}` must be {allowed}. Received a tuple of arrays of shapes {shapes}: TensorFlow "
+                "reads a tuple as one tensor (its elements of equal shape); pass shards as a list."
+            ) from None
     shards = [np.asarray(p) for p in (params if isinstance(params, list) else [params])]
     if any(s.ndim == 0 for s in shards):
         raise ValueError(
@@ -158,6 +175,14 @@ def _int_ids(name: str, values: np.ndarray) -> np.ndarray:
         return values.astype(np.int64)
     if values.dtype.kind not in "iu":
         raise TypeError(f"Argument `{name}` must hold integer ids (int32 or int64). Received dtype {values.dtype}.")
+    if values.dtype.kind == "u" and values.dtype.itemsize == 8:
+        big = values > np.iinfo(np.int64).max
+        if big.any():  # would wrap to a negative int64
+            k = int(np.flatnonzero(big.reshape(-1))[0])
+            raise ValueError(
+                f"Argument `{name}` must hold row ids that fit in int64 (< 2**63). Received: "
+                f"{int(values.reshape(-1)[k])} (entry {k})."
+            )
     return values.astype(np.int64)
 
 
@@ -237,6 +262,14 @@ def _batch(
             raise ValueError(
                 f"Argument `{weights_name}` must have the same indices and shape as `{ids_name}` (one weight per id)."
             )
+        with np.errstate(over="ignore"):  # a float64 weight past float32's range is refused just below
+            infinite = np.isinf(weights.values.astype(np.float32))
+        if infinite.any():
+            k = int(np.flatnonzero(infinite)[0])
+            raise ValueError(
+                f"Argument `{weights_name}` must hold finite weights (in float32). Received: "
+                f"{float(weights.values[k])} (entry {k})."
+            )
 
     rows = ids.indices[:, 0]
     if not safe:
@@ -247,6 +280,11 @@ def _batch(
                 f"Received rows {rows.tolist()[:10]}."
             )
         _check_range(ids_name, ids.values, vocabulary_size)  # nothing is pruned: every id is looked up
+        # The output stops at the last row with an id, so the batch does too: a huge dense_shape costs nothing.
+        used_rows = np.array([int(rows.max(initial=-1)) + 1, ids.dense_shape[1]], dtype=np.int64)
+        ids = ids._replace(dense_shape=used_rows)
+        if weights is not None:
+            weights = weights._replace(dense_shape=used_rows)
     # to_ragged drops ids < 0 (the safe rule's first step). A safe lookup's range is checked on
     # the ids it really uses (TensorFlow never gathers an entry the safe rule pruned), so the
     # spec admits every id here.
@@ -293,7 +331,15 @@ def _pooled(
     table = _table(params, strategy, names[0])
     if table.dtype.kind not in "iuf":
         raise TypeError(f"Argument `{names[0]}` must hold numbers. Received dtype {table.dtype}.")
-    batch, lead = _batch(sp_ids, sp_weights, table.vocabulary_size, combiner, safe=safe, names=names[1:])
+    try:
+        batch, lead = _batch(sp_ids, sp_weights, table.vocabulary_size, combiner, safe=safe, names=names[1:])
+    except MemoryError:  # a safe lookup returns every row of the dense shape, as TensorFlow does
+        shape = [int(d) for d in getattr(sp_ids, "dense_shape", [])]
+        raise ValueError(
+            f"Argument `{names[1]}`: its dense_shape {shape} asks for more rows than fit in memory (a safe lookup "
+            "returns one row per row of the dense shape, as TensorFlow does); give the SparseTensor the shape of "
+            "its batch."
+        ) from None
     if len(table.shards) == 1:
         rows = table.shards[0]
     else:  # only the rows the batch names (and the default row), gathered from their shards; ids renumbered

@@ -64,8 +64,10 @@ _SOURCES: dict[str, str] = {
     "read_array": "checkpoint",
     "read_manifest": "checkpoint",
     # files written whole or not at all
+    "created_directories": "files",
     "discard_directory": "files",
     "new_directory": "files",
+    "not_a_regular_file": "files",
     "replace_file": "files",
     # lookup statistics
     "LookupStatistics": "statistics",

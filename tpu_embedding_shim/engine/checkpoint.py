@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -50,7 +51,7 @@ from typing import Any, Union
 import numpy as np
 
 from ..spec.checks import check_int, fail, is_int
-from .files import discard_directory, fsync_directory, safe_stem, write_synced
+from .files import created_directories, discard_directory, fsync_directory, not_a_regular_file, safe_stem, write_synced
 
 State = dict[str, dict[str, np.ndarray]]
 PathLike = Union[str, "os.PathLike[str]"]
@@ -157,28 +158,28 @@ def save_checkpoint(
         ) from None
 
     with _SAVE_LOCK:
-        os.makedirs(directory, exist_ok=True)
-        _clean_debris(directory)
-        tmp = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{step:010d}-{os.getpid()}-", dir=directory)
-        final = os.path.join(directory, checkpoint_name(step))
-        try:
-            entries = [_write_array(tmp, table, slot, array) for table, slot, array in arrays]
-            manifest = {
-                "format": FORMAT,
-                "format_version": FORMAT_VERSION,
-                "step": step,
-                "fingerprint": fingerprint,
-                "spec_structure": structure,
-                "arrays": entries,
-                "extra": extra,
-                "saved_at_unix": time.time(),
-            }
-            write_synced(os.path.join(tmp, MANIFEST), _dumps(manifest).encode())
-            fsync_directory(tmp)
-            _install(directory, tmp, final)
-        finally:
-            if os.path.isdir(tmp):
-                shutil.rmtree(tmp, ignore_errors=True)
+        with created_directories(directory):  # a failed save removes the directories it made
+            _clean_debris(directory)
+            tmp = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{step:010d}-{os.getpid()}-", dir=directory)
+            final = os.path.join(directory, checkpoint_name(step))
+            try:
+                entries = [_write_array(tmp, table, slot, array) for table, slot, array in arrays]
+                manifest = {
+                    "format": FORMAT,
+                    "format_version": FORMAT_VERSION,
+                    "step": step,
+                    "fingerprint": fingerprint,
+                    "spec_structure": structure,
+                    "arrays": entries,
+                    "extra": extra,
+                    "saved_at_unix": time.time(),
+                }
+                write_synced(os.path.join(tmp, MANIFEST), _dumps(manifest).encode())
+                fsync_directory(tmp)
+                _install(directory, tmp, final)
+            finally:
+                if os.path.isdir(tmp):
+                    shutil.rmtree(tmp, ignore_errors=True)
         _prune(directory, keep, protect=final)
     return final
 
@@ -390,6 +391,8 @@ def _manifest_if_valid(path: str) -> dict[str, Any] | None:
     recorded size; checksums are verified by `load_checkpoint`.
     """
     try:
+        if not_a_regular_file(os.path.join(path, MANIFEST)) is not None:
+            return None
         with open(os.path.join(path, MANIFEST), "rb") as file:
             manifest = json.loads(file.read().decode("utf-8"))
         if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
@@ -516,6 +519,9 @@ def read_manifest(path: PathLike) -> dict[str, Any]:
     """
     path = os.fspath(path)
     manifest_path = os.path.join(path, MANIFEST)
+    kind = not_a_regular_file(manifest_path)
+    if kind is not None:
+        raise CheckpointError(f"Checkpoint {path!r}: {manifest_path} is {kind}, not a manifest file.")
     if not os.path.isfile(manifest_path):
         hint = ""
         if os.path.isdir(path) and list_checkpoints(path):
@@ -565,6 +571,9 @@ def read_array(path: PathLike, entry: dict[str, Any], *, mmap: bool = False) -> 
     path = os.fspath(path)
     what = f"Checkpoint {path!r}: table {entry['table']!r} slot {entry['slot']!r} ({entry['file']})"
     file_path = os.path.join(path, entry["file"])
+    kind = not_a_regular_file(file_path)
+    if kind is not None:
+        raise CheckpointError(f"{what}: {file_path} is {kind}, not an array file.")
     try:
         with open(file_path, "rb") as file:
             digest = hashlib.sha256()
@@ -574,6 +583,8 @@ def read_array(path: PathLike, entry: dict[str, Any], *, mmap: bool = False) -> 
                 raise CheckpointError(
                     f"{what} is corrupt: sha256 expected {entry['sha256']}, found {digest.hexdigest()}."
                 )
+            file.seek(0)
+            _check_npy_header(file, os.fstat(file.fileno()).st_size, entry, what)
             file.seek(0)
             array = np.load(file_path if mmap else file, mmap_mode="c" if mmap else None, allow_pickle=False)
     except FileNotFoundError:
@@ -590,6 +601,39 @@ def read_array(path: PathLike, entry: dict[str, Any], *, mmap: bool = False) -> 
             f"found shape {array.shape} dtype {array.dtype.str}."
         )
     return array
+
+
+def _check_npy_header(file: Any, file_size: int, entry: dict[str, Any], what: str) -> None:
+    """Checks the `.npy` header of `file` against the manifest entry and the file's size, before the
+    array is allocated: a header that claims another shape (or more bytes than the file holds) is refused."""
+    try:
+        version = np.lib.format.read_magic(file)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(file)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(file)
+        else:
+            raise CheckpointError(f"{what}: .npy format version {version} is not one this version reads (1.0, 2.0).")
+    except CheckpointError:
+        raise
+    except (ValueError, EOFError, OSError) as error:
+        raise CheckpointError(f"{what} cannot be read safely: its .npy header is not readable ({error}).") from None
+    if dtype.hasobject:
+        raise CheckpointError(
+            f"{what} holds Python objects (dtype {dtype.str}); arrays are read with allow_pickle=False, numbers only."
+        )
+    if list(shape) != entry["shape"] or dtype.str != entry["dtype"]:
+        raise CheckpointError(
+            f"{what}: expected shape {tuple(entry['shape'])} dtype {entry['dtype']}, found shape "
+            f"{tuple(shape)} dtype {dtype.str} in the file's header (the manifest says the former): the file or "
+            "the manifest is corrupt."
+        )
+    expected = file.tell() + math.prod(shape) * dtype.itemsize
+    if expected != file_size:
+        raise CheckpointError(
+            f"{what}: the header claims {math.prod(shape) * dtype.itemsize} bytes of data after byte "
+            f"{file.tell()}, the file has {file_size} bytes in all: the file is truncated or corrupt."
+        )
 
 
 def state_structure(state: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, dict[str, Any]]:

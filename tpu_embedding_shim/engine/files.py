@@ -30,10 +30,71 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 
-__all__ = ["fsync_directory", "write_synced", "replace_file", "new_directory", "discard_directory", "safe_stem"]
+__all__ = [
+    "fsync_directory",
+    "write_synced",
+    "replace_file",
+    "new_directory",
+    "discard_directory",
+    "safe_stem",
+    "not_a_regular_file",
+    "created_directories",
+]
+
+
+def not_a_regular_file(path: str) -> str | None:
+    """What `path` is when it exists but is not a regular file ("a directory", "a FIFO", ...), else None.
+
+    Readers check this before they open a file as data: reading a FIFO, or
+    a link to /dev/zero, never returns. A missing path is None, so the
+    caller's own "not found" error still applies.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+@contextlib.contextmanager
+def created_directories(path: str) -> Iterator[None]:
+    """Creates the directory `path` and its missing parents; if the block fails, removes what it created.
+
+    Only the directories this call made are removed, and only if the block
+    left them empty, so a failed write leaves the tree as it found it.
+    """
+    path = os.path.abspath(path)
+    missing = []
+    head = path
+    while not os.path.isdir(head):
+        missing.append(head)
+        parent = os.path.dirname(head)
+        if parent == head:
+            break
+        head = parent
+    os.makedirs(path, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for directory in missing:  # deepest first
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+        raise
 
 
 def fsync_directory(path: str) -> None:

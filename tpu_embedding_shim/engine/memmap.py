@@ -9,6 +9,9 @@ writes them back to the file); `Engine.save` still writes a checkpoint.
 
 - If the files exist (shape [V, D], float32), they ARE the table: the
   initializer is not called, so a table can be resumed from its files.
+  Each is checked first: a regular file whose size is what its header
+  promises. A file cut short after it was complete is refused (numpy
+  would extend it with zeros and the missing rows would read as zeros).
 - Otherwise they are created and filled in blocks of rows, so no full-table
   temporary is ever made. Each file is made as `<path>.partial`, its disk
   space allocated up front (a full disk is an `OSError` at creation, not a
@@ -39,6 +42,7 @@ import numpy as np
 
 from ..spec import OptimizerSpec, RowIdInitializer, TableSpec
 from ..spec.initializers import Constant
+from .files import not_a_regular_file
 
 __all__ = ["open_table", "slot_path", "BLOCK_ROWS"]
 
@@ -53,8 +57,44 @@ def slot_path(path: str, slot: str) -> str:
     return f"{path}.{slot}.npy"
 
 
+def _check_file(path: str, shape: tuple[int, int]) -> None:
+    """ValueError unless `path` is a regular `.npy` file of float32 `shape` holding every byte its header
+    promises. numpy would map a short file after extending it with zeros: the missing rows read as zeros."""
+    kind = not_a_regular_file(path)
+    if kind is not None:
+        raise ValueError(f"The table file {path!r} is {kind}, not a regular file. Remove it to start a new table.")
+    with open(path, "rb") as file:
+        try:
+            version = np.lib.format.read_magic(file)
+            if version == (1, 0):
+                found, _, dtype = np.lib.format.read_array_header_1_0(file)
+            elif version == (2, 0):
+                found, _, dtype = np.lib.format.read_array_header_2_0(file)
+            else:
+                raise ValueError(f".npy format version {version}")
+        except (ValueError, EOFError, OSError) as error:
+            raise ValueError(
+                f"The table file {path!r} is not a readable .npy file ({error}). Remove it to start a new table."
+            ) from None
+        start = file.tell()
+    if tuple(found) != shape or dtype != np.float32:
+        raise ValueError(
+            f"The table file {path!r} holds {dtype} {tuple(found)}; expected float32 {shape}. "
+            "Remove it to start a new table."
+        )
+    expected = start + shape[0] * shape[1] * 4
+    size = os.path.getsize(path)
+    if size != expected:
+        raise ValueError(
+            f"The table file {path!r} has {size:,} bytes; its header ({shape[0]:,} x {shape[1]} float32) needs "
+            f"{expected:,}: the file was cut short (or extended) after it was written. Restore it from a "
+            "checkpoint, or remove it to start a new table."
+        )
+
+
 def _open_existing(path: str, shape: tuple[int, int]) -> np.ndarray:
-    """The mapping of a complete table or slot file, checked against `shape`."""
+    """The mapping of a complete table or slot file, checked against `shape` and its size first."""
+    _check_file(path, shape)
     mapped = np.lib.format.open_memmap(path, mode="r+")
     if mapped.shape != shape or mapped.dtype != np.float32:
         raise ValueError(

@@ -136,5 +136,26 @@ def check_state(spec: EmbeddingSpec, state: Any) -> dict[str, list[str]]:
         for key, value in arrays.items():
             if np.shape(value) != shape:
                 raise ValueError(f"Table {name!r}, {key!r}: shape {np.shape(value)}, expected {shape}.")
+            _check_real(name, key, value)
         slots[name] = names
     return slots
+
+
+def _check_real(table: str, key: str, value: Any) -> None:
+    """ValueError unless `value` holds real numbers that float32 holds (the engine keeps tables in float32):
+    objects, strings, bools and complex numbers are refused, and so are finite values that become inf."""
+    array = np.asarray(value) if not isinstance(value, np.ndarray) else value
+    if array.dtype.kind not in "iuf":
+        raise ValueError(
+            f"Table {table!r}, {key!r}: dtype {array.dtype} ({type(value).__name__}); expected real numbers "
+            "(float or int) that float32 holds."
+        )
+    if array.dtype.kind == "f" and array.dtype.itemsize > 4:
+        with np.errstate(over="ignore"):
+            overflow = np.isinf(array.astype(np.float32)) & np.isfinite(array)
+        if overflow.any():
+            k = int(np.flatnonzero(overflow.reshape(-1))[0])
+            raise ValueError(
+                f"Table {table!r}, {key!r}: {float(array.reshape(-1)[k])!r} at entry {k} is beyond float32's range "
+                f"(|x| <= {float(np.finfo(np.float32).max):g}); the engine keeps tables in float32."
+            )

@@ -76,7 +76,7 @@ def convert(
     if not isinstance(allow_lossy, bool):
         raise TypeError(f"Argument `allow_lossy` must be a bool. Received: allow_lossy={allow_lossy!r}.")
     show = progress.status if progress is not None else (lambda text: None)
-    show(f"reading the checkpoint {os.fspath(checkpoint)}" if checkpoint is not None else "drawing fresh tables")
+    show(f"reading the checkpoint {checkpoint}" if checkpoint is not None else "drawing fresh tables")
     source = load_source(config, checkpoint, seed=seed, batch_size=batch_size)
     report = report_for(target, source)
     report.check(allow_lossy=allow_lossy)

@@ -133,10 +133,19 @@ def load_source(
 
     Raises:
       TypeError: `config` is neither an EmbeddingConfigSpec nor an EmbeddingSpec.
-      ValueError: `batch_size` is not a positive int.
+      ValueError: `batch_size` is not a positive int, `seed` not an int in [0, 2**63).
+      TypeError / ValueError: `checkpoint` is not a path / an empty one.
       NotFoundError / CheckpointError / DataLossError: the checkpoint is
         missing, corrupt, or does not hold every table with its shape.
     """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:
+        raise ValueError(f"Argument `seed` must be an int from 0 to 2**63 - 1. Received: seed={seed!r}.")
+    if checkpoint is not None and (not isinstance(checkpoint, (str, os.PathLike)) or not os.fspath(checkpoint)):
+        error = ValueError if isinstance(checkpoint, (str, os.PathLike)) else TypeError
+        raise error(
+            "Argument `checkpoint` must be None (fresh tables) or a non-empty path: a model_dir, a checkpoint "
+            f"prefix or an engine checkpoint. Received: checkpoint={checkpoint!r}."
+        )
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"Argument `batch_size` must be a positive int or None. Received: batch_size={batch_size!r}.")
     tensor_core_tables: tuple[TableSpec, ...] = ()

@@ -47,7 +47,6 @@ Every public method is collective: every rank calls it, in the same order.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import re
@@ -149,7 +148,8 @@ class DistributedEngine:
         self._pending: _Pending | None = None
         self._lookups = 0  # training lookups so far (the same count on every rank)
         self._kept: dict[int, tuple[int, Kept]] = {}  # owner mode: lookup -> (its step, what its backward needs)
-        error, views = None, ("", "", "", seed)
+        error: Exception | None = None
+        views: tuple[str, dict[str, str], str, int | None] = ("", {}, "", seed)
         try:
             if not isinstance(spec, EmbeddingSpec):
                 raise TypeError(f"DistributedEngine needs an EmbeddingSpec. Received: {spec!r}.")
@@ -162,7 +162,7 @@ class DistributedEngine:
                 t.name: Ownership(t.vocabulary_size, spec.num_shards, spec.partition_strategy, self.world_size)
                 for t in spec.tables
             }
-            views = (spec.fingerprint(), _digest(spec), self.pooling, None if seed is None else int(seed))
+            views = (spec.fingerprint(), _options(spec), self.pooling, None if seed is None else int(seed))
         except Exception as caught:
             error = caught
         seed = self._agree_on_build(error, views)
@@ -194,9 +194,14 @@ class DistributedEngine:
         for index, what in ((1, "tables and slots (spec.fingerprint())"), (2, "options"), (3, "pooling"), (4, "seed")):
             differ = [rank for rank, view in enumerate(gathered) if view[index] != gathered[0][index]]
             if differ:
+                shown = (
+                    _option_differences([view[2] for view in gathered], differ)
+                    if index in (1, 2)
+                    else f" ({[view[index] for view in gathered]})"
+                )
                 raise ValueError(
                     f"Every rank must build the same DistributedEngine: ranks {differ} have other {what} than "
-                    f"rank 0 ({[view[index] for view in gathered]})."
+                    f"rank 0{shown}."
                 )
         seed = gathered[0][4]
         if seed is None:
@@ -287,7 +292,7 @@ class DistributedEngine:
 
     def _gather(self, name: str) -> dict[str, np.ndarray]:
         names = list(self._tables)
-        error = None if name in names else KeyError(f"No table named {name!r}; tables are {names}.")
+        error = None if name in names else UnknownTableError(name, names)
         agree(self.comm, error, "table", name=name)
         self.flush()
         parts = self.comm.allgather_object({"embedding": self._tables[name], **self._slots[name]})
@@ -634,13 +639,52 @@ def _by_position(batch: Ragged) -> Ragged:
     return dataclasses.replace(batch, values=np.arange(batch.num_values, dtype=np.int64))
 
 
-def _digest(spec: EmbeddingSpec) -> str:
-    """A hash of every option of `spec` (callables by their qualified name): equal on ranks that agree."""
+def _options(spec: EmbeddingSpec) -> dict[str, str]:
+    """Every option of `spec` by its path (`optimizer.learning_rate`, `tables['t'].dim`), as JSON text
+    (callables by their qualified name): equal on ranks that agree, and the differing ones nameable."""
 
     def name(obj: Any) -> str:
         if callable(obj) and hasattr(obj, "__qualname__"):
             return f"{getattr(obj, '__module__', '')}.{obj.__qualname__}"
         return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(obj))
 
-    text = json.dumps(spec.to_dict(), sort_keys=True, default=name)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    flat: dict[str, str] = {}
+
+    def walk(path: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for key, item in value.items():
+                walk(f"{path}.{key}" if path else str(key), item)
+        elif isinstance(value, (list, tuple)) and value:
+            for index, item in enumerate(value):
+                label = repr(item["name"]) if isinstance(item, dict) and "name" in item else str(index)
+                walk(f"{path}[{label}]", item)
+        else:
+            flat[path] = json.dumps(value, sort_keys=True, default=name)
+
+    walk("", spec.to_dict())
+    return flat
+
+
+def _option_differences(options: list[dict[str, str]], differ: list[int], limit: int = 6) -> str:
+    """': rank 1 has optimizer.learning_rate=0.2 (rank 0: 0.1)', for the ranks in `differ`."""
+    parts = []
+    for rank in differ:
+        keys = sorted(k for k in set(options[0]) | set(options[rank]) if options[0].get(k) != options[rank].get(k))
+        shown = ", ".join(
+            f"{key}={options[rank].get(key, '(none)')} (rank 0: {options[0].get(key, '(none)')})"
+            for key in keys[:limit]
+        )
+        more = f", and {len(keys) - limit} more" if len(keys) > limit else ""
+        parts.append(f"rank {rank} has {shown}{more}")
+    return ": " + "; ".join(parts) if parts else ""
+
+
+class UnknownTableError(KeyError, ValueError):
+    """A table name the engine does not have (a ValueError naming the argument, and a KeyError as before)."""
+
+    def __init__(self, name: Any, names: list[str]):
+        super().__init__(name)
+        self.message = f"Argument `name` must be one of the tables {names}. Received: {name!r}."
+
+    def __str__(self) -> str:
+        return self.message

@@ -30,8 +30,13 @@ def data_files(prefix: str) -> list[str]:
 
 
 def is_bundle(prefix: str) -> bool:
-    """True when `prefix` names a tensor-bundle checkpoint (its `.index` file exists)."""
-    return os.path.isfile(index_file(prefix))
+    """True when `prefix` names a tensor-bundle checkpoint (its `.index` exists).
+
+    Anything at that name counts, as for TensorFlow's file matching: a
+    directory or a FIFO there is then reported by `BundleReader` as what it
+    is, not as a missing checkpoint.
+    """
+    return os.path.exists(index_file(prefix))
 
 
 def index_suffix_hint(path: str) -> str:

@@ -18,6 +18,13 @@ index, no data file, no such tensor), `DataLossError` (truncated or corrupt
 file, CRC mismatch, a bad entry), `UnimplementedError` (a dtype this
 reader does not read, a bundle of a newer format).
 
+Nothing the index claims is trusted before it is checked against the
+files: every shape, offset and size must fit in the data file before an
+array is allocated or a byte is read, so a small index that claims a huge
+tensor is a `DataLossError`, not a `MemoryError`. Only regular files are
+read (a FIFO, a directory or a link to a device is a `DataLossError` at
+once rather than a read that never returns).
+
 >>> import os, tempfile, numpy as np
 >>> from tpu_embedding_shim.engine.tf_bundle import write_bundle
 >>> prefix = os.path.join(tempfile.mkdtemp(), "model.ckpt-1")
@@ -36,6 +43,7 @@ import os
 
 import numpy as np
 
+from ..files import not_a_regular_file
 from .crc32c import crc32c, unmask
 from .dtypes import BFLOAT16, STRING, ByteOrder, from_bfloat16, is_supported, name_of, numpy_dtype, stored_dtype
 from .errors import DataLossError, NotFoundError, UnimplementedError
@@ -55,6 +63,7 @@ CONSUMER_VERSION = 1
 """The bundle format version this reader is (TensorFlow's kTensorBundleVersion)."""
 
 _CRC_CHUNK = 1 << 26  # bytes checksummed per call when streaming over a mapping
+_MAX_ELEMENTS = 1 << 59  # more elements than this fit no array (numpy's limit is 2**63 bytes)
 
 
 def _decode_key(key: bytes) -> str:
@@ -89,6 +98,12 @@ class BundleReader:
         self.verify = verify
         self.mmap_threshold = mmap_threshold
         self.index_path = index_file(self.prefix)
+        kind = not_a_regular_file(self.index_path)
+        if kind is not None:
+            raise DataLossError(
+                f"Checkpoint {self.prefix!r}: {self.index_path} is {kind}, not a checkpoint index file "
+                "(the .index of a checkpoint is a regular file)."
+            )
         try:
             with open(self.index_path, "rb") as file:
                 data = file.read()
@@ -213,8 +228,30 @@ class BundleReader:
                 f"has {self.header.num_shards}."
             )
         path = data_file(self.prefix, entry.shard_id, self.header.num_shards)
+        kind = not_a_regular_file(path)
+        if kind is not None:
+            raise DataLossError(
+                f"Checkpoint {self.prefix!r}: the data file {path} of {where} is {kind}, not a regular file."
+            )
         if not os.path.isfile(path):
             raise NotFoundError(f"Checkpoint {self.prefix!r}: the data file {path} of {where} does not exist.")
+        return path
+
+    def _check_extent(self, entry: BundleEntry, where: str) -> str:
+        """The data file of `entry`, after checking that its bytes [offset, offset + size) lie in that file."""
+        if entry.offset < 0 or entry.size < 0:
+            raise DataLossError(
+                f"{self.index_path}: {where} has offset {entry.offset} and size {entry.size}; both must be >= 0: "
+                "the index is corrupt."
+            )
+        path = self._data_path(entry, where)
+        have = os.path.getsize(path)
+        end = entry.offset + entry.size
+        if end > have:
+            raise DataLossError(
+                f"{path}: {where} needs bytes [{entry.offset}, {end}), the file has {have}: the data file is "
+                "truncated or the index is corrupt."
+            )
         return path
 
     def _read_bytes(self, path: str, offset: int, size: int, where: str) -> bytes:
@@ -228,7 +265,16 @@ class BundleReader:
             )
         return data
 
+    def _check_shape(self, entry: BundleEntry, where: str) -> None:
+        """DataLossError for a shape no array can have (numpy caps the product of the nonzero dims)."""
+        if math.prod(n for n in entry.shape if n) > _MAX_ELEMENTS:
+            raise DataLossError(
+                f"{self.index_path}: {where} has shape {list(entry.shape)}, more elements than any array can "
+                "hold: the index is corrupt."
+            )
+
     def _read_entry(self, entry: BundleEntry, where: str, mmap: bool | None) -> np.ndarray:
+        self._check_shape(entry, where)
         count = math.prod(entry.shape)
         code = entry.dtype
         if code == STRING:
@@ -243,13 +289,7 @@ class BundleReader:
         if count == 0:
             self._check_crc(entry, 0, where, None)
             return np.zeros(entry.shape, dtype=numpy_dtype(code))
-        path = self._data_path(entry, where)
-        end = entry.offset + entry.size
-        if entry.offset < 0 or os.path.getsize(path) < end:
-            raise DataLossError(
-                f"{path}: {where} needs bytes [{entry.offset}, {end}), the file has "
-                f"{os.path.getsize(path)}: the data file is truncated."
-            )
+        path = self._check_extent(entry, where)
         mapped = mmap if mmap is not None else expected >= self.mmap_threshold
         mapped = mapped and self.byteorder == "<" and code != BFLOAT16
         raw: np.ndarray
@@ -270,15 +310,15 @@ class BundleReader:
         return raw.reshape(entry.shape)
 
     def _read_strings(self, entry: BundleEntry, count: int, where: str) -> np.ndarray:
-        out = np.empty(count, dtype=object)
         if count == 0 and entry.size == 0:
-            return out.reshape(entry.shape)
+            return np.empty(entry.shape, dtype=object)
         if entry.size < count:
             raise DataLossError(
                 f"{self.index_path}: {where} (string {list(entry.shape)}) has a stored size of "
                 f"{entry.size} bytes, less than one per element: the index is corrupt."
             )
-        path = self._data_path(entry, where)
+        path = self._check_extent(entry, where)
+        out = np.empty(count, dtype=object)
         data = self._read_bytes(path, entry.offset, entry.size, where)
         try:
             values = decode_strings(data, count, unmask(entry.crc32c) if self.verify else None, where, self.byteorder)
@@ -296,9 +336,23 @@ class BundleReader:
 
     def _assemble(self, name: str, entry: BundleEntry, mmap: bool | None) -> np.ndarray:
         shape = entry.shape
+        self._check_shape(entry, f"tensor {name!r}")
+        parts = self._check_slices(name, entry)
         out = np.empty(shape, dtype=numpy_dtype(entry.dtype))
+        for box, part, label in parts:
+            out[tuple(slice(a, a + n) for a, n in box)] = self._read_entry(part, label, mmap)
+        return out
+
+    def _check_slices(
+        self, name: str, entry: BundleEntry
+    ) -> list[tuple[tuple[tuple[int, int], ...], BundleEntry, str]]:
+        """(box, entry, label) of every slice of a partitioned tensor, each checked against the tensor's shape
+        and its data file, and all together covering the tensor exactly: nothing is allocated before this."""
+        shape = entry.shape
+        parts = []
         boxes: list[tuple[tuple[int, int], ...]] = []
         covered = 0
+        stored_bytes = 0
         for extents in entry.slices:
             label = f"slice {_describe(extents)} of tensor {name!r}"
             if len(extents) != len(shape):
@@ -324,13 +378,28 @@ class BundleReader:
                     f"{self.index_path}: {label} is stored as {name_of(part.dtype)} "
                     f"{list(part.shape)}, expected {name_of(entry.dtype)} {[n for _, n in box]}."
                 )
-            out[tuple(slice(a, a + n) for a, n in box)] = self._read_entry(part, label, mmap)
+            self._check_extent(part, label)
+            if part.dtype != STRING:
+                expected = math.prod(part.shape) * stored_dtype(part.dtype, self.byteorder).itemsize
+                if part.size != expected:
+                    raise DataLossError(
+                        f"{self.index_path}: {label} ({name_of(part.dtype)} {list(part.shape)}) has a stored size "
+                        f"of {part.size} bytes, expected {expected}: the index is corrupt."
+                    )
+            stored_bytes += part.size
+            parts.append((box, part, label))
             covered += math.prod(n for _, n in box)
         if covered != math.prod(shape):
             raise DataLossError(
                 f"{self.index_path}: the slices of tensor {name!r} cover {covered} of its {math.prod(shape)} elements."
             )
-        return out
+        data_bytes = sum(os.path.getsize(path) for path in {self._data_path(part, label) for _, part, label in parts})
+        if stored_bytes > data_bytes:
+            raise DataLossError(
+                f"{self.index_path}: the slices of tensor {name!r} claim {stored_bytes} bytes, more than its data "
+                f"files hold ({data_bytes}): the index is corrupt."
+            )
+        return parts
 
 
 def read_bundle(prefix: str | os.PathLike[str], *, verify: bool = True) -> dict[str, np.ndarray]:

@@ -34,7 +34,7 @@ import os
 import re
 from collections.abc import Sequence
 
-from ..files import replace_file
+from ..files import not_a_regular_file, replace_file
 from .errors import DataLossError
 
 __all__ = ["STATE_FILE", "CheckpointState", "read_state", "write_state", "record_latest", "escape", "unescape"]
@@ -156,6 +156,9 @@ def read_state(directory: str | os.PathLike[str], latest_filename: str | None = 
     """
     directory = os.fspath(directory)
     path = os.path.join(directory, latest_filename or STATE_FILE)
+    kind = not_a_regular_file(path)
+    if kind is not None and not os.path.isdir(path):  # a FIFO or a device would never finish reading
+        raise DataLossError(f"{path}: the checkpoint state file is {kind}, not a regular file.")
     try:
         with open(path, encoding="utf-8", errors="surrogateescape") as file:
             text = file.read()

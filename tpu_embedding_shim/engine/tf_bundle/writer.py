@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from ..files import fsync_directory
+from ..files import created_directories, fsync_directory
 from .crc32c import crc32c, mask
 from .dtypes import BFLOAT16, CODES, STRING, ByteOrder, code_of, name_of, stored_dtype, to_bfloat16
 from .naming import data_file, data_files, index_file
@@ -343,30 +343,35 @@ def write_bundle(
         by_shard[item.shard].append(item)
 
     directory = os.path.dirname(prefix) or "."
-    os.makedirs(directory, exist_ok=True)
     token = secrets.token_hex(8)
     finals = [data_file(prefix, shard, num_shards) for shard in range(num_shards)]
     temps = [f"{path}.tempstate{token}" for path in finals]
     index_tmp = f"{index_file(prefix)}.tempstate{token}"
-    try:
-        for shard in range(num_shards):
-            _write_data(temps[shard], by_shard[shard], byteorder)
-        _write_index(index_tmp, items, num_shards, byteorder)
-        # Commit: the old index goes first, so no reader ever pairs it with the new data files.
-        if os.path.lexists(index_file(prefix)):
-            os.remove(index_file(prefix))
-        for temp, final in zip(temps, finals):
-            os.replace(temp, final)
-        os.replace(index_tmp, index_file(prefix))
-    finally:
-        for path in temps + [index_tmp]:
-            if os.path.lexists(path):
-                os.remove(path)
-    fsync_directory(directory)
-    for stale in set(data_files(prefix)) - set(finals):
-        os.remove(stale)
-    if update_state:
-        record_latest(prefix)
+    with created_directories(directory):  # a failed write removes the directories it made
+        try:
+            for shard in range(num_shards):
+                _write_data(temps[shard], by_shard[shard], byteorder)
+            _write_index(index_tmp, items, num_shards, byteorder)
+            # Commit: the old index goes first, so no reader ever pairs it with the new data files.
+            if os.path.lexists(index_file(prefix)):
+                os.remove(index_file(prefix))
+            for temp, final in zip(temps, finals):
+                os.replace(temp, final)
+            os.replace(index_tmp, index_file(prefix))
+        finally:
+            for path in temps + [index_tmp]:
+                if os.path.lexists(path):
+                    os.remove(path)
+        fsync_directory(directory)
+        for stale in set(data_files(prefix)) - set(finals):
+            os.remove(stale)
+        if update_state:
+            try:
+                record_latest(prefix)
+            except BaseException:
+                # The state file is as it was: so is the directory (a rerun then finds nothing in the way).
+                delete_bundle(prefix)
+                raise
     return prefix
 
 
