@@ -20,6 +20,9 @@ from pathlib import Path
 # Scripts that regenerate test fixtures with real TensorFlow are run by hand, never imported by the suite.
 collect_ignore = ["tpu_embedding_shim/__main__.py"]
 collect_ignore_glob = ["tests/fixtures/*"]
+# Programs written as for a TPU (and a pytest plugin) that tests/tf_bridge runs in subprocesses in the drop-in mode:
+# importing one would run it.
+collect_ignore_glob.append("tests/tf_bridge/unchanged_programs/*")
 if importlib.util.find_spec("torch") is None:
     collect_ignore.append("tpu_embedding_shim/estimator/torch_bridge.py")
 if importlib.util.find_spec("tensorflow") is None:
