@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 
-class InputOptions(_TF_INPUT_OPTIONS):
+class InputOptions(tf.distribute.InputOptions):  # class-definition time: TensorFlow's own
     """TensorFlow's `tf.distribute.InputOptions`, also taking TF 2.3's `experimental_prefetch_to_device`.
 
     TensorFlow 2.4 renamed that argument `experimental_fetch_to_device`;

@@ -452,7 +452,7 @@ class TPUEmbeddingForServing(_Bridge):
         count = len(leaves)
         shapes: list[Any] = [None] * count
         if not _convert.executing_eagerly():
-            known = self._traced_output_shapes(leaves, weight_leaves)
+            known: list[Any] | None = self._traced_output_shapes(leaves, weight_leaves)
             if known is None:  # some traced size is unknown (a batch of None): None there, the rest as traced
                 known = [
                     _partial_output_shape(None, leaf, path, config)
