@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="CSV",
         default=argparse.SUPPRESS,
         help="train on your own ratings instead: a CSV file with the header user_id,item_id,rating[,timestamp] "
-        "(docs/quickstart.md) (default: MovieLens 100K)",
+        "(docs/movielens.md) (default: MovieLens 100K)",
     )
     job.add_argument(
         "--partition-strategy",

@@ -189,7 +189,7 @@ def int_at_least(v, minimum) -> bool:
     return is_int(v) and v >= minimum
 
 
-COMBINER = P(["mean", "sum", "sqrtn"], ["max", "MEAN", None, 1, ""])
+COMBINER = P(["mean", "sum", "sqrtn", None], ["max", "MEAN", 1, ""])  # None: TF accepts it (a TPU sums)
 BOOL_ARG = P([OMIT, True, False], [0, 1, None, "yes"])
 
 
@@ -356,7 +356,7 @@ def _dimension_and_combiner_bad(bad: Bad, dimension, combiner) -> None:
     """The rules embedding_column and shared_embedding_columns share for `dimension` and `combiner`."""
     if not int_at_least(dimension, 1):
         bad.arg("dimension")
-    if combiner not in ("mean", "sum", "sqrtn"):
+    if combiner not in ("mean", "sum", "sqrtn", None):
         bad.arg("combiner")
 
 
@@ -427,7 +427,7 @@ def test_embedding_column(a):
         return  # the model trains tensor-core tables; nothing for the embedding engine
     spec = round_trips(config.to_spec())
     (table,), (feature,) = spec.tables, spec.features
-    assert (table.vocabulary_size, table.dim, table.combiner) == (10, dimension, combiner)
+    assert (table.vocabulary_size, table.dim, table.combiner) == (10, dimension, combiner or "sum")
     if init is not None:
         assert table.initializer is init
     else:
@@ -494,7 +494,7 @@ SHARED = {
         [(), ("p", "p"), ("p", "r20"), ("r20", "s"), ("h", "q"), ("n",), "single", "none", "string"],
     ),
     "dimension": P([2, 1], [0, 2.5, "2", None]),
-    "combiner": P(["mean", "sqrtn"], ["max", None]),
+    "combiner": P(["mean", "sqrtn", None], ["max"]),
     # "auto": 2 for sequence columns, 0 otherwise (None or [] when there are none); others are broken versions.
     "lengths": P(["auto"], ["too_long", "too_short", "negative", "float", "zeros", 5, "0"]),
     "collection": P([None, "my_shared"], ["", 3]),
@@ -592,7 +592,7 @@ def test_shared_embedding_columns(a):
         "tbl_" + table_name,
         columns[0].num_buckets,
         dimension,
-        combiner,
+        combiner or "sum",
     )
     assert [f.name for f in spec.features] == keys
     assert [f.max_sequence_length for f in spec.features] == list(effective)

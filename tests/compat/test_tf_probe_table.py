@@ -739,6 +739,22 @@ def test_optimizer_attributes(text, build, expected):
     assert attrs_of(params) == expected
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["embedding_column", "shared_embedding_columns"])
+def test_combiner_none_is_accepted_and_sums(shared):
+    """b_bad_embedding_column's `combiner=None`: TensorFlow 2.15 accepts it and its TPU embedding sums
+    (`_create_combiners`: `combiner or 'sum'`); the column keeps None, as TensorFlow's does."""
+    ident = fc.categorical_column_with_identity("ident", 10)
+    if shared:
+        (column,) = tpu.shared_embedding_columns([ident], 2, combiner=None)
+    else:
+        column = tpu.embedding_column(ident, 2, combiner=None)
+    assert column.combiner is None and column.get_combiner() is None
+    spec = est.EmbeddingConfigSpec(
+        feature_columns=[column], optimization_parameters=est.AdagradParameters(0.1)
+    ).to_spec()
+    assert [t.combiner for t in spec.tables] == ["sum"]
+
+
 def test_zero_learning_rate_is_allowed_and_lowered():
     """AdagradParameters(0.0): TF accepts it; so do we (check_real minimum 0 inclusive), and it reaches the spec."""
     spec = est.EmbeddingConfigSpec(
@@ -868,14 +884,6 @@ BAD_ROWS = [
         ValueError,
         "`combiner`",
         "'max'",
-    ),
-    S(
-        E,
-        "embedding_column: combiner=None",
-        lambda c: ec(c.ident, 2, combiner=None),
-        ValueError,
-        "`combiner`",
-        "Received: None.",
     ),
     S(
         E,
@@ -1611,8 +1619,9 @@ def test_probe_rows_are_all_here():
         counted[row.section] = counted.get(row.section, 0) + 1
     # TF table sizes: b_bad_embedding_column 31, b_bad_shared_embedding_columns 17, b_bad_configs 5,
     # b_bad_EmbeddingConfigSpec 19, b_TableConfig_FeatureConfig 10; b_bad_optimizer_params 27, of which the
-    # 4 accepted-and-sensible rows are in ATTRIBUTE_ROWS.
-    assert counted[E] == 31
+    # 4 accepted-and-sensible rows are in ATTRIBUTE_ROWS. The b_bad_embedding_column row "combiner=None" is
+    # accepted, as TensorFlow does (test_combiner_none_is_accepted_and_sums).
+    assert counted[E] + 1 == 31
     assert counted[SH] == 17
     assert counted[GC] == 5
     assert counted[B] == 19

@@ -39,7 +39,7 @@ def global_batches(count, batch, seed):
 
 def input_fn_for(count, seed, seen):
     def input_fn(params):
-        _, replica, replicas_count = params["context"].current_input_fn_deployment()
+        _, replica, replicas_count, _ = params["context"].current_input_fn_deployment()
         seen.append([params["batch_size"], replica, replicas_count])
         batches = global_batches(count, params["batch_size"] * replicas_count, seed)
         return (replicas.replica_slice(batch, replica=replica, replicas=replicas_count) for batch in batches)
@@ -47,7 +47,7 @@ def input_fn_for(count, seed, seen):
     return input_fn
 
 
-def estimator(model_dir, batch, nan_at=None, strategy="div"):
+def estimator(model_dir, batch, nan_at=None, strategy="div", num_shards=6):
     columns = [
         tpu.embedding_column(fc.categorical_column_with_identity("a", 11), 3, combiner="mean"),
         tpu.embedding_column(fc.categorical_column_with_identity("b", 7), 2, combiner="sqrtn"),
@@ -82,7 +82,7 @@ def estimator(model_dir, batch, nan_at=None, strategy="div"):
         )
 
     config = tf.estimator.tpu.RunConfig(
-        model_dir=model_dir, tf_random_seed=3, tpu_config=tf.estimator.tpu.TPUConfig(num_shards=6)
+        model_dir=model_dir, tf_random_seed=3, tpu_config=tf.estimator.tpu.TPUConfig(num_shards=num_shards)
     )
     spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
         feature_columns=columns,
@@ -99,16 +99,21 @@ def estimator(model_dir, batch, nan_at=None, strategy="div"):
     )
 
 
-def main(model_dir, out, action, batch="12", strategy="div"):
+def main(model_dir, out, action, batch="12", strategy="div", num_shards="6"):
+    """`num_shards` "none": TPUConfig's default, one shard per replica."""
     batch = int(batch)
+    num_shards = None if num_shards == "none" else int(num_shards)
     record = {"replicas": replicas.num_replicas(), "seen": []}
     try:
-        est = estimator(model_dir, batch, nan_at=2 if action == "train-nan" else None, strategy=strategy)
+        est = estimator(
+            model_dir, batch, nan_at=2 if action == "train-nan" else None, strategy=strategy, num_shards=num_shards
+        )
         if action in ("train", "train-nan"):
             est.train(input_fn_for(6, seed=0, seen=record["seen"]))
         metrics = est.evaluate(input_fn_for(2, seed=1, seen=record["seen"]))
         record_model(record, est, metrics)
         record["checkpoint"] = est.latest_checkpoint()
+        record["num_shards"] = est.engine.spec.num_shards
     except Exception as error:
         record["error"] = f"{type(error).__name__}: {error}"
     write_record(record, out)

@@ -18,13 +18,13 @@ pytestmark = requires_mpi
 PROGRAM = HERE / "estimator_program.py"
 
 
-def alone(model_dir, out, action, batch=12, strategy="div"):
-    return under_mpi(1, model_dir, out, action, batch, strategy)
+def alone(model_dir, out, action, batch=12, strategy="div", num_shards="6"):
+    return under_mpi(1, model_dir, out, action, batch, strategy, num_shards)
 
 
-def under_mpi(world_size, model_dir, out, action, batch=12, strategy="div"):
+def under_mpi(world_size, model_dir, out, action, batch=12, strategy="div", num_shards="6"):
     """The program on `world_size` replicas (1: a plain process); what replica 0 recorded."""
-    run_program(world_size, PROGRAM, model_dir, out, action, batch, strategy)
+    run_program(world_size, PROGRAM, model_dir, out, action, batch, strategy, num_shards)
     return json.loads(Path(out).read_text())
 
 
@@ -73,6 +73,16 @@ def test_a_checkpoint_written_by_n_replicas_restores_on_m(tmp_path, written_by, 
     assert restored["errors"] == [None] * read_by
     assert restored["variables"] == trained["variables"]  # the same bits: read back, nothing trained
     assert restored["metrics"] == pytest.approx(trained["metrics"], rel=1e-6)
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_num_shards_none_is_one_shard_per_replica(tmp_path, world_size):
+    """TPUConfig(num_shards=None), the default: TensorFlow takes the count from the TPU system; here it is the
+    number of replicas, and each replica writes its one shard."""
+    result = under_mpi(world_size, tmp_path / "model", tmp_path / "out.json", "train", num_shards="none")
+    assert result["errors"] == [None] * world_size
+    assert result["num_shards"] == world_size
+    assert len(data_files(result["checkpoint"])) == world_size
 
 
 def test_a_nan_loss_on_one_replica_stops_every_replica(tmp_path):

@@ -23,7 +23,7 @@ BATCH = 12
 
 def input_fn_for(count, seed):
     def input_fn(params):
-        _, replica, replicas_count = params["context"].current_input_fn_deployment()
+        _, replica, replicas_count, _ = params["context"].current_input_fn_deployment()
         rng = np.random.default_rng(seed)
         for _ in range(count):
             rows = [list(rng.integers(0, 11, size=rng.integers(1, 4))) for _ in range(BATCH)]

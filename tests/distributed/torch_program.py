@@ -26,7 +26,7 @@ BATCH = 12
 
 
 def input_fn(params):
-    _, replica, count = params["context"].current_input_fn_deployment()
+    _, replica, count, _ = params["context"].current_input_fn_deployment()
     rng = np.random.default_rng(0)
     for _ in range(6):
         rows = [list(rng.integers(0, 9, size=rng.integers(1, 4))) for _ in range(BATCH)]

@@ -200,7 +200,7 @@ def pick(data, arguments):
 
 EMBEDDING_COLUMN = {
     "dimension": positive_int,
-    "combiner": lambda v: one_of(v, "mean", "sum", "sqrtn"),
+    "combiner": lambda v: v is None or one_of(v, "mean", "sum", "sqrtn"),  # None sums, as in TensorFlow 2.15
     "max_sequence_length": lambda v: is_int(v) and v == 0,  # over a non-sequence column
     "initializer": lambda v: v is None or callable(v),
     "learning_rate_fn": lambda v: v is None or callable(v),
@@ -227,7 +227,7 @@ def test_embedding_column(data):
 
 SHARED_COLUMNS = {
     "dimension": positive_int,
-    "combiner": lambda v: one_of(v, "mean", "sum", "sqrtn"),
+    "combiner": lambda v: v is None or one_of(v, "mean", "sum", "sqrtn"),
     "initializer": lambda v: v is None or callable(v),
     "max_sequence_lengths": lambda v: (
         v is None or (isinstance(v, (list, tuple)) and len(v) == 2 and all(is_int(x) and x == 0 for x in v)) or None

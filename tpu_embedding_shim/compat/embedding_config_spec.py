@@ -273,8 +273,8 @@ def get_configs_from_feature_columns(feature_columns):
         t.name: TableConfig(
             vocabulary_size=t.vocabulary_size,
             dimension=t.dim,
-            initializer=t.initializer,
-            combiner=t.combiner,
+            initializer=columns_by_table[t.name].get_initializer(),  # the column's own object
+            combiner=columns_by_table[t.name].get_combiner(),
             learning_rate_fn=columns_by_table[t.name].learning_rate_fn,
         )
         for t in tables

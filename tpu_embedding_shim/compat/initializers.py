@@ -81,3 +81,43 @@ def keras_zeros():
 def keras_ones():
     """`tf.keras.initializers.Ones`."""
     return Ones()
+
+
+# TensorFlow's and Keras' initializer objects, read as this package's ------------------------------------
+
+_FRAMEWORK_MODULES = ("tensorflow.", "keras.", "tf_keras.")
+
+_FROM_CONFIG = {
+    "RandomNormal": lambda c: RandomNormal(float(c["mean"]), float(c["stddev"]), c.get("seed")),
+    "TruncatedNormal": lambda c: TruncatedNormal(float(c["mean"]), float(c["stddev"]), c.get("seed")),
+    "RandomUniform": lambda c: RandomUniform(float(c["minval"]), float(c["maxval"]), c.get("seed")),
+    "Constant": lambda c: Constant(c.get("value", 0)),
+    "Zeros": lambda c: Zeros(),
+    "Ones": lambda c: Ones(),
+}
+
+
+def from_framework(initializer):
+    """A TensorFlow / Keras initializer object as the equal initializer of this package; anything else as it is.
+
+    `tf.random_normal_initializer(0., 0.01)`, `tf.keras.initializers.TruncatedNormal(...)`,
+    `tf.compat.v1.truncated_normal_initializer(...)`, the uniform, constant,
+    zeros and ones ones, v1, v2 and Keras alike, are read from their
+    `get_config()`: the same distribution and the same seed, drawn by numpy
+    (so a seedless one takes the engine's seed, as the built-in ones do, and
+    no TensorFlow op runs). Other initializers (Glorot, variance scaling,
+    orthogonal, a function `(shape, dtype)`) are kept and called when the
+    table is built.
+
+    >>> class RandomNormal:  # stands in for tf.random_normal_initializer(0., 0.01)
+    ...     __module__ = "tensorflow.python.ops.init_ops_v2"
+    ...     def get_config(self):
+    ...         return {"mean": 0.0, "stddev": 0.01, "seed": None}
+    >>> from_framework(RandomNormal())
+    RandomNormal(mean=0.0, stddev=0.01, seed=None)
+    """
+    kind = type(initializer)
+    build = _FROM_CONFIG.get(kind.__name__)
+    if build is None or not kind.__module__.startswith(_FRAMEWORK_MODULES) or not hasattr(initializer, "get_config"):
+        return initializer
+    return build(initializer.get_config())

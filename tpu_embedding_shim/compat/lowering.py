@@ -23,6 +23,7 @@ from typing import Any
 
 from ..spec import EmbeddingSpec, FeatureSpec, OptimizerSpec, TableSpec
 from ..spec.initializers import Constant
+from . import initializers
 from . import tpu_embedding_v2_utils as v2
 from .feature_columns import (
     CategoricalColumn,
@@ -49,7 +50,8 @@ def _table_spec(
     where: str, name: str, size: tuple[int, int], config: Any, optimizer: OptimizerSpec | None
 ) -> TableSpec:
     """The TableSpec `name` of `size` (vocabulary size, dim), with the initializer and combiner of `config`
-    (a TPU embedding column, or a v1 or v2 `TableConfig`; v1's combiner None is 'sum')."""
+    (a TPU embedding column, or a v1 or v2 `TableConfig`; v1's combiner None is 'sum', as on a TPU). A
+    TensorFlow / Keras initializer object becomes this package's (`initializers.from_framework`)."""
     combiner = "sum" if config.combiner is None else config.combiner
     spec: TableSpec = build(
         TableSpec,
@@ -57,7 +59,7 @@ def _table_spec(
         name=name,
         vocabulary_size=size[0],
         dim=size[1],
-        initializer=config.initializer,
+        initializer=initializers.from_framework(config.initializer),
         combiner=combiner,
         optimizer=optimizer,
     )

@@ -70,7 +70,7 @@ class _Table:
 
     dimension: int
     initializer: Any
-    combiner: str
+    combiner: str | None
     learning_rate_fn: Any
 
 
@@ -128,7 +128,7 @@ class _TPUBaseEmbeddingColumn(BaseEmbeddingColumn):
         """The table's initializer (for shared columns, the same object for every column of the call)."""
         return self.initializer
 
-    def get_combiner(self) -> str:
+    def get_combiner(self) -> str | None:
         return self.combiner
 
     def is_categorical_column_weighted(self) -> bool:
@@ -220,7 +220,10 @@ _INITIALIZER_CONFIG_FIELDS = {
 
 
 def _serialize_initializer(initializer: Any) -> Any:
-    """TensorFlow's `serialize_keras_object` of an initializer, for the initializers of this package."""
+    """TensorFlow's `serialize_keras_object` of an initializer: this package's, and TensorFlow's or Keras' own
+    (their class name and `get_config()`)."""
+    if hasattr(initializer, "get_config") and not isinstance(initializer, type):
+        return {"class_name": type(initializer).__name__, "config": initializer.get_config()}
     if not dataclasses.is_dataclass(initializer) or isinstance(initializer, type):
         return getattr(initializer, "__name__", initializer)  # a function: its name, as TensorFlow writes it
     name = type(initializer).__name__
@@ -371,7 +374,8 @@ def _check_unsupported(unsupported: dict, owner: str) -> None:
 def _table(owner: str, dimension: Any, combiner: Any, initializer: Any, learning_rate_fn: Any) -> _Table:
     """The table arguments, checked; the default initializer is truncated normal, stddev 1/sqrt(dimension)."""
     dimension = check_int("dimension", dimension, minimum=1, owner=owner)
-    parse_combiner(combiner, owner=owner)
+    if combiner is not None:  # None: TensorFlow's TPU embedding sums ('sum'); the column keeps None, as TF's does
+        parse_combiner(combiner, owner=owner)
     check_callable("initializer", initializer, owner=owner)
     check_callable("learning_rate_fn", learning_rate_fn, owner=owner)
     if initializer is None:
@@ -400,7 +404,7 @@ def _check_tensor_core_sequence(device: str | None, column: CategoricalColumn, o
 def embedding_column(
     categorical_column,
     dimension: int,
-    combiner: str = "mean",
+    combiner: str | None = "mean",
     initializer: Callable | None = None,
     max_sequence_length: int = 0,
     learning_rate_fn: Callable[[int], float] | None = None,
@@ -415,7 +419,9 @@ def embedding_column(
       categorical_column: identity, weighted, vocabulary list / file, or a
         sequence_* column.
       dimension: width of the table, an int >= 1.
-      combiner: 'mean' (default), 'sum' or 'sqrtn'; pools a bag of ids.
+      combiner: 'mean' (default), 'sum' or 'sqrtn'; pools a bag of ids. None
+        (TensorFlow accepts it) sums, as the TPU embedding engine does;
+        `get_combiner()` stays None.
       initializer: `init(shape, dtype)`; default truncated normal with
         stddev 1/sqrt(dimension).
       max_sequence_length: must be > 0 for a sequence column (output [B, L, D],
@@ -445,7 +451,7 @@ def embedding_column(
 def shared_embedding_columns(
     categorical_columns,
     dimension: int,
-    combiner: str = "mean",
+    combiner: str | None = "mean",
     initializer: Callable | None = None,
     shared_embedding_collection_name: str | None = None,
     max_sequence_lengths: Sequence[int] | None = None,

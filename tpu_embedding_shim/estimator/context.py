@@ -45,12 +45,13 @@ from ..engine import lookup as lookup_kernels
 class TPUContext:
     """`params['context']`: the running step, the dense state and the tensor-core tables.
 
-    TensorFlow's attributes (`num_replicas`, `num_hosts`, `current_host`,
-    `mode`) describe CPU hosts of one replica each: one host in one
-    process, N under `mpiexec -n N` (this process is host `current_host`).
+    TensorFlow's attributes, with TensorFlow's return shapes, describe CPU
+    hosts of one replica each: one host in one process, N under
+    `mpiexec -n N` (this process is host `current_host`). As in TensorFlow,
+    `current_input_fn_deployment()` and `current_host` answer in an
+    input_fn only, and `device_assignment` in a model_fn only (None: no TPU
+    topology); anywhere else they raise TensorFlow's RuntimeError.
     """
-
-    device_assignment = None
 
     @property
     def num_replicas(self) -> int:
@@ -61,13 +62,44 @@ class TPUContext:
         return replicas.num_replicas()
 
     @property
+    def num_of_replicas_per_host(self) -> int:
+        """1: each host (process) is one replica."""
+        return 1
+
+    @property
     def current_host(self) -> int:
+        self._only_in("input_fn")
         return replicas.replica_id()
 
-    def current_input_fn_deployment(self) -> tuple[str, int, int]:
-        """(host device, invocation index, invocation count) of this input_fn call, as TensorFlow's: one call
-        per host, so an input_fn can read its share (`dataset.shard(count, index)`)."""
-        return (f"/job:worker/replica:0/task:{self.current_host}/device:CPU:0", self.current_host, self.num_hosts)
+    @property
+    def device_assignment(self) -> None:
+        """None, as TensorFlow's is without model parallelism: there is no TPU topology to assign."""
+        self._only_in("model_fn")
+        return None
+
+    def current_input_fn_deployment(self) -> tuple[str, int, int, int]:
+        """(host device, invocation index, invocation count, replicas fed by this call) of this input_fn call,
+        as TensorFlow's per-host input: one call per host, feeding its one replica, so an input_fn can read its
+        share (`dataset.shard(count, index)`)."""
+        self._only_in("input_fn")
+        host = replicas.replica_id()
+        return (_host_device(host), host, self.num_hosts, self.num_of_replicas_per_host)
+
+    def device_for_replica(self, replica_id: int) -> tuple[str, int]:
+        """(CPU device of the replica's host, its ordinal on that host), as TensorFlow's."""
+        return (_host_device(int(replica_id)), 0)
+
+    @property
+    def tpu_host_placement_function(self) -> Any:
+        """`host_id -> the host's CPU device`, as TensorFlow's."""
+        return lambda host_id: _host_device(int(host_id))
+
+    def _only_in(self, where: str) -> None:
+        """TensorFlow's rule: some attributes are for the input_fn only, others for the model_fn only."""
+        if (where == "input_fn") != self._from_input_fn:
+            raise RuntimeError(
+                f"This TPUContext instance must not be called from {'model_fn' if where == 'input_fn' else 'input_fn'}."
+            )
 
     def __init__(
         self,
@@ -80,7 +112,9 @@ class TPUContext:
         engine: Any,
         scope: Any,
         use_tpu: bool,
+        from_input_fn: bool = False,
     ):
+        self._from_input_fn = from_input_fn
         self.mode = mode
         self.global_step = global_step
         self.batch_size = batch_size
@@ -100,6 +134,10 @@ class TPUContext:
 
     def __repr__(self):
         return f"TPUContext(mode={self.mode!r}, global_step={self.global_step}, batch_size={self.batch_size})"
+
+
+def _host_device(host: int) -> str:
+    return f"/job:worker/replica:0/task:{host}/device:CPU:0"
 
 
 class TensorCoreColumns:

@@ -58,6 +58,8 @@ def call_input_fn(input_fn: Any, mode: str, params: dict, config: Any) -> Any:
         kwargs["mode"] = mode
     if "config" in names:
         kwargs["config"] = config
+    if "input_context" in names:  # a tf.distribute input context: TPUEstimator passes None
+        kwargs["input_context"] = None
     return input_fn(**kwargs)
 
 

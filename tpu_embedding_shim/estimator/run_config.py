@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..compat import replicas
 from .model_fn import fields_signature
 
 _USE_DEFAULT = object()
@@ -34,6 +35,17 @@ def check_positive_integer(value: Any, name: str) -> None:
         raise TypeError(f"{name} must be int, got {type(value)}")
     if value <= 0:
         raise ValueError(f"{name} must be positive, got {value}")
+
+
+def num_shards_of(tpu_config: Any) -> int:
+    """`TPUConfig.num_shards`, or for None (TensorFlow: the TPU system's count) the number of replicas.
+
+    >>> num_shards_of(TPUConfig()), num_shards_of(TPUConfig(num_shards=4))
+    (1, 4)
+    """
+    if tpu_config.num_shards is None:
+        return replicas.num_replicas()
+    return int(tpu_config.num_shards)
 
 
 def parse_iterations_per_loop(iterations_per_loop: Any):
@@ -79,8 +91,10 @@ class TPUConfig(
 ):
     """`tf.compat.v1.estimator.tpu.TPUConfig`, a namedtuple with TensorFlow's fields, defaults and checks.
 
-    `num_shards` (None: 1) is how many shards the runner stores each table
-    in, split by the EmbeddingConfigSpec's partition_strategy.
+    `num_shards` is how many shards the runner stores each table in, split
+    by the EmbeddingConfigSpec's partition_strategy. None (the default),
+    where TensorFlow takes the count from the TPU system, is the number of
+    replicas: 1 in one process, N under `mpiexec -n N` (`num_shards_of`).
     `iterations_per_loop` is validated and kept; the runner works step by
     step (checkpoints and progress are per step). `_replace` checks again.
     """

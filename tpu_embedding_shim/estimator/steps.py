@@ -53,8 +53,9 @@ class Steps:
       tensor_core: its tensor-core columns, or None.
       params: the estimator's params (the model_fn gets them plus 'batch_size', 'context', 'dense_state').
       batch_sizes: mode -> batch size (or None).
-      use_tpu: the estimator's `use_tpu` (for `params['context']`).
+      use_tpu: the estimator's `use_tpu` (for `params['context']` and `params['use_tpu']`).
       graphs: the graphs of a TensorFlow model_fn.
+      eval_on_tpu: the estimator's `eval_on_tpu` (`params['use_tpu']` in EVAL).
     """
 
     call_model_fn: Callable[[Any, Any, str, dict], EstimatorSpec | TPUEstimatorSpec]
@@ -64,6 +65,7 @@ class Steps:
     batch_sizes: Mapping[str, int | None]
     use_tpu: bool
     graphs: TFGraphs
+    eval_on_tpu: bool = True
     _warned_no_gradient: set[str] = dataclasses.field(default_factory=set, init=False)
 
     # What the estimator calls --------------------------------------------------------------------
@@ -118,11 +120,12 @@ class Steps:
 
     def input_context(self, mode: str) -> TPUContext:
         """`params['context']` of input_fn: which replica reads (`current_input_fn_deployment()`), no step yet."""
-        return self._context(mode, None, None)
+        return self._context(mode, None, None, from_input_fn=True)
 
     def serve(self, features: Any, scope: LookupScope) -> EstimatorSpec | TPUEstimatorSpec:
         """The PREDICT spec over a serving graph's `features`, its layers reading `scope` (the SavedModel export)."""
-        return self._run_model_fn(features, None, ModeKeys.PREDICT, scope, self._context(ModeKeys.PREDICT, scope, None))
+        context = self._context(ModeKeys.PREDICT, scope, None)
+        return self._run_model_fn(features, None, ModeKeys.PREDICT, scope, context, exporting=True)
 
     # One model_fn call ---------------------------------------------------------------------------
 
@@ -149,7 +152,9 @@ class Steps:
         scope = LookupScope(activations, lengths, training=training, features=features)
         return result, tc_batches, scope, self._context(mode, scope, self.tensor_core)
 
-    def _context(self, mode: str, scope: LookupScope | None, tensor_core: TensorCoreColumns | None) -> TPUContext:
+    def _context(
+        self, mode: str, scope: LookupScope | None, tensor_core: TensorCoreColumns | None, from_input_fn: bool = False
+    ) -> TPUContext:
         """`params['context']` of one model_fn call (of an input_fn call: no scope)."""
         return TPUContext(
             mode=mode,
@@ -160,23 +165,29 @@ class Steps:
             engine=self.state.engine,
             scope=scope,
             use_tpu=self.use_tpu,
+            from_input_fn=from_input_fn,
         )
 
-    def _model_params(self, mode: str, context: TPUContext) -> dict:
+    def _model_params(self, mode: str, context: TPUContext, exporting: bool = False) -> dict:
+        """The model_fn's params: the estimator's plus TensorFlow's keys ('batch_size', 'use_tpu', 'context')
+        and this runner's 'dense_state'. 'use_tpu' is TensorFlow's value: False in an export and in EVAL with
+        `eval_on_tpu=False`, else the estimator's `use_tpu`."""
         params = dict(self.params)
         batch_size = replicated.per_replica(self.batch_sizes[mode])
-        if batch_size is not None:
+        if batch_size is not None and not exporting:  # an export has no batch size, as in TensorFlow
             params["batch_size"] = batch_size
+        on_tpu = self.use_tpu and not exporting and (mode != ModeKeys.EVAL or self.eval_on_tpu)
+        params["use_tpu"] = on_tpu
         params["context"] = context
         params["dense_state"] = self.state.dense_state
         return params
 
     def _run_model_fn(
-        self, features: Any, labels: Any, mode: str, scope: LookupScope, context: TPUContext
+        self, features: Any, labels: Any, mode: str, scope: LookupScope, context: TPUContext, exporting: bool = False
     ) -> EstimatorSpec | TPUEstimatorSpec:
         """The model_fn's spec, called inside `scope` (its layers read it); the tables' layer names learnt from it."""
         with scope:
-            spec = self.call_model_fn(features, labels, mode, self._model_params(mode, context))
+            spec = self.call_model_fn(features, labels, mode, self._model_params(mode, context, exporting))
         self.state.names.learn(scope.layer_names)
         return spec
 

@@ -31,6 +31,7 @@ See docs/tensorflow_estimator.md.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import operator
 import sys
@@ -40,6 +41,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.eager import context as eager_context  # eager_mode(): eager inside graph mode
 
 from ..compat import replicas
 from ..compat.feature_columns import NumericColumn
@@ -48,7 +50,7 @@ from ..compat.tensors import RaggedTensor, SparseTensor
 from .tf_data import numpy_elements
 from .tf_run import FixedRun
 
-__all__ = ["uses_tensorflow", "as_batches", "GraphLayers", "GraphScope", "GraphModel"]
+__all__ = ["uses_tensorflow", "as_batches", "input_batches", "GraphLayers", "GraphScope", "GraphModel"]
 
 _TF_MODULES = ("tensorflow", "tf_keras", "keras", "tpu_embedding_shim.tensorflow")
 
@@ -128,16 +130,103 @@ def as_batches(result: Any) -> Any:
     """What input_fn returned, with a `tf.data.Dataset` (or TF tensors, or a generator of them) as numpy batches,
     iterated eagerly."""
     if isinstance(result, tf.data.Dataset):
-        if not tf.executing_eagerly():
-            raise ValueError(
-                "input_fn returned a tf.data.Dataset while a TF graph is the default graph; the runner "
-                "iterates datasets eagerly: call train / evaluate / predict outside "
-                "`with graph.as_default()`."
-            )
         return numpy_elements(result, to_numpy)
     if isinstance(result, Iterator):  # a generator of batches: each read as numpy when it is reached
         return (to_numpy(element) for element in result)
     return to_numpy(result)
+
+
+def eagerly() -> contextlib.AbstractContextManager[Any]:
+    """A context in which TensorFlow executes eagerly, also in a TensorFlow 1 program (graph mode): where the
+    engine builds its tables, a TensorFlow initializer gives values, not graph tensors."""
+    if tf.executing_eagerly():
+        return contextlib.nullcontext()
+    return eager_context.eager_mode()
+
+
+def input_batches(call_input_fn: Callable[[], Any]) -> Any:
+    """`call_input_fn()`'s result as numpy batches, in eager mode and in graph mode alike.
+
+    Eagerly (TensorFlow 2's default) the input_fn runs as it is and its
+    dataset is iterated eagerly (`as_batches`). In graph mode (a TensorFlow 1
+    program that called `tf.compat.v1.disable_v2_behavior()` or
+    `disable_eager_execution()`, or a call inside `with graph.as_default()`)
+    the input_fn builds its pipeline in a graph of its own, as TensorFlow's
+    Estimator does, and a session reads it one batch at a time: a dataset
+    through an initializable iterator, tensors that read an input (an
+    iterator's `get_next()`, a queue) at every run until `OutOfRangeError`,
+    other tensors once (the same batch at every step, as TensorFlow feeds it).
+    """
+    if tf.executing_eagerly():
+        return as_batches(call_input_fn())
+    graph = tf.Graph()
+    with graph.as_default():
+        result = call_input_fn()
+        streaming = True
+        if isinstance(result, tf.data.Dataset):
+            iterator = tf.compat.v1.data.make_initializable_iterator(result)
+            init = [iterator.initializer]
+            result = iterator.get_next()
+        else:
+            init = []
+            streaming = any(_reads_input(op) for op in graph.get_operations())
+        flat = tf.nest.flatten(result)
+        tensors = [i for i, value in enumerate(flat) if _is_graph_value(value)]
+        if not tensors:  # numpy batches or a generator: read as in eager mode
+            return as_batches(result)
+        init.append(tf.compat.v1.tables_initializer())
+        init.append(tf.compat.v1.local_variables_initializer())
+        init.append(tf.compat.v1.global_variables_initializer())
+    session = tf.compat.v1.Session(graph=graph)
+    session.run(init)
+
+    def read() -> Any:
+        values = list(flat)
+        for i, value in zip(tensors, session.run([flat[i] for i in tensors])):
+            values[i] = _graph_value_to_numpy(value)
+        return tf.nest.pack_sequence_as(result, values)
+
+    if not streaming:
+        try:
+            return read()
+        finally:
+            session.close()
+
+    def stream() -> Iterator[Any]:
+        try:
+            while True:
+                try:
+                    batch = read()
+                except tf.errors.OutOfRangeError:
+                    return
+                yield batch
+        finally:
+            session.close()
+
+    return stream()
+
+
+_INPUT_OP_TYPES = ("IteratorGetNext", "IteratorGetNextSync", "ReaderRead", "QueueDequeue")
+
+
+def _reads_input(op: Any) -> bool:
+    """Whether a graph op reads the next input (so each run of the pipeline gives another batch)."""
+    return any(op.type.startswith(kind) for kind in _INPUT_OP_TYPES)
+
+
+def _is_graph_value(value: Any) -> bool:
+    return isinstance(value, (tf.Tensor, tf.SparseTensor, tf.RaggedTensor, tf.Variable))
+
+
+def _graph_value_to_numpy(value: Any) -> Any:
+    """A value `Session.run` returned (an array, a `SparseTensorValue`, a `RaggedTensorValue`) as the engine's."""
+    if isinstance(value, tf.compat.v1.SparseTensorValue):
+        return SparseTensor(value.indices, value.values, value.dense_shape)
+    if isinstance(value, tf.compat.v1.ragged.RaggedTensorValue):
+        if value.ragged_rank != 1:
+            raise ValueError(f"Only ragged tensors of ragged_rank 1 can be ids. Received shape {value.shape}.")
+        return RaggedTensor(np.asarray(value.values), np.asarray(value.row_splits))
+    return value
 
 
 # The feature layers' outputs in the graph --------------------------------------------------------

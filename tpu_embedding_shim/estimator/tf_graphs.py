@@ -13,6 +13,7 @@ on this path.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -22,16 +23,26 @@ from .context import TensorCoreColumns
 from .export import ServedTables
 from .model_fn import ModeKeys
 
-__all__ = ["TFGraphs", "as_batches", "check_export", "export"]
+__all__ = ["TFGraphs", "input_batches", "eager_when_tensorflow", "check_export", "export"]
 
 
-def as_batches(result: Any) -> Any:
-    """input_fn's result, a tf.data.Dataset or TF tensors read as numpy batches (when TF is imported)."""
+def input_batches(call_input_fn: Callable[[], Any]) -> Any:
+    """`call_input_fn()`'s result, a tf.data.Dataset or TF tensors read as numpy batches (when TF is imported;
+    in TensorFlow 1's graph mode too: `tf_bridge.input_batches`)."""
     if "tensorflow" not in sys.modules:
-        return result
+        return call_input_fn()
     from . import tf_bridge
 
-    return tf_bridge.as_batches(result)
+    return tf_bridge.input_batches(call_input_fn)
+
+
+def eager_when_tensorflow() -> contextlib.AbstractContextManager[Any]:
+    """A context that runs its block eagerly when TensorFlow is imported and in graph mode (`tf_bridge.eagerly`)."""
+    if "tensorflow" not in sys.modules:
+        return contextlib.nullcontext()
+    from . import tf_bridge
+
+    return tf_bridge.eagerly()
 
 
 def _refuse_tensor_core(tensor_core: TensorCoreColumns | None, what: str) -> None:

@@ -38,7 +38,7 @@ from .inputs import BatchStream, call_input_fn
 from .model_dir import ModelState
 from .model_fn import EstimatorSpec, ModeKeys, TPUEstimatorSpec, call_model_fn
 from .progress import Progress, progress_enabled
-from .run_config import RunConfig
+from .run_config import RunConfig, num_shards_of
 from .state import DenseState
 from .steps import Steps
 from .warm_start import warm_start_settings
@@ -111,7 +111,7 @@ class TPUEstimator:
         use_tpu = check_constructor(
             model_fn, config, params, use_tpu, batch_sizes, embedding_config_spec, export_saved_model_api_version
         )
-        self._num_shards = config.tpu_config.num_shards or 1
+        self._num_shards = num_shards_of(config.tpu_config)
         replicated.check_batch_sizes(
             {"train": train_batch_size, "eval": eval_batch_size, "predict": predict_batch_size}, self._num_shards
         )
@@ -147,7 +147,14 @@ class TPUEstimator:
         self.progress: bool | None = None  # default for train/evaluate/predict(progress=None)
         self._tf = tf_graphs.TFGraphs()  # a TensorFlow model_fn's graphs (tf_graphs.py)
         self._steps = Steps(  # one batch through the model (steps.py)
-            self._call_model_fn, self._state, self._tensor_core, self._params, self._batch_sizes, use_tpu, self._tf
+            self._call_model_fn,
+            self._state,
+            self._tensor_core,
+            self._params,
+            self._batch_sizes,
+            use_tpu,
+            self._tf,
+            eval_on_tpu=self._eval_on_tpu,
         )
 
     # Properties ------------------------------------------------------------------------
@@ -192,8 +199,10 @@ class TPUEstimator:
     # State (model_dir.py) ------------------------------------------------------------------
 
     def _ensure_state(self, mode: str, checkpoint_path: str | None = None) -> None:
-        """Makes the in-memory state the latest checkpoint's (or `checkpoint_path`'s), or a fresh one."""
-        self._state.ensure(mode, checkpoint_path)
+        """Makes the in-memory state the latest checkpoint's (or `checkpoint_path`'s), or a fresh one (built
+        eagerly in a TensorFlow 1 program: its TensorFlow initializers give values)."""
+        with tf_graphs.eager_when_tensorflow():
+            self._state.ensure(mode, checkpoint_path)
 
     def _save(self) -> str:
         self._tf.save_dense(self._state.dense_state)
@@ -241,7 +250,7 @@ class TPUEstimator:
         if self._batch_sizes[mode] is not None:
             params["batch_size"] = replicated.per_replica(self._batch_sizes[mode])  # the global one in one process
         params["context"] = self._steps.input_context(mode)
-        return tf_graphs.as_batches(call_input_fn(input_fn, mode, params, self.config))
+        return tf_graphs.input_batches(lambda: call_input_fn(input_fn, mode, params, self.config))
 
     def _progress(self, what: str, total: int | None, progress: bool | None, unit: str = "steps") -> Progress:
         """A progress bar for `what`, shown if `progress` (None: the estimator's `progress`, None: on a terminal)."""

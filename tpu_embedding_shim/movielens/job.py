@@ -321,7 +321,7 @@ def input_fn_for(data: ml_data.MovieLens, examples: np.ndarray, *, shuffle_seed:
     """
 
     def input_fn(params):
-        _, replica, count = params["context"].current_input_fn_deployment()
+        _, replica, count, _ = params["context"].current_input_fn_deployment()
         global_batches = ml_data.batches(data, examples, params["batch_size"] * count, shuffle_seed=shuffle_seed)
         sliced = (replicas.replica_slice(batch, replica=replica, replicas=count) for batch in global_batches)
         return sliced if on_step is None else _calling_after_each(sliced, on_step)

@@ -5,6 +5,10 @@ the same protocol as TensorFlow's and Keras' initializers. These are the ones
 TensorFlow users name most; each is a frozen dataclass, so two initializers
 with the same arguments compare equal (and a spec holding one round-trips).
 
+TensorFlow can call them too, as it calls its own: `shape` may be a
+`tf.TensorShape` and `dtype` a `tf.DType` (anything with `as_numpy_dtype`),
+and the numpy array they return is a value `tf.Variable` takes.
+
 >>> import numpy as np
 >>> RowIdInitializer(offset=10)((3, 2)).tolist()
 [[10.0, 10.0], [11.0, 11.0], [12.0, 12.0]]
@@ -26,6 +30,18 @@ def _rng(seed: int | None) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+def _shape(shape: Sequence[Any]) -> tuple[int, ...]:
+    """A shape as ints: a tuple, a list or a `tf.TensorShape` (whose entries may be `Dimension`s)."""
+    return tuple(int(size) for size in shape)
+
+
+def _dtype(dtype: Any) -> Any:
+    """A numpy dtype: a `tf.DType` is read through its `as_numpy_dtype`, None is float32."""
+    if dtype is None:
+        return np.float32
+    return getattr(dtype, "as_numpy_dtype", dtype)
+
+
 @dataclasses.dataclass(frozen=True)
 class TruncatedNormal:
     """Normal(mean, stddev) re-drawn until within two stddevs of the mean.
@@ -44,6 +60,7 @@ class TruncatedNormal:
         check_real("stddev", self.stddev, minimum=0.0, owner="TruncatedNormal")
 
     def __call__(self, shape: Sequence[int], dtype: Any = np.float32) -> np.ndarray:
+        shape, dtype = _shape(shape), _dtype(dtype)
         rng = _rng(self.seed)
         out = rng.standard_normal(tuple(shape))
         bad = np.abs(out) > 2.0
@@ -62,7 +79,8 @@ class RandomNormal:
     seed: int | None = None
 
     def __call__(self, shape: Sequence[int], dtype: Any = np.float32) -> np.ndarray:
-        return (self.mean + self.stddev * _rng(self.seed).standard_normal(tuple(shape))).astype(dtype)
+        shape, dtype = _shape(shape), _dtype(dtype)
+        return (self.mean + self.stddev * _rng(self.seed).standard_normal(shape)).astype(dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +92,8 @@ class RandomUniform:
     seed: int | None = None
 
     def __call__(self, shape: Sequence[int], dtype: Any = np.float32) -> np.ndarray:
-        return _rng(self.seed).uniform(self.minval, self.maxval, tuple(shape)).astype(dtype)
+        shape, dtype = _shape(shape), _dtype(dtype)
+        return _rng(self.seed).uniform(self.minval, self.maxval, shape).astype(dtype)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -142,7 +161,7 @@ class Constant:
         )
 
     def __call__(self, shape: Sequence[int], dtype: Any = np.float32) -> np.ndarray:
-        shape = tuple(int(s) for s in shape)
+        shape, dtype = _shape(shape), _dtype(dtype)
         self.check_shape(shape)
         value = self.value
         if isinstance(value, float):
@@ -188,7 +207,7 @@ class Zeros:
     """All zeros."""
 
     def __call__(self, shape: Sequence[int], dtype: Any = np.float32) -> np.ndarray:
-        return np.zeros(tuple(shape), dtype=dtype)
+        return np.zeros(_shape(shape), dtype=_dtype(dtype))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +215,7 @@ class Ones:
     """All ones."""
 
     def __call__(self, shape: Sequence[int], dtype: Any = np.float32) -> np.ndarray:
-        return np.ones(tuple(shape), dtype=dtype)
+        return np.ones(_shape(shape), dtype=_dtype(dtype))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,8 +232,9 @@ class RowIdInitializer:
         check_int("offset", self.offset, minimum=-(2**62), owner="RowIdInitializer")
 
     def __call__(self, shape: Sequence[int], dtype: Any = np.float32) -> np.ndarray:
+        shape, dtype = _shape(shape), _dtype(dtype)
         rows = np.arange(shape[0], dtype=np.float64) + self.offset
-        return np.broadcast_to(rows.reshape((-1,) + (1,) * (len(shape) - 1)), tuple(shape)).astype(dtype)
+        return np.broadcast_to(rows.reshape((-1,) + (1,) * (len(shape) - 1)), shape).astype(dtype)
 
 
 def default_table_initializer(dim: int) -> TruncatedNormal:

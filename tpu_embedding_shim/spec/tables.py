@@ -79,13 +79,22 @@ class TableSpec:
 
     def seeded_initializer(self, rng: Any) -> Callable[..., Any]:
         """`effective_initializer()`; a built-in random one without a seed gets one drawn from `rng`
-        (a numpy Generator), so a seeded engine builds the same tables every run. Other callables are
-        returned as they are, and draw nothing from `rng`."""
+        (a numpy Generator), so a seeded engine builds the same tables every run. Other callables
+        (TensorFlow's and Keras' initializer objects too, seed or none) are returned as they are, and
+        draw nothing from `rng`."""
         initializer = self.effective_initializer()
-        if getattr(initializer, "seed", "absent") is None:  # the built-in random ones are dataclasses with a `seed`
+        if _is_seedless_dataclass(initializer):  # the built-in random ones are dataclasses with a `seed`
             seeded: Callable[..., Any] = dataclasses.replace(initializer, seed=int(rng.integers(2**31)))  # type: ignore[type-var]
             return seeded
         return initializer
+
+
+def _is_seedless_dataclass(initializer: Any) -> bool:
+    """Whether `initializer` is a dataclass instance with a `seed` field that is None."""
+    if not dataclasses.is_dataclass(initializer) or isinstance(initializer, type):
+        return False
+    values = {field.name: getattr(initializer, field.name) for field in dataclasses.fields(initializer)}
+    return "seed" in values and values["seed"] is None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
