@@ -8,8 +8,8 @@ them skip with a reason naming the extra:
 
 - the PyTorch bridge needs torch (the `torch` extra);
 - `tpu_embedding_shim.tensorflow`, `estimator/tf_bridge.py` (with `tf_run.py` and `tf_data.py`),
-  `estimator/tf_serving.py`, `movielens/model_tf.py` and docs/tensorflow_bridge.md need TensorFlow
-  (the `tensorflow` extra; tests/tf_bridge runs the page where it is installed);
+  `estimator/tf_serving.py`, `movielens/model_tf.py`, docs/tensorflow_bridge.md and docs/run_unchanged.md need
+  TensorFlow (the `tensorflow` extra; tests/tf_bridge runs the pages where it is installed);
 - the fast kernels in `engine/fast/` need numba (the `fast` extra);
   `engine/fast/__init__.py` itself imports nothing optional and is kept.
 """
@@ -20,11 +20,15 @@ from pathlib import Path
 # Scripts that regenerate test fixtures with real TensorFlow are run by hand, never imported by the suite.
 collect_ignore = ["tpu_embedding_shim/__main__.py"]
 collect_ignore_glob = ["tests/fixtures/*"]
+# Programs written as for a TPU (and a pytest plugin) that tests/tf_bridge runs in subprocesses in the drop-in mode:
+# importing one would run it.
+collect_ignore_glob.append("tests/tf_bridge/unchanged_programs/*")
 if importlib.util.find_spec("torch") is None:
     collect_ignore.append("tpu_embedding_shim/estimator/torch_bridge.py")
 if importlib.util.find_spec("tensorflow") is None:
     collect_ignore_glob.append("tpu_embedding_shim/tensorflow/*")
     collect_ignore.append("docs/tensorflow_bridge.md")
+    collect_ignore.append("docs/run_unchanged.md")
     collect_ignore += [
         "tpu_embedding_shim/estimator/tf_bridge.py",
         "tpu_embedding_shim/estimator/tf_data.py",

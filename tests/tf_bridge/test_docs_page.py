@@ -14,3 +14,11 @@ PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "tensorflow_bridge
 def test_the_bridge_page_runs():
     result = doctest.testfile(str(PAGE), module_relative=False, optionflags=doctest.REPORT_ONLY_FIRST_FAILURE)
     assert result.attempted >= 30 and result.failed == 0
+
+
+RUN_UNCHANGED = PAGE.parent / "run_unchanged.md"
+
+
+def test_the_run_unchanged_page_runs():
+    result = doctest.testfile(str(RUN_UNCHANGED), module_relative=False, optionflags=doctest.REPORT_ONLY_FIRST_FAILURE)
+    assert result.attempted >= 4 and result.failed == 0

@@ -467,9 +467,10 @@ def test_page_003_a_tf_function_training_loop_over_its_lookups_and_apply_gradien
     features, labels = sparse_core_examples(100 * B)
     dataset = real_tf.data.Dataset.from_tensor_slices((features, labels)).batch(B, drop_remainder=True)
     dataset_iterator = iter(strategy.experimental_distribute_dataset(dataset))
-    model = tf.keras.Sequential([tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(0.3))])
-    model.build((None, 12))
-    optimizer = tf.keras.optimizers.SGD(0.1)
+    with strategy.scope():  # Keras variables under the strategy that runs the step, as on a TPU
+        model = tf.keras.Sequential([tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(0.3))])
+        model.build((None, 12))
+        optimizer = tf.keras.optimizers.SGD(0.1)
     losses, step, seen = tf.Variable(tf.zeros(100)), tf.Variable(0), []
 
     @tf.function

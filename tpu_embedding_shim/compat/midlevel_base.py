@@ -243,9 +243,19 @@ class MidLevelBase:
         return result
 
     @staticmethod
-    def _created_slots(table: v2_utils.TableConfig, parameters: np.ndarray) -> dict[str, np.ndarray]:
+    def _call_slot_creation_fn(
+        table: v2_utils.TableConfig, parameters: np.ndarray, names: list[str], initializers: list[Any]
+    ) -> Any:
+        """`slot_variable_creation_fn(a copy of the table's initial values, slot names, initializers)`.
+
+        The TensorFlow bridge calls it as TensorFlow does (a `tf.Variable`,
+        initializers TensorFlow can call) and reads the slots back as arrays.
+        """
+        return table.optimizer.slot_variable_creation_fn(parameters.copy(), names, initializers)
+
+    def _created_slots(self, table: v2_utils.TableConfig, parameters: np.ndarray) -> dict[str, np.ndarray]:
         names, initializers = lowering.slot_names_and_initializers(table.optimizer)
-        created = table.optimizer.slot_variable_creation_fn(parameters.copy(), list(names), list(initializers))
+        created = self._call_slot_creation_fn(table, parameters, list(names), list(initializers))
         if not isinstance(created, Mapping) or sorted(created) != sorted(names):
             received = sorted(created) if isinstance(created, Mapping) else type(created).__name__
             raise ValueError(

@@ -11,6 +11,12 @@ TPUStrategy stand-in and `CrossShardOptimizer`. TensorFlow keeps the dense
 part of the program; the CPU engine holds and trains the embedding tables.
 TensorFlow itself is not changed. See docs/tensorflow_bridge.md.
 
+The drop-in mode runs a program with no change at all: `python -m
+tpu_embedding_shim.tensorflow program.py`, or `activate()` / `deactivate()` /
+`with activated():` (`%load_ext tpu_embedding_shim.tensorflow` in a
+notebook). While it is on, TensorFlow's own TPU names are the same objects,
+for every importer (`_mode.py`, docs/run_unchanged.md).
+
 Needs TensorFlow: on Python < 3.12 `pip install tensorflow-cpu==2.15.1
 tensorflow-estimator==2.15.0` (the `tensorflow` extra); on Python 3.12 and
 later, where TensorFlow 2.15 has no wheels, `pip install
@@ -44,8 +50,25 @@ except ImportError as _error:
     ) from _error
 
 from . import _namespace, _overrides
+from ._mode import activate, activated, active, deactivate, replaced_names  # noqa: F401 (the mode's API)
 
 globals().update(_namespace.build(_overrides.OVERRIDES))
+
+ACTIVE_MESSAGE = (
+    "tpu_embedding_shim: TensorFlow's TPU-embedding names run on the CPU engine ({count} names replaced; "
+    "docs/run_unchanged.md)."
+)
+
+
+def load_ipython_extension(ipython):
+    """`%load_ext tpu_embedding_shim.tensorflow`: the drop-in mode on for the notebook (`activate()`)."""
+    activate()
+    print(ACTIVE_MESSAGE.format(count=len(replaced_names())), file=_sys.stderr)
+
+
+def unload_ipython_extension(ipython):
+    """`%unload_ext tpu_embedding_shim.tensorflow`: TensorFlow's own names again (`deactivate()`)."""
+    deactivate()
 
 
 def __getattr__(name):

@@ -28,6 +28,10 @@ def taking_tf_dtypes(function: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+# TensorFlow's own, bound now: while the drop-in mode is on (`_mode.py`), `tf.feature_column`'s is this module's.
+_TF_MAKE_PARSE_EXAMPLE_SPEC = tf.feature_column.make_parse_example_spec
+
+
 def _tf_parse_spec(config: Any) -> Any:
     """A parse spec of the project's columns (`VarLenFeature` / `FixedLenFeature`) as TensorFlow's."""
     if type(config).__name__ == "VarLenFeature":
@@ -49,7 +53,7 @@ def make_parse_example_spec(feature_columns: Any) -> dict:
         if type(column).__module__.startswith("tpu_embedding_shim."):
             config = {key: _tf_parse_spec(value) for key, value in column.parse_example_spec.items()}
         else:
-            config = tf.feature_column.make_parse_example_spec([column])
+            config = _TF_MAKE_PARSE_EXAMPLE_SPEC([column])
         for key, value in config.items():
             if key in result and result[key] != value:
                 raise ValueError(

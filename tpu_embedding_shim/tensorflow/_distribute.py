@@ -1,7 +1,10 @@
-"""The TPUStrategy stand-in (`compat/distribute.py`) for TensorFlow programs: TF datasets, `tf.function`, autograph.
+"""The TPUStrategy stand-in (`compat/distribute.py`) for TensorFlow programs: a TensorFlow strategy too.
 
-The stand-in runs one replica in this process. For TensorFlow programs it
-also:
+The stand-in runs one replica in this process. For TensorFlow programs it is
+a `tf.distribute.Strategy` (TensorFlow's one-device implementation on the
+CPU), so Keras `fit` / `evaluate` / `predict`, Keras optimizers and
+TensorFlow's own `tf.distribute.get_strategy()` treat it as any strategy;
+`extended.tpu_hardware_feature` reports the embedding feature V1. It also:
 
 - hands a `tf.data.Dataset` back as it is from
   `experimental_distribute_dataset` and the dataset-function variants (one
@@ -15,33 +18,36 @@ also:
   `tf.function`, as TensorFlow's strategies do;
 - reduces TensorFlow tensors with TensorFlow ops.
 
-`get_strategy()` and friends answer for the stand-in inside its `scope()`
-and are TensorFlow's own elsewhere; `experimental_connect_to_cluster` is the
-stand-in's no-op for its resolver and TensorFlow's for any other.
+`experimental_connect_to_cluster` is the stand-in's no-op for its resolver
+and TensorFlow's for any other.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.core.protobuf.tpu import topology_pb2
+from tensorflow.python.distribute import one_device_strategy
+from tensorflow.python.tpu import tpu_hardware_feature
 
 from ..compat import distribute as stand_in
 from ..compat import replicas
 
+# TensorFlow's own, bound now: while the drop-in mode is on (`_mode.py`), `tf.distribute`'s names are this module's.
+_TF_INPUT_OPTIONS = tf.distribute.InputOptions
+_TF_CONNECT_TO_CLUSTER = tf.config.experimental_connect_to_cluster
+
 __all__ = [
     "TPUStrategy",
     "InputOptions",
-    "get_strategy",
-    "has_strategy",
-    "in_cross_replica_context",
-    "get_replica_context",
     "experimental_connect_to_cluster",
 ]
 
 
-class InputOptions(tf.distribute.InputOptions):
+class InputOptions(tf.distribute.InputOptions):  # class-definition time: TensorFlow's own
     """TensorFlow's `tf.distribute.InputOptions`, also taking TF 2.3's `experimental_prefetch_to_device`.
 
     TensorFlow 2.4 renamed that argument `experimental_fetch_to_device`;
@@ -80,7 +86,7 @@ class InputOptions(tf.distribute.InputOptions):
 
 
 def _check_options(options: Any) -> None:
-    if options is not None and not isinstance(options, (tf.distribute.InputOptions, stand_in.InputOptions)):
+    if options is not None and not isinstance(options, (_TF_INPUT_OPTIONS, stand_in.InputOptions)):
         raise ValueError(f"Argument `options` must be a tf.distribute.InputOptions or None. Received: {options!r}.")
 
 
@@ -95,14 +101,50 @@ def _reduce_op_name(reduce_op: Any) -> str:
     return name
 
 
-class TPUStrategy(stand_in.TPUStrategy):
-    """`tf.distribute.TPUStrategy`, emulated in this process (one replica, no TPU), for TensorFlow programs.
+class _TPUExtended(one_device_strategy.OneDeviceExtended):
+    """`TPUStrategy.extended`: TensorFlow's one-device implementation on the CPU, with what TPU code reads.
 
-    See `tpu_embedding_shim.compat.distribute.TPUStrategy`; this subclass
-    adds TensorFlow datasets, `InputOptions` and autograph (module docstring).
+    `tpu_hardware_feature` reports the embedding feature V1 (the mid-level
+    `TPUEmbedding`, which is what the engine runs): TensorFlow Recommenders
+    reads it to choose its TPU path.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    num_hosts = 1
+    num_replicas_per_host = 1
+
+    @property
+    def tpu_hardware_feature(self) -> Any:
+        """TensorFlow's `HardwareFeature`: embedding feature V1, one embedding device per chip."""
+        proto = topology_pb2.TPUHardwareFeature(
+            embedding_feature=topology_pb2.TPUHardwareFeature.EmbeddingFeature.V1,
+            num_embedding_devices_per_chip=1,
+        )
+        return tpu_hardware_feature.HardwareFeature(proto)
+
+    def __repr__(self) -> str:
+        return "<TPUStrategy.extended: in-process CPU emulation, 1 host, 1 replica on the CPU>"
+
+
+class TPUStrategy(stand_in.TPUStrategy, tf.distribute.Strategy):
+    """`tf.distribute.TPUStrategy`, emulated in this process (one replica, no TPU), for TensorFlow programs.
+
+    A TensorFlow strategy (one replica on the CPU, TensorFlow's one-device
+    implementation), so Keras and TensorFlow see it as any strategy: inside
+    `scope()` TensorFlow's `tf.distribute.get_strategy()` is it, variables
+    are made under it, `strategy.run` runs the step in TensorFlow's replica
+    context. It is also the project's stand-in
+    (`tpu_embedding_shim.compat.distribute.TPUStrategy`): a `TPUEmbedding`
+    made in its scope knows it was. This subclass adds TensorFlow datasets,
+    `InputOptions` and autograph (module docstring).
+    """
+
+    def __init__(
+        self,
+        tpu_cluster_resolver: Any = None,
+        experimental_device_assignment: Any = None,
+        experimental_spmd_xla_partitioning: bool = False,
+        **kwargs: Any,
+    ):
         if replicas.num_replicas() > 1:
             raise NotImplementedError(
                 f"The TPUStrategy of TensorFlow programs does not span the {replicas.num_replicas()} processes of "
@@ -110,13 +152,33 @@ class TPUStrategy(stand_in.TPUStrategy):
                 "sum their gradients over the processes. Run one process, or use the numpy-world API "
                 "(tpu_embedding_shim.compat) or TPUEstimator, which do (docs/distributed.md)."
             )
-        super().__init__(*args, **kwargs)
+        tf.distribute.Strategy.__init__(self, _TPUExtended(self, "/cpu:0"))
+        self._resolver = tpu_cluster_resolver
+        self.device_assignment = experimental_device_assignment
+        stand_in.log.info("TPUStrategy: in-process CPU emulation; steps run in this process, 1 replica.")
+
+    @property
+    def cluster_resolver(self) -> Any:
+        """The `TPUClusterResolver` it was made with (or None)."""
+        return self._resolver
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[TPUStrategy]:
+        """TensorFlow's strategy scope, which also makes it the project's current strategy."""
+        with tf.distribute.Strategy.scope(self), stand_in.Strategy.scope(self):
+            yield self
 
     def run(self, fn: Callable[..., Any], args: Any = (), kwargs: dict | None = None, options: Any = None) -> Any:
-        """Calls `fn(*args, **kwargs)` once, here; inside `tf.function`, `fn` is converted by autograph."""
-        if callable(fn):
-            fn = tf.__internal__.autograph.tf_convert(fn, tf.__internal__.autograph.control_status_ctx())
-        return super().run(fn, args=args, kwargs=kwargs, options=None)
+        """Calls `fn(*args, **kwargs)` once, here, in TensorFlow's replica context; inside `tf.function`, `fn` is
+        converted by autograph."""
+        if not callable(fn):
+            raise ValueError(f"Argument `fn` of run must be callable. Received: {fn!r}.")
+        fn = tf.__internal__.autograph.tf_convert(fn, tf.__internal__.autograph.control_status_ctx())
+
+        def in_replica(*args: Any, **kwargs: Any) -> Any:
+            return tf.distribute.Strategy.run(self, fn, args=args, kwargs=kwargs)
+
+        return stand_in.Strategy.run(self, in_replica, args=args, kwargs=kwargs)
 
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
         """A `tf.data.Dataset` as it is (one replica); any other iterable of batches as the stand-in wraps it."""
@@ -140,32 +202,15 @@ class TPUStrategy(stand_in.TPUStrategy):
         """Across one replica a reduction is the value itself; `axis` reduces within it (TensorFlow ops for tensors)."""
         name = _reduce_op_name(reduce_op)
         if axis is None or not tf.is_tensor(value):
-            return super().reduce(name, value, axis)
+            return stand_in.Strategy.reduce(self, name, value, axis)
         return tf.reduce_sum(value, axis=axis) if name == "SUM" else tf.reduce_mean(value, axis=axis)
 
-
-def get_strategy() -> Any:
-    """The stand-in inside its `scope()`; TensorFlow's current strategy elsewhere."""
-    return stand_in.get_strategy() if stand_in.has_strategy() else tf.distribute.get_strategy()
-
-
-def has_strategy() -> bool:
-    """True inside the stand-in's `scope()` or a TensorFlow strategy's."""
-    return stand_in.has_strategy() or tf.distribute.has_strategy()
-
-
-def in_cross_replica_context() -> bool:
-    """The stand-in's answer inside its `scope()`; TensorFlow's elsewhere."""
-    return stand_in.in_cross_replica_context() if stand_in.has_strategy() else tf.distribute.in_cross_replica_context()
-
-
-def get_replica_context() -> Any:
-    """The stand-in's replica context inside its `scope()`; TensorFlow's elsewhere."""
-    return stand_in.get_replica_context() if stand_in.has_strategy() else tf.distribute.get_replica_context()
+    def __repr__(self) -> str:
+        return "<TPUStrategy: in-process CPU emulation, 1 replica, no TPU>"
 
 
 def experimental_connect_to_cluster(cluster_spec_or_resolver: Any = None, *args: Any, **kwargs: Any) -> Any:
     """The stand-in's no-op for its `TPUClusterResolver` (or None); TensorFlow's own for anything else."""
     if cluster_spec_or_resolver is None or isinstance(cluster_spec_or_resolver, stand_in.TPUClusterResolver):
         return stand_in.experimental_connect_to_cluster(cluster_spec_or_resolver, *args, **kwargs)
-    return tf.config.experimental_connect_to_cluster(cluster_spec_or_resolver, *args, **kwargs)
+    return _TF_CONNECT_TO_CLUSTER(cluster_spec_or_resolver, *args, **kwargs)

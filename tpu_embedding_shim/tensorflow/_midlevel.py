@@ -28,10 +28,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import random_seed  # TF's global-seed rule (what its initializers use)
+from tensorflow.python.trackable.data_structures import NoDependency  # how Keras code hands back untracked slots
 
 from ..compat import tpu_embedding_for_serving as serving
 from ..compat import tpu_embedding_v2 as v2
 from ..compat import tpu_embedding_v3 as v3
+from ..compat.midlevel_inputs import output_shape_of_input_shape
 from ..compat.tensors import RaggedTensor, SparseTensor
 from . import _convert
 from ._checkpoint import CheckpointedEmbedding
@@ -66,7 +68,7 @@ def _partial_output_shape(known: tuple | None, leaf: Leaf, path: Any, config: An
         return known
     if leaf.shape.rank is None or leaf.shape.rank < 1:
         return None
-    return v2.TPUEmbedding._output_shape_from_input_shape(leaf.shape, config, path)
+    return output_shape_of_input_shape(leaf.shape.as_list(), config, path)
 
 
 def _initializer_seed() -> int | None:
@@ -76,6 +78,38 @@ def _initializer_seed() -> int | None:
     if global_seed is None:
         return None
     return (int(global_seed) * 1_000_003 + int(op_seed or 0)) % 2**31
+
+
+def _call_slot_creation_fn(table: Any, parameters: np.ndarray, names: list[str], initializers: list[Any]) -> Any:
+    """A TensorFlow program's `slot_variable_creation_fn`, called as TensorFlow calls it; its slots as arrays.
+
+    It gets the table as a `tf.Variable` holding its initial values and
+    initializers taking `(shape, dtype=tf.float32)` (Keras's
+    `optimizer.add_slot`, which TensorFlow Recommenders uses, needs both);
+    the slots it returns (variables, also wrapped in `NoDependency`) are read
+    once, as the engine's initial slots. The engine keeps and trains them
+    from then on.
+    """
+
+    def callable_by_tensorflow(initializer: Any) -> Any:
+        def initialize(shape: Any, dtype: Any = tf.float32, **kwargs: Any) -> tf.Tensor:
+            values = initializer(tuple(tf.TensorShape(shape).as_list()), np.float32)
+            return tf.constant(values, tf.as_dtype(dtype))
+
+        return initialize
+
+    with tf.init_scope():
+        variable = tf.Variable(parameters, trainable=False, name=table.name)
+        created = table.optimizer.slot_variable_creation_fn(
+            variable, names, [callable_by_tensorflow(initializer) for initializer in initializers]
+        )
+        if not isinstance(created, dict):
+            return created
+        values = {
+            name: getattr(slot, "value", slot) if isinstance(slot, NoDependency) else slot
+            for name, slot in created.items()
+        }
+        return {name: np.asarray(value.numpy() if hasattr(value, "numpy") else value) for name, value in values.items()}
 
 
 class _Bridge(CheckpointedEmbedding):
@@ -88,6 +122,7 @@ class _Bridge(CheckpointedEmbedding):
         with tf.init_scope():  # TensorFlow initializers run eagerly, as TensorFlow creates its tables
             self._embedding = self._compat_class(*args, **kwargs)
             self._embedding.initializer_seed = _initializer_seed()
+            self._embedding._call_slot_creation_fn = _call_slot_creation_fn
 
     def __getattr__(self, name: str) -> Any:
         """The project object's public attributes (`embedding_tables`, `variables`, `engine`, `build`...)."""
@@ -417,7 +452,13 @@ class TPUEmbeddingForServing(_Bridge):
         count = len(leaves)
         shapes: list[Any] = [None] * count
         if not _convert.executing_eagerly():
-            shapes = self._traced_output_shapes(leaves, weight_leaves) or shapes
+            known: list[Any] | None = self._traced_output_shapes(leaves, weight_leaves)
+            if known is None:  # some traced size is unknown (a batch of None): None there, the rest as traced
+                known = [
+                    _partial_output_shape(None, leaf, path, config)
+                    for leaf, (path, config) in zip(leaves, embedding._flat)
+                ]
+            shapes = known
             with tf.init_scope():
                 embedding.build()
 

@@ -7,8 +7,10 @@ TensorFlow program needs a TensorFlow-facing form:
 - the mid-level classes take and return TensorFlow tensors (`_midlevel.py`);
 - the TPUStrategy stand-in takes TensorFlow datasets, and `InputOptions`
   is TensorFlow's, also taking TF 2.3's argument name (`_distribute.py`);
-- `get_strategy` and friends are the stand-in's inside its scope and
-  TensorFlow's elsewhere; `experimental_connect_to_cluster` likewise;
+- the stand-in is a TensorFlow strategy, so `tf.distribute.get_strategy`
+  and friends stay TensorFlow's (they return it inside its scope);
+  `experimental_connect_to_cluster` is the stand-in's no-op for its
+  resolver, TensorFlow's for any other;
 - `CrossShardOptimizer` is TensorFlow's over one replica (`_optimizers.py`);
 - the feature-column functions take `tf.DType`s (`_columns.py`).
 
@@ -65,10 +67,6 @@ _MIDLEVEL = {
     "TPUEmbeddingForServing": _midlevel.TPUEmbeddingForServing,
     "serving_embedding_lookup": _midlevel.serving_embedding_lookup,
 }
-_STRATEGY_FUNCTIONS = {
-    name: getattr(_distribute, name)
-    for name in ("get_strategy", "has_strategy", "in_cross_replica_context", "get_replica_context")
-}
 
 
 def _namespaced(namespace: str, objects: dict[str, Any]) -> dict[str, Any]:
@@ -122,10 +120,8 @@ OVERRIDES: dict[str, Any] = {
     "distribute.InputOptions": _distribute.InputOptions,
     "distribute.experimental.TPUStrategy": _distribute.TPUStrategy,
     "distribute.cluster_resolver.TPUClusterResolver": tf2.distribute.cluster_resolver.TPUClusterResolver,
-    **_namespaced("distribute", _STRATEGY_FUNCTIONS),
     "compat.v1.distribute.experimental.TPUStrategy": _distribute.TPUStrategy,
     "compat.v1.distribute.cluster_resolver.TPUClusterResolver": tf2.distribute.cluster_resolver.TPUClusterResolver,
-    **_namespaced("compat.v1.distribute", _STRATEGY_FUNCTIONS),
     "config.experimental_connect_to_cluster": _distribute.experimental_connect_to_cluster,
     "compat.v1.config.experimental_connect_to_cluster": _distribute.experimental_connect_to_cluster,
 }

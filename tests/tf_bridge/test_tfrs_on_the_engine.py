@@ -1,0 +1,107 @@
+"""TensorFlow Recommenders' TPU embedding layer in Keras, unmodified, on the engine (the drop-in mode).
+
+Needs tensorflow-recommenders 0.7.3 (`pip install --no-deps tensorflow-recommenders==0.7.3`, Keras 2); skips
+without it. Runs where TensorFlow is installed:
+
+    python -m pytest tests/tf_bridge/test_tfrs_on_the_engine.py -q
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow
+
+import tpu_embedding_shim.tensorflow as shim
+
+tfrs = pytest.importorskip(
+    "tensorflow_recommenders", reason="needs tensorflow-recommenders (pip install --no-deps tensorflow-recommenders)"
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "unchanged_programs")
+
+
+def run(*args, env=None, cwd=None):
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=1500, cwd=cwd, env=env)
+
+
+def test_keras_fit_trains_the_tables_with_the_table_optimizer_on_the_engine_not_with_keras():
+    """One `model.fit` step: the tables move exactly as TPU SGD(0.5) moves them, hand-computed; Keras's
+    SGD(100) would have moved them elsewhere, and holds no variable of a table's shape."""
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 8, (4, 1)).astype(np.int32)
+    labels = rng.normal(size=(4, 1)).astype(np.float32)
+    with shim.activated():
+        tf = tensorflow
+        strategy = tf.distribute.TPUStrategy(tf.distribute.cluster_resolver.TPUClusterResolver(tpu=""))
+        table = tf.tpu.experimental.embedding.TableConfig(vocabulary_size=8, dim=2, name="t")
+        with strategy.scope():
+            inputs = {"f": tf.keras.Input(batch_size=4, shape=(1,), dtype=tf.int32)}
+            layer = tfrs.layers.embedding.TPUEmbedding(
+                feature_config={"f": tf.tpu.experimental.embedding.FeatureConfig(table=table)},
+                optimizer=tf.tpu.experimental.embedding.SGD(0.5),
+            )
+            dense = tf.keras.layers.Dense(1, use_bias=False, kernel_initializer="ones", trainable=False)
+            model = tf.keras.Model(inputs, dense(layer(inputs)["f"]))
+            model.compile(optimizer=tf.keras.optimizers.SGD(100.0), loss="mse")
+        before = np.array(layer.embedding_tables[table])
+        model.fit({"f": ids}, labels, batch_size=4, epochs=1, verbose=0)
+        after = np.array(layer.embedding_tables[table])
+        engine = layer._tpu_embedding.engine
+    assert type(layer._tpu_embedding).__module__ == "tpu_embedding_shim.tensorflow._midlevel"
+    assert engine.global_step == 1
+    predictions = before[ids[:, 0]].sum(axis=1, keepdims=True)
+    gradients = 2 * (predictions - labels) / 4 * np.ones((1, 2), np.float32)  # d mean squared error / d activation
+    expected = before.copy()
+    np.add.at(expected, ids[:, 0], -0.5 * gradients)
+    np.testing.assert_allclose(after, expected, rtol=1e-5, atol=1e-6)
+    assert not any(tuple(v.shape) == (8, 2) for v in model.optimizer.variables())
+
+
+def test_the_quick_start_notebooks_cells_run_on_the_engine(tmp_path):
+    result = run("-m", "tpu_embedding_shim.tensorflow", os.path.join(PROGRAMS, "tfrs_quick_start.py"), str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "result.json").read_text())
+    assert report["strategy"] == "tpu_embedding_shim.tensorflow._distribute"
+    assert report["embedding"] == "tpu_embedding_shim.tensorflow._midlevel"
+    assert report["engine_step"] == 100  # fit: 10 epochs of 10 steps, each one engine step; evaluate: none
+    assert len(report["losses"]) == 10 and len(report["evaluation"]) == 4
+    keys = report["checkpoint_keys"]
+    assert "model/embedding_layer/_tpu_embedding/table_0/.ATTRIBUTES/VARIABLE_VALUE" in keys
+    assert "model/embedding_layer/_tpu_embedding/table_0.Saccumulators/.ATTRIBUTES/VARIABLE_VALUE" in keys
+    assert report["cpu_model_has_the_trained_tables"] is True
+    if report["serving_error"] is None:
+        np.testing.assert_allclose(report["prediction"], report["direct_prediction"], rtol=1e-5)
+    else:  # TensorFlow 2.15's own failure on Python 3.11 with typing_extensions >= 4.6, with or without the project
+        assert "_DictWrapper" in result.stderr or report["serving_error"].startswith("Exception encountered")
+
+
+TFRS_TESTS = [
+    "layers/embedding/tpu_embedding_layer_test.py",
+    "experimental/layers/embedding/partial_tpu_embedding_test.py",
+    "experimental/models/ranking_test.py",
+]
+
+
+def test_tfrs_own_tests_of_its_tpu_layers_run_on_the_engine(tmp_path):
+    """TFRS's shipped tests, each inside the stand-in TPUStrategy's scope (as on a TPU), in the drop-in mode."""
+    package = os.path.dirname(tfrs.__file__)
+    report_file = tmp_path / "report.json"
+    result = run(
+        "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.tf_bridge.unchanged_programs.drop_in_plugin", "-q",
+        *[os.path.join(package, path) for path in TFRS_TESTS],
+        env={"DROP_IN_REPORT": str(report_file), "DROP_IN_TPU_SCOPE": "1"},
+        cwd=ROOT,
+    )  # fmt: skip
+    report = json.loads(report_file.read_text())
+    assert report["active"] is True
+    tests = report["tests"]
+    through_engine = [t for t in tests.values() if t.get("outcome") == "passed" and "TPUEmbedding" in t["objects"]]
+    trained = [t for t in through_engine if t["engine_steps"] > 0]
+    assert not any("TPUEmbeddingForServing" in t["objects"] for t in tests.values())  # every layer took the TPU path
+    assert len(through_engine) >= 6 and len(trained) >= 3, result.stdout[-3000:]
