@@ -7,6 +7,7 @@ guards each test, so a regression fails here instead of hanging the suite.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -143,3 +144,15 @@ def test_a_legacy_manifest_that_is_not_a_file_is_refused(tmp_path, kind):
     replace_with(str(tmp_path / LEGACY_MANIFEST), kind)
     with pytest.raises(CheckpointError, match=rf"{LEGACY_MANIFEST} is a (FIFO|character device).*, not a manifest"):
         LegacySource(str(tmp_path))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_export_table_file_that_is_not_a_file_is_refused(tmp_path, kind):
+    from tpu_embedding_shim.estimator import load_exported
+    from tpu_embedding_shim.estimator.export import FORMAT, MANIFEST
+
+    table = {"name": "t", "file": "t.npy", "sha256": "0" * 64, "combiner": "sum"}
+    (tmp_path / MANIFEST).write_text(json.dumps({"format": FORMAT, "tables": [table]}))
+    replace_with(str(tmp_path / "t.npy"), kind)
+    with pytest.raises(ValueError, match=rf"t\.npy' is {KINDS[kind][:5]}.*, not a regular file"):
+        load_exported(str(tmp_path))

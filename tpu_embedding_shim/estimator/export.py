@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..engine import lookup as lookup_kernels
-from ..engine import new_directory, to_ragged
+from ..engine import new_directory, not_a_regular_file, to_ragged
 from ..spec import FeatureSpec
 from .state import DenseState
 
@@ -41,6 +41,9 @@ MANIFEST = "manifest.json"
 
 
 def _sha256(path: str) -> str:
+    kind = not_a_regular_file(path)
+    if kind is not None:  # a FIFO or a device would never end
+        raise ValueError(f"Export file {path!r} is {kind}, not a regular file.")
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -154,8 +157,8 @@ class ExportedModel:
     def __init__(self, path: str):
         self.path = os.fspath(path)
         manifest_path = os.path.join(self.path, MANIFEST)
-        if not os.path.isfile(manifest_path):
-            raise ValueError(f"No export at {self.path!r}: {MANIFEST} not found.")
+        if not os.path.isfile(manifest_path):  # follows links: a FIFO or a device is not a file
+            raise ValueError(f"No export at {self.path!r}: {MANIFEST} not found (or not a regular file).")
         with open(manifest_path, encoding="utf-8") as handle:
             self.manifest = json.load(handle)
         if self.manifest.get("format") != FORMAT:
