@@ -5,6 +5,7 @@ Runs where TensorFlow is installed (a separate venv):
     python -m pytest tests/tf_bridge/test_run_unchanged.py -q
 """
 
+import importlib.util
 import io
 import os
 import subprocess
@@ -38,7 +39,8 @@ def snapshot(modules):
     return {key: dict(vars(module)) for key, module in modules.items()}
 
 
-HAS_ESTIMATOR = "estimator" in dir(tensorflow.compat.v1)  # tensorflow-estimator installed, TensorFlow <= 2.15
+# TensorFlow's tf.estimator names: tensorflow-estimator installed (TensorFlow 2.15 and earlier only).
+HAS_ESTIMATOR = importlib.util.find_spec("tensorflow_estimator") is not None
 
 
 def test_activate_replaces_tensorflows_own_names_and_deactivate_restores_every_attribute():
