@@ -104,4 +104,6 @@ def test_tfrs_own_tests_of_its_tpu_layers_run_on_the_engine(tmp_path):
     through_engine = [t for t in tests.values() if t.get("outcome") == "passed" and "TPUEmbedding" in t["objects"]]
     trained = [t for t in through_engine if t["engine_steps"] > 0]
     assert not any("TPUEmbeddingForServing" in t["objects"] for t in tests.values())  # every layer took the TPU path
-    assert len(through_engine) >= 6 and len(trained) >= 3, result.stdout[-3000:]
+    # TensorFlow 2.15.1 + TFRS 0.7.3: 38 of the 66 pass through the engine, 35 of them with engine steps; the 8
+    # failing feed rank-0 inputs or rank-1 sparse inputs, not handled yet (docs/run_unchanged.md, Limits).
+    assert len(through_engine) >= 38 and len(trained) >= 35, result.stdout[-3000:]
