@@ -51,7 +51,15 @@ from typing import Any, Union
 import numpy as np
 
 from ..spec.checks import check_int, fail, is_int
-from .files import created_directories, discard_directory, fsync_directory, not_a_regular_file, safe_stem, write_synced
+from .files import (
+    created_directories,
+    discard_directory,
+    fsync_directory,
+    not_a_regular_file,
+    read_npy_header,
+    safe_stem,
+    write_synced,
+)
 
 State = dict[str, dict[str, np.ndarray]]
 PathLike = Union[str, "os.PathLike[str]"]
@@ -607,15 +615,7 @@ def _check_npy_header(file: Any, file_size: int, entry: dict[str, Any], what: st
     """Checks the `.npy` header of `file` against the manifest entry and the file's size, before the
     array is allocated: a header that claims another shape (or more bytes than the file holds) is refused."""
     try:
-        version = np.lib.format.read_magic(file)
-        if version == (1, 0):
-            shape, _, dtype = np.lib.format.read_array_header_1_0(file)
-        elif version == (2, 0):
-            shape, _, dtype = np.lib.format.read_array_header_2_0(file)
-        else:
-            raise CheckpointError(f"{what}: .npy format version {version} is not one this version reads (1.0, 2.0).")
-    except CheckpointError:
-        raise
+        shape, dtype = read_npy_header(file)
     except (ValueError, EOFError, OSError) as error:
         raise CheckpointError(f"{what} cannot be read safely: its .npy header is not readable ({error}).") from None
     if dtype.hasobject:

@@ -33,6 +33,9 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
 
 __all__ = [
     "fsync_directory",
@@ -43,6 +46,7 @@ __all__ = [
     "safe_stem",
     "not_a_regular_file",
     "created_directories",
+    "read_npy_header",
 ]
 
 
@@ -69,6 +73,24 @@ def not_a_regular_file(path: str) -> str | None:
         if test(mode):
             return name
     return "not a regular file"
+
+
+def read_npy_header(file: Any) -> tuple[tuple[int, ...], Any]:
+    """(shape, dtype) from the `.npy` header at `file`'s position, leaving it at the data's first byte.
+
+    Nothing of the data is read or allocated, so a reader can check the
+    header's claim against the file's size first. numpy's ValueError or
+    EOFError for a header it cannot parse propagates; a format version other
+    than 1.0 or 2.0 is a ValueError too.
+    """
+    version = np.lib.format.read_magic(file)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(file)
+    elif version == (2, 0):
+        shape, _, dtype = np.lib.format.read_array_header_2_0(file)
+    else:
+        raise ValueError(f".npy format version {version} (this version reads 1.0 and 2.0)")
+    return tuple(shape), dtype
 
 
 @contextlib.contextmanager

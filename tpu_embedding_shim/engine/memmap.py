@@ -42,7 +42,7 @@ import numpy as np
 
 from ..spec import OptimizerSpec, RowIdInitializer, TableSpec
 from ..spec.initializers import Constant
-from .files import not_a_regular_file
+from .files import not_a_regular_file, read_npy_header
 
 __all__ = ["open_table", "slot_path", "BLOCK_ROWS"]
 
@@ -65,13 +65,7 @@ def _check_file(path: str, shape: tuple[int, int]) -> None:
         raise ValueError(f"The table file {path!r} is {kind}, not a regular file. Remove it to start a new table.")
     with open(path, "rb") as file:
         try:
-            version = np.lib.format.read_magic(file)
-            if version == (1, 0):
-                found, _, dtype = np.lib.format.read_array_header_1_0(file)
-            elif version == (2, 0):
-                found, _, dtype = np.lib.format.read_array_header_2_0(file)
-            else:
-                raise ValueError(f".npy format version {version}")
+            found, dtype = read_npy_header(file)
         except (ValueError, EOFError, OSError) as error:
             raise ValueError(
                 f"The table file {path!r} is not a readable .npy file ({error}). Remove it to start a new table."
