@@ -78,7 +78,7 @@ def test_bad_arguments():
 
 def test_describe_says_what_each_rank_holds():
     lines = DistributedEngine(spec(pipeline_execution_with_tensor_core=True), SingleProcess(), seed=0).describe()
-    assert lines[0].startswith("Distributed CPU embedding engine: rank 0 of 1 (SingleProcess()), 1 table(s)")
+    assert lines[0].startswith("Distributed CPU embedding engine, rank 0 of 1 (SingleProcess()): 1 table(s)")
     assert "rows per rank [6] (this rank: 6)" in lines[1]
     assert any("pipeline_execution_with_tensor_core" in line for line in lines)
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import CheckpointError, DistributedEngine, Engine, LookupResult, agree, check_batch
+from ..engine import CheckpointError, DistributedEngine, EmbeddingEngine, Engine, LookupResult, agree, check_batch
 from ..spec import FeatureSpec
 from ..spec.checks import is_int
 from . import distribute, lowering, replicas
@@ -169,7 +169,7 @@ class MidLevelBase:
             for (path, config), spec in zip(leaves, self._spec.features)
         ]
         self._engine_spec = dataclasses.replace(self._spec, features=tuple(f.spec for f in self._features))
-        self._engine: Engine | DistributedEngine | None = None
+        self._engine: EmbeddingEngine | None = None
         self._built = False
 
     # Views the TF bridge (tensorflow/_midlevel.py) and TensorFlow-ported tests read ----------------
@@ -190,7 +190,7 @@ class MidLevelBase:
     # without a seed. The TensorFlow bridge sets it from TensorFlow's global seed (tf.random.set_seed).
     initializer_seed: int | None = None
 
-    def _build_engine(self) -> Engine | DistributedEngine:
+    def _build_engine(self) -> EmbeddingEngine:
         """Creates the tables and slots (once), honouring `slot_variable_creation_fn` (collective when replicated).
 
         Replicated (module docstring): a `DistributedEngine` over
@@ -207,9 +207,7 @@ class MidLevelBase:
                 # row slice, as TensorFlow saves mid-level tables under a TPUStrategy; V2's shard view
                 # (`embedding_table_shards`) still follows `self._engine_spec`.
                 spec = dataclasses.replace(self._engine_spec, partition_strategy="div")
-                engine: Engine | DistributedEngine = DistributedEngine(
-                    spec, replicas.world(), seed=self.initializer_seed
-                )
+                engine: EmbeddingEngine = DistributedEngine(spec, replicas.world(), seed=self.initializer_seed)
             else:
                 engine = Engine(self._engine_spec, seed=self.initializer_seed)
             custom = [
@@ -274,7 +272,7 @@ class MidLevelBase:
         return slots
 
     @property
-    def engine(self) -> Engine | DistributedEngine:
+    def engine(self) -> EmbeddingEngine:
         """The CPU engine holding the tables (built on first use, collectively when replicated). Not a
         TensorFlow attribute."""
         return self._build_engine()

@@ -47,6 +47,7 @@ import numpy as np
 from ..spec import EmbeddingSpec, TableSpec
 from . import aligned, fast
 from .checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
+from .interface import describe_spec, warn_clipping_limit
 from .kernels import Kernels, Lookup, NumpyKernels, Update
 from .memmap import open_table
 from .optimizers import apply_update, initial_slots, touches_all_rows
@@ -144,7 +145,7 @@ class Engine:
         self.statistics = None
         if spec.profile_data_directory:
             self.statistics = LookupStatistics(spec.profile_data_directory, spec)
-        self._warn_clipping_limit()
+        warn_clipping_limit(spec)
         for line in self.describe():
             log.info(line)
 
@@ -171,30 +172,8 @@ class Engine:
     def describe(self) -> list[str]:
         """What the engine holds and which TPU behaviours it emulates, one line each."""
         spec = self.spec
-        lines = [
-            f"CPU embedding engine: {len(spec.tables)} table(s), {len(spec.features)} feature(s), "
-            f"{spec.num_shards} shard(s) per table by '{spec.partition_strategy}'."
-        ]
-        for table in spec.tables:
-            optimizer = spec.optimizer_for(table.name)
-            kind = optimizer.kind if optimizer else "none (inference only)"
-            users = ", ".join(f.name for f in spec.features_of(table.name))
-            lines.append(
-                f"  table {table.name}: {table.vocabulary_size} x {table.dim}, combiner {table.combiner}, "
-                f"optimizer {kind}, shard sizes {[s.shape[0] for s in self._tables[table.name].shards]}, "
-                f"features {users}."
-            )
-        if spec.pipeline_execution_with_tensor_core:
-            lines.append(
-                "  emulating pipeline_execution_with_tensor_core: each lookup sees the tables "
-                "before the previous step's update (one step stale)."
-            )
-        if spec.gradient_multiplier_fn is not None:
-            lines.append(
-                "  emulating experimental_gradient_multiplier_fn: activation gradients are scaled by it at every step."
-            )
-        if spec.clipping_limit is not None:
-            lines.append(f"  clipping_limit={spec.clipping_limit} is ignored, as in TensorFlow.")
+        sizes = {name: f"shard sizes {[s.shape[0] for s in table.shards]}" for name, table in self._tables.items()}
+        lines = describe_spec(spec, "CPU embedding engine", sizes)
         lines.append(self.kernels.describe(spec))
         for name, path in self._table_files.items():
             lines.append(f"  table {name}: memory-mapped from {path}.")
@@ -454,18 +433,6 @@ class Engine:
         state, step, manifest = load_checkpoint(resolve_checkpoint(path), spec_structure=self.spec.structure())
         self.load_state(state, step=step)
         return manifest
-
-    def _warn_clipping_limit(self) -> None:
-        """Says that clipping_limit has no effect. Python's warning filters decide how often: by default once
-        per line that builds an engine, every time under `warnings.simplefilter("always")`."""
-        if self.spec.clipping_limit is not None:
-            warnings.warn(
-                f"clipping_limit={self.spec.clipping_limit} has no effect: TensorFlow stores it and never applies "
-                "it, on a TPU too. To clip gradients use the optimizer's clip_gradient_min / clip_gradient_max "
-                "(v2: clipvalue).",
-                UserWarning,
-                stacklevel=3,
-            )
 
 
 def _on_storage(batch: Ragged, table: ShardedTable) -> Ragged:

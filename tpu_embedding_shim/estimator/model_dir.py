@@ -27,7 +27,7 @@ import numpy as np
 
 from ..compat import replicas
 from ..compat.embedding_config_spec import EmbeddingConfigSpec
-from ..engine import DistributedEngine, Engine, agree, write_collectively
+from ..engine import DistributedEngine, EmbeddingEngine, agree, write_collectively
 from ..engine.tf_bundle import SlicedTensor
 from . import checkpoints, replicated
 from .context import TensorCoreColumns
@@ -80,7 +80,7 @@ class ModelState:
                 embedding_config_spec.tensor_core_feature_columns or (),
                 tables=[t.name for t in embedding_config_spec.to_spec().tables],
             )
-        self.engine: Engine | DistributedEngine | None = None
+        self.engine: EmbeddingEngine | None = None
         self.step = 0  # the global step when there is no engine
         self.dense_state = DenseState()
         self.loaded_step: int | None = None  # the step of the checkpoint the state was restored from or saved as

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..compat import replicas
-from ..engine import DistributedEngine, Engine, agree
+from ..engine import DistributedEngine, EmbeddingEngine, Engine, agree
 from ..engine.tf_bundle import acquire_writer, release_writer
 from ..spec import EmbeddingSpec
 
@@ -83,7 +83,7 @@ def common_seed(seed: int | None) -> int | None:
     return int(replicas.world().bcast_object(drawn))
 
 
-def new_engine(spec: EmbeddingSpec, seed: int | None) -> Engine | DistributedEngine:
+def new_engine(spec: EmbeddingSpec, seed: int | None) -> EmbeddingEngine:
     """`Engine(spec)` in one process; under N replicas a `DistributedEngine` over them."""
     if replicas.num_replicas() == 1:
         return Engine(spec, seed=seed)

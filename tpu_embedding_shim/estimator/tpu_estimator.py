@@ -26,7 +26,7 @@ from typing import Any
 
 from ..compat import replicas
 from ..compat.embedding_config_spec import EmbeddingConfigSpec
-from ..engine import DistributedEngine, Engine
+from ..engine import EmbeddingEngine
 from . import predictions as prediction_batches
 from . import replicated, tf_graphs
 from .announce import announce
@@ -185,7 +185,7 @@ class TPUEstimator:
         return self._state.global_step
 
     @property
-    def engine(self) -> Engine | DistributedEngine | None:
+    def engine(self) -> EmbeddingEngine | None:
         """The embedding engine (built, or restored from the latest checkpoint, on first use)."""
         self._ensure_state(ModeKeys.TRAIN)
         return self._state.engine

@@ -58,6 +58,7 @@ import numpy as np
 
 from ...spec import EmbeddingSpec, FeatureSpec
 from ..engine import LookupResult, initial_table
+from ..interface import describe_spec, warn_clipping_limit
 from ..kernels import Lookup, NumpyKernels
 from ..lookup import pooled_coefficients
 from ..optimizers import apply_update, initial_slots, touches_all_rows
@@ -178,6 +179,7 @@ class DistributedEngine:
         self._pooled = [f for f in spec.features if self.pooling == "owner" and not f.is_sequence]
         self._exact = [f for f in spec.features if f.name not in {p.name for p in self._pooled}]
         if self.rank == 0:
+            warn_clipping_limit(spec)
             self._warn_unsupported()
         for line in self.describe():
             log.info(line)
@@ -222,10 +224,6 @@ class DistributedEngine:
             self._slots[table.name] = initial_slots(self.spec.optimizer_for(table.name), mine.shape)
 
     def _warn_unsupported(self) -> None:
-        if self.spec.clipping_limit is not None:
-            warnings.warn(
-                f"clipping_limit={self.spec.clipping_limit} has no effect, as in TensorFlow.", UserWarning, stacklevel=3
-            )
         if self.spec.profile_data_directory:
             warnings.warn(
                 "profile_data_directory: the distributed engine records no lookup statistics yet.",
@@ -238,28 +236,12 @@ class DistributedEngine:
     def describe(self) -> list[str]:
         """What this rank holds and which TPU behaviours it emulates, one line each."""
         spec = self.spec
-        lines = [
-            f"Distributed CPU embedding engine: rank {self.rank} of {self.world_size} ({self.comm!r}), "
-            f"{len(spec.tables)} table(s), {len(spec.features)} feature(s), {spec.num_shards} shard(s) per table "
-            f"by '{spec.partition_strategy}', {spec.num_shards // self.world_size} per rank."
-        ]
-        for table in spec.tables:
-            optimizer = spec.optimizer_for(table.name)
-            kind = optimizer.kind if optimizer else "none (inference only)"
-            lines.append(
-                f"  table {table.name}: {table.vocabulary_size} x {table.dim}, combiner {table.combiner}, "
-                f"optimizer {kind}, rows per rank {self._owners[table.name].sizes} "
-                f"(this rank: {self._tables[table.name].shape[0]})."
-            )
-        if spec.pipeline_execution_with_tensor_core:
-            lines.append(
-                "  emulating pipeline_execution_with_tensor_core: each lookup sees the tables "
-                "before the previous step's update (one step stale)."
-            )
-        if spec.gradient_multiplier_fn is not None:
-            lines.append("  emulating experimental_gradient_multiplier_fn: activation gradients are scaled by it.")
-        if spec.clipping_limit is not None:
-            lines.append(f"  clipping_limit={spec.clipping_limit} is ignored, as in TensorFlow.")
+        placements = {
+            name: f"rows per rank {self._owners[name].sizes} (this rank: {rows.shape[0]})"
+            for name, rows in self._tables.items()
+        }
+        engine = f"Distributed CPU embedding engine, rank {self.rank} of {self.world_size} ({self.comm!r})"
+        lines = describe_spec(spec, engine, placements, f", {spec.num_shards // self.world_size} per rank")
         if self.pooling == "owner":
             lines.append(
                 "  pooling: owner (owners send partial sums of the pooled features; activations equal one "
