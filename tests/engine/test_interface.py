@@ -30,9 +30,10 @@ def test_both_engines_implement_the_interface_with_its_signatures():
         for name in MEMBERS:
             declared = getattr(EmbeddingEngine, name)
             if callable(declared):
-                assert list(inspect.signature(getattr(engine, name)).parameters) == list(
-                    inspect.signature(declared).parameters
-                )[1:], (type(engine).__name__, name)
+                assert (
+                    list(inspect.signature(getattr(engine, name)).parameters)
+                    == list(inspect.signature(declared).parameters)[1:]
+                ), (type(engine).__name__, name)
 
 
 @pytest.mark.parametrize("make", [lambda: Engine(SPEC), lambda: DistributedEngine(SPEC, SingleProcess())])

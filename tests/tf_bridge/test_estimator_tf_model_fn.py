@@ -12,6 +12,8 @@ Runs where TensorFlow is installed (a separate venv):
     python -m pytest tests/tf_bridge/test_estimator_tf_model_fn.py -q
 """
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as real_tf
@@ -457,3 +459,108 @@ class _CallableModel:
 )
 def test_the_runner_tells_a_tensorflow_model_fn_from_a_numpy_one(model_fn, expected):
     assert tf_bridge.uses_tensorflow(model_fn) is expected
+
+
+def _fixed_model_fn(column):
+    """A TensorFlow model_fn of fixed initial values: `Dense(1)` of a constant kernel over the column, SGD(0.1)."""
+    tf = shim_tf
+
+    def model_fn(features, labels, mode, params):
+        dense = tf.keras.layers.Dense(1, kernel_initializer=tf.compat.v1.constant_initializer(0.1))
+        logits = tf.squeeze(dense(tf.keras.layers.DenseFeatures([column])(features)), -1)
+        loss = tf.reduce_mean(tf.square(logits - labels))
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, tf.compat.v1.train.get_global_step())
+        return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    return model_fn
+
+
+def _deep_3(column):
+    return _fixed_model_fn(column)
+
+
+def _deep_2(features, labels, mode, params, column):
+    return _deep_3(column)(features, labels, mode, params)
+
+
+def _deep_1(*args, column):
+    return _deep_2(*args, column)
+
+
+@needs_keras_2
+def test_a_tensorflow_model_fn_the_rule_cannot_see_runs_when_stated_and_the_choice_is_logged(tmp_path, caplog):
+    """The rule looks three calls deep: a model_fn that reaches TensorFlow deeper runs as TensorFlow when
+    `dense_framework='tensorflow'` says so, and trains as the same model_fn read directly."""
+    tf = shim_tf
+    column = tf.tpu.experimental.embedding_column(
+        tf.feature_column.categorical_column_with_identity("user", V),
+        D,
+        initializer=tf.compat.v1.constant_initializer(TABLE),
+    )
+    hidden = functools.partial(_deep_1, column=column)
+
+    def model_fn(features, labels, mode, params):
+        return hidden(features, labels, mode, params)
+
+    assert tf_bridge.tensorflow_read_by(model_fn) is None
+    assert tf_bridge.tensorflow_read_by(_fixed_model_fn(column)) == "`tf` in _fixed_model_fn.<locals>.model_fn"
+    features, labels = examples(B)
+    tables = []
+    with caplog.at_level("INFO", logger="tpu_embedding_shim"):
+        for name, fn, stated in (("stated", model_fn, "tensorflow"), ("direct", _fixed_model_fn(column), "auto")):
+            tpu = tf.compat.v1.estimator.tpu
+            estimator = tpu.TPUEstimator(
+                model_fn=fn,
+                config=tpu.RunConfig(model_dir=str(tmp_path / name), tf_random_seed=1),
+                train_batch_size=B,
+                embedding_config_spec=tpu.experimental.EmbeddingConfigSpec(
+                    feature_columns=[column], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
+                ),
+                dense_framework=stated,
+            )
+            estimator.train(make_input_fn({"user": features["user"]}, labels), steps=2)
+            tables.append(estimator.engine.table(estimator.engine.spec.tables[0].name))
+    logged = [r.getMessage() for r in caplog.records if "dense part runs as" in r.getMessage()]
+    assert logged == [
+        "TPUEstimator: the model_fn's dense part runs as a TensorFlow graph (dense_framework='tensorflow').",
+        "TPUEstimator: the model_fn's dense part runs as a TensorFlow graph (dense_framework='auto': it reads "
+        "TensorFlow (`tf` in _fixed_model_fn.<locals>.model_fn)).",
+    ]
+    assert not np.array_equal(tables[0], TABLE)
+    np.testing.assert_allclose(tables[0], tables[1], rtol=1e-6)
+
+
+@needs_keras_2
+def test_tf_random_seed_seeds_the_graph_as_tensorflows_estimator_does(tmp_path):
+    """Two runs with one `tf_random_seed` start from the same dense weights (a `tf.compat.v1.get_variable` of
+    TensorFlow's default random initializer), so they train to the same tables; another seed does not."""
+    tf = shim_tf
+    column = tf.tpu.experimental.embedding_column(
+        tf.feature_column.categorical_column_with_identity("user", V),
+        D,
+        initializer=tf.compat.v1.constant_initializer(TABLE),
+    )
+
+    def model_fn(features, labels, mode, params):
+        weights = tf.compat.v1.get_variable("w", [D, 1])
+        logits = tf.squeeze(tf.matmul(tf.keras.layers.DenseFeatures([column])(features), weights), -1)
+        loss = tf.reduce_mean(tf.square(logits - labels))
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, tf.compat.v1.train.get_global_step())
+        return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    features, labels = examples(B)
+    tables = []
+    for run, seed in (("a", 7), ("b", 7), ("c", 8)):
+        tpu = tf.compat.v1.estimator.tpu
+        estimator = tpu.TPUEstimator(
+            model_fn=model_fn,
+            config=tpu.RunConfig(model_dir=str(tmp_path / run), tf_random_seed=seed),
+            train_batch_size=B,
+            embedding_config_spec=tpu.experimental.EmbeddingConfigSpec(
+                feature_columns=[column], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
+            ),
+        )
+        estimator.train(make_input_fn({"user": features["user"]}, labels), steps=2)
+        tables.append(estimator.engine.table(estimator.engine.spec.tables[0].name))
+    np.testing.assert_array_equal(tables[0], tables[1])
+    assert not np.array_equal(tables[0], tables[2])

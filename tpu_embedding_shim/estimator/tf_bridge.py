@@ -50,7 +50,15 @@ from ..compat.tensors import RaggedTensor, SparseTensor
 from .tf_data import numpy_elements
 from .tf_run import FixedRun
 
-__all__ = ["uses_tensorflow", "as_batches", "input_batches", "GraphLayers", "GraphScope", "GraphModel"]
+__all__ = [
+    "uses_tensorflow",
+    "tensorflow_read_by",
+    "as_batches",
+    "input_batches",
+    "GraphLayers",
+    "GraphScope",
+    "GraphModel",
+]
 
 _TF_MODULES = ("tensorflow", "tf_keras", "keras", "tpu_embedding_shim.tensorflow")
 
@@ -68,17 +76,18 @@ def _is_tf_object(value: Any) -> bool:
     return any(module == m or module.startswith(m + ".") for m in _TF_MODULES)
 
 
-def uses_tensorflow(fn: Any, depth: int = 3) -> bool:
-    """Whether `fn` (or a function it names, `depth` calls deep) reads a TensorFlow module or function."""
+def tensorflow_read_by(fn: Any, depth: int = 3) -> str | None:
+    """Where `fn` (or a function it names, `depth` calls deep) reads a TensorFlow module or function, as
+    "`name` in function" (the first found); None when it reads none."""
     seen = set()
 
-    def visit(f: Any, level: int) -> bool:
+    def visit(f: Any, level: int) -> str | None:
         f = inspect.unwrap(getattr(f, "func", f))  # functools.partial, decorators
         if not hasattr(f, "__code__") and callable(f):
             f = f.__call__  # a callable object: its __call__ method
         code = getattr(f, "__code__", None)
         if code is None or id(code) in seen:
-            return False
+            return None
         seen.add(id(code))
         names = set(code.co_names)
         for const in code.co_consts:  # nested functions (metric_fn inside model_fn)
@@ -91,17 +100,24 @@ def uses_tensorflow(fn: Any, depth: int = 3) -> bool:
             except ValueError:
                 continue
             names.add(cell_name)
-        for name in names:
+        for name in sorted(names):
             value = scope.get(name)
             if value is None:
                 continue
             if _is_tf_module(value) or (callable(value) and _is_tf_object(value)):
-                return True
-            if level < depth and inspect.isfunction(value) and visit(value, level + 1):
-                return True
-        return False
+                return f"`{name}` in {getattr(f, '__qualname__', code.co_name)}"
+            if level < depth and inspect.isfunction(value):
+                found = visit(value, level + 1)
+                if found is not None:
+                    return found
+        return None
 
     return visit(fn, 0)
+
+
+def uses_tensorflow(fn: Any, depth: int = 3) -> bool:
+    """Whether `fn` (or a function it names, `depth` calls deep) reads a TensorFlow module or function."""
+    return tensorflow_read_by(fn, depth) is not None
 
 
 # input_fn results --------------------------------------------------------------------------------
@@ -427,6 +443,9 @@ class GraphModel:
       labels: the first step's.
       scope: the first step's `LookupScope`.
       dense_state: where the variables' values come from and go to.
+      seed: the graph's random seed (`RunConfig.tf_random_seed`), as
+        TensorFlow's Estimator sets it on each graph it builds: the dense
+        variables' initial values are then the same on every run.
     """
 
     def __init__(
@@ -437,12 +456,14 @@ class GraphModel:
         labels: Any,
         scope: LookupScope,
         dense_state: Any,
+        seed: int | None = None,
     ):
         self.mode = mode
         self.graph = tf.Graph()
         self._metric_values: dict[str, Any] = {}
         self._metric_updates: list[Any] = []
         with self.graph.as_default():
+            tf.compat.v1.random.set_random_seed(seed)
             self.global_step = tf.compat.v1.train.get_or_create_global_step()
             graph_features, self._feature_feeds = _graph_inputs(features, "features")
             graph_labels, self._label_feeds = _graph_inputs(labels, "labels")

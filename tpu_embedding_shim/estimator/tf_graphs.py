@@ -1,7 +1,9 @@
 """A TensorFlow model_fn in TPUEstimator: one graph per running train / evaluate / predict, and its export.
 
-When TensorFlow is imported and the model_fn reads it (`uses_tensorflow`),
-TPUEstimator runs it through the TensorFlow bridge: the model_fn builds a
+A TensorFlow model_fn is one the user says is (`dense_framework=
+"tensorflow"`) or, by default, one that reads TensorFlow while TensorFlow is
+imported (`DENSE_FRAMEWORKS`). TPUEstimator runs it through the TensorFlow
+bridge: the model_fn builds a
 graph at the first batch of a call (tf_bridge.py's `GraphModel`), each
 batch then runs in that graph, and the graph ends with the call (a training
 graph first copies its variables into the dense state). `export` writes its
@@ -14,6 +16,8 @@ on this path.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import logging
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +27,36 @@ from .context import TensorCoreColumns
 from .export import ServedTables
 from .model_fn import ModeKeys
 
-__all__ = ["TFGraphs", "input_batches", "eager_when_tensorflow", "check_export", "export"]
+__all__ = [
+    "DENSE_FRAMEWORKS",
+    "check_dense_framework",
+    "TFGraphs",
+    "input_batches",
+    "eager_when_tensorflow",
+    "check_export",
+    "export",
+]
+
+log = logging.getLogger("tpu_embedding_shim")
+
+DENSE_FRAMEWORKS = {
+    "auto": "TensorFlow when TensorFlow is imported and the model_fn, or a function it calls up to three calls "
+    "deep, reads a TensorFlow module or function; else Python",
+    "tensorflow": "the model_fn builds a TensorFlow graph once per call, and each batch runs in it",
+    "python": "the model_fn runs on each batch as Python code on numpy values (numpy, PyTorch, ...)",
+}
+
+
+def check_dense_framework(value: Any) -> str:
+    """`dense_framework` checked: one of `DENSE_FRAMEWORKS`; 'tensorflow' needs TensorFlow installed."""
+    if not isinstance(value, str) or value not in DENSE_FRAMEWORKS:
+        raise ValueError(f"Argument `dense_framework` must be one of {list(DENSE_FRAMEWORKS)}. Received: {value!r}.")
+    if value == "tensorflow" and "tensorflow" not in sys.modules and importlib.util.find_spec("tensorflow") is None:
+        raise ImportError(
+            "dense_framework='tensorflow' runs the model_fn in a TensorFlow graph, and TensorFlow is not installed: "
+            "pip install -e '.[tensorflow]' in the checkout (docs/tensorflow_estimator.md)."
+        )
+    return value
 
 
 def input_batches(call_input_fn: Callable[[], Any]) -> Any:
@@ -57,17 +90,36 @@ def _refuse_tensor_core(tensor_core: TensorCoreColumns | None, what: str) -> Non
 class TFGraphs:
     """The graphs of a TensorFlow model_fn, by mode: one per running train / evaluate / predict call."""
 
-    def __init__(self) -> None:
+    def __init__(self, dense_framework: str = "auto", seed: int | None = None) -> None:
         self._graphs: dict[str, Any] = {}
-        self._uses_tensorflow: bool | None = None
+        self._seed = seed  # each graph's random seed: RunConfig.tf_random_seed
+        self._dense_framework = dense_framework
+        self._uses_tensorflow: bool | None = None  # decided (once TensorFlow is imported, or stated)
+        self._logged: bool | None = None
 
     def uses_tensorflow(self, model_fn: Any) -> bool:
-        """Whether `model_fn` is TensorFlow code: TensorFlow is imported and the model_fn reads it (asked once)."""
-        if self._uses_tensorflow is None and "tensorflow" in sys.modules:
+        """Whether `model_fn` runs as TensorFlow code (`DENSE_FRAMEWORKS`), logged at INFO with the reason when
+        first asked (and again if it changes: 'auto' decides once TensorFlow is imported)."""
+        if self._uses_tensorflow is not None:
+            return self._uses_tensorflow
+        chosen, reason = self._dense_framework, f"dense_framework={self._dense_framework!r}"
+        if chosen == "auto" and "tensorflow" not in sys.modules:
+            chosen, reason = "python", f"{reason}: TensorFlow is not imported"
+        elif chosen == "auto":
             from . import tf_bridge
 
-            self._uses_tensorflow = tf_bridge.uses_tensorflow(model_fn)
-        return bool(self._uses_tensorflow)
+            found = tf_bridge.tensorflow_read_by(model_fn)
+            chosen = "python" if found is None else "tensorflow"
+            reason += f": it reads TensorFlow ({found})" if found else ": it reads no TensorFlow module or function"
+            self._uses_tensorflow = chosen == "tensorflow"
+        else:
+            self._uses_tensorflow = chosen == "tensorflow"
+        uses = chosen == "tensorflow"
+        if self._logged is not uses:
+            self._logged = uses
+            what = "a TensorFlow graph" if uses else "Python on numpy values"
+            log.info("TPUEstimator: the model_fn's dense part runs as %s (%s).", what, reason)
+        return uses
 
     def get(
         self,
@@ -85,7 +137,7 @@ class TFGraphs:
             _refuse_tensor_core(tensor_core, "is not supported yet")
             from . import tf_bridge
 
-            graph = tf_bridge.GraphModel(mode, call, features, labels, scope, dense_state)
+            graph = tf_bridge.GraphModel(mode, call, features, labels, scope, dense_state, self._seed)
             self._graphs[mode] = graph
         return graph
 

@@ -87,6 +87,13 @@ class TPUEstimator:
         fresh). See docs/checkpoints.md.
       embedding_config_spec: the `EmbeddingConfigSpec`.
       export_saved_model_api_version: 1 or 2 (checked, as in TensorFlow).
+      dense_framework: how the model_fn's dense part runs (not in
+        TensorFlow, whose TPUEstimator runs TensorFlow code only): 'auto'
+        (the default) runs it as a TensorFlow graph when TensorFlow is
+        imported and the model_fn reads it (up to three calls deep), else as
+        Python; 'tensorflow' or 'python' say which. The choice and its reason
+        are logged at INFO at the first batch. See
+        docs/tensorflow_estimator.md.
     """
 
     def __init__(
@@ -106,7 +113,10 @@ class TPUEstimator:
         warm_start_from=None,
         embedding_config_spec=None,
         export_saved_model_api_version=ExportSavedModelApiVersion.V1,
+        *,
+        dense_framework="auto",
     ):
+        dense_framework = tf_graphs.check_dense_framework(dense_framework)
         batch_sizes = (train_batch_size, eval_batch_size, predict_batch_size)
         use_tpu = check_constructor(
             model_fn, config, params, use_tpu, batch_sizes, embedding_config_spec, export_saved_model_api_version
@@ -145,7 +155,7 @@ class TPUEstimator:
         self._uses_engine = self._state.uses_engine
         self._announced = False
         self.progress: bool | None = None  # default for train/evaluate/predict(progress=None)
-        self._tf = tf_graphs.TFGraphs()  # a TensorFlow model_fn's graphs (tf_graphs.py)
+        self._tf = tf_graphs.TFGraphs(dense_framework, config.tf_random_seed)  # a TF model_fn's graphs
         self._steps = Steps(  # one batch through the model (steps.py)
             self._call_model_fn,
             self._state,
@@ -264,7 +274,7 @@ class TPUEstimator:
         return call_model_fn(self._model_fn, features, labels, mode, params, self.config)
 
     def _uses_tf(self) -> bool:
-        """Whether the model_fn is TensorFlow code: TensorFlow is imported and the model_fn reads it."""
+        """Whether the model_fn runs as TensorFlow code (`dense_framework`)."""
         return self._tf.uses_tensorflow(self._model_fn)
 
     def _train_step(self, features: Any, labels: Any) -> float:
