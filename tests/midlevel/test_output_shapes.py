@@ -472,6 +472,50 @@ def test_bad_multi_dimensional_inputs_are_value_errors(ids, weights, match):
     assert not embedding._queue
 
 
+# TensorFlow's TPUEmbedding (tensorflow/python/tpu/tpu_embedding_v2.py) refuses a rank-0 dense input in `build`
+# (`_get_output_shapes_from_input_shapes`) and `enqueue` (`_get_input_shape_for_tensor`), and a rank-1 sparse one in
+# `enqueue` (`_get_input_shape_for_sparse_tensor`): a Keras layer built from a rank-1 sparse `tf.keras.Input` builds,
+# then its first call is refused. The messages are TensorFlow's, with the fix.
+
+
+def test_a_rank_0_build_shape_is_refused_as_on_a_tpu_and_builds_nothing():
+    embedding = E.TPUEmbedding({"f": E.FeatureConfig(table=make_table("sum"))}, optimizer=E.SGD(0.1))
+    message = (
+        r"^Received input tensor of shape \(\)\. Rank must be 1 and above \(input f\)\. Each input is a batch: "
+        r"give dense ids of shape \[B\] or \[B, 1\], one id per example\.$"
+    )
+    with pytest.raises(ValueError, match=message):
+        embedding.build(per_replica_input_shapes={"f": []})
+    assert embedding._engine is None
+    embedding.build(per_replica_input_shapes={"f": [4]})  # the batch the message asks for
+    assert embedding._output_shapes == [(4,)]
+
+
+def test_a_rank_1_sparse_input_is_refused_after_a_rank_1_build_as_a_keras_layer_meets_it():
+    embedding = E.TPUEmbedding({"f": E.FeatureConfig(table=make_table("sum"))}, optimizer=E.SGD(0.1))
+    embedding.build(per_replica_input_shapes={"f": [4]})  # a sparse tf.keras.Input(batch_size=4, shape=())
+    rank_1 = sparse([[0], [2]], [1, 5], [4])
+    refusal = r"^Only rank 2 and above sparse tensor is supported, find rank 1 sparse "
+    with pytest.raises(ValueError, match=refusal) as e:
+        embedding.enqueue({"f": rank_1})
+    assert "for input f. Give a SparseTensor of shape [B, N]" in str(e.value)
+    assert not embedding._queue and embedding.engine.global_step == 0
+    # The fix the message gives: one id per example, in its own row -> the [4] output shape built.
+    embedding.enqueue({"f": sparse([[0, 0], [2, 0]], [1, 5], [4, 1])})
+    out = embedding.dequeue()["f"]
+    np.testing.assert_array_equal(out, np.stack([random_table()[1], np.zeros(D), random_table()[5], np.zeros(D)]))
+
+
+def test_a_rank_0_dense_input_is_refused_with_the_fix():
+    embedding = E.TPUEmbedding({"f": E.FeatureConfig(table=make_table("sum"))}, optimizer=E.SGD(0.1))
+    with pytest.raises(ValueError, match=r"^Only rank 1 and above dense tensor is supported, find rank 0 ") as e:
+        embedding.enqueue({"f": np.array(3)})
+    fix = "for input f. Each input is a batch: give dense ids of shape [B] or [B, 1], one id per example."
+    assert str(e.value).endswith(fix)
+    embedding.enqueue({"f": np.array([3])})
+    np.testing.assert_array_equal(embedding.dequeue()["f"], random_table()[[3]])
+
+
 def test_two_ids_at_one_position_of_a_per_position_sparse_input_are_a_value_error():
     config = {"f": E.FeatureConfig(table=make_table("sum"), output_shape=[2, 2])}
     repeated = sparse([[0, 1], [0, 1]], [1, 2], [2, 3])

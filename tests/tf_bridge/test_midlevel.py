@@ -361,6 +361,75 @@ def test_bad_enqueues_are_tensorflows_errors_and_change_nothing(case, in_functio
     assert embedding.dequeue()["f"].numpy()[:, 0].tolist() == [1.0, 2.0]  # the earlier batch, still the next one
 
 
+def tensorflows_refusal(check):
+    """The message of one of TensorFlow's own TPU shape checks, run on its `TPUEmbedding` made on the CPU (the
+    checks read static shapes only, so they need no TPU)."""
+    embedding = real_tf.tpu.experimental.embedding
+    config = {"f": embedding.FeatureConfig(table=embedding.TableConfig(vocabulary_size=8, dim=2))}
+    with pytest.raises(ValueError) as error:
+        check(embedding.TPUEmbedding(config, embedding.SGD(0.1)), config["f"])
+    return str(error.value)
+
+
+def rank_1_sparse():
+    return real_tf.SparseTensor([[0]], real_tf.constant([1], real_tf.int64), [2])
+
+
+RANK_REFUSALS = [  # name, TensorFlow's check on its own object, the same input given to the project's object
+    (
+        "build, shape []",
+        lambda tf_object, feature: tf_object._get_output_shapes_from_input_shapes([real_tf.TensorShape([])]),
+        lambda embedding: embedding.build(per_replica_input_shapes={"f": real_tf.TensorShape([])}),
+    ),
+    (
+        "enqueue, dense rank 0",
+        lambda tf_object, feature: tf_object._get_input_shape_for_tensor(real_tf.constant(3), feature, True, "f"),
+        lambda embedding: embedding.enqueue({"f": real_tf.constant(3)}),
+    ),
+    (
+        "enqueue, sparse rank 1",
+        lambda tf_object, feature: tf_object._get_input_shape_for_sparse_tensor(rank_1_sparse(), feature, True, "f"),
+        lambda embedding: embedding.enqueue({"f": rank_1_sparse()}),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", RANK_REFUSALS, ids=[c[0] for c in RANK_REFUSALS])
+def test_rank_0_dense_and_rank_1_sparse_inputs_are_refused_with_tensorflows_tpu_messages(case):
+    """TensorFlow's TPUEmbedding refuses these in `build` / `enqueue` on a TPU; the project's message starts with
+    TensorFlow's own (its fix follows), and nothing is built or queued."""
+    _, tensorflows_check, ours = case
+    expected = tensorflows_refusal(tensorflows_check)
+    with tf.distribute.TPUStrategy().scope():
+        embedding = E.TPUEmbedding(feature_config={"f": E.FeatureConfig(table=row_ids(E))}, optimizer=E.SGD(1.0))
+    with pytest.raises(ValueError) as error:
+        ours(embedding)
+    assert str(error.value).startswith(expected.rstrip(".")), (str(error.value), expected)
+    assert "Each input is a batch" in str(error.value) or "Give a SparseTensor of shape [B, N]" in str(error.value)
+    assert embedding._embedding._engine is None and not embedding._embedding._queue  # nothing built or queued
+
+
+def test_serving_refuses_rank_0_and_rank_1_sparse_inputs_as_training_does_where_tensorflows_cpu_lookup_takes_them():
+    """docs/mid_level_api.md, CPU serving: TensorFlow's serving lookup gives one [dim] vector for each (the id, or
+    every id of the tensor combined); serving here keeps the training path's rules."""
+    tf_embedding = real_tf.tpu.experimental.embedding
+    tf_table = tf_embedding.TableConfig(vocabulary_size=8, dim=2, combiner="sum")
+    values = np.arange(16, dtype=np.float32).reshape(8, 2)
+    rank_1 = real_tf.SparseTensor([[0], [2]], real_tf.constant([1, 5], real_tf.int64), [4])
+    tensorflows = tf_embedding.serving_embedding_lookup(
+        {"d": real_tf.constant(3), "s": rank_1},
+        None,
+        {tf_table: real_tf.Variable(values)},
+        {"d": tf_embedding.FeatureConfig(table=tf_table), "s": tf_embedding.FeatureConfig(table=tf_table)},
+    )
+    assert tensorflows["d"].numpy().tolist() == values[3].tolist()
+    assert tensorflows["s"].numpy().tolist() == (values[1] + values[5]).tolist()
+    table = E.TableConfig(vocabulary_size=8, dim=2, combiner="sum")
+    for inputs, message in [(real_tf.constant(3), "rank 1 and above"), (rank_1, "rank 2 and above")]:
+        with pytest.raises(ValueError, match=message):
+            E.serving_embedding_lookup({"f": inputs}, None, {table: values}, {"f": E.FeatureConfig(table=table)})
+
+
 @pytest.mark.parametrize("in_function", [True, False], ids=["tf.function", "eager"])
 def test_weights_for_a_dense_input_and_bad_gradients_are_value_errors(in_function):
     table = row_ids(E)

@@ -18,6 +18,11 @@ and `TPUEmbeddingForServing` apply them):
   sparse input must have that many outputs (`_resolve_output_shape`).
 - weights have the type of their ids (sparse with sparse, ragged with
   ragged); another type is a `ValueError`.
+- a rank-0 dense input (a `build()` shape `[]` too) and a rank-1
+  `SparseTensor` are `ValueError`s, as TensorFlow's `TPUEmbedding` refuses
+  them on a TPU. TensorFlow's CPU serving lookup takes them (one `[D]`
+  vector: the id, or all the ids combined); serving here keeps the
+  training path's rules and refuses them too.
 - a list of unequal-length lists is read as a `RaggedTensor` (a CPU
   convenience; TensorFlow would need `tf.ragged.constant`).
 
@@ -52,6 +57,15 @@ __all__ = [
     "shapes_match",
     "tf_shape_check_skipped",
 ]
+
+
+# TensorFlow's TPUEmbedding refuses a rank-0 dense input and a rank-1 SparseTensor on a TPU (its `build` and
+# `enqueue` shape checks); the fixes, added to its messages:
+_BATCH_OF_DENSE_IDS = "Each input is a batch: give dense ids of shape [B] or [B, 1], one id per example."
+_BATCH_OF_SPARSE_IDS = (
+    "Give a SparseTensor of shape [B, N], the ids of example b in row b (tf.sparse.expand_dims(ids, -1) makes "
+    "one id per example; for Keras, tf.keras.Input(shape=(None,), sparse=True))."
+)
 
 
 def _is_ragged_lists(x: Any) -> bool:
@@ -291,7 +305,8 @@ def convert_input(
         shape = [int(s) for s in np.asarray(ids.dense_shape).reshape(-1)]
         if len(shape) < 2:
             raise ValueError(
-                f"Only rank 2 and above sparse tensor is supported, find rank {len(shape)} sparse tensor for {where}."
+                f"Only rank 2 and above sparse tensor is supported, find rank {len(shape)} sparse tensor for {where}. "
+                f"{_BATCH_OF_SPARSE_IDS}"
             )
         if weight is not None and not is_sparse(weight):
             raise ValueError(
@@ -341,7 +356,8 @@ def convert_input(
     array = np.asarray(ids)
     if array.ndim < 1:
         raise ValueError(
-            f"Only rank 1 and above dense tensor is supported, find rank {array.ndim} sparse tensor for {where}."
+            f"Only rank 1 and above dense tensor is supported, find rank {array.ndim} sparse tensor for {where}. "
+            f"{_BATCH_OF_DENSE_IDS}"
         )
     if array.ndim > 1 and array.shape[-1] != 1:
         raise ValueError(
@@ -436,8 +452,9 @@ def output_shape_of_input_shape(shape: Any, config: v2_utils.FeatureConfig, path
     feature's rank-2 shape `[B, N]` (N != 1) gives `[B, max_sequence_length]`.
     """
     dims = _shape_sizes(shape, path)
-    if len(dims) < 1:
-        raise ValueError(f"Received input tensor of shape {dims} at path {path_string(path)}. Rank must be 1 and above")
+    if len(dims) < 1:  # TensorFlow prints the shape as a TensorShape: "()"
+        where = f" (input {path_string(path)})" if path else ""
+        raise ValueError(f"Received input tensor of shape (). Rank must be 1 and above{where}. {_BATCH_OF_DENSE_IDS}")
     if len(dims) == 2 and dims[-1] != 1 and config.max_sequence_length > 0 and config.output_shape is None:
         dims = [dims[0], config.max_sequence_length, dims[1]]
     return tuple(dims) if len(dims) == 1 else tuple(dims[:-1])

@@ -15,6 +15,9 @@ serving lookup differs from its TPU lookup in places; ours does not:
   `FeatureConfig.output_shape`) are the training path's: TensorFlow's
   serving lookup applies `output_shape` to ragged inputs only, and keeps
   a dense input's trailing 1 (`[B, T, 1, dim]`);
+- a rank-0 dense input and a rank-1 `SparseTensor` are `ValueError`s, as
+  in training (TensorFlow's serving lookup gives one `[dim]` vector for
+  each: the id, or all the tensor's ids combined);
 - negative ids are dropped on every input type (and, with
   `validate_weights_and_indices=True`, non-positive weights for `mean` and
   `sqrtn`), as in training; TensorFlow's serving ragged path keeps them.

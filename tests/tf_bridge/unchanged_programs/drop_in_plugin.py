@@ -3,7 +3,8 @@
 `python -m pytest -p tests.tf_bridge.unchanged_programs.drop_in_plugin ...`
 with `DROP_IN_REPORT=<file>`: the mode is on before any test module is
 imported; at the end the file holds, per test, how many of the project's
-mid-level objects it made and the engine steps they took.
+mid-level objects it made, the engine steps they took and, for a failed
+test, the exception's message.
 
 With `DROP_IN_TPU_SCOPE=1` each test runs inside the scope of the stand-in
 `tf.distribute.TPUStrategy`, as a test harness runs such tests on a TPU:
@@ -58,6 +59,9 @@ def pytest_runtest_call(item):
 def pytest_runtest_logreport(report):
     if report.when == "call" and report.nodeid in _per_test:
         _per_test[report.nodeid]["outcome"] = report.outcome
+        if report.failed:  # the exception's message, as pytest's summary line gives it
+            crash = getattr(report.longrepr, "reprcrash", None)
+            _per_test[report.nodeid]["error"] = crash.message if crash is not None else str(report.longrepr)
 
 
 def pytest_sessionfinish(session):
