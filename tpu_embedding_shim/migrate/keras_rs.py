@@ -43,6 +43,7 @@ from .codegen import header, literal
 from .convert import make_row
 from .options import Option
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
+from .runtime import embedded
 from .source import Source
 
 __all__ = ["NAME", "TITLE", "SLOTS", "map_option", "weights", "code", "build", "notes"]
@@ -248,38 +249,6 @@ def _optimizer_code(source: Source, table: str) -> str:
     return f"optimizer={cls}({', '.join(arguments)}),"
 
 
-_SET_STATE = '''
-
-def set_sparsecore_state(layer, weights):
-    """On SparseCore: sets the tables' optimizer slots and the layer's step counter to the weights'.
-
-    keras-rs 0.4.0 has no API for them: this uses the layer's private `_table_and_slot_variables` and
-    `_iterations`, as its own `set_embedding_tables` does for the tables. On default_device there is
-    nothing to set: the model's optimizer trains those tables and keeps its own state.
-    """
-    if "sparsecore" not in layer._placement_to_path_to_feature_config:
-        return
-    import jax
-    from jax_tpu_embedding.sparsecore.lib.nn import embedding, table_stacking
-
-    config = layer._config
-    num_shards = config.mesh.devices.size * config.num_sc_per_device
-    specs = embedding.get_table_specs(config.feature_specs)
-    slots = {}
-    for name, spec in specs.items():
-        initializers = spec.optimizer.slot_variables_initializers()
-        if initializers:
-            arrays = (np.asarray(weights[f"{name}/{field}"]) for field in initializers._fields)
-            slots[name] = type(initializers)(*arrays)
-    stacked = table_stacking.stack_and_shard_tables({name: specs[name] for name in slots}, slots, num_shards)
-    for stack, values in stacked.items():
-        for variable, value in zip(layer._table_and_slot_variables[stack].slot, values):
-            value = jax.device_put(value.reshape((-1, value.shape[-1])), layer._sparsecore_layout.backend_layout)
-            variable.assign(value)
-    layer._iterations.assign(float(STEP))
-'''
-
-
 def code(source: Source) -> str:
     imports: list[str] = []
     rates = jte.learning_rates_code(source, imports)
@@ -362,7 +331,9 @@ def code(source: Source) -> str:
         "    layer.set_embedding_tables({name: np.asarray(weights[name]) for name in TABLES})",
         "    set_sparsecore_state(layer, weights)",
         "    return layer",
-        *_SET_STATE.rstrip().splitlines(),
+        "",
+        "",
+        *embedded("keras_rs_model").splitlines(),
     ]
     return "\n".join(lines) + "\n"
 

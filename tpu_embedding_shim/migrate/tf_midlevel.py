@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,6 +43,8 @@ from .migration import Migration, write_npz
 from .options import Option
 from .progress import ProgressLine
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
+from .runtime import embedded
+from .runtime.tf_midlevel_model import _StepCounter
 from .source import Source
 
 NAME = "tf-midlevel"
@@ -274,19 +275,6 @@ def _optimizer_row(option: Option, optimizer: OptimizerSpec | None, source: Sour
 
 
 # The configs ---------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class _StepCounter:
-    """A v2 zero-argument learning rate from a function of the step: called once per apply_gradients."""
-
-    function: Callable[[int], float]
-    step: int
-
-    def __call__(self) -> float:
-        value = self.function(self.step)
-        self.step += 1
-        return value
 
 
 def _arguments(optimizer: OptimizerSpec, step: int) -> dict[str, Any]:
@@ -522,20 +510,6 @@ def code(source: Source) -> str:
         "    status.assert_existing_objects_matched()",
         "    return embedding",
     ]
-    counter = [
-        "",
-        "",
-        "class _StepCounter:",
-        '    """A v2 learning rate (no argument) from a function of the step: called once per apply_gradients."""',
-        "",
-        "    def __init__(self, function, start):",
-        "        self.function, self.step = function, start",
-        "",
-        "    def __call__(self):",
-        "        value = self.function(self.step)",
-        "        self.step += 1",
-        "        return value",
-    ]
     top = header(
         f"TensorFlow mid-level TPU embedding configs ({len(spec.tables)} tables), with their trained state.",
         source.origin,
@@ -553,7 +527,7 @@ def code(source: Source) -> str:
         f'CHECKPOINT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "{CHECKPOINT_DIR}", "ckpt-1")',
     ]
     if any("_StepCounter" in line for line in body):
-        lines += counter
+        lines += ["", "", *embedded("tf_midlevel_model").splitlines()]
     return "\n".join(lines + body) + "\n"
 
 
