@@ -41,12 +41,13 @@ import numpy as np
 from ..spec import AdamSpec, OptimizerSpec, SGDSpec
 from ..spec import initializers as spec_initializers
 from .codegen import header, importable_name, literal
-from .convert import make_row
+from .convert import Target, make_row
 from .options import Option
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
 from .source import Source
 
 __all__ = [
+    "TARGET",
     "NAME",
     "TITLE",
     "SLOTS",
@@ -680,3 +681,6 @@ def notes(source: Source) -> list[str]:
             "refuses; convert with batch_size=... (CLI --batch-size) or set GLOBAL_BATCH_SIZE in model.py."
         )
     return out
+
+
+TARGET = Target(name=NAME, title=TITLE, map_option=map_option, weights=weights, code=code, build=build, notes=notes)

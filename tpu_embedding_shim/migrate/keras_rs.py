@@ -40,13 +40,13 @@ from ..spec import AdagradSpec, AdamSpec, OptimizerSpec
 from ..spec import initializers as spec_initializers
 from . import jax_tpu_embedding as jte
 from .codegen import header, literal
-from .convert import make_row
+from .convert import Target, make_row
 from .options import Option
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
 from .runtime import embedded
 from .source import Source
 
-__all__ = ["NAME", "TITLE", "SLOTS", "map_option", "weights", "code", "build", "notes"]
+__all__ = ["TARGET", "NAME", "TITLE", "SLOTS", "map_option", "weights", "code", "build", "notes"]
 
 NAME = "keras-rs"
 TITLE = "keras-rs 0.4.0 (DistributedEmbedding, Keras 3 on JAX)"
@@ -374,3 +374,6 @@ def notes(source: Source) -> list[str]:
             "accepts; SparseCore needs it: convert with batch_size=... (CLI --batch-size) or set GLOBAL_BATCH_SIZE."
         )
     return out
+
+
+TARGET = Target(name=NAME, title=TITLE, map_option=map_option, weights=weights, code=code, build=build, notes=notes)

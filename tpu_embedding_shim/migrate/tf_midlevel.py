@@ -38,7 +38,7 @@ from ..compat.train import Checkpoint
 from ..spec import OptimizerSpec
 from ..spec import initializers as spec_initializers
 from .codegen import header, importable_name, literal
-from .convert import make_row
+from .convert import Target, make_row
 from .migration import Migration, write_npz
 from .options import Option
 from .progress import ProgressLine
@@ -538,4 +538,16 @@ def notes(source: Source) -> list[str]:
     ]
 
 
-__all__ = ["NAME", "TITLE", "map_option", "build", "weights", "write_weights", "code", "notes"]
+__all__ = ["TARGET", "NAME", "TITLE", "map_option", "build", "weights", "write_weights", "code", "notes"]
+
+
+TARGET = Target(
+    name=NAME,
+    title=TITLE,
+    map_option=map_option,
+    weights=weights,
+    code=code,
+    build=build,
+    notes=notes,
+    write_weights=write_weights,
+)

@@ -54,7 +54,7 @@ import numpy as np
 from ..spec import AdamSpec, TableSpec
 from ..spec import initializers as spec_initializers
 from .codegen import header, importable_name, literal
-from .convert import make_row
+from .convert import Target, make_row
 from .options import Option
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
 from .runtime import embedded
@@ -752,3 +752,6 @@ def build(source: Source) -> types.ModuleType:
     namespace["WEIGHTS"] = weights(source)
     namespace["embeddings"] = namespace["build"](namespace["WEIGHTS"])
     return module
+
+
+TARGET = Target(name=NAME, title=TITLE, map_option=map_option, weights=weights, code=code, build=build, notes=notes)
