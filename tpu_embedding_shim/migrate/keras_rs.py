@@ -31,15 +31,15 @@ ids and [B, L] float32 weights; a padding entry gets weight 0 (keras-rs
 from __future__ import annotations
 
 import importlib.util
-import inspect
 from typing import Any
 
 import numpy as np
 
 from ..spec import AdagradSpec, AdamSpec, OptimizerSpec
 from ..spec import initializers as spec_initializers
+from . import codegen
 from . import jax_tpu_embedding as jte
-from .codegen import header, literal
+from .codegen import LOAD_WEIGHTS, header, initializer_call, literal, weights_constants
 from .convert import Target, make_row
 from .options import Option
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
@@ -195,14 +195,6 @@ def weights(source: Source) -> dict[str, np.ndarray]:
 
 # The code ------------------------------------------------------------------------------------------
 
-_INITIALIZERS = {
-    spec_initializers.TruncatedNormal: ("TruncatedNormal", ("mean", "stddev")),
-    spec_initializers.RandomNormal: ("RandomNormal", ("mean", "stddev")),
-    spec_initializers.RandomUniform: ("RandomUniform", ("minval", "maxval")),
-    spec_initializers.Zeros: ("Zeros", ()),
-    spec_initializers.Ones: ("Ones", ()),
-}
-
 
 def _keras_initializer(initializer: Any, dim: int) -> str | None:
     """keras.initializers source of the same distribution, or None."""
@@ -210,12 +202,7 @@ def _keras_initializer(initializer: Any, dim: int) -> str | None:
         initializer = spec_initializers.default_table_initializer(dim)
     if isinstance(initializer, spec_initializers.Constant) and isinstance(initializer.value, float):
         return f"keras.initializers.Constant({literal(initializer.value)})"
-    known = _INITIALIZERS.get(type(initializer))
-    if known is None:
-        return None
-    name, fields = known
-    arguments = ", ".join(f"{f}={literal(float(getattr(initializer, f)))}" for f in fields)
-    return f"keras.initializers.{name}({arguments})"
+    return initializer_call(initializer, "keras.initializers")
 
 
 def _optimizer_code(source: Source, table: str) -> str:
@@ -252,7 +239,6 @@ def _optimizer_code(source: Source, table: str) -> str:
 def code(source: Source) -> str:
     imports: list[str] = []
     rates = jte.learning_rates_code(source, imports)
-    batch = "None" if source.batch_size is None else str(source.batch_size)
     tables = [t.name for t in source.tables]
     lines = header(
         f"keras-rs DistributedEmbedding ({len(tables)} tables) and its weights (keras-rs 0.4.0, JAX backend).",
@@ -273,16 +259,13 @@ def code(source: Source) -> str:
         "import numpy as np",
         *sorted(set(imports)),
         "",
-        'WEIGHTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights.npz")',
-        f"GLOBAL_BATCH_SIZE = {batch}  # the global batch (all replicas); TF's config does not carry it",
-        f"STEP = {source.step}  # the weights' global step",
+        *weights_constants(source),
         f"TABLES = {tables!r}",
         "",
         *rates,
         *jte.vocabularies_code(source),
     ]
-    if any((o := source.optimizer_for(t.name)) is not None and o.kind == "adam" for t in source.spec.tables):
-        lines += ["", "", *inspect.getsource(jte.adam_learning_rate).rstrip().splitlines()]
+    lines += jte.adam_code(source)
     lines += [
         "",
         "",
@@ -290,41 +273,27 @@ def code(source: Source) -> str:
         '    """{feature: FeatureConfig}; features of one table share its TableConfig, which sets its optimizer',
         '    explicitly (keras-rs defaults to Adam)."""',
     ]
-    variables = {}
-    for index, table in enumerate(source.tables):
-        variables[table.name] = f"table_{index}"
-        initializer = _keras_initializer(table.initializer, table.dim)
-        placement = "default_device" if source.is_tensor_core(table.name) else "auto"
-        lines += [
-            f"    table_{index} = keras_rs.layers.TableConfig(",
-            f"        name={table.name!r},",
-            f"        vocabulary_size={table.vocabulary_size},",
-            f"        embedding_dim={table.dim},",
-            f"        initializer={initializer or repr('zeros')},"
-            + ("" if initializer else "  # TF's initializer has no Keras equivalent: the weights carry the table"),
-            f"        {_optimizer_code(source, table.name)}",
-            f"        combiner={table.combiner!r},",
-            f"        placement={placement!r},",
-            "    )",
-        ]
-    lines.append("    return {")
-    for feature in source.features:
-        dim = source.table(feature.table).dim
-        lines.append(
-            f"        {feature.name!r}: keras_rs.layers.FeatureConfig(name={feature.name!r}, "
-            f"table={variables[feature.table]}, input_shape=(GLOBAL_BATCH_SIZE, None), "
-            f"output_shape=(GLOBAL_BATCH_SIZE, {dim})),"
+    variables = codegen.table_variables(source.tables)
+    for table in source.tables:
+        initializer = (_keras_initializer(table.initializer, table.dim), repr("zeros"), "Keras")
+        placement = f"placement={'default_device' if source.is_tensor_core(table.name) else 'auto'!r},"
+        call = "keras_rs.layers.TableConfig"
+        lines += codegen.sparsecore_table_lines(
+            variables[table.name], call, table, initializer, _optimizer_code(source, table.name), placement
         )
+    lines += codegen.feature_lines(
+        source,
+        source.features,
+        "{name!r}: keras_rs.layers.FeatureConfig(name={name!r}, table={variable}, input_shape=(GLOBAL_BATCH_SIZE, "
+        "None), output_shape=(GLOBAL_BATCH_SIZE, {dim}))",
+    )
     update_stats = source.spec.profile_data_directory is not None
     lines += [
-        "    }",
         "",
         "",
         "def build_layer(weights=None, learning_rates=LEARNING_RATES):",
         '    """The DistributedEmbedding, built and loaded with the weights (a mapping, default: weights.npz)."""',
-        "    if weights is None:",
-        "        with np.load(WEIGHTS) as stored:",
-        "            weights = dict(stored)",
+        *LOAD_WEIGHTS,
         "    features = feature_configs(learning_rates)",
         f"    layer = keras_rs.layers.DistributedEmbedding(features{', update_stats=True' if update_stats else ''})",
         "    layer.build({name: feature.input_shape for name, feature in features.items()})",
