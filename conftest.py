@@ -10,6 +10,7 @@ them skip with a reason naming the extra:
 - `tpu_embedding_shim.tensorflow`, `estimator/tf_bridge.py` (with `tf_run.py` and `tf_data.py`),
   `estimator/tf_serving.py`, `movielens/model_tf.py`, docs/tensorflow_bridge.md and docs/run_unchanged.md need
   TensorFlow (the `tensorflow` extra; tests/tf_bridge runs the pages where it is installed);
+- `migrate/runtime/torchrec_model.py` (the code a generated TorchRec model.py runs) needs torchrec;
 - the fast kernels in `engine/fast/` need numba (the `fast` extra);
   `engine/fast/__init__.py` itself imports nothing optional and is kept.
 """
@@ -25,6 +26,8 @@ collect_ignore_glob = ["tests/fixtures/*"]
 collect_ignore_glob.append("tests/tf_bridge/unchanged_programs/*")
 if importlib.util.find_spec("torch") is None:
     collect_ignore.append("tpu_embedding_shim/estimator/torch_bridge.py")
+if importlib.util.find_spec("torch") is None or importlib.util.find_spec("torchrec") is None:
+    collect_ignore.append("tpu_embedding_shim/migrate/runtime/torchrec_model.py")
 if importlib.util.find_spec("tensorflow") is None:
     collect_ignore_glob.append("tpu_embedding_shim/tensorflow/*")
     collect_ignore.append("docs/tensorflow_bridge.md")

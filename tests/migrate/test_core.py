@@ -27,12 +27,16 @@ from tpu_embedding_shim.migrate import (
     load_source,
     migrate,
     resolve_object,
+    to_keras_rs,
     to_tf_midlevel,
+    to_torchrec,
 )
 from tpu_embedding_shim.migrate import options as options_module
 from tpu_embedding_shim.migrate.migration import MARKER_FILE, Migration
-from tpu_embedding_shim.spec import EmbeddingSpec, FeatureSpec, TableSpec
+from tpu_embedding_shim.migrate.runtime import MARKER, embedded
+from tpu_embedding_shim.spec import EmbeddingSpec, FeatureSpec, SGDSpec, TableSpec
 
+from .models import _learning_rate as _rate_of_step
 from .models import every_optimizer_spec, every_option_config, movielens_config, small_spec
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tf_checkpoints"
@@ -269,3 +273,27 @@ def test_cli_usage_errors_exit_2():
 def test_the_movielens_config_is_read():
     source = load_source(movielens_config())
     assert len(source.tables) == 7 and source.spec.feature("history").max_sequence_length == 20
+
+
+# The generated programs' runtime modules ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("module", "migrate_to"),
+    [
+        ("torchrec_model", lambda: to_torchrec(small_spec())),
+        ("keras_rs_model", lambda: to_keras_rs(small_spec())),
+        ("tf_midlevel_model", lambda: to_tf_midlevel(small_spec(optimizer=SGDSpec(learning_rate=_rate_of_step)))),
+    ],
+)
+def test_each_runtime_module_is_embedded_whole_in_its_generated_program(module, migrate_to):
+    text = embedded(module)
+    assert text.strip() and MARKER not in text  # the module's text after its marker line, nothing of its head
+    code = migrate_to().code
+    assert text in code
+    compile(code, "model.py", "exec")
+
+
+def test_a_runtime_module_without_its_marker_line_is_refused():
+    with pytest.raises(ValueError, match='has no line "# model.py\'s text from here on."'):
+        embedded("__init__")

@@ -37,6 +37,7 @@ __all__ = [
     "to_tf_midlevel",
     "migrate",
     "Migration",
+    "ProgressLine",
     "Report",
     "Row",
     "LossyMigrationError",
@@ -52,28 +53,18 @@ TARGETS = {"torchrec": "torchrec", "keras-rs": "keras_rs", "jax": "jax_tpu_embed
 """The CLI's `--to` value -> the module of this package that converts to it."""
 
 
-def migrate(
-    to: str,
-    config: Any,
-    checkpoint: str | os.PathLike | None = None,
-    *,
-    allow_lossy: bool = False,
-    seed: int = 0,
-    batch_size: int | None = None,
-    progress: ProgressLine | None = None,
-) -> Migration:
+def migrate(to: str, config: Any, checkpoint: str | os.PathLike | None = None, **options: Any) -> Migration:
     """Migrates `config` to the target `to` (one of `TARGETS`); the `to_*` functions call this.
 
-    `progress`: the command line's progress line (None: nothing is shown).
+    `options` are `convert`'s: `allow_lossy`, `seed`, `batch_size` and `progress` (the command line's progress
+    line; None: nothing is shown).
     """
     from .convert import convert
 
     if to not in TARGETS:
         raise ValueError(f"Argument `to` must be one of {sorted(TARGETS)}. Received: to={to!r}.")
-    target = importlib.import_module(f"{__name__}.{TARGETS[to]}")
-    return convert(
-        target, config, checkpoint, allow_lossy=allow_lossy, seed=seed, batch_size=batch_size, progress=progress
-    )
+    module = importlib.import_module(f"{__name__}.{TARGETS[to]}")
+    return convert(module.TARGET, config, checkpoint, **options)
 
 
 def to_torchrec(config: Any, checkpoint: Any = None, **options: Any) -> Migration:

@@ -3,10 +3,41 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["importable_name", "literal", "header"]
+from ..spec import FeatureSpec, TableSpec
+from ..spec import initializers as spec_initializers
+from .source import Source
+
+__all__ = [
+    "importable_name",
+    "literal",
+    "header",
+    "call_lines",
+    "initializer_call",
+    "weights_constants",
+    "LOAD_WEIGHTS",
+    "table_variables",
+    "sparsecore_table_lines",
+    "feature_lines",
+]
+
+LOAD_WEIGHTS = [
+    "    if weights is None:",
+    "        with np.load(WEIGHTS) as stored:",
+    "            weights = dict(stored)",
+]
+"""A generated function's first lines: `weights` (a mapping) defaults to weights.npz beside model.py."""
+
+_INITIALIZERS = {
+    spec_initializers.TruncatedNormal: ("TruncatedNormal", ("mean", "stddev")),
+    spec_initializers.RandomNormal: ("RandomNormal", ("mean", "stddev")),
+    spec_initializers.RandomUniform: ("RandomUniform", ("minval", "maxval")),
+    spec_initializers.Zeros: ("Zeros", ()),
+    spec_initializers.Ones: ("Ones", ()),
+}
+"""Initializer -> the Keras / TensorFlow class of the same distribution and the fields it takes."""
 
 
 def importable_name(function: Callable[..., Any]) -> tuple[str, str] | None:
@@ -54,4 +85,64 @@ def header(title: str, origin: str, lines: list[str]) -> list[str]:
         "See report.md: every option of the source and how it maps here.",
         '"""',
         "",
+    ]
+
+
+def call_lines(variable: str, call: str, arguments: list[str], indent: str = "") -> list[str]:
+    """`variable = call(`, one argument a line (`arguments` hold each line's text, comma and comment), `)`."""
+    return [f"{indent}{variable} = {call}(", *(f"{indent}    {argument}" for argument in arguments), f"{indent})"]
+
+
+def table_variables(tables: Sequence[TableSpec]) -> dict[str, str]:
+    """table -> the generated code's variable holding its config (`table_<index>`), in the order of `tables`."""
+    return {table.name: f"table_{index}" for index, table in enumerate(tables)}
+
+
+def sparsecore_table_lines(
+    variable: str, call: str, table: TableSpec, initializer: tuple[str | None, str, str], optimizer: str, *extra: str
+) -> list[str]:
+    """A SparseCore table's config (jax-tpu-embedding's `TableSpec`, keras-rs' `TableConfig`) in `feature_specs()`:
+    `initializer` is (its code or None, the code written for None, the library it has no equivalent in); `extra`, the
+    target's own arguments."""
+    code, fallback, library = initializer
+    comment = "" if code else f"  # TF's initializer has no {library} equivalent: the weights carry the table"
+    arguments = [
+        f"name={table.name!r},",
+        f"vocabulary_size={table.vocabulary_size},",
+        f"embedding_dim={table.dim},",
+        f"initializer={code or fallback},{comment}",
+        optimizer,
+        f"combiner={table.combiner!r},",
+        *extra,
+    ]
+    return call_lines(variable, call, arguments, indent="    ")
+
+
+def feature_lines(source: Source, features: Sequence[FeatureSpec], template: str) -> list[str]:
+    """`    return {` the features' configs `}`: `template` formats each from its `name`, its table's `variable`
+    and its `dim`."""
+    variables = table_variables(source.tables)
+    entries = [
+        template.format(name=f.name, variable=variables[f.table], dim=source.table(f.table).dim) for f in features
+    ]
+    return ["    return {", *(f"        {entry}," for entry in entries), "    }"]
+
+
+def initializer_call(initializer: Any, namespace: str) -> str | None:
+    """`<namespace>.<Class>(...)` of a Keras / TensorFlow initializer of the same distribution, else None."""
+    known = _INITIALIZERS.get(type(initializer))
+    if known is None:
+        return None
+    name, fields = known
+    arguments = ", ".join(f"{f}={literal(float(getattr(initializer, f)))}" for f in fields)
+    return f"{namespace}.{name}({arguments})"
+
+
+def weights_constants(source: Source) -> list[str]:
+    """`WEIGHTS` (weights.npz beside model.py), `GLOBAL_BATCH_SIZE` and `STEP` of a SparseCore model.py."""
+    batch = "None" if source.batch_size is None else str(source.batch_size)
+    return [
+        'WEIGHTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights.npz")',
+        f"GLOBAL_BATCH_SIZE = {batch}  # the global batch (all replicas); TF's config does not carry it",
+        f"STEP = {source.step}  # the weights' global step",
     ]

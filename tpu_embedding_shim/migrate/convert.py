@@ -1,36 +1,53 @@
 """One migration, whatever the target: read the source, map every option, refuse a lossy one, convert.
 
-A target is a module of this package with:
-
-- `NAME` (the CLI's `--to` value) and `TITLE` (the library and version the
-  mapping was written against);
-- `map_option(option, source) -> Row`: one report row for every `Option`
-  but those that change nothing anywhere (`common_row`: an unset option, and
-  `clipping_limit`, which TensorFlow never applies);
-- `weights(source) -> dict[str, np.ndarray]`: tables and optimizer state
-  under the target's names and in its layout;
-- `code(source) -> str`: Python source that builds the target's config and
-  loads the weights;
-- `build(source)`: the target's config objects, made with its library
-  (ImportError when the library is not installed);
-- optionally `notes(source) -> list[str]` for the report, and
-  `write_weights(migration, directory, progress) -> list[str]` when the weights go
-  in a format of the target's own rather than `weights.npz`.
+A target is a module of this package that ends with `TARGET = Target(...)`:
+what each target supplies (its names, its report rows, its weights, its code,
+its config objects), typed, so that mypy checks every target against it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from types import ModuleType
+from collections.abc import Callable
 from typing import Any
 
-from .migration import Migration
+import numpy as np
+
+from .migration import Migration, write_npz_weights
 from .options import Option, options
 from .progress import ProgressLine
 from .report import EXACT, Report, Row
 from .source import Source, load_source
 
-__all__ = ["convert", "make_row", "common_row", "report_for"]
+__all__ = ["Target", "convert", "make_row", "common_row", "report_for"]
+
+
+def _no_notes(source: Source) -> list[str]:
+    return []
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Target:
+    """What converts a `Source` to one library; each target module ends with `TARGET = Target(...)`."""
+
+    name: str
+    """The CLI's `--to` value."""
+    title: str
+    """The library and version the mapping was written against."""
+    map_option: Callable[[Option, Source], Row]
+    """One report row for every `Option` but those that change nothing anywhere (`common_row`: an unset option,
+    and `clipping_limit`, which TensorFlow never applies)."""
+    weights: Callable[[Source], dict[str, np.ndarray]]
+    """Tables and optimizer state under the target's names and in its layout."""
+    code: Callable[[Source], str]
+    """Python source that builds the target's config and loads the weights."""
+    build: Callable[[Source], Any]
+    """The target's config objects, made with its library (ImportError when it is not installed)."""
+    notes: Callable[[Source], list[str]] = _no_notes
+    """Notes for the report, after the source's."""
+    write_weights: Callable[..., list[str]] = write_npz_weights
+    """`(migration, directory, progress) -> names written`: `weights.npz`, or a format of the target's own."""
 
 
 def make_row(option: Option, status: str, target: str = "", how: str = "") -> Row:
@@ -47,20 +64,20 @@ def common_row(option: Option) -> Row | None:
     return None
 
 
-def report_for(target: ModuleType, source: Source) -> Report:
+def report_for(target: Target, source: Source) -> Report:
     """Every option of `source` mapped by `target`, as a report."""
     rows = []
     for option in options(source):
         row = common_row(option) or target.map_option(option, source)
         if (row.where, row.option) != (option.where, option.name):
-            raise AssertionError(f"{target.NAME}: map_option({option.where} / {option.name}) answered another option")
+            raise AssertionError(f"{target.name}: map_option({option.where} / {option.name}) answered another option")
         rows.append(row)
-    notes = list(source.notes) + list(getattr(target, "notes", lambda s: [])(source))
-    return Report(target.TITLE, source.describe(), tuple(rows), tuple(notes))
+    notes = list(source.notes) + target.notes(source)
+    return Report(target.title, source.describe(), tuple(rows), tuple(notes))
 
 
 def convert(
-    target: ModuleType,
+    target: Target,
     config: Any,
     checkpoint: str | os.PathLike | None = None,
     *,
@@ -80,13 +97,12 @@ def convert(
     source = load_source(config, checkpoint, seed=seed, batch_size=batch_size)
     report = report_for(target, source)
     report.check(allow_lossy=allow_lossy)
-    show(f"converting {len(source.tables)} tables to {target.NAME}'s layout")
+    show(f"converting {len(source.tables)} tables to {target.name}'s layout")
     weights = target.weights(source)
     code = target.code(source)
-    show(f"building {target.NAME}'s configs")
+    show(f"building {target.name}'s configs")
     try:
         built, missing = target.build(source), None
     except ImportError as error:
-        built, missing = None, f"{target.TITLE} is not installed here ({error}); `code` builds the config."
-    extra = {"write_weights": target.write_weights} if hasattr(target, "write_weights") else {}
-    return Migration(target.NAME, built, code, weights, report, source.step, missing, **extra)
+        built, missing = None, f"{target.title} is not installed here ({error}); `code` builds the config."
+    return Migration(target.name, built, code, weights, report, source.step, missing, target.write_weights)

@@ -40,13 +40,23 @@ import numpy as np
 
 from ..spec import AdamSpec, OptimizerSpec, SGDSpec
 from ..spec import initializers as spec_initializers
-from .codegen import header, importable_name, literal
-from .convert import make_row
+from .codegen import (
+    LOAD_WEIGHTS,
+    feature_lines,
+    header,
+    importable_name,
+    literal,
+    sparsecore_table_lines,
+    table_variables,
+    weights_constants,
+)
+from .convert import Target, make_row
 from .options import Option
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
 from .source import Source
 
 __all__ = [
+    "TARGET",
     "NAME",
     "TITLE",
     "SLOTS",
@@ -463,6 +473,13 @@ def _jax_initializer(initializer: Any, dim: int) -> str | None:
     return None
 
 
+def adam_code(source: Source) -> list[str]:
+    """`adam_learning_rate`'s definition when a table trains with Adam (its learning rate calls it), else nothing."""
+    if not any((o := source.optimizer_for(t.name)) is not None and o.kind == "adam" for t in source.spec.tables):
+        return []
+    return ["", "", *inspect.getsource(adam_learning_rate).rstrip().splitlines()]
+
+
 def learning_rates(source: Source) -> dict[str, Any]:
     """table -> TF's learning rate (a number or the function itself), for tables with an optimizer."""
     out = {}
@@ -517,7 +534,6 @@ def code(source: Source) -> str:
     spec = source.spec
     imports: list[str] = []
     rates = learning_rates_code(source, imports)
-    batch = "None" if source.batch_size is None else str(source.batch_size)
     lines = header(
         f"jax-tpu-embedding specs ({len(spec.tables)} SparseCore tables) and their weights (jax-tpu-embedding 0.1.0).",
         source.origin,
@@ -536,9 +552,7 @@ def code(source: Source) -> str:
         "from jax_tpu_embedding.sparsecore.lib.nn import embedding, embedding_spec, table_stacking",
         *sorted(set(imports)),
         "",
-        'WEIGHTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights.npz")',
-        f"GLOBAL_BATCH_SIZE = {batch}  # the global batch (all replicas); TF's config does not carry it",
-        f"STEP = {source.step}  # the weights' global step",
+        *weights_constants(source),
         "",
         *rates,
     ]
@@ -555,45 +569,30 @@ def code(source: Source) -> str:
             "}",
         ]
     lines += vocabularies_code(source)
-    if any((o := source.optimizer_for(t.name)) is not None and o.kind == "adam" for t in spec.tables):
-        lines += ["", "", *inspect.getsource(adam_learning_rate).rstrip().splitlines()]
+    lines += adam_code(source)
     lines += [
         "",
         "",
         "def feature_specs(learning_rates=LEARNING_RATES):",
         '    """{feature: FeatureSpec}; features of one table share its TableSpec (every table has its optimizer)."""',
     ]
-    variables = {}
-    for index, table in enumerate(spec.tables):
-        variables[table.name] = f"table_{index}"
-        initializer = _jax_initializer(table.initializer, table.dim)
-        lines += [
-            f"    table_{index} = embedding_spec.TableSpec(",
-            f"        name={table.name!r},",
-            f"        vocabulary_size={table.vocabulary_size},",
-            f"        embedding_dim={table.dim},",
-            f"        initializer={initializer or 'jax.nn.initializers.zeros'},"
-            + ("" if initializer else "  # TF's initializer has no jax equivalent: the weights carry the table"),
-            f"        optimizer={_optimizer_code(source.optimizer_for(table.name), table.name)}",
-            f"        combiner={table.combiner!r},",
-            "    )",
-        ]
-    lines.append("    return {")
-    for feature in spec.features:
-        dim = spec.table(feature.table).dim
-        lines.append(
-            f"        {feature.name!r}: embedding_spec.FeatureSpec(name={feature.name!r}, "
-            f"table_spec={variables[feature.table]}, input_shape=[GLOBAL_BATCH_SIZE], "
-            f"output_shape=[GLOBAL_BATCH_SIZE, {dim}]),"
-        )
-    lines += ["    }", ""]
+    variables = table_variables(spec.tables)
+    for table in spec.tables:
+        initializer = (_jax_initializer(table.initializer, table.dim), "jax.nn.initializers.zeros", "jax")
+        argument = f"optimizer={_optimizer_code(source.optimizer_for(table.name), table.name)}"
+        lines += sparsecore_table_lines(variables[table.name], "embedding_spec.TableSpec", table, initializer, argument)
+    lines += feature_lines(
+        source,
+        spec.features,
+        "{name!r}: embedding_spec.FeatureSpec(name={name!r}, table_spec={variable}, input_shape=[GLOBAL_BATCH_SIZE], "
+        "output_shape=[GLOBAL_BATCH_SIZE, {dim}])",
+    )
     lines += [
+        "",
         "",
         "def embedding_variables(weights=None):",
         '    """{table: EmbeddingVariables(table, slot)}: whole tables and slots in id order, TF\'s values."""',
-        "    if weights is None:",
-        "        with np.load(WEIGHTS) as stored:",
-        "            weights = dict(stored)",
+        *LOAD_WEIGHTS,
         "    return {",
     ]
     for table in spec.tables:
@@ -611,9 +610,7 @@ def code(source: Source) -> str:
         "",
         "def tensor_core_tables(weights=None):",
         '    """{table: [V, D] array}: TF\'s tensor-core tables; the model looks them up and trains them."""',
-        "    if weights is None:",
-        "        with np.load(WEIGHTS) as stored:",
-        "            weights = dict(stored)",
+        *LOAD_WEIGHTS,
         f"    return {{name: weights[name] for name in {[t.name for t in source.tensor_core_tables]!r}}}",
         "",
         "",
@@ -680,3 +677,6 @@ def notes(source: Source) -> list[str]:
             "refuses; convert with batch_size=... (CLI --batch-size) or set GLOBAL_BATCH_SIZE in model.py."
         )
     return out
+
+
+TARGET = Target(name=NAME, title=TITLE, map_option=map_option, weights=weights, code=code, build=build, notes=notes)

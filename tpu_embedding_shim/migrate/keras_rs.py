@@ -31,21 +31,22 @@ ids and [B, L] float32 weights; a padding entry gets weight 0 (keras-rs
 from __future__ import annotations
 
 import importlib.util
-import inspect
 from typing import Any
 
 import numpy as np
 
 from ..spec import AdagradSpec, AdamSpec, OptimizerSpec
 from ..spec import initializers as spec_initializers
+from . import codegen
 from . import jax_tpu_embedding as jte
-from .codegen import header, literal
-from .convert import make_row
+from .codegen import LOAD_WEIGHTS, header, initializer_call, literal, weights_constants
+from .convert import Target, make_row
 from .options import Option
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
+from .runtime import embedded
 from .source import Source
 
-__all__ = ["NAME", "TITLE", "SLOTS", "map_option", "weights", "code", "build", "notes"]
+__all__ = ["TARGET", "NAME", "TITLE", "SLOTS", "map_option", "weights", "code", "build", "notes"]
 
 NAME = "keras-rs"
 TITLE = "keras-rs 0.4.0 (DistributedEmbedding, Keras 3 on JAX)"
@@ -194,14 +195,6 @@ def weights(source: Source) -> dict[str, np.ndarray]:
 
 # The code ------------------------------------------------------------------------------------------
 
-_INITIALIZERS = {
-    spec_initializers.TruncatedNormal: ("TruncatedNormal", ("mean", "stddev")),
-    spec_initializers.RandomNormal: ("RandomNormal", ("mean", "stddev")),
-    spec_initializers.RandomUniform: ("RandomUniform", ("minval", "maxval")),
-    spec_initializers.Zeros: ("Zeros", ()),
-    spec_initializers.Ones: ("Ones", ()),
-}
-
 
 def _keras_initializer(initializer: Any, dim: int) -> str | None:
     """keras.initializers source of the same distribution, or None."""
@@ -209,12 +202,7 @@ def _keras_initializer(initializer: Any, dim: int) -> str | None:
         initializer = spec_initializers.default_table_initializer(dim)
     if isinstance(initializer, spec_initializers.Constant) and isinstance(initializer.value, float):
         return f"keras.initializers.Constant({literal(initializer.value)})"
-    known = _INITIALIZERS.get(type(initializer))
-    if known is None:
-        return None
-    name, fields = known
-    arguments = ", ".join(f"{f}={literal(float(getattr(initializer, f)))}" for f in fields)
-    return f"keras.initializers.{name}({arguments})"
+    return initializer_call(initializer, "keras.initializers")
 
 
 def _optimizer_code(source: Source, table: str) -> str:
@@ -248,42 +236,9 @@ def _optimizer_code(source: Source, table: str) -> str:
     return f"optimizer={cls}({', '.join(arguments)}),"
 
 
-_SET_STATE = '''
-
-def set_sparsecore_state(layer, weights):
-    """On SparseCore: sets the tables' optimizer slots and the layer's step counter to the weights'.
-
-    keras-rs 0.4.0 has no API for them: this uses the layer's private `_table_and_slot_variables` and
-    `_iterations`, as its own `set_embedding_tables` does for the tables. On default_device there is
-    nothing to set: the model's optimizer trains those tables and keeps its own state.
-    """
-    if "sparsecore" not in layer._placement_to_path_to_feature_config:
-        return
-    import jax
-    from jax_tpu_embedding.sparsecore.lib.nn import embedding, table_stacking
-
-    config = layer._config
-    num_shards = config.mesh.devices.size * config.num_sc_per_device
-    specs = embedding.get_table_specs(config.feature_specs)
-    slots = {}
-    for name, spec in specs.items():
-        initializers = spec.optimizer.slot_variables_initializers()
-        if initializers:
-            arrays = (np.asarray(weights[f"{name}/{field}"]) for field in initializers._fields)
-            slots[name] = type(initializers)(*arrays)
-    stacked = table_stacking.stack_and_shard_tables({name: specs[name] for name in slots}, slots, num_shards)
-    for stack, values in stacked.items():
-        for variable, value in zip(layer._table_and_slot_variables[stack].slot, values):
-            value = jax.device_put(value.reshape((-1, value.shape[-1])), layer._sparsecore_layout.backend_layout)
-            variable.assign(value)
-    layer._iterations.assign(float(STEP))
-'''
-
-
 def code(source: Source) -> str:
     imports: list[str] = []
     rates = jte.learning_rates_code(source, imports)
-    batch = "None" if source.batch_size is None else str(source.batch_size)
     tables = [t.name for t in source.tables]
     lines = header(
         f"keras-rs DistributedEmbedding ({len(tables)} tables) and its weights (keras-rs 0.4.0, JAX backend).",
@@ -304,16 +259,13 @@ def code(source: Source) -> str:
         "import numpy as np",
         *sorted(set(imports)),
         "",
-        'WEIGHTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights.npz")',
-        f"GLOBAL_BATCH_SIZE = {batch}  # the global batch (all replicas); TF's config does not carry it",
-        f"STEP = {source.step}  # the weights' global step",
+        *weights_constants(source),
         f"TABLES = {tables!r}",
         "",
         *rates,
         *jte.vocabularies_code(source),
     ]
-    if any((o := source.optimizer_for(t.name)) is not None and o.kind == "adam" for t in source.spec.tables):
-        lines += ["", "", *inspect.getsource(jte.adam_learning_rate).rstrip().splitlines()]
+    lines += jte.adam_code(source)
     lines += [
         "",
         "",
@@ -321,48 +273,36 @@ def code(source: Source) -> str:
         '    """{feature: FeatureConfig}; features of one table share its TableConfig, which sets its optimizer',
         '    explicitly (keras-rs defaults to Adam)."""',
     ]
-    variables = {}
-    for index, table in enumerate(source.tables):
-        variables[table.name] = f"table_{index}"
-        initializer = _keras_initializer(table.initializer, table.dim)
-        placement = "default_device" if source.is_tensor_core(table.name) else "auto"
-        lines += [
-            f"    table_{index} = keras_rs.layers.TableConfig(",
-            f"        name={table.name!r},",
-            f"        vocabulary_size={table.vocabulary_size},",
-            f"        embedding_dim={table.dim},",
-            f"        initializer={initializer or repr('zeros')},"
-            + ("" if initializer else "  # TF's initializer has no Keras equivalent: the weights carry the table"),
-            f"        {_optimizer_code(source, table.name)}",
-            f"        combiner={table.combiner!r},",
-            f"        placement={placement!r},",
-            "    )",
-        ]
-    lines.append("    return {")
-    for feature in source.features:
-        dim = source.table(feature.table).dim
-        lines.append(
-            f"        {feature.name!r}: keras_rs.layers.FeatureConfig(name={feature.name!r}, "
-            f"table={variables[feature.table]}, input_shape=(GLOBAL_BATCH_SIZE, None), "
-            f"output_shape=(GLOBAL_BATCH_SIZE, {dim})),"
+    variables = codegen.table_variables(source.tables)
+    for table in source.tables:
+        initializer = (_keras_initializer(table.initializer, table.dim), repr("zeros"), "Keras")
+        placement = f"placement={'default_device' if source.is_tensor_core(table.name) else 'auto'!r},"
+        call = "keras_rs.layers.TableConfig"
+        lines += codegen.sparsecore_table_lines(
+            variables[table.name], call, table, initializer, _optimizer_code(source, table.name), placement
         )
+    lines += codegen.feature_lines(
+        source,
+        source.features,
+        "{name!r}: keras_rs.layers.FeatureConfig(name={name!r}, table={variable}, input_shape=(GLOBAL_BATCH_SIZE, "
+        "None), output_shape=(GLOBAL_BATCH_SIZE, {dim}))",
+    )
     update_stats = source.spec.profile_data_directory is not None
     lines += [
-        "    }",
         "",
         "",
         "def build_layer(weights=None, learning_rates=LEARNING_RATES):",
         '    """The DistributedEmbedding, built and loaded with the weights (a mapping, default: weights.npz)."""',
-        "    if weights is None:",
-        "        with np.load(WEIGHTS) as stored:",
-        "            weights = dict(stored)",
+        *LOAD_WEIGHTS,
         "    features = feature_configs(learning_rates)",
         f"    layer = keras_rs.layers.DistributedEmbedding(features{', update_stats=True' if update_stats else ''})",
         "    layer.build({name: feature.input_shape for name, feature in features.items()})",
         "    layer.set_embedding_tables({name: np.asarray(weights[name]) for name in TABLES})",
         "    set_sparsecore_state(layer, weights)",
         "    return layer",
-        *_SET_STATE.rstrip().splitlines(),
+        "",
+        "",
+        *embedded("keras_rs_model").splitlines(),
     ]
     return "\n".join(lines) + "\n"
 
@@ -403,3 +343,6 @@ def notes(source: Source) -> list[str]:
             "accepts; SparseCore needs it: convert with batch_size=... (CLI --batch-size) or set GLOBAL_BATCH_SIZE."
         )
     return out
+
+
+TARGET = Target(name=NAME, title=TITLE, map_option=map_option, weights=weights, code=code, build=build, notes=notes)

@@ -29,7 +29,7 @@ from ..engine import created_directories, replace_file
 from .progress import ProgressLine
 from .report import Report
 
-__all__ = ["Migration", "write_npz", "CODE_FILE", "WEIGHTS_FILE", "REPORT_FILE", "MARKER_FILE"]
+__all__ = ["Migration", "write_npz", "write_npz_weights", "CODE_FILE", "WEIGHTS_FILE", "REPORT_FILE", "MARKER_FILE"]
 
 CODE_FILE = "model.py"
 WEIGHTS_FILE = "weights.npz"
@@ -48,7 +48,8 @@ def write_npz(
                 np.lib.format.write_array(file, np.asanyarray(arrays[name]), allow_pickle=False)
 
 
-def _write_npz(migration: Migration, directory: str, progress: ProgressLine | None = None) -> list[str]:
+def write_npz_weights(migration: Migration, directory: str, progress: ProgressLine | None = None) -> list[str]:
+    """A migration's weights as `weights.npz` in `directory` (what most targets load); the names written."""
     write_npz(os.path.join(directory, WEIGHTS_FILE), migration.weights, progress)
     return [WEIGHTS_FILE]
 
@@ -76,7 +77,7 @@ class Migration:
     report: Report
     step: int = 0
     missing: str | None = None
-    write_weights: Callable[..., list[str]] = dataclasses.field(default=_write_npz, repr=False)
+    write_weights: Callable[..., list[str]] = dataclasses.field(default=write_npz_weights, repr=False)
 
     def write(
         self, directory: str | os.PathLike, *, progress: ProgressLine | None = None, force: bool = False

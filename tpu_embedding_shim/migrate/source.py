@@ -83,10 +83,11 @@ class Source:
         return self.spec.features + self.tensor_core_features
 
     def table(self, name: str) -> TableSpec:
-        for table in self.tables:
-            if table.name == name:
-                return table
-        raise KeyError(f"No table named {name!r}; tables are {[t.name for t in self.tables]}.")
+        """The table `name`, a tensor-core one too (KeyError naming every table otherwise)."""
+        found = [table for table in self.tables if table.name == name]
+        if not found:
+            raise KeyError(f"No table named {name!r}; tables are {[t.name for t in self.tables]}.")
+        return found[0]
 
     def features_of(self, table: str) -> tuple[FeatureSpec, ...]:
         return tuple(f for f in self.features if f.table == table)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -38,12 +37,14 @@ from ..compat.tpu_embedding_v2 import TPUEmbedding
 from ..compat.train import Checkpoint
 from ..spec import OptimizerSpec
 from ..spec import initializers as spec_initializers
-from .codegen import header, importable_name, literal
-from .convert import make_row
+from .codegen import call_lines, header, importable_name, initializer_call, literal, table_variables
+from .convert import Target, make_row
 from .migration import Migration, write_npz
 from .options import Option
 from .progress import ProgressLine
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
+from .runtime import embedded
+from .runtime.tf_midlevel_model import _StepCounter
 from .source import Source
 
 NAME = "tf-midlevel"
@@ -276,19 +277,6 @@ def _optimizer_row(option: Option, optimizer: OptimizerSpec | None, source: Sour
 # The configs ---------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class _StepCounter:
-    """A v2 zero-argument learning rate from a function of the step: called once per apply_gradients."""
-
-    function: Callable[[int], float]
-    step: int
-
-    def __call__(self) -> float:
-        value = self.function(self.step)
-        self.step += 1
-        return value
-
-
 def _arguments(optimizer: OptimizerSpec, step: int) -> dict[str, Any]:
     """The v2 class's keyword arguments for `optimizer` (callable learning rates wrapped in a step counter)."""
     arguments: dict[str, Any] = {}
@@ -403,14 +391,6 @@ def write_weights(migration: Migration, directory: str, progress: ProgressLine |
 
 # The code ------------------------------------------------------------------------------------------
 
-_INITIALIZERS = {
-    spec_initializers.TruncatedNormal: ("TruncatedNormal", ("mean", "stddev")),
-    spec_initializers.RandomNormal: ("RandomNormal", ("mean", "stddev")),
-    spec_initializers.RandomUniform: ("RandomUniform", ("minval", "maxval")),
-    spec_initializers.Zeros: ("Zeros", ()),
-    spec_initializers.Ones: ("Ones", ()),
-}
-
 
 def _is_default(initializer: Any, dim: int) -> bool:
     """None, or TF's default initializer for `dim` (truncated normal, mean 0, stddev 1/sqrt(dim)), any seed."""
@@ -423,12 +403,7 @@ def _is_default(initializer: Any, dim: int) -> bool:
 
 def _initializer_code(initializer: Any) -> str | None:
     """TF source for a built-in initializer (the same distribution), else None (TF's default is used)."""
-    known = _INITIALIZERS.get(type(initializer))
-    if known is None:
-        return None
-    name, fields = known
-    arguments = ", ".join(f"{f}={literal(float(getattr(initializer, f)))}" for f in fields)
-    return f"tf.initializers.{name}({arguments})"
+    return initializer_call(initializer, "tf.initializers")
 
 
 def _optimizer_code(optimizer: OptimizerSpec, source: Source, imports: list[str], indent: int) -> str:
@@ -459,10 +434,8 @@ def code(source: Source) -> str:
     spec = source.spec
     imports: list[str] = []
     body = ["", "", "# Tables: each with its optimizer (the EmbeddingConfigSpec's, or the column's own)."]
-    variables = {}
-    for index, table in enumerate(spec.tables):
-        variable = f"table_{index}"
-        variables[table.name] = variable
+    variables = table_variables(spec.tables)
+    for table in spec.tables:
         optimizer = spec.optimizer_for(table.name)
         optimizer_text = (
             "None"
@@ -470,16 +443,15 @@ def code(source: Source) -> str:
             else _optimizer_code(optimizer, source, imports, 4)
         )
         initializer = None if _is_default(table.initializer, table.dim) else _initializer_code(table.initializer)
-        body += [
-            f"{variable} = tf.tpu.experimental.embedding.TableConfig(",
-            f"    vocabulary_size={table.vocabulary_size},",
-            f"    dim={table.dim},",
-            f"    initializer={initializer or 'None'},",
-            f"    optimizer={optimizer_text},",
-            f"    combiner={table.combiner!r},",
-            f"    name={table.name!r},",
-            ")",
+        arguments = [
+            f"vocabulary_size={table.vocabulary_size},",
+            f"dim={table.dim},",
+            f"initializer={initializer or 'None'},",
+            f"optimizer={optimizer_text},",
+            f"combiner={table.combiner!r},",
+            f"name={table.name!r},",
         ]
+        body += call_lines(variables[table.name], "tf.tpu.experimental.embedding.TableConfig", arguments)
     body += ["", "FEATURE_CONFIG = {"]
     for feature in spec.features:
         body.append(
@@ -522,20 +494,6 @@ def code(source: Source) -> str:
         "    status.assert_existing_objects_matched()",
         "    return embedding",
     ]
-    counter = [
-        "",
-        "",
-        "class _StepCounter:",
-        '    """A v2 learning rate (no argument) from a function of the step: called once per apply_gradients."""',
-        "",
-        "    def __init__(self, function, start):",
-        "        self.function, self.step = function, start",
-        "",
-        "    def __call__(self):",
-        "        value = self.function(self.step)",
-        "        self.step += 1",
-        "        return value",
-    ]
     top = header(
         f"TensorFlow mid-level TPU embedding configs ({len(spec.tables)} tables), with their trained state.",
         source.origin,
@@ -553,7 +511,7 @@ def code(source: Source) -> str:
         f'CHECKPOINT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "{CHECKPOINT_DIR}", "ckpt-1")',
     ]
     if any("_StepCounter" in line for line in body):
-        lines += counter
+        lines += ["", "", *embedded("tf_midlevel_model").splitlines()]
     return "\n".join(lines + body) + "\n"
 
 
@@ -564,4 +522,11 @@ def notes(source: Source) -> list[str]:
     ]
 
 
-__all__ = ["NAME", "TITLE", "map_option", "build", "weights", "write_weights", "code", "notes"]
+__all__ = ["TARGET", "NAME", "TITLE", "map_option", "build", "weights", "write_weights", "code", "notes"]
+
+
+# The weights go in a TensorFlow checkpoint (write_weights), not weights.npz.
+TARGET = dataclasses.replace(
+    Target(name=NAME, title=TITLE, map_option=map_option, weights=weights, code=code, build=build, notes=notes),
+    write_weights=write_weights,
+)
