@@ -20,6 +20,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -108,6 +109,7 @@ def test_the_ranking_trainer_trains_dlrm_with_keras_fit_on_the_engine_and_resume
     result = train_ranking(model_dir, steps=6, use_orbit=False)
     assert "tpu_embedding_shim: TensorFlow's TPU-embedding names run on the CPU engine" in result.stderr
     assert "CPU embedding engine: 3 table(s)" in result.stderr
+    assert "never applied" not in result.stderr  # evaluation's batches enqueue for training, and are not trained
     history = ast.literal_eval(re.search(r"Train history: (\{.*\})", result.stderr).group(1))
     for name in ("loss", "auc", "accuracy", "val_loss", "val_auc"):
         assert len(history[name]) == 2 and all(math.isfinite(v) for v in history[name]), (name, history)
@@ -136,6 +138,7 @@ def test_the_ranking_trainer_trains_dcn_with_orbit_on_the_engine_beside_a_keras_
     model_dir = tmp_path / "model"
     result = train_ranking(model_dir, steps=6, use_orbit=True, interaction="cross", size_threshold=25)
     assert "CPU embedding engine: 2 table(s)" in result.stderr
+    assert "never applied" not in result.stderr
     losses = [float(v) for v in re.findall(r"'training_loss': ([-0-9.e]+)", result.stderr)]
     assert len(losses) == 2 and all(math.isfinite(v) for v in losses), result.stderr[-3000:]
     assert "'validation_loss':" in result.stderr and "'auc':" in result.stderr
@@ -190,6 +193,54 @@ def test_a_learning_rate_callable_returning_a_tensor_sets_the_step_size():
     np.testing.assert_allclose(after, [[0, 0], [-1, -1], [0, 0], [-1, -1]])
 
 
+def make_embedding(tf, strategy):
+    table = tf.tpu.experimental.embedding.TableConfig(vocabulary_size=4, dim=2, initializer=tf.zeros_initializer())
+    with strategy.scope():
+        embedding = tf.tpu.experimental.embedding.TPUEmbedding(
+            {"f": tf.tpu.experimental.embedding.FeatureConfig(table=table)}, tf.tpu.experimental.embedding.SGD(1.0)
+        )
+    return embedding, table
+
+
+def test_a_named_training_enqueue_without_an_apply_of_its_name_in_the_graph_runs_as_evaluation():
+    """TensorFlow's graph pass: TFRS's layer enqueues with `training=True` and a name in every Keras step; in an
+    evaluation step (no `apply_gradients` of that name) the batch is looked up and not held for a gradient."""
+    tf = tensorflow
+    with shim.activated():
+        strategy = tf.distribute.TPUStrategy(tf.distribute.cluster_resolver.TPUClusterResolver(tpu=""))
+        embedding, table = make_embedding(tf, strategy)
+        ids = {"f": tf.constant([1, 3])}
+
+        @tf.function
+        def evaluate():
+            embedding.enqueue(ids, training=True, name="1")
+            return embedding.dequeue(name="1")["f"]
+
+        @tf.function
+        def train():
+            embedding.enqueue(ids, training=True, name="1")
+            activations = embedding.dequeue(name="1")
+            embedding.apply_gradients({"f": tf.ones_like(activations["f"])}, name="1")
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no "gradients were never applied" warning
+            evaluate()
+            evaluate()
+            assert embedding.engine.global_step == 0
+            train()
+        assert embedding.engine.global_step == 1
+        np.testing.assert_allclose(np.array(embedding.embedding_tables[table])[1], [-1, -1])
+
+        @tf.function
+        def unnamed():
+            embedding.enqueue(ids, training=True)
+            return embedding.dequeue()["f"]
+
+        unnamed()
+        with pytest.warns(UserWarning, match="never applied"):  # without a name, training=True is what it says
+            unnamed()
+
+
 def test_the_resolvers_cluster_spec_is_tensorflows_type_and_empty():
     """TensorFlow's utilities read it (`PreemptionCheckpointHandler`: `.as_dict()`, `.jobs`): one local task."""
     with shim.activated():
@@ -197,4 +248,3 @@ def test_the_resolvers_cluster_spec_is_tensorflows_type_and_empty():
     spec = resolver.cluster_spec()
     assert isinstance(spec, tensorflow.train.ClusterSpec)
     assert spec.as_dict() == {} and spec.jobs == []
-
