@@ -220,7 +220,7 @@ def test_a_named_training_enqueue_without_an_apply_of_its_name_in_the_graph_runs
         def train():
             embedding.enqueue(ids, training=True, name="1")
             activations = embedding.dequeue(name="1")
-            embedding.apply_gradients({"f": tf.ones_like(activations["f"])}, name="1")
+            embedding.apply_gradients({"f": tensorflow.ones_like(activations["f"])}, name="1")
 
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no "gradients were never applied" warning
