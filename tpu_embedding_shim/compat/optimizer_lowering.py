@@ -21,6 +21,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import numpy as np
+
 from ..spec import OptimizerSpec
 
 COMMON = (
@@ -104,9 +106,22 @@ class ZeroArgumentLearningRate:
     memo: LearningRateMemo | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __call__(self, step: int) -> float:
-        if self.memo is not None:
-            return self.memo.value(self.function)
-        return self.function()
+        value = self.memo.value(self.function) if self.memo is not None else self.function()
+        return _scalar(value)
+
+
+def _scalar(value: Any) -> Any:
+    """A 0-d number array (TensorFlow's callables return a 0-d tensor, which numpy reads) as a Python number.
+
+    Anything else comes back as it is, for the spec's check to name it.
+    """
+    if isinstance(value, (int, float)):
+        return value
+    try:
+        array = np.asarray(value)
+    except Exception:  # not array-like: the spec's check names what it received
+        return value
+    return array.item() if array.shape == () and array.dtype.kind in "fiu" else value
 
 
 def optimizer_spec(params: Any, *, learning_rate_memo: LearningRateMemo | None = None) -> OptimizerSpec:

@@ -18,8 +18,9 @@ TensorFlow's own `tf.distribute.get_strategy()` treat it as any strategy;
   `tf.function`, as TensorFlow's strategies do;
 - reduces TensorFlow tensors with TensorFlow ops.
 
-`experimental_connect_to_cluster` is the stand-in's no-op for its resolver
-and TensorFlow's for any other.
+The resolver's `cluster_spec()` is a `tf.train.ClusterSpec` (empty: one
+local task), which TensorFlow's own utilities read. `experimental_connect_to_cluster`
+is the stand-in's no-op for its resolver and TensorFlow's for any other.
 """
 
 from __future__ import annotations
@@ -41,10 +42,24 @@ _TF_INPUT_OPTIONS = tf.distribute.InputOptions
 _TF_CONNECT_TO_CLUSTER = tf.config.experimental_connect_to_cluster
 
 __all__ = [
+    "TPUClusterResolver",
     "TPUStrategy",
     "InputOptions",
     "experimental_connect_to_cluster",
 ]
+
+
+class TPUClusterResolver(stand_in.TPUClusterResolver):
+    """The stand-in resolver (no TPU, this process) whose cluster spec is TensorFlow's type.
+
+    TensorFlow code reads the spec's `jobs` and `as_dict()` (its
+    `PreemptionCheckpointHandler`, which Orbit's trainers make, does); an
+    empty `tf.train.ClusterSpec` says "one local task", as for a
+    one-device strategy.
+    """
+
+    def cluster_spec(self) -> Any:
+        return tf.train.ClusterSpec({})
 
 
 class InputOptions(tf.distribute.InputOptions):  # class-definition time: TensorFlow's own

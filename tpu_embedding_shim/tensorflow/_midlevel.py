@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -210,9 +211,25 @@ class TPUEmbedding(_Bridge):
 
     The arguments are those of the project's class (both TensorFlow
     signatures); see `tpu_embedding_shim.compat.tpu_embedding_v2.TPUEmbedding`.
+
+    A `name` given to `enqueue` inside a `tf.function` works as TensorFlow's
+    graph pass makes it work: a `training=True` enqueue whose graph has no
+    `apply_gradients` of the same name runs as `training=False` (TensorFlow
+    Recommenders' layer enqueues so in Keras's evaluate and predict steps).
     """
 
     _compat_class = v2.TPUEmbedding
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._named_applies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> names traced in it
+
+    def _trains(self, training: bool, name: Any) -> Callable[[], bool]:
+        """Whether the enqueue traced now trains, asked when it runs: by then its whole graph is traced."""
+        if not training or name is None or _convert.executing_eagerly():
+            return lambda: training
+        graph = tf.compat.v1.get_default_graph()
+        return lambda: str(name) in self._named_applies.get(graph, ())
 
     @do_not_convert
     def build(self, per_replica_input_shapes: Any = None, per_replica_batch_size: int | None = None) -> None:
@@ -238,13 +255,14 @@ class TPUEmbedding(_Bridge):
                     else:
                         embedding.build([leaf.shape for leaf in leaves])  # TensorFlow's error for unknown sizes
         count = len(leaves)
+        trains = self._trains(training, name)
 
         def run(*values: Any) -> list[Any]:
             self._apply_restored()
             embedding.enqueue(
                 self._pack(values[:count]),
                 None if weights is None else self._pack(values[count:]),
-                training=training,
+                training=trains(),
                 device=device,
             )
             return []
@@ -271,6 +289,8 @@ class TPUEmbedding(_Bridge):
         """Applies d loss / d activations (`tf.Tensor`s, None for zero) of the last dequeued batch."""
         embedding = self._embedding
         leaves = self._gradient_leaves(gradients, embedding._output_shapes)
+        if name is not None and not _convert.executing_eagerly():
+            self._named_applies.setdefault(tf.compat.v1.get_default_graph(), set()).add(str(name))
 
         def run(*values: Any) -> list[Any]:
             self._apply_restored()

@@ -6,7 +6,8 @@ TensorFlow program needs a TensorFlow-facing form:
 
 - the mid-level classes take and return TensorFlow tensors (`_midlevel.py`);
 - the TPUStrategy stand-in takes TensorFlow datasets, and `InputOptions`
-  is TensorFlow's, also taking TF 2.3's argument name (`_distribute.py`);
+  is TensorFlow's, also taking TF 2.3's argument name; the resolver's
+  cluster spec is a `tf.train.ClusterSpec` (`_distribute.py`);
 - the stand-in is a TensorFlow strategy, so `tf.distribute.get_strategy`
   and friends stay TensorFlow's (they return it inside its scope);
   `experimental_connect_to_cluster` is the stand-in's no-op for its
@@ -119,9 +120,9 @@ OVERRIDES: dict[str, Any] = {
     "distribute.TPUStrategy": _distribute.TPUStrategy,
     "distribute.InputOptions": _distribute.InputOptions,
     "distribute.experimental.TPUStrategy": _distribute.TPUStrategy,
-    "distribute.cluster_resolver.TPUClusterResolver": tf2.distribute.cluster_resolver.TPUClusterResolver,
+    "distribute.cluster_resolver.TPUClusterResolver": _distribute.TPUClusterResolver,
     "compat.v1.distribute.experimental.TPUStrategy": _distribute.TPUStrategy,
-    "compat.v1.distribute.cluster_resolver.TPUClusterResolver": tf2.distribute.cluster_resolver.TPUClusterResolver,
+    "compat.v1.distribute.cluster_resolver.TPUClusterResolver": _distribute.TPUClusterResolver,
     "config.experimental_connect_to_cluster": _distribute.experimental_connect_to_cluster,
     "compat.v1.config.experimental_connect_to_cluster": _distribute.experimental_connect_to_cluster,
 }

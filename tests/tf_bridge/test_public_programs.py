@@ -1,0 +1,250 @@
+"""Public programs that use TensorFlow's TPU-embedding APIs, run as their users run them, in the drop-in mode.
+
+- tensorflow/models' ranking trainer (`official.recommendation.ranking.train`, from tf-models-official 2.15):
+  DLRM and DCN through TensorFlow Recommenders' `PartialTPUEmbedding` and `Ranking` model, on its synthetic
+  data, with `runtime.distribution_strategy: tpu`; Keras `fit` and Orbit's custom loop; and its own tests
+  of the TPU strategy. Needs tf-models-official and tensorflow-recommenders (installed with `--no-deps`,
+  .ci/run's TensorFlow 2.15 venv says which few packages more); skips without them.
+- A TF1 graph program (`disable_v2_behavior()`, sessions) with the mid-level `TPUEmbedding`
+  (`unchanged_programs/tf1_midlevel_graph.py`).
+
+Each runs in a subprocess, `python -m tpu_embedding_shim.tensorflow ...`, on a tiny configuration:
+
+    python -m pytest tests/tf_bridge/test_public_programs.py -q
+"""
+
+import ast
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow
+
+import tpu_embedding_shim.tensorflow as shim
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "unchanged_programs")
+ENGINE_STEP = "/.ATTRIBUTES/TPU_EMBEDDING_SHIM_global_step"
+
+
+def run(*args, cwd=None):
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=900, cwd=cwd, env=env)
+
+
+def needs_ranking():
+    """Skips unless tensorflow/models' ranking trainer and TFRS are installed."""
+    for name in ("tensorflow_recommenders", "official.recommendation.ranking"):
+        pytest.importorskip(
+            name,
+            reason="needs tf-models-official and tensorflow-recommenders (pip install --no-deps "
+            "tf-models-official==2.15.0 tensorflow-recommenders==0.7.3, and the few packages .ci/run names)",
+        )
+
+
+def ranking_params(*, steps, use_orbit, interaction="dot", size_threshold=0):
+    """The trainer's `--params_override`: three tiny tables, 16 examples a batch, a checkpoint every 3 steps.
+
+    `size_threshold` is the trainer's: tables larger than it are TPU tables (the engine's), the others Keras's.
+    """
+    return json.dumps(
+        {
+            "runtime": {"distribution_strategy": "tpu"},
+            "task": {
+                "use_synthetic_data": True,
+                "model": {
+                    "num_dense_features": 3,
+                    "vocab_sizes": [40, 30, 20],
+                    "embedding_dim": 4,
+                    "bottom_mlp": [8, 4],
+                    "top_mlp": [8, 1],
+                    "size_threshold": size_threshold,
+                    "interaction": interaction,
+                },
+                "train_data": {"global_batch_size": 16},
+                "validation_data": {"global_batch_size": 16},
+            },
+            "trainer": {
+                "train_steps": steps,
+                "validation_interval": 3,
+                "validation_steps": 2,
+                "checkpoint_interval": 3,
+                "use_orbit": use_orbit,
+            },
+        }
+    )
+
+
+def train_ranking(model_dir, mode="train_and_eval", **params):
+    result = run(
+        "-m", "tpu_embedding_shim.tensorflow", "-m", "official.recommendation.ranking.train",
+        f"--mode={mode}", f"--model_dir={model_dir}", f"--params_override={ranking_params(**params)}",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+def checkpoint(model_dir, step):
+    """{key: value} of the trainer's checkpoint at `step`, keys without TensorFlow's suffix."""
+    reader = tensorflow.train.load_checkpoint(os.path.join(str(model_dir), f"ckpt-{step}"))
+    names = reader.get_variable_to_shape_map()
+    return {name.replace("/.ATTRIBUTES/VARIABLE_VALUE", ""): reader.get_tensor(name) for name in names}
+
+
+def engine_tables(values):
+    """The engine's tables in a checkpoint: {table name: array}."""
+    prefix = "model/_embedding_layer/_tpu_embedding/_tpu_embedding/"
+    return {k[len(prefix) :]: v for k, v in values.items() if k.startswith(prefix) and "embedding_table" in k}
+
+
+def test_the_ranking_trainer_trains_dlrm_with_keras_fit_on_the_engine_and_resumes_from_its_checkpoint(tmp_path):
+    needs_ranking()
+    model_dir = tmp_path / "model"
+    result = train_ranking(model_dir, steps=6, use_orbit=False)
+    assert "tpu_embedding_shim: TensorFlow's TPU-embedding names run on the CPU engine" in result.stderr
+    assert "CPU embedding engine: 3 table(s)" in result.stderr
+    assert "never applied" not in result.stderr  # evaluation's batches enqueue for training, and are not trained
+    history = ast.literal_eval(re.search(r"Train history: (\{.*\})", result.stderr).group(1))
+    for name in ("loss", "auc", "accuracy", "val_loss", "val_auc"):
+        assert len(history[name]) == 2 and all(math.isfinite(v) for v in history[name]), (name, history)
+    assert (model_dir / "params.yaml").exists()
+
+    at_3, at_6 = checkpoint(model_dir, 3), checkpoint(model_dir, 6)
+    assert at_3["model/_embedding_layer/_tpu_embedding/_tpu_embedding" + ENGINE_STEP] == 3
+    assert at_6["model/_embedding_layer/_tpu_embedding/_tpu_embedding" + ENGINE_STEP] == 6  # one engine step a batch
+    tables_3, tables_6 = engine_tables(at_3), engine_tables(at_6)
+    assert sorted(tables_6) == ["embedding_table_00", "embedding_table_01", "embedding_table_02"]
+    assert tables_6["embedding_table_00"].shape == (40, 4)
+    assert all(not np.array_equal(tables_3[name], tables_6[name]) for name in tables_6)  # trained by the engine
+
+    # Run again with more steps: it restores the tables and the engine step from ckpt-6 and goes on to 9.
+    result = train_ranking(model_dir, steps=9, use_orbit=False)
+    assert f"Loaded checkpoint {model_dir / 'ckpt-6'}" in result.stderr
+    at_9 = checkpoint(model_dir, 9)
+    assert at_9["model/_embedding_layer/_tpu_embedding/_tpu_embedding" + ENGINE_STEP] == 9
+
+
+def test_the_ranking_trainer_trains_dcn_with_orbit_on_the_engine_beside_a_keras_table(tmp_path):
+    """Orbit's custom loop (`use_orbit: true`, TensorFlow's preemption handler reads the resolver's cluster spec);
+    the table of 20 rows is under `size_threshold`, so TFRS gives it to Keras and the two larger ones to the
+    engine."""
+    needs_ranking()
+    model_dir = tmp_path / "model"
+    result = train_ranking(model_dir, steps=6, use_orbit=True, interaction="cross", size_threshold=25)
+    assert "CPU embedding engine: 2 table(s)" in result.stderr
+    assert "never applied" not in result.stderr
+    losses = [float(v) for v in re.findall(r"'training_loss': ([-0-9.e]+)", result.stderr)]
+    assert len(losses) == 2 and all(math.isfinite(v) for v in losses), result.stderr[-3000:]
+    assert "'validation_loss':" in result.stderr and "'auc':" in result.stderr
+    values = checkpoint(model_dir, 6)
+    assert values["model/_embedding_layer/_tpu_embedding/_tpu_embedding" + ENGINE_STEP] == 6
+    assert sorted(engine_tables(values)) == ["embedding_table_00", "embedding_table_01"]
+    assert any(k.startswith("model/_embedding_layer/_keras_embedding_layers/") for k in values)
+    assert (model_dir / "train").is_dir() and (model_dir / "validation").is_dir()  # Orbit's summaries
+
+
+def test_the_ranking_trainers_own_tests_of_the_tpu_strategy_pass_in_the_mode():
+    """Its tests run as `python train_test.py` runs them; their tables are under the default `size_threshold`,
+    so TFRS gives them all to Keras, as it would on a TPU: the engine is not built."""
+    needs_ranking()
+    tests = ["TrainTest.testTrainThenEvalDcnTPUCTL"]  # train, then evaluate from the checkpoint; Orbit
+    result = run("-m", "tpu_embedding_shim.tensorflow", "-m", "official.recommendation.ranking.train_test", *tests)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert re.search(r"Ran 1 test in .*\n\nOK", result.stderr)
+    assert "TPUStrategy: in-process CPU emulation" in result.stderr
+
+
+def test_a_tf1_graph_program_trains_the_mid_level_tables_on_the_engine(tmp_path):
+    program = os.path.join(PROGRAMS, "tf1_midlevel_graph.py")
+    result = run("-m", "tpu_embedding_shim.tensorflow", program, str(tmp_path))
+    assert result.returncode == 0, result.stderr[-4000:]
+    report = json.loads((tmp_path / "result.json").read_text())
+    assert report["strategy"] == "tpu_embedding_shim.tensorflow._distribute"
+    assert report["embedding"] == "tpu_embedding_shim.tensorflow._midlevel"
+    assert report["engine_step"] == 5  # five session.run calls of the step
+    assert len(report["losses"]) == 5 and all(math.isfinite(v) for v in report["losses"])
+    assert {"weights", "bias"} <= set(report["checkpoint_keys"])  # the TF1 Saver's checkpoint of the graph
+
+
+def test_a_learning_rate_callable_returning_a_tensor_sets_the_step_size():
+    """TFRS hands a Keras schedule to the mid-level optimizer as `lambda: schedule(iterations)`, which returns a
+    0-d tensor, as TensorFlow's callables do."""
+    tf = tensorflow
+    with shim.activated():
+        strategy = tf.distribute.TPUStrategy(tf.distribute.cluster_resolver.TPUClusterResolver(tpu=""))
+        table = tf.tpu.experimental.embedding.TableConfig(
+            vocabulary_size=4, dim=2, initializer=tf.zeros_initializer(), name="t"
+        )
+        with strategy.scope():
+            embedding = tf.tpu.experimental.embedding.TPUEmbedding(
+                {"f": tf.tpu.experimental.embedding.FeatureConfig(table=table)},
+                tf.tpu.experimental.embedding.SGD(learning_rate=lambda: tf.constant(0.5) * 2),
+            )
+        embedding.enqueue({"f": tf.constant([1, 3])}, training=True)
+        embedding.dequeue()
+        embedding.apply_gradients({"f": tf.ones((2, 2))})
+        after = np.array(embedding.embedding_tables[table])
+    np.testing.assert_allclose(after, [[0, 0], [-1, -1], [0, 0], [-1, -1]])
+
+
+def make_embedding(tf, strategy):
+    table = tf.tpu.experimental.embedding.TableConfig(vocabulary_size=4, dim=2, initializer=tf.zeros_initializer())
+    with strategy.scope():
+        embedding = tf.tpu.experimental.embedding.TPUEmbedding(
+            {"f": tf.tpu.experimental.embedding.FeatureConfig(table=table)}, tf.tpu.experimental.embedding.SGD(1.0)
+        )
+    return embedding, table
+
+
+def test_a_named_training_enqueue_without_an_apply_of_its_name_in_the_graph_runs_as_evaluation():
+    """TensorFlow's graph pass: TFRS's layer enqueues with `training=True` and a name in every Keras step; in an
+    evaluation step (no `apply_gradients` of that name) the batch is looked up and not held for a gradient."""
+    tf = tensorflow
+    with shim.activated():
+        strategy = tf.distribute.TPUStrategy(tf.distribute.cluster_resolver.TPUClusterResolver(tpu=""))
+        embedding, table = make_embedding(tf, strategy)
+        ids = {"f": tf.constant([1, 3])}
+
+        @tf.function
+        def evaluate():
+            embedding.enqueue(ids, training=True, name="1")
+            return embedding.dequeue(name="1")["f"]
+
+        @tf.function
+        def train():
+            embedding.enqueue(ids, training=True, name="1")
+            activations = embedding.dequeue(name="1")
+            embedding.apply_gradients({"f": tensorflow.ones_like(activations["f"])}, name="1")
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no "gradients were never applied" warning
+            evaluate()
+            evaluate()
+            assert embedding.engine.global_step == 0
+            train()
+        assert embedding.engine.global_step == 1
+        np.testing.assert_allclose(np.array(embedding.embedding_tables[table])[1], [-1, -1])
+
+        @tf.function
+        def unnamed():
+            embedding.enqueue(ids, training=True)
+            return embedding.dequeue()["f"]
+
+        unnamed()
+        with pytest.warns(UserWarning, match="never applied"):  # without a name, training=True is what it says
+            unnamed()
+
+
+def test_the_resolvers_cluster_spec_is_tensorflows_type_and_empty():
+    """TensorFlow's utilities read it (`PreemptionCheckpointHandler`: `.as_dict()`, `.jobs`): one local task."""
+    with shim.activated():
+        resolver = tensorflow.distribute.cluster_resolver.TPUClusterResolver(tpu="")
+    spec = resolver.cluster_spec()
+    assert isinstance(spec, tensorflow.train.ClusterSpec)
+    assert spec.as_dict() == {} and spec.jobs == []
