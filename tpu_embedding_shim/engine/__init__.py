@@ -22,6 +22,7 @@ _SOURCES: dict[str, str] = {
     # the engine and one step
     "Engine": "engine",
     "LookupResult": "engine",
+    "initial_table": "engine",
     "Kernels": "kernels",
     "NumpyKernels": "kernels",
     # the engine over several processes (MPI; docs/distributed.md)
