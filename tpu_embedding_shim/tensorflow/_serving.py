@@ -200,8 +200,8 @@ def _lookup_one(table: Any, value: Any, weight: Any, feature: _Feature, plan: _P
     check = tf.debugging.Assert(
         tf.reduce_all(ids < vocabulary),
         [
-            f"Feature {path_string(feature.path) or '(the only feature)'}: an id is out of range [0, {vocabulary}) "
-            "of table " + repr(config.table.name) + "; ids must be in [0, vocabulary_size). Received ids:",
+            f"Feature {feature.spec.name} (table {config.table.name}): an id is out of range [0, {vocabulary}); "
+            "ids must be in [0, vocabulary_size), negative ids are padding. Received ids:",
             ids,
         ],
     )
