@@ -57,7 +57,8 @@ def test_a_saved_model_of_a_keras_model_serves_in_another_process_without_the_pr
 
     @real_tf.function(input_signature=[real_tf.TensorSpec([None], real_tf.int64, name="ids")])
     def rows(ids):
-        return {"rows": embedding({"clicked": ids, "history": real_tf.ragged.constant([[0]] * 3, real_tf.int64)})["clicked"]}
+        history = real_tf.ragged.constant([[0]] * 3, real_tf.int64)
+        return {"rows": embedding({"clicked": ids, "history": history})["clicked"]}
 
     module = real_tf.Module()
     module.embedding, module.model, module.serve = embedding, model, serve
@@ -152,7 +153,8 @@ def test_a_checkpoint_of_other_shapes_is_refused_by_the_serving_object(tmp_path)
     served = E.TPUEmbeddingForServing({"f": E.FeatureConfig(table=table)}, None)
     served.build()
     path = real_tf.train.Checkpoint(embedding=served).save(str(tmp_path / "ckpt"))
-    other = E.TPUEmbeddingForServing({"f": E.FeatureConfig(table=E.TableConfig(vocabulary_size=7, dim=3, name="items"))}, None)
+    larger = E.TableConfig(vocabulary_size=7, dim=3, name="items")
+    other = E.TPUEmbeddingForServing({"f": E.FeatureConfig(table=larger)}, None)
     real_tf.train.Checkpoint(embedding=other).restore(path)
     with pytest.raises(ValueError, match=r"'items' has shape \[6, 3\]; this embedding's is \[7, 3\]"):
         other.build()

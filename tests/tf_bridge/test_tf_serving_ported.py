@@ -100,7 +100,9 @@ def test_cpu_dense_lookup_with_weights():
         mid_level()(dense(), weights=dense(real_tf.float32))
 
 
-@pytest.mark.parametrize("weighted", [False, True], ids=["test_cpu_sparse_lookup", "test_cpu_sparse_lookup_with_weights"])
+@pytest.mark.parametrize(
+    "weighted", [False, True], ids=["test_cpu_sparse_lookup", "test_cpu_sparse_lookup_with_weights"]
+)
 def test_cpu_sparse_lookup(weighted):
     embedding = mid_level()
     weights = sparse(real_tf.float32) if weighted else None
@@ -142,7 +144,9 @@ def sequence_golden(table, indices, values, max_sequence_length):
     return out
 
 
-@pytest.mark.parametrize("kind", ["sparse", "ragged"], ids=["test_cpu_sequence_lookup_sparse", "test_cpu_sequence_lookup_ragged"])
+@pytest.mark.parametrize(
+    "kind", ["sparse", "ragged"], ids=["test_cpu_sequence_lookup_sparse", "test_cpu_sequence_lookup_ragged"]
+)
 def test_cpu_sequence_lookup(kind):
     _, user = tables()
     embedding = mid_level((E.FeatureConfig(table=user, name="friends", max_sequence_length=2),))
@@ -266,5 +270,6 @@ def test_an_id_out_of_range_is_the_projects_error_eagerly_and_an_assertion_insid
     features = (real_tf.constant([1, 8]), real_tf.constant([0]), real_tf.constant([0]))
     with pytest.raises(ValueError, match=r"id 8 \(example 1\) is out of range \[0, 8\)"):
         embedding(features)
-    with pytest.raises(real_tf.errors.InvalidArgumentError, match=r"watched \(table video\): an id is out of range \[0, 8\)"):
+    message = r"watched \(table video\): an id is out of range \[0, 8\)"
+    with pytest.raises(real_tf.errors.InvalidArgumentError, match=message):
         real_tf.function(embedding.embedding_lookup)(features)

@@ -93,8 +93,7 @@ def check_serving_input(
             )
         if weight_kind != kind:
             raise ValueError(
-                f"Weight for {where} is of type {types[1]} but it does not match type of the input which is "
-                f"{types[0]}."
+                f"Weight for {where} is of type {types[1]} but it does not match type of the input which is {types[0]}."
             )
         if config.max_sequence_length > 0:
             raise ValueError(

@@ -234,9 +234,7 @@ def _as_tensorflow(value: Any) -> Any:
     return tf.convert_to_tensor(np.asarray(value))
 
 
-def _lookup(
-    feature_config: Any, features: Sequence[_Feature], inputs: Any, weights: Any, tables: list[Any]
-) -> Any:
+def _lookup(feature_config: Any, features: Sequence[_Feature], inputs: Any, weights: Any, tables: list[Any]) -> Any:
     flat_inputs = flatten_up_to(feature_config, inputs, "features")
     flat_weights = [None] * len(flat_inputs) if weights is None else flatten_up_to(feature_config, weights, "weights")
     leaves = [_convert.encode(v, f"input {path_string(f.path)}") for v, f in zip(flat_inputs, features)]
@@ -265,7 +263,8 @@ class TPUEmbeddingForServing(Trackable):
     """
 
     def __init__(self, feature_config: Any, optimizer: Any, experimental_sparsecore_restore_info: Any = None):
-        self._embedding = serving.TPUEmbeddingForServing(feature_config, optimizer, experimental_sparsecore_restore_info)
+        restore_info = experimental_sparsecore_restore_info
+        self._embedding = serving.TPUEmbeddingForServing(feature_config, optimizer, restore_info)
         self._feature_config = feature_config
         self._table_config = list(self._embedding._table_config)
         self._features = [_Feature(f.path, f.config, f.spec) for f in self._embedding._features]
@@ -299,8 +298,9 @@ class TPUEmbeddingForServing(Trackable):
         seeded = {name: spec.seeded_initializer(rng) for name, spec in table_specs.items()}
         variables = {}
         for table in self._table_config:
-            spec = dataclasses.replace(table_specs[table.name], initializer=seeded[table.name])
-            parameters = self._variable(table.name, lambda spec=spec: initial_table(spec, rng), True)
+            name = str(table.name)  # named by the project's class, as TensorFlow names its tables
+            spec = dataclasses.replace(table_specs[name], initializer=seeded[name])
+            parameters = self._variable(name, lambda spec=spec: initial_table(spec, rng), True)
             slots: Any = {}
             if table.optimizer is not None:
                 names, initializers = lowering.slot_names_and_initializers(table.optimizer)
@@ -310,12 +310,10 @@ class TPUEmbeddingForServing(Trackable):
                     slots = self._created_slots(table, creation_fn, parameters, names, initializers)
                 else:
                     slots = {
-                        name: self._variable(
-                            f"{table.name}/{name}", functools.partial(init, shape, np.float32), False
-                        )
-                        for name, init in zip(names, initializers)
+                        slot: self._variable(f"{name}/{slot}", functools.partial(init, shape, np.float32), False)
+                        for slot, init in zip(names, initializers)
                     }
-            variables[table.name] = {**slots, "parameters": parameters}
+            variables[name] = {**slots, "parameters": parameters}
         return variables
 
     def _variable(self, name: str, initial: Any, trainable: bool) -> tf.Variable:
@@ -366,13 +364,13 @@ class TPUEmbeddingForServing(Trackable):
     def embedding_tables(self) -> dict[Any, tf.Variable]:
         """`{TableConfig: tf.Variable [vocabulary_size, dim]}` (built on first use)."""
         self._maybe_build()
-        return {table: self._variables[table.name]["parameters"] for table in self._table_config}
+        return {table: self._variables[str(table.name)]["parameters"] for table in self._table_config}
 
     @property
     def variables(self) -> dict[Any, dict[str, tf.Variable]]:
         """`{TableConfig: {'parameters': table, <slot name>: slot}}`, the variables themselves."""
         self._maybe_build()
-        return {table: dict(self._variables[table.name]) for table in self._table_config}
+        return {table: dict(self._variables[str(table.name)]) for table in self._table_config}
 
     @do_not_convert
     def embedding_lookup(self, features: Any, weights: Any = None) -> Any:
@@ -380,7 +378,7 @@ class TPUEmbeddingForServing(Trackable):
         `feature_config` of float32 `output_shape + [dim]` tensors, differentiable with respect to the tables."""
         with tf.init_scope():
             self._maybe_build()
-        tables = [self._variables[f.config.table.name]["parameters"] for f in self._features]
+        tables = [self._variables[str(f.config.table.name)]["parameters"] for f in self._features]
         return _lookup(self._feature_config, self._features, features, weights, tables)
 
     __call__ = embedding_lookup
@@ -399,7 +397,7 @@ def serving_embedding_lookup(inputs: Any, weights: Any | None, tables: Any, feat
         flatten_up_to(feature_config, weights, "weights")
     if not isinstance(tables, dict):
         raise ValueError(f"Argument `tables` must be a dict of TableConfig -> table. Received: {type(tables)}.")
-    for path, config in leaves:
+    for _, config in leaves:
         if not hasattr(config, "table"):
             raise ValueError(f"Argument `feature_config` must be a nest of FeatureConfig. Received {config!r}.")
     spec = lowering.spec_from_feature_config(feature_config, None)
