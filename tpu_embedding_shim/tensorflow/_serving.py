@@ -214,7 +214,14 @@ def _lookup_one(table: Any, value: Any, weight: Any, feature: _Feature, plan: _P
         total = total if combiner == "mean" else tf.sqrt(total)
         scale = tf.gather(tf.math.divide_no_nan(tf.ones_like(total), total), sample)
     coefficients = tf.cast(scale * w, tf.float32)
-    rows = tf.gather(table, ids)
+    if kind == "sparse":
+        # The table's gradient names its rows as TensorFlow's own CPU lookup's does: once per row for a sparse
+        # input (its sparse lookup gathers the unique ids), once per id otherwise. An optimizer that applies the
+        # repeated rows of a sparse gradient apart (Keras 3's) then gives TensorFlow's numbers.
+        unique, position = tf.unique(ids)
+        rows = tf.gather(tf.gather(table, unique), position)
+    else:
+        rows = tf.gather(table, ids)
     out = tf.math.unsorted_segment_sum(rows * coefficients[:, None], sample, count)
     out = tf.reshape(out, tf.concat([output, [config.table.dim]], 0))
     if plan.output_shape is not None:
