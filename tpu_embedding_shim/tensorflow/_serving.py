@@ -78,18 +78,23 @@ def _empty_batch(leaf: Leaf, weights: bool, unknown: int | None) -> Any:
 
 
 def _serving_checks(leaf: Leaf, weight: Leaf, feature: _Feature, batch: int | None) -> None:
-    kinds = {"dense": "dense", "sparse": "sparse", "ragged": "ragged"}
-    types = (type(leaf.components[0]) if leaf.kind == "dense" else _tf_type(leaf), _tf_type(weight))
+    """TensorFlow's serving checks (`check_serving_input`) of TensorFlow values, or of other values as they are."""
+    types: tuple[Any, Any]
     if leaf.kind == "object" or weight.kind == "object":
-        kind, weight_kind = serving.input_kind(leaf.value), serving.input_kind(weight.value)
+        kinds = (serving.input_kind(leaf.value), serving.input_kind(weight.value))
         types = (type(leaf.value), type(weight.value))
     else:
-        kind, weight_kind = kinds.get(leaf.kind), kinds.get(weight.kind)
-    serving.check_serving_input(kind, weight_kind, types, feature.config, feature.path, batch)
+        tensor_types = {"sparse": tf.SparseTensor, "ragged": tf.RaggedTensor}
+        kinds = (_tensor_kind(leaf), _tensor_kind(weight))
+        types = (
+            type(leaf.components[0]) if leaf.kind == "dense" else tensor_types.get(leaf.kind),
+            type(weight.components[0]) if weight.kind == "dense" else tensor_types.get(weight.kind),
+        )
+    serving.check_serving_input(kinds[0], kinds[1], types, feature.config, feature.path, batch)
 
 
-def _tf_type(leaf: Leaf) -> Any:
-    return {"sparse": tf.SparseTensor, "ragged": tf.RaggedTensor}.get(leaf.kind, type(leaf.value))
+def _tensor_kind(leaf: Leaf) -> str | None:
+    return leaf.kind if leaf.kind in ("dense", "sparse", "ragged") else None
 
 
 def _plan(leaf: Leaf, weight: Leaf, feature: _Feature) -> _Plan:
@@ -131,8 +136,9 @@ def _plan(leaf: Leaf, weight: Leaf, feature: _Feature) -> _Plan:
 
 
 def _entries(value: Any, kind: str, plan: _Plan, config: Any) -> tuple[tf.Tensor, ...]:
-    """Every id of one feature's input with its sample, weight and whether it takes part; and the sample count
-    and the output shape (tensors), as the project's input rules map the input to samples."""
+    """One feature's input as the project's input rules map it to samples, as tensors: `(ids, sample of each id,
+    spread, keep, sample count, output shape)`. `spread` (None for inputs that never spread) says whether each
+    example's ids are one output per position, and `keep` which ids take part before the padding and safe rules."""
     if kind == "dense":
         ids = tf.reshape(tf.cast(value, tf.int64), [-1])
         count = tf.size(ids, out_type=tf.int64)
