@@ -113,7 +113,7 @@ def test_serving_object_builds_and_exposes_tables():
         (
             {"seq": tf.ragged.constant([[1]]), "bag": np.array([1])},
             {"seq": None, "bag": np.array([1.0])},
-            "Weight specified for dense input",
+            "Weight specified for bag, but input is dense",  # TensorFlow's serving message
         ),
         (
             {"seq": tf.ragged.constant([[1]]), "bag": tf.ragged.constant([[1]])},

@@ -63,6 +63,40 @@ def test_keras_fit_trains_the_tables_with_the_table_optimizer_on_the_engine_not_
     assert not any(tuple(v.shape) == (8, 2) for v in model.optimizer.variables())
 
 
+def test_the_layer_made_outside_a_tpu_strategy_trains_with_keras_as_on_tensorflows_cpu_path():
+    """TFRS's layer outside a TPU strategy is TensorFlow's CPU path: a TPUEmbeddingForServing whose tables Keras's
+    optimizer trains. In the drop-in mode it is the bridge's, with tf.Variable tables: `fit` gives the same
+    tables and predictions as the same program without the mode."""
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 8, (8,)).astype(np.int64)
+    labels = rng.normal(size=(8, 1)).astype(np.float32)
+
+    def fit():
+        tf = tensorflow
+        tf.keras.utils.set_random_seed(3)
+        table = tf.tpu.experimental.embedding.TableConfig(
+            vocabulary_size=8, dim=2, name="t", initializer=tf.constant_initializer(np.linspace(-1.0, 1.0, 16))
+        )
+        layer = tfrs.layers.embedding.TPUEmbedding(
+            feature_config={"f": tf.tpu.experimental.embedding.FeatureConfig(table=table)},
+            optimizer=tf.tpu.experimental.embedding.SGD(0.5),
+        )
+        inputs = {"f": tf.keras.Input(shape=(), dtype=tf.int64)}
+        model = tf.keras.Model(inputs, tf.keras.layers.Dense(1)(layer(inputs)["f"]))
+        model.compile(optimizer=tf.keras.optimizers.Adam(0.1), loss="mse")
+        model.fit({"f": ids}, labels, batch_size=4, epochs=3, verbose=0)
+        served = type(layer._tpu_embedding).__module__
+        return np.array(layer.embedding_tables[table]), model.predict({"f": ids}, verbose=0), served
+
+    with shim.activated():
+        mine, mine_predictions, module = fit()
+    theirs, their_predictions, their_module = fit()
+    assert module == "tpu_embedding_shim.tensorflow._serving" and their_module.startswith("tensorflow.")
+    assert not np.allclose(theirs, np.linspace(-1.0, 1.0, 16).reshape(8, 2))  # Keras's Adam moved the tables
+    np.testing.assert_allclose(mine, theirs, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(mine_predictions, their_predictions, rtol=1e-6, atol=1e-7)
+
+
 def test_the_quick_start_notebooks_cells_run_on_the_engine(tmp_path):
     result = run("-m", "tpu_embedding_shim.tensorflow", os.path.join(PROGRAMS, "tfrs_quick_start.py"), str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]

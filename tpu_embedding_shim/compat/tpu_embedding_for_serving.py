@@ -22,8 +22,10 @@ serving lookup differs from its TPU lookup in places; ours does not:
   `validate_weights_and_indices=True`, non-positive weights for `mean` and
   `sqrtn`), as in training; TensorFlow's serving ragged path keeps them.
 
-TensorFlow's serving-only checks are kept: weights for a sequence feature
-and a dense input for a sequence feature are `ValueError`s.
+TensorFlow's serving-only checks are kept, with its messages: weights for
+a dense input, weights of another type than their ids, and weights for a
+sequence feature are `ValueError`s, checked before anything else
+(`check_serving_input`), and so is a dense input for a sequence feature.
 
 Serving is not replicated: under `mpiexec` each process holds its own
 `TPUEmbeddingForServing` with the full tables on a one-process engine (it is
@@ -51,14 +53,65 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import lookup, to_ragged
+from ..engine import is_ragged_tensor, is_sparse, lookup, to_ragged
 from . import lowering
 from . import tpu_embedding_v2_utils as v2_utils
 from .midlevel_base import MidLevelBase, under_tpu_strategy
 from .midlevel_inputs import convert_input
-from .nest import flatten_up_to, flatten_with_paths, pack_as
+from .nest import Path, flatten_up_to, flatten_with_paths, pack_as, path_string
 
-__all__ = ["TPUEmbeddingForServing", "serving_embedding_lookup"]
+__all__ = ["TPUEmbeddingForServing", "serving_embedding_lookup", "check_serving_input", "input_kind", "table_of"]
+
+
+def input_kind(value: Any) -> str | None:
+    """'dense', 'sparse' or 'ragged' for a value of that TensorFlow input type; None for anything else (None,
+    Python lists, which `convert_input` reads later)."""
+    if value is None or isinstance(value, (list, tuple)):
+        return None
+    if is_sparse(value):
+        return "sparse"
+    if is_ragged_tensor(value):
+        return "ragged"
+    return "dense" if hasattr(value, "shape") else None
+
+
+def check_serving_input(
+    kind: str | None, weight_kind: str | None, types: tuple[Any, Any], config: Any, path: Path, batch: int | None
+) -> None:
+    """TensorFlow's serving checks of one feature, in its order and with its messages, before the input rules.
+
+    Args:
+      kind, weight_kind: `input_kind` of the ids and of the weights.
+      types: the types of the ids and of the weights, as the messages name them.
+      config: the feature's `FeatureConfig`.
+      path: where the feature sits in `feature_config`.
+      batch: the number of examples of a ragged or rank-2 sparse input, when known.
+    """
+    where = path_string(path) or "(the only feature)"
+    if weight_kind is not None and kind is not None:
+        if kind == "dense":
+            raise ValueError(
+                f"Weight specified for {where}, but input is dense. A dense input has one id per output, whose "
+                "weight would always be 1: pass the ids as a SparseTensor or a RaggedTensor to weight them."
+            )
+        if weight_kind != kind:
+            raise ValueError(
+                f"Weight for {where} is of type {types[1]} but it does not match type of the input which is {types[0]}."
+            )
+        if config.max_sequence_length > 0:
+            raise ValueError(
+                f"Weight specified for {where}, but this is a sequence feature (max_sequence_length="
+                f"{config.max_sequence_length}); sequence features take no weights."
+            )
+    if kind == "ragged" and config.output_shape is not None and batch:
+        count = int(np.prod(config.output_shape, dtype=np.int64))
+        if count != batch and count % batch:
+            raise ValueError(
+                "Output shape set in the FeatureConfig should be the factor of the input data batch size. But "
+                f"instead got output shape {list(config.output_shape)}, input data batch size {batch} (feature "
+                f"{where}: {count} outputs are one combined output per example when equal to the batch size, or k "
+                "outputs per example, one per position, when a multiple of it)."
+            )
 
 
 class TPUEmbeddingForServing(MidLevelBase):
@@ -99,6 +152,7 @@ class TPUEmbeddingForServing(MidLevelBase):
           TypeError: a sequence type that differs from `feature_config`'s.
         """
         self.build()
+        _check_serving_inputs(self._feature_config, features, weights)
         converted = self._convert(features, weights, serving=True)
         _, activations = self._lookup(converted, training=False)
         return pack_as(self._feature_config, activations)
@@ -137,11 +191,13 @@ def serving_embedding_lookup(inputs: Any, weights: Any | None, tables: Mapping[A
     if not isinstance(tables, Mapping):
         raise ValueError(f"Argument `tables` must be a dict of TableConfig -> table. Received: {type(tables)}.")
     spec = lowering.spec_from_feature_config(feature_config, None)
-    outputs = []
-    for ids, weight, (path, config), feature in zip(flat_inputs, flat_weights, flat_configs, spec.features):
+    for ids, weight, (path, config) in zip(flat_inputs, flat_weights, flat_configs):
         if not isinstance(config, v2_utils.FeatureConfig):
             raise ValueError(f"Argument `feature_config` must be a nest of FeatureConfig. Received {config!r}.")
-        table = _table(tables, config.table)
+        check_serving_input(input_kind(ids), input_kind(weight), (type(ids), type(weight)), config, path, _batch(ids))
+    outputs = []
+    for ids, weight, (path, config), feature in zip(flat_inputs, flat_weights, flat_configs, spec.features):
+        table = np.asarray(table_of(tables, config.table), dtype=np.float32)
         pooled = dataclasses.replace(feature, max_sequence_length=0)  # as the mid-level classes' engine sees it
         converted = convert_input(ids, weight, config, path, feature=pooled, serving=True)
         batch = to_ragged(converted.ids, converted.weights, feature=pooled)
@@ -150,7 +206,21 @@ def serving_embedding_lookup(inputs: Any, weights: Any | None, tables: Mapping[A
     return pack_as(feature_config, outputs)
 
 
-def _table(tables: Mapping[Any, Any], config: v2_utils.TableConfig) -> np.ndarray:
+def _batch(ids: Any) -> int | None:
+    """The number of examples of a ragged input (what `check_serving_input` compares an output shape with)."""
+    return int(np.asarray(ids.row_splits).reshape(-1).shape[0]) - 1 if input_kind(ids) == "ragged" else None
+
+
+def _check_serving_inputs(feature_config: Any, features: Any, weights: Any) -> None:
+    flat_inputs = flatten_up_to(feature_config, features, "features")
+    flat_weights = [None] * len(flat_inputs) if weights is None else flatten_up_to(feature_config, weights, "weights")
+    for ids, weight, (path, config) in zip(flat_inputs, flat_weights, flatten_with_paths(feature_config)):
+        check_serving_input(input_kind(ids), input_kind(weight), (type(ids), type(weight)), config, path, _batch(ids))
+
+
+def table_of(tables: Mapping[Any, Any], config: v2_utils.TableConfig) -> Any:
+    """The table of `config` in `tables` (keyed by TableConfig, or by table name), checked to be
+    `[vocabulary_size, dim]`; returned as it is (an array, or a TensorFlow variable under the bridge)."""
     if config in tables:
         value = tables[config]
     elif config.name is not None and config.name in tables:
@@ -160,10 +230,10 @@ def _table(tables: Mapping[Any, Any], config: v2_utils.TableConfig) -> np.ndarra
             f"Argument `tables` has no table for {config.name or 'an unnamed TableConfig'!r}; it must be "
             "keyed by the TableConfig objects of `feature_config` (e.g. embedding.embedding_tables)."
         )
-    array = np.asarray(value, dtype=np.float32)
-    if array.shape != (config.vocabulary_size, config.dim):
+    shape = tuple(getattr(value, "shape", None) or np.shape(value))
+    if shape != (config.vocabulary_size, config.dim):
         raise ValueError(
-            f"Table {config.name!r} has shape {list(array.shape)}; its TableConfig says "
+            f"Table {config.name!r} has shape {list(shape)}; its TableConfig says "
             f"[{config.vocabulary_size}, {config.dim}]."
         )
-    return array
+    return value

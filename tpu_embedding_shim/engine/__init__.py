@@ -23,6 +23,7 @@ _SOURCES: dict[str, str] = {
     "Engine": "engine",
     "LookupResult": "engine",
     "EmbeddingEngine": "interface",
+    "initial_table": "engine",
     "Kernels": "kernels",
     "NumpyKernels": "kernels",
     # the engine over several processes (MPI; docs/distributed.md)

@@ -1,6 +1,6 @@
 """The mid-level API over TensorFlow values: thin wrappers around the project's numpy classes.
 
-`TPUEmbedding`, `TPUEmbeddingV2` and `TPUEmbeddingForServing` here hold the
+`TPUEmbedding` and `TPUEmbeddingV2` here hold the
 project's object (`compat/tpu_embedding_v2.py` etc., which stay numpy-only)
 and convert at the boundary (`_convert.py`): `enqueue` and the lookups take
 `tf.Tensor` / `tf.SparseTensor` / `tf.RaggedTensor` nests (dataset
@@ -12,10 +12,14 @@ structure, the input types and ranks, weights, static shapes), by running
 the project's own checks on an empty batch of the traced shapes, and the
 object is built from those shapes as TensorFlow builds its own
 (`_maybe_build`). Each is a TensorFlow trackable (`_checkpoint.py`).
+(`TPUEmbeddingForServing`, a CPU class in TensorFlow too, holds
+`tf.Variable`s and looks up with TensorFlow ops: `_serving.py`.)
 
-Every other attribute (`embedding_tables`, `variables`, `build`, `engine`,
-...) is the project object's: tables are numpy arrays, which TensorFlow ops
-take as they are.
+`embedding_tables` and `variables` hold `EngineArray`s: copies of the
+engine's tables and slots as numpy arrays (TensorFlow ops take them as they
+are) that also answer what a program asks of TensorFlow's variables there
+(`.numpy()`, `.assign()` into the engine). Every other attribute (`build`,
+`engine`, ...) is the project object's.
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ import tensorflow as tf
 from tensorflow.python.framework import random_seed  # TF's global-seed rule (what its initializers use)
 from tensorflow.python.trackable.data_structures import NoDependency  # how Keras code hands back untracked slots
 
-from ..compat import tpu_embedding_for_serving as serving
 from ..compat import tpu_embedding_v2 as v2
 from ..compat import tpu_embedding_v3 as v3
 from ..compat.midlevel_inputs import output_shape_of_input_shape
@@ -40,7 +43,7 @@ from . import _convert
 from ._checkpoint import CheckpointedEmbedding
 from ._convert import Leaf
 
-__all__ = ["TPUEmbedding", "TPUEmbeddingV2", "TPUEmbeddingForServing", "serving_embedding_lookup"]
+__all__ = ["TPUEmbedding", "TPUEmbeddingV2", "EngineArray"]
 
 do_not_convert = tf.autograph.experimental.do_not_convert
 
@@ -81,6 +84,16 @@ def _initializer_seed() -> int | None:
     return (int(global_seed) * 1_000_003 + int(op_seed or 0)) % 2**31
 
 
+def callable_by_tensorflow(initializer: Any) -> Any:
+    """A project initializer `init(shape, dtype) -> array` as TensorFlow calls one: `(shape, dtype=tf.float32)`."""
+
+    def initialize(shape: Any, dtype: Any = tf.float32, **kwargs: Any) -> tf.Tensor:
+        values = initializer(tuple(tf.TensorShape(shape).as_list()), np.float32)
+        return tf.constant(values, tf.as_dtype(dtype))
+
+    return initialize
+
+
 def _call_slot_creation_fn(table: Any, parameters: np.ndarray, names: list[str], initializers: list[Any]) -> Any:
     """A TensorFlow program's `slot_variable_creation_fn`, called as TensorFlow calls it; its slots as arrays.
 
@@ -91,13 +104,6 @@ def _call_slot_creation_fn(table: Any, parameters: np.ndarray, names: list[str],
     once, as the engine's initial slots. The engine keeps and trains them
     from then on.
     """
-
-    def callable_by_tensorflow(initializer: Any) -> Any:
-        def initialize(shape: Any, dtype: Any = tf.float32, **kwargs: Any) -> tf.Tensor:
-            values = initializer(tuple(tf.TensorShape(shape).as_list()), np.float32)
-            return tf.constant(values, tf.as_dtype(dtype))
-
-        return initialize
 
     with tf.init_scope():
         variable = tf.Variable(parameters, trainable=False, name=table.name)
@@ -111,6 +117,61 @@ def _call_slot_creation_fn(table: Any, parameters: np.ndarray, names: list[str],
             for name, slot in created.items()
         }
         return {name: np.asarray(value.numpy() if hasattr(value, "numpy") else value) for name, value in values.items()}
+
+
+class EngineArray(np.ndarray):
+    """A copy of one engine table or slot (float32 `[vocabulary_size, dim]`) that also behaves as TensorFlow's
+    variable does where a program reads or writes a table: `.numpy()`, `.shape`, `.dtype`, `.assign(value)`.
+
+    `assign` writes the value into the engine (and into this array); the
+    engine's step and the other tables stay. Under mpiexec, as every call
+    that reaches a replicated engine, every replica calls it with the same
+    value. Slices and copies of it are plain arrays.
+    """
+
+    _write: Any = None
+
+    def __new__(cls, values: np.ndarray, write: Any) -> EngineArray:
+        array = np.asarray(values, np.float32).view(cls)
+        array._write = write
+        return array
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self._write = None
+
+    def __array_wrap__(self, array: Any, context: Any = None, return_scalar: bool = False) -> Any:
+        plain = np.asarray(array).view(np.ndarray)
+        return plain[()] if return_scalar else plain
+
+    def __getitem__(self, key: Any) -> Any:
+        item = super().__getitem__(key)
+        return item.view(np.ndarray) if isinstance(item, np.ndarray) else item
+
+    def copy(self, order: Any = "C") -> np.ndarray:
+        return np.array(self, order=order).view(np.ndarray)
+
+    def numpy(self) -> np.ndarray:
+        """The values, as `tf.Variable.numpy()` (a plain copy)."""
+        return self.copy()
+
+    def read_value(self) -> tf.Tensor:
+        return tf.constant(self.copy())
+
+    def assign(self, value: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:
+        """Writes `value` (same shape) into the engine's table or slot, as `tf.Variable.assign`."""
+        if self._write is None:
+            raise TypeError(
+                "assign works on an array that embedding_tables or variables returned, not on a copy or slice of it."
+            )
+        array = np.asarray(value.numpy() if hasattr(value, "numpy") else value, dtype=np.float32)
+        if array.shape != self.shape:
+            raise ValueError(
+                f"Cannot assign to a table of shape {list(self.shape)} a value of shape {list(array.shape)}: give "
+                "the whole table."
+            )
+        self._write(array)
+        np.ndarray.__setitem__(self, Ellipsis, array)
+        return self if read_value else None
 
 
 class _Bridge(CheckpointedEmbedding):
@@ -134,6 +195,36 @@ class _Bridge(CheckpointedEmbedding):
 
     def __dir__(self):
         return sorted(set(super().__dir__()) | {n for n in dir(self._embedding) if not n.startswith("_")})
+
+    @property
+    def embedding_tables(self) -> dict[Any, EngineArray]:
+        """`{TableConfig: EngineArray [vocabulary_size, dim]}`: the project's `embedding_tables` (copies, any
+        pending update applied), each with `.numpy()` and `.assign()` as TensorFlow's variables."""
+        self._apply_restored()
+        tables = self._embedding.embedding_tables
+        return {table: EngineArray(values, self._writer(table.name, "embedding")) for table, values in tables.items()}
+
+    @property
+    def variables(self) -> dict[Any, dict[str, EngineArray]]:
+        """`{TableConfig: {'parameters': table, <slot name>: slot}}` as `EngineArray`s."""
+        self._apply_restored()
+        return {
+            table: {
+                name: EngineArray(values, self._writer(table.name, "embedding" if name == "parameters" else name))
+                for name, values in arrays.items()
+            }
+            for table, arrays in self._embedding.variables.items()
+        }
+
+    def _writer(self, table: str, slot: str) -> Any:
+        def write(values: np.ndarray) -> None:
+            self._apply_restored()
+            engine = self._embedding.engine
+            state = engine.state()
+            state[table][slot] = values
+            self._embedding._checkpoint_restore(state, engine.global_step)
+
+        return write
 
     def __repr__(self) -> str:
         return f"{self._embedding!r} (TensorFlow bridge)"
@@ -450,82 +541,3 @@ def _numpy_nest(bridge: _Bridge, values: Any, argument: str) -> Any:
     """Eagerly: a nest of TensorFlow values as the project's values."""
     leaves = bridge._leaves(values, argument)
     return bridge._pack([_convert.decode(leaf, [c.numpy() for c in leaf.components]) for leaf in leaves])
-
-
-class TPUEmbeddingForServing(_Bridge):
-    """`tf.tpu.experimental.embedding.TPUEmbeddingForServing` for TensorFlow programs: lookups as `tf.Tensor`s."""
-
-    _compat_class = serving.TPUEmbeddingForServing
-
-    @do_not_convert
-    def build(self) -> None:
-        self._apply_restored()
-        with tf.init_scope():
-            self._embedding.build()
-
-    @do_not_convert
-    def embedding_lookup(self, features: Any, weights: Any = None) -> Any:
-        """The training path's lookups of `features`, as float32 `tf.Tensor`s in `feature_config`'s nest."""
-        embedding = self._embedding
-        leaves = self._leaves(features, "features")
-        weight_leaves = None if weights is None else self._leaves(weights, "weights")
-        count = len(leaves)
-        shapes: list[Any] = [None] * count
-        if not _convert.executing_eagerly():
-            known: list[Any] | None = self._traced_output_shapes(leaves, weight_leaves)
-            if known is None:  # some traced size is unknown (a batch of None): None there, the rest as traced
-                known = [
-                    _partial_output_shape(None, leaf, path, config)
-                    for leaf, (path, config) in zip(leaves, embedding._flat)
-                ]
-            shapes = known
-            with tf.init_scope():
-                embedding.build()
-
-        def run(*values: Any) -> list[np.ndarray]:
-            self._apply_restored()
-            return self._flatten_activations(
-                embedding.embedding_lookup(
-                    self._pack(values[:count]), None if weights is None else self._pack(values[count:])
-                )
-            )
-
-        outputs = _convert.call(
-            run,
-            leaves + (weight_leaves or []),
-            [tf.float32] * count,
-            self._activation_shapes(shapes),
-            "tpu_embedding_serving_lookup",
-        )
-        return self._pack(outputs)
-
-    __call__ = embedding_lookup
-
-
-@do_not_convert
-def serving_embedding_lookup(inputs: Any, weights: Any | None, tables: dict[Any, Any], feature_config: Any) -> Any:
-    """`tf.tpu.experimental.embedding.serving_embedding_lookup` over TensorFlow values (tables may be variables).
-
-    Eagerly only: inside `tf.function`, use `TPUEmbeddingForServing`'s
-    `embedding_lookup`, which holds the tables.
-    """
-    if not _convert.executing_eagerly():
-        raise NotImplementedError(
-            "serving_embedding_lookup inside tf.function is not bridged: create a "
-            "TPUEmbeddingForServing (restored from the checkpoint) and call its "
-            "embedding_lookup, or call this eagerly."
-        )
-
-    def numpy(nest: Any, argument: str) -> Any:
-        flat = v2.flatten_up_to(feature_config, nest, argument)
-        leaves = [_convert.encode(value, argument) for value in flat]
-        return v2.pack_as(
-            feature_config, [_convert.decode(leaf, [c.numpy() for c in leaf.components]) for leaf in leaves]
-        )
-
-    arrays = {table: (value.numpy() if hasattr(value, "numpy") else value) for table, value in tables.items()}
-    outputs = serving.serving_embedding_lookup(
-        numpy(inputs, "inputs"), None if weights is None else numpy(weights, "weights"), arrays, feature_config
-    )
-    flat = v2.flatten_up_to(feature_config, outputs, "outputs")
-    return v2.pack_as(feature_config, [tf.constant(a) for a in flat])

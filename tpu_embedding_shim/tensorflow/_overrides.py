@@ -36,7 +36,7 @@ from ..compat import v1 as tf1
 from ..compat import v2 as tf2
 from ..compat.v1 import feature_column as v1_feature_column
 from ..compat.v2 import feature_column as v2_feature_column
-from . import _distribute, _midlevel, _versions
+from . import _distribute, _midlevel, _serving, _versions
 from ._columns import make_parse_example_spec, taking_tf_dtypes
 from ._optimizers import CrossShardOptimizer
 from ._serving_input import EXPORT_NAMES
@@ -65,8 +65,8 @@ def _from(namespace: str, source: Any, names: str, wrap: Callable[[Any], Any] = 
 _MIDLEVEL = {
     "TPUEmbedding": _midlevel.TPUEmbedding,
     "TPUEmbeddingV2": _midlevel.TPUEmbeddingV2,
-    "TPUEmbeddingForServing": _midlevel.TPUEmbeddingForServing,
-    "serving_embedding_lookup": _midlevel.serving_embedding_lookup,
+    "TPUEmbeddingForServing": _serving.TPUEmbeddingForServing,
+    "serving_embedding_lookup": _serving.serving_embedding_lookup,
 }
 
 
