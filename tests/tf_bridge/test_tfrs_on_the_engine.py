@@ -148,7 +148,8 @@ def test_tfrs_own_tests_of_its_tpu_layers_run_on_the_engine(tmp_path):
     assert len(through_engine) >= 38 and len(trained) >= 35, result.stdout[-3000:]
     # The others (8 on 2.15, 9 on 2.21) are tests of TFRS's CPU path: they feed rank-0 dense inputs
     # (PartialTPUEmbedding's) or rank-1 sparse ones (a sparse tf.keras.Input(shape=())), which TensorFlow's
-    # TPUEmbedding refuses on a TPU in `build` and `enqueue`. Each fails with TensorFlow's message, as it would on a TPU (docs/run_unchanged.md).
+    # TPUEmbedding refuses on a TPU in `build` and `enqueue`. Each fails with TensorFlow's message, as it would
+    # on a TPU (docs/run_unchanged.md).
     failed = {name.split("::", 1)[1]: t["error"] for name, t in tests.items() if t.get("outcome") == "failed"}
     for name, error in failed.items():
         assert TENSORFLOWS_RANK_REFUSALS[name.split("::")[0]] in error, (name, error)
