@@ -44,16 +44,22 @@ HAS_ESTIMATOR = importlib.util.find_spec("tensorflow_estimator") is not None
 
 
 def test_activate_replaces_tensorflows_own_names_and_deactivate_restores_every_attribute():
-    modules = {id(module): module for module, _, _, _ in _mode._targets()}
+    modules = {id(module): module for module, _, _, _ in _mode._targets() + _mode._added_targets()}
     before = snapshot(modules)
+    had = [hasattr(tensorflow, "estimator"), hasattr(tensorflow.compat.v1, "estimator")]
+    had.append(hasattr(tensorflow.compat.v1.tpu.experimental, "AdagradParameters"))
     assert not shim.active()
     shim.activate()
     assert shim.active()
     assert tensorflow.distribute.TPUStrategy is OVERRIDES["distribute.TPUStrategy"]
     assert tensorflow.compat.v2.distribute.TPUStrategy is OVERRIDES["distribute.TPUStrategy"]  # Keras reads here
     assert tensorflow.tpu.experimental.embedding.TPUEmbedding is OVERRIDES["tpu.experimental.embedding.TPUEmbedding"]
-    if HAS_ESTIMATOR:
-        assert tensorflow.compat.v1.estimator.tpu.TPUEstimator is OVERRIDES["compat.v1.estimator.tpu.TPUEstimator"]
+    # TensorFlow's own tf.estimator, or where it has none the bridge's (tf.estimator.tpu exists in neither)
+    assert tensorflow.compat.v1.estimator.tpu.TPUEstimator is OVERRIDES["compat.v1.estimator.tpu.TPUEstimator"]
+    assert (
+        tensorflow.compat.v1.tpu.experimental.AdagradParameters
+        is OVERRIDES["compat.v1.tpu.experimental.AdagradParameters"]
+    )
     assert tensorflow.constant is shim.constant  # the rest stays TensorFlow's
     shim.deactivate()
     after = snapshot(modules)
@@ -62,13 +68,19 @@ def test_activate_replaces_tensorflows_own_names_and_deactivate_restores_every_a
         changed = {n for n in before[key].keys() | after[key].keys() if before[key].get(n) is not after[key].get(n)}
         assert not changed
     assert tensorflow.distribute.TPUStrategy.__module__ == "tensorflow.python.distribute.tpu_strategy"
+    has = [hasattr(tensorflow, "estimator"), hasattr(tensorflow.compat.v1, "estimator")]
+    has.append(hasattr(tensorflow.compat.v1.tpu.experimental, "AdagradParameters"))
+    assert has == had  # what the mode added where TensorFlow has no tf.estimator is gone again
 
 
 def test_the_mode_only_replaces_names_tensorflow_has():
     names = shim.replaced_names()
     assert "tf.distribute.TPUStrategy" in names
-    # TensorFlow 2.16 and later have no tf.estimator: the mode adds none (the one-import form supplies it).
+    # Where TensorFlow has tf.estimator, the mode replaces its TPU names; where it has none (TensorFlow 2.16 and
+    # later, or 2.15 without tensorflow-estimator), the mode adds the bridge's namespaces, the one exception.
     assert ("tf.compat.v1.estimator.tpu.TPUEstimator" in names) == HAS_ESTIMATOR
+    assert ("tf.compat.v1.estimator" in names) == (not HAS_ESTIMATOR)
+    assert ("tf.estimator" in names) == (not HAS_ESTIMATOR)
     assert "tf.estimator.tpu.TPUEstimator" not in names  # TensorFlow's v2 tf.estimator has no tpu
     has_v2 = "TPUEmbeddingV2" in dir(tensorflow.tpu.experimental.embedding)  # TensorFlow 2.16 and later
     assert ("tf.tpu.experimental.embedding.TPUEmbeddingV2" in names) == has_v2

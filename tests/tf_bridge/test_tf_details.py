@@ -134,11 +134,22 @@ def test_the_projects_default_initializer_is_callable_by_tensorflow():
     reason="TensorFlow 2.21 with Keras 3 has no tf.compat.v1.layers (TensorFlow's own AttributeError: `dense` is not "
     "available with Keras 3); CI runs this test again with TF_USE_LEGACY_KERAS=1 (tf_keras)",
 )
-def test_a_tensorflow_1_program_trains_evaluates_predicts_and_exports_in_graph_mode(tmp_path):
+@pytest.mark.parametrize("form", ["one import changed", "unchanged, in the drop-in mode"])
+def test_a_tensorflow_1_program_trains_evaluates_predicts_and_exports_in_graph_mode(tmp_path, form):
+    """tf1_program.py as written (`import tpu_embedding_shim.tensorflow as tf`), and with TensorFlow's own import
+    run by `python -m tpu_embedding_shim.tensorflow`: on TensorFlow 2.16+ too, where the mode adds tf.estimator."""
     out = tmp_path / "out.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), os.environ.get("PYTHONPATH", "")])}
+    program, command = HERE / "tf1_program.py", []
+    if form.startswith("unchanged"):
+        source = program.read_text()
+        one_import = "\nimport tpu_embedding_shim.tensorflow as tf\n"
+        assert one_import in source
+        program = tmp_path / "tf1_program.py"
+        program.write_text(source.replace(one_import, "\nimport tensorflow as tf\n"))
+        command = ["-m", "tpu_embedding_shim.tensorflow"]
     job = subprocess.run(
-        [sys.executable, str(HERE / "tf1_program.py"), str(tmp_path / "model"), str(out)],
+        [sys.executable, *command, str(program), str(tmp_path / "model"), str(out)],
         capture_output=True,
         text=True,
         timeout=600,

@@ -9,8 +9,15 @@ Keras, tensorflow_estimator) reads the project's classes, and its
 objects. The same name is set in `tf.compat.v2` (Keras reads TensorFlow
 there) and on a lazily loaded module both on the loader and on the module
 behind it (`tf.estimator`, `tf.keras`). Names of the table that TensorFlow
-does not have are not added: the mode only replaces. Every other attribute
-of TensorFlow is untouched. `deactivate()` puts back exactly what was there.
+does not have are not added: the mode only replaces. The exception is what
+TensorFlow 2.16 removed with `tf.estimator` (`ADDED_WHERE_MISSING`): where
+TensorFlow has no `tf.estimator` (2.16 and later, or 2.15 without
+tensorflow-estimator), `tf.estimator`, `tf.compat.v1.estimator` and
+`tf.compat.v2.estimator` are the bridge's namespaces, and the TPU optimizer
+parameter classes of `tf.compat.v1.tpu.experimental` are added where
+missing, so a TPUEstimator program runs there unchanged. Every other
+attribute of TensorFlow is untouched. `deactivate()` puts back exactly what
+was there.
 
 TensorFlow's internal modules (`tensorflow.python...`) are not changed: a
 program that imports TPU classes from there gets TensorFlow's.
@@ -26,6 +33,7 @@ from typing import Any
 
 import tensorflow
 
+from . import _namespace, _versions
 from ._overrides import OVERRIDES
 
 __all__ = ["activate", "deactivate", "active", "activated", "replaced_names"]
@@ -75,12 +83,63 @@ def _targets() -> list[tuple[Any, str, str, Any]]:
     return targets
 
 
+# What TensorFlow 2.16 removed with tf.estimator, which a TPUEstimator program reads: added where missing.
+ADDED_WHERE_MISSING = (
+    "estimator",
+    "compat.v1.estimator",
+    "compat.v2.estimator",
+    *(
+        f"compat.v1.tpu.experimental.{kind}Parameters"
+        for kind in ("Adagrad", "Adam", "Ftrl", "StochasticGradientDescent")
+    ),
+)
+
+
+def _added_targets() -> list[tuple[Any, str, str, Any]]:
+    """`(module object, name, tf path, the bridge's object)` for each of `ADDED_WHERE_MISSING` TensorFlow lacks."""
+    targets = []
+    for tf_path in ADDED_WHERE_MISSING:
+        parent, _, name = tf_path.rpartition(".")
+        if name == "estimator":
+            value = sys.modules.get(f"{_namespace.PACKAGE}.{tf_path}")
+            missing = not _versions.has_estimator()
+        else:
+            value = OVERRIDES.get(tf_path)
+            missing = _namespace.real_attribute(tf_path) is _namespace.MISSING
+        if value is None or not missing:
+            continue
+        for module in _modules(parent) if parent else [tensorflow]:
+            targets.append((module, name, tf_path, value))
+    return targets
+
+
 def _has(module: Any, name: str) -> bool:
     """Whether TensorFlow's module has `name` (read from `dir`: reading the attribute may log a deprecation)."""
     try:
         return name in dir(module)
     except ImportError:
         return False
+
+
+def _original(module: Any, name: str) -> Any:
+    """What `module.name` is before the mode sets it: its own entry, or (a TensorFlow module wrapper, which
+    forwards to the module it wraps) the wrapped module's; `_ABSENT` where neither has one."""
+    original = module.__dict__.get(name, _ABSENT)
+    wrapped = module.__dict__.get("_tfmw_wrapped_module")
+    if original is _ABSENT and wrapped is not None:
+        original = wrapped.__dict__.get(name, _ABSENT)
+    return original
+
+
+def _restore(module: Any, name: str, original: Any) -> None:
+    """`module.name` as it was: set back, or deleted where it was absent (a TensorFlow module wrapper's
+    `__delattr__` also removes it from the wrapped module, `__all__` and its lookup cache)."""
+    if original is not _ABSENT:
+        setattr(module, name, original)
+    elif "_tfmw_wrapped_module" in module.__dict__:
+        delattr(module, name)
+    else:
+        module.__dict__.pop(name, None)
 
 
 def activate() -> None:
@@ -90,8 +149,8 @@ def activate() -> None:
         if _saved is not None:
             return
         saved = []
-        for module, name, _, value in _targets():
-            saved.append((module, name, module.__dict__.get(name, _ABSENT)))
+        for module, name, _, value in _targets() + _added_targets():
+            saved.append((module, name, _original(module, name)))
             setattr(module, name, value)
         _saved = saved
 
@@ -103,10 +162,7 @@ def deactivate() -> None:
         if _saved is None:
             return
         for module, name, original in reversed(_saved):
-            if original is _ABSENT:
-                module.__dict__.pop(name, None)
-            else:
-                setattr(module, name, original)
+            _restore(module, name, original)
         _saved = None
 
 
@@ -129,5 +185,6 @@ def activated() -> Iterator[None]:
 
 
 def replaced_names() -> list[str]:
-    """The `tf.` paths the mode replaces with the installed TensorFlow (sorted, without duplicates)."""
-    return sorted({f"tf.{tf_path}" for _, _, tf_path, _ in _targets()})
+    """The `tf.` paths the mode replaces with the installed TensorFlow (sorted, without duplicates); where
+    TensorFlow has no `tf.estimator`, the names it adds (`ADDED_WHERE_MISSING`)."""
+    return sorted({f"tf.{tf_path}" for _, _, tf_path, _ in _targets() + _added_targets()})

@@ -20,24 +20,25 @@ import tensorflow
 from . import _versions
 
 PACKAGE = "tpu_embedding_shim.tensorflow"
-_MISSING = object()
+MISSING = object()  # real_attribute's answer for a name TensorFlow does not have
 
 
 def real_attribute(path: str) -> Any:
-    """`tensorflow.<path>` (dotted), or `_MISSING` where TensorFlow has no such name.
+    """`tensorflow.<path>` (dotted), or `MISSING` where TensorFlow has no such name.
 
     TensorFlow 2.15 keeps `tf.estimator` as a lazy loader even without
     tensorflow-estimator installed: reading it is then an ImportError, which
-    means the same as a missing name.
+    means the same as a missing name. So does one of the bridge's own
+    namespaces, which the drop-in mode sets where TensorFlow has none.
     """
     value: Any = tensorflow
     for part in path.split("."):
         try:
-            value = getattr(value, part, _MISSING)
+            value = getattr(value, part, MISSING)
         except ImportError:
-            return _MISSING
-        if value is _MISSING:
-            return _MISSING
+            return MISSING
+        if value is MISSING or isinstance(value, Namespace):  # the drop-in mode's tf.estimator is the bridge's
+            return MISSING
     return value
 
 
@@ -59,7 +60,7 @@ class Namespace(types.ModuleType):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         real = real_attribute(self._tf_path)
-        if real is not _MISSING:
+        if real is not MISSING:
             try:
                 return getattr(real, name)
             except AttributeError:
@@ -75,7 +76,7 @@ class Namespace(types.ModuleType):
     def __dir__(self):
         real = real_attribute(self._tf_path)
         try:
-            theirs = set(dir(real)) if real is not _MISSING else set()
+            theirs = set(dir(real)) if real is not MISSING else set()
         except ImportError:
             theirs = set()
         return sorted(set(self._own_names) | theirs)
