@@ -6,7 +6,7 @@ Every table gets its optimizer explicitly: keras-rs' default is Adam.
 Tables of TF's TPU embedding get `placement='auto'`: SparseCore on a TPU
 that has one (v5p, v6e), where keras-rs turns the Keras optimizer into
 jax-tpu-embedding's and its kernels apply the update (the optimizer rows
-of the report describe them: see `jax_tpu_embedding`); elsewhere (CPU,
+of the report describe them: see `sparsecore`); elsewhere (CPU,
 GPU) keras-rs places them on `default_device`, where a table is an
 ordinary Keras variable: the `TableConfig` optimizer is not used there, the
 model's optimizer trains it. Tensor-core tables get
@@ -37,8 +37,7 @@ import numpy as np
 
 from ..spec import AdagradSpec, AdamSpec, OptimizerSpec
 from ..spec import initializers as spec_initializers
-from . import codegen
-from . import jax_tpu_embedding as jte
+from . import codegen, sparsecore
 from .codegen import LOAD_WEIGHTS, header, initializer_call, literal, weights_constants
 from .convert import Target, make_row
 from .options import Option
@@ -52,7 +51,7 @@ NAME = "keras-rs"
 TITLE = "keras-rs 0.4.0 (DistributedEmbedding, Keras 3 on JAX)"
 
 _CLASSES = {"sgd": "SGD", "adagrad": "Adagrad", "adam": "Adam", "ftrl": "Ftrl"}
-SLOTS = {kind: jte.SLOTS[kind] for kind in _CLASSES}
+SLOTS = {kind: sparsecore.SLOTS[kind] for kind in _CLASSES}
 """The optimizers keras-rs takes, and their slots (TF's name, jax-tpu-embedding's field)."""
 _INPUTS = "DistributedEmbedding(...)(inputs, weights={feature: ...})"
 _STEPS = "on SparseCore keras-rs calls it with the layer's step counter, which set_sparsecore_state starts at STEP"
@@ -70,7 +69,7 @@ def map_option(option: Option, source: Source) -> Row:
     if option.where == "spec":
         return _spec_row(option)
     if option.feature is not None:
-        return jte.feature_row(option, source, _INPUTS)
+        return sparsecore.feature_row(option, source, _INPUTS)
     table = option.table
     assert table is not None
     if option.name == "placement":
@@ -92,7 +91,7 @@ def map_option(option: Option, source: Source) -> Row:
         row = _keras_field_row(option, source)
         if row is not None:
             return row
-    return jte.table_row(option, source, _class_of, _keras_initializer)
+    return sparsecore.table_row(option, source, _class_of, _keras_initializer)
 
 
 def _keras_field_row(option: Option, source: Source) -> Row | None:
@@ -100,12 +99,12 @@ def _keras_field_row(option: Option, source: Source) -> Row | None:
     field, value = option.name.removeprefix("optimizer."), option.value
     optimizer = source.optimizer_for(option.table or "")
     target = _class_of(optimizer)
-    if target is None:  # an SGD fallback: its own options are impossible (jax_tpu_embedding), the shared ones not
-        if field not in jte.SHARED_FIELDS:
+    if target is None:  # an SGD fallback: its own options are impossible (sparsecore), the shared ones not
+        if field not in sparsecore.SHARED_FIELDS:
             return None
         target = "keras.optimizers.SGD"
     if field == "learning_rate":
-        return jte.learning_rate_row(option, target, source, _STEPS)
+        return sparsecore.learning_rate_row(option, target, source, _STEPS)
     if field in ("clip_weight_min", "clip_weight_max") and value is not None:
         return make_row(
             option,
@@ -153,7 +152,7 @@ def _keras_field_row(option: Option, source: Source) -> Row | None:
 def _spec_row(option: Option) -> Row:
     name, value = option.name, option.value
     if name in ("partition_strategy", "num_shards"):
-        return jte.sharding_row(option, "keras-rs", "set_embedding_tables")
+        return sparsecore.sharding_row(option, "keras-rs", "set_embedding_tables")
     if name == "pipeline_execution_with_tensor_core":
         if not value:
             return make_row(option, EXACT, "(lookups see every update)")
@@ -164,7 +163,7 @@ def _spec_row(option: Option) -> Row:
             "TF's pipelined lookups were one step stale",
         )
     if name == "gradient_multiplier_fn":
-        return jte.multiplier_row(
+        return sparsecore.multiplier_row(
             option,
             "multiply the gradients of the layer's outputs by fn(step) (e.g. out = stop_gradient(out) + m * (out - "
             "stop_gradient(out)))",
@@ -189,7 +188,7 @@ def weights(source: Source) -> dict[str, np.ndarray]:
     for table in source.tables:
         out[table.name] = source.state[table.name]["embedding"]
         if not source.is_tensor_core(table.name):
-            out.update(jte.slot_arrays(source, table.name, SLOTS))
+            out.update(sparsecore.slot_arrays(source, table.name, SLOTS))
     return out
 
 
@@ -209,36 +208,31 @@ def _optimizer_code(source: Source, table: str) -> str:
     """`optimizer=...,` of a TableConfig, with a comment when it is not TF's optimizer."""
     if source.is_tensor_core(table):
         return "optimizer=keras.optimizers.SGD(),  # unused on default_device: the model's optimizer trains it"
-    optimizer = source.optimizer_for(table)
-    if optimizer is None:
-        return "optimizer=keras.optimizers.SGD(learning_rate=0.0),  # inference only"
-    rate = f"learning_rates[{table!r}]"
-    cls = _class_of(optimizer)
-    if cls is None:
-        return f"optimizer=keras.optimizers.SGD(learning_rate={rate}),  # TF: {optimizer.kind} (report.md)"
-    arguments = [f"learning_rate={rate}"]
+    code = sparsecore.optimizer_code(source.optimizer_for(table), table, "keras.optimizers.SGD", _class_of, _arguments)
+    return f"optimizer={code}"
+
+
+def _arguments(optimizer: OptimizerSpec) -> list[str]:
+    """The Keras optimizer's arguments besides the learning rate."""
     if isinstance(optimizer, AdamSpec):
-        arguments = [f"learning_rate=adam_learning_rate({rate}, {optimizer.beta1!r}, {optimizer.beta2!r})"]
-        arguments += [f"beta_1={optimizer.beta1!r}", f"beta_2={optimizer.beta2!r}", f"epsilon={optimizer.epsilon!r}"]
-    elif isinstance(optimizer, AdagradSpec):
-        arguments += [f"initial_accumulator_value={optimizer.initial_accumulator!r}", "epsilon=1e-07"]
-    elif optimizer.kind == "ftrl":
-        arguments += [
-            f"{field}={getattr(optimizer, field)!r}"
-            for field in (
-                "learning_rate_power",
-                "initial_accumulator_value",
-                "l1_regularization_strength",
-                "l2_regularization_strength",
-                "beta",
-            )
-        ]
-    return f"optimizer={cls}({', '.join(arguments)}),"
+        return [f"beta_1={optimizer.beta1!r}", f"beta_2={optimizer.beta2!r}", f"epsilon={optimizer.epsilon!r}"]
+    if isinstance(optimizer, AdagradSpec):
+        return [f"initial_accumulator_value={optimizer.initial_accumulator!r}", "epsilon=1e-07"]
+    if optimizer.kind == "ftrl":
+        fields = (
+            "learning_rate_power",
+            "initial_accumulator_value",
+            "l1_regularization_strength",
+            "l2_regularization_strength",
+            "beta",
+        )
+        return [f"{field}={getattr(optimizer, field)!r}" for field in fields]
+    return []
 
 
 def code(source: Source) -> str:
     imports: list[str] = []
-    rates = jte.learning_rates_code(source, imports)
+    rates = sparsecore.learning_rates_code(source, imports)
     tables = [t.name for t in source.tables]
     lines = header(
         f"keras-rs DistributedEmbedding ({len(tables)} tables) and its weights (keras-rs 0.4.0, JAX backend).",
@@ -263,9 +257,9 @@ def code(source: Source) -> str:
         f"TABLES = {tables!r}",
         "",
         *rates,
-        *jte.vocabularies_code(source),
+        *sparsecore.vocabularies_code(source),
     ]
-    lines += jte.adam_code(source)
+    lines += sparsecore.adam_code(source)
     lines += [
         "",
         "",
@@ -319,8 +313,8 @@ def build(source: Source) -> Any:
             f"keras-rs is converted for Keras' JAX backend; this process runs {keras.backend.backend()!r} "
             "(set KERAS_BACKEND=jax before Keras is imported)"
         )
-    namespace = jte.run_code(source, code(source))
-    return namespace["build_layer"](weights(source), jte.learning_rates(source))
+    namespace = sparsecore.run_code(code(source), NAME)
+    return namespace["build_layer"](weights(source), sparsecore.learning_rates(source))
 
 
 def notes(source: Source) -> list[str]:
