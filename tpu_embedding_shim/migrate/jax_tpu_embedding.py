@@ -49,21 +49,21 @@ from .codegen import (
 )
 from .convert import Target
 from .options import Option
-from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
-from .rows import make_row
+from .report import CONVERTED, EXACT, Row
+from .rows import Rule, converted, impossible, make_row, row_of
 from .source import Source
 from .sparsecore import (
     SHARED_FIELDS,
     SLOTS,
     adam_code,
     argument,
-    feature_row,
+    feature_rows,
     learning_rates,
     learning_rates_code,
-    multiplier_row,
+    multiplier,
     optimizer_code,
     run_code,
-    sharding_row,
+    sharding,
     slot_arrays,
     table_row,
     vocabularies_code,
@@ -100,15 +100,34 @@ optimizer has (the report says how each maps) and the switches the SparseCore ke
 # The report ----------------------------------------------------------------------------------------
 
 
+_SPEC_ROWS: dict[str, Rule] = {
+    "partition_strategy": sharding("jax-tpu-embedding", "sharded_variables() in model.py"),
+    "num_shards": sharding("jax-tpu-embedding", "sharded_variables() in model.py"),
+    "pipeline_execution_with_tensor_core": impossible(
+        "lookups would see the previous step's update; TF's pipelined lookups were one step stale "
+        "(jax-tpu-embedding's lib/auto_pipelining overlaps steps, but what it makes stale was not checked)"
+    ),
+    "gradient_multiplier_fn": multiplier(
+        "multiply the activation gradients by fn(step) before tpu_sparse_dense_matmul_grad"
+    ),
+    "profile_data_directory": converted(
+        "fdo.file_fdo_client.NPZFileFDOClient(base_dir=...)",
+        "record() the statistics preprocess_sparse_dense_matmul_input returns (ids per partition, per table) "
+        "and publish() them as .npz files; TF's profile files are not written",
+    ),
+}
+_FEATURE_ROWS = feature_rows("preprocess_sparse_dense_matmul_input(features, features_weights)")
+
+
 def map_option(option: Option, source: Source) -> Row:
     if option.where == "spec":
-        return _spec_row(option)
+        return row_of(_SPEC_ROWS, option, source, NAME)
     if option.feature is not None:
         if source.is_tensor_core(option.table or ""):
             return make_row(
                 option, CONVERTED, "the model's dense lookup", "a tensor-core feature: the model looks it up"
             )
-        return feature_row(option, source, "preprocess_sparse_dense_matmul_input(features, features_weights)")
+        return row_of(_FEATURE_ROWS, option, source, NAME)
     table = option.table
     assert table is not None
     if option.name == "placement":
@@ -124,34 +143,6 @@ def map_option(option: Option, source: Source) -> Row:
     if source.is_tensor_core(table):
         return make_row(option, CONVERTED, "the model's dense table", "a tensor-core table: kept by the model")
     return table_row(option, source, _class_of, _jax_initializer)
-
-
-def _spec_row(option: Option) -> Row:
-    name, value = option.name, option.value
-    if name in ("partition_strategy", "num_shards"):
-        return sharding_row(option, "jax-tpu-embedding", "sharded_variables() in model.py")
-    if name == "pipeline_execution_with_tensor_core":
-        if not value:
-            return make_row(option, EXACT, "(lookups see every update)")
-        return make_row(
-            option,
-            IMPOSSIBLE,
-            how="lookups would see the previous step's update; TF's pipelined lookups were one step stale "
-            "(jax-tpu-embedding's lib/auto_pipelining overlaps steps, but what it makes stale was not checked)",
-        )
-    if name == "gradient_multiplier_fn":
-        return multiplier_row(
-            option, "multiply the activation gradients by fn(step) before tpu_sparse_dense_matmul_grad"
-        )
-    if name == "profile_data_directory":
-        return make_row(
-            option,
-            CONVERTED,
-            "fdo.file_fdo_client.NPZFileFDOClient(base_dir=...)",
-            "record() the statistics preprocess_sparse_dense_matmul_input returns (ids per partition, per table) "
-            "and publish() them as .npz files; TF's profile files are not written",
-        )
-    raise KeyError(f"{NAME}: no rule for spec option {name!r}")
 
 
 def _class_of(optimizer: OptimizerSpec | None) -> str | None:

@@ -39,9 +39,10 @@ from ..spec import AdagradSpec, AdamSpec, OptimizerSpec
 from ..spec import initializers as spec_initializers
 from . import codegen, sparsecore
 from .codegen import LOAD_WEIGHTS, header, initializer_call, literal, weights_constants
-from .convert import Target, make_row
+from .convert import Target
 from .options import Option
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
+from .rows import Rule, converted, impossible, make_row, row_of
 from .runtime import embedded
 from .source import Source
 
@@ -65,11 +66,48 @@ def _class_of(optimizer: OptimizerSpec | None) -> str | None:
 # The report ----------------------------------------------------------------------------------------
 
 
+_SPEC_ROWS: dict[str, Rule] = {
+    "partition_strategy": sparsecore.sharding("keras-rs", "set_embedding_tables"),
+    "num_shards": sparsecore.sharding("keras-rs", "set_embedding_tables"),
+    "pipeline_execution_with_tensor_core": impossible(
+        "keras-rs has no pipelining: lookups would see the previous step's update, TF's pipelined lookups were one "
+        "step stale"
+    ),
+    "gradient_multiplier_fn": sparsecore.multiplier(
+        "multiply the gradients of the layer's outputs by fn(step) (e.g. out = stop_gradient(out) + m * (out - "
+        "stop_gradient(out)))"
+    ),
+    "profile_data_directory": converted(
+        "DistributedEmbedding(update_stats=True)",
+        "keras-rs (JAX, SparseCore) raises max_ids_per_partition / max_unique_ids_per_partition to what the "
+        "training batches need; nothing is written to the directory",
+    ),
+}
+_FEATURE_ROWS = sparsecore.feature_rows(_INPUTS)
+_NO_WEIGHT_CLIPPING = (
+    "keras-rs passes no limits to the SparseCore kernels and Keras optimizers have no weight clipping: rows would "
+    "not be clipped"
+)
+_NO_CLIPVALUE = (
+    "keras-rs on JAX neither maps nor rejects a Keras optimizer's clipvalue: the summed row gradients would not be "
+    "clipped"
+)
+_DROPPED = {
+    "clip_weight_min": _NO_WEIGHT_CLIPPING,
+    "clip_weight_max": _NO_WEIGHT_CLIPPING,
+    "weight_decay_factor": "keras-rs on JAX neither maps nor rejects a Keras optimizer's weight_decay: rows would not "
+    "decay",
+    "clip_gradient_min": _NO_CLIPVALUE,
+    "clip_gradient_max": _NO_CLIPVALUE,
+}
+"""Optimizer fields keras-rs drops once they are set (unset, they change nothing: `convert.common_row`)."""
+
+
 def map_option(option: Option, source: Source) -> Row:
     if option.where == "spec":
-        return _spec_row(option)
+        return row_of(_SPEC_ROWS, option, source, NAME)
     if option.feature is not None:
-        return sparsecore.feature_row(option, source, _INPUTS)
+        return row_of(_FEATURE_ROWS, option, source, NAME)
     table = option.table
     assert table is not None
     if option.name == "placement":
@@ -87,44 +125,15 @@ def map_option(option: Option, source: Source) -> Row:
         )
     if option.name == "optimizer" and source.is_tensor_core(table):
         return make_row(option, EXACT, "the model's optimizer (default_device), as TF's trained it")
-    if option.name.startswith("optimizer."):
-        row = _keras_field_row(option, source)
-        if row is not None:
-            return row
-    return sparsecore.table_row(option, source, _class_of, _keras_initializer)
+    row = _keras_field_row(option, source) if option.name.startswith("optimizer.") else None
+    return row or sparsecore.table_row(option, source, _class_of, _keras_initializer, _STEPS)
 
 
 def _keras_field_row(option: Option, source: Source) -> Row | None:
     """The optimizer fields where keras-rs differs from jax-tpu-embedding itself; None for the others."""
     field, value = option.name.removeprefix("optimizer."), option.value
-    optimizer = source.optimizer_for(option.table or "")
-    target = _class_of(optimizer)
-    if target is None:  # an SGD fallback: its own options are impossible (sparsecore), the shared ones not
-        if field not in sparsecore.SHARED_FIELDS:
-            return None
-        target = "keras.optimizers.SGD"
-    if field == "learning_rate":
-        return sparsecore.learning_rate_row(option, target, source, _STEPS)
-    if field in ("clip_weight_min", "clip_weight_max") and value is not None:
-        return make_row(
-            option,
-            IMPOSSIBLE,
-            how="keras-rs passes no limits to the SparseCore kernels and Keras optimizers have no weight clipping: "
-            "rows would not be clipped",
-        )
-    if field == "weight_decay_factor" and value:
-        return make_row(
-            option,
-            IMPOSSIBLE,
-            how="keras-rs on JAX neither maps nor rejects a Keras optimizer's weight_decay: rows would not decay",
-        )
-    if field in ("clip_gradient_min", "clip_gradient_max") and value is not None:
-        return make_row(
-            option,
-            IMPOSSIBLE,
-            how="keras-rs on JAX neither maps nor rejects a Keras optimizer's clipvalue: the summed row gradients "
-            "would not be clipped",
-        )
+    if field in _DROPPED:
+        return make_row(option, IMPOSSIBLE, how=_DROPPED[field])
     if field == "multiply_linear_by_learning_rate" and value:
         return make_row(
             option,
@@ -139,44 +148,15 @@ def _keras_field_row(option: Option, source: Source) -> Row | None:
             "the `linear` slot",
             "Keras' Ftrl starts it at 0; the weights carry TF's linear slot, which set_sparsecore_state loads",
         )
+    optimizer = source.optimizer_for(option.table or "")
     if field == "initial_accumulator" and optimizer is not None and optimizer.kind == "adagrad":
         return make_row(
             option,
             EXACT,
-            f"{target}(initial_accumulator_value={value!r}, epsilon=1e-07)",
+            f"{_class_of(optimizer)}(initial_accumulator_value={value!r}, epsilon=1e-07)",
             "keras-rs takes only epsilon=1e-7, which the SparseCore kernel does not use (no epsilon, as TF)",
         )
     return None
-
-
-def _spec_row(option: Option) -> Row:
-    name, value = option.name, option.value
-    if name in ("partition_strategy", "num_shards"):
-        return sparsecore.sharding_row(option, "keras-rs", "set_embedding_tables")
-    if name == "pipeline_execution_with_tensor_core":
-        if not value:
-            return make_row(option, EXACT, "(lookups see every update)")
-        return make_row(
-            option,
-            IMPOSSIBLE,
-            how="keras-rs has no pipelining: lookups would see the previous step's update, "
-            "TF's pipelined lookups were one step stale",
-        )
-    if name == "gradient_multiplier_fn":
-        return sparsecore.multiplier_row(
-            option,
-            "multiply the gradients of the layer's outputs by fn(step) (e.g. out = stop_gradient(out) + m * (out - "
-            "stop_gradient(out)))",
-        )
-    if name == "profile_data_directory":
-        return make_row(
-            option,
-            CONVERTED,
-            "DistributedEmbedding(update_stats=True)",
-            "keras-rs (JAX, SparseCore) raises max_ids_per_partition / max_unique_ids_per_partition to what the "
-            "training batches need; nothing is written to the directory",
-        )
-    raise KeyError(f"{NAME}: no rule for spec option {name!r}")
 
 
 # The weights ---------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +23,7 @@ from ..spec import AdamSpec, OptimizerSpec, SGDSpec
 from .codegen import importable_name, literal
 from .options import Option
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
-from .rows import make_row
+from .rows import Rule, converted, exact, follows_weight_decay, from_tokens, impossible, make_row, when_on
 from .source import Source
 
 __all__ = [
@@ -30,9 +31,10 @@ __all__ = [
     "SHARED_FIELDS",
     "adam_learning_rate",
     "argument",
-    "sharding_row",
-    "multiplier_row",
-    "feature_row",
+    "FIELD_ROWS",
+    "sharding",
+    "multiplier",
+    "feature_rows",
     "table_row",
     "learning_rate_row",
     "slot_arrays",
@@ -73,6 +75,25 @@ SAFE = (
     "the feature column's safe rule dropped negative ids (and, for mean / sqrtn, ids whose weight is <= 0); give "
     "them weight 0 (or leave them out) before the lookup; an empty bag gives zeros, as in TF"
 )
+POOLED = "pooled as TF: sum w*e, mean sum(w*e) / sum(w), sqrtn sum(w*e) / sqrt(sum(w^2))"
+DENSE_ZERO = (
+    "TPUEstimator read 0 in a dense integer input as padding; here every dense entry is an id: give the zeros "
+    "weight 0, or pass ragged ids without them"
+)
+LIMITS_TARGET = "tpu_sparse_dense_matmul_grad(embedding_var_limits=EMBEDDING_VAR_LIMITS)"
+LIMITS = (
+    "pass model.py's EMBEDDING_VAR_LIMITS (every table, keyed by its name: tables not stacked): the kernels clamp "
+    "the updated rows, as TF does after the update"
+)
+NO_GRADIENT_CLIPPING = "jax-tpu-embedding has no gradient clipping: the summed row gradients would not be clipped"
+NOT_LAZY = (
+    "SparseCore updates only the rows in the batch; TF's non-lazy Adam decays every row's moments and moves every "
+    "row every step"
+)
+ADAM_EPSILON = (
+    "the kernel adds epsilon * sqrt(1 - beta_2^t) (its epsilon_hat) to sqrt(v), TF adds epsilon: the denominators "
+    "differ (most in the first 1 / (1 - beta_2) steps) where sqrt(v) is near epsilon"
+)
 ADAM = (
     "jax-tpu-embedding's Adam is bias corrected (alpha_t = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), t = step + 1); "
     "TF's TPU Adam is not: the learning rate given is adam_learning_rate(lr) = lr * (1 - beta_1^t) / "
@@ -95,89 +116,68 @@ def adam_learning_rate(learning_rate, beta_1, beta_2):
     return corrected
 
 
-def sharding_row(option: Option, library: str, where: str) -> Row:
+def sharding(library: str, where: str) -> Rule:
     """partition_strategy / num_shards: the target shards mod by its own device count; the weights are whole."""
-    if option.name == "partition_strategy" and option.value == "mod":
-        return make_row(option, EXACT, "MOD sharding (the only strategy)")
-    target = "MOD sharding" if option.name == "partition_strategy" else "one shard per SparseCore"
-    return make_row(
-        option,
-        CONVERTED,
-        target,
-        f"{library} shards each table MOD over every SparseCore, whatever TF did; the weights are whole tables in "
-        f"id order, which {where} lays out: lookups and updates do not depend on it, a checkpoint's layout does",
-    )
 
-
-def multiplier_row(option: Option, how: str) -> Row:
-    """experimental_gradient_multiplier_fn: the caller scales the activation gradients."""
-    reference = importable_name(option.value)
-    where = (
-        f"model.py imports it ({reference[0]}.{reference[1]})"
-        if reference
-        else "a local function: model.py cannot import it, pass it yourself"
-    )
-    return make_row(option, CONVERTED, "your training step", f"{how}; {where}")
-
-
-def feature_row(option: Option, source: Source, inputs: str) -> Row:
-    """A feature's option: the ids and weights are the caller's inputs (`inputs` names where they go)."""
-    name, value = option.name, option.value
-    feature = next(f for f in source.features if f.name == option.feature)
-    if name == "table":
-        return make_row(option, EXACT, "the feature's table (shared config object)")
-    if name == "id_source":
-        if value == "identity":
-            return make_row(option, EXACT, "integer ids")
-        return make_row(option, CONVERTED, "your input pipeline", PREPROCESS)
-    if name == "default_value":
-        if feature.id_source != "identity":
-            unknown = "are dropped (TF's -1)" if value in (None, -1) else f"get id {value}"
-            return make_row(option, CONVERTED, "your input pipeline", f"unknown tokens {unknown} when making the ids")
-        if value is None:
-            return make_row(option, EXACT, "(not set: ids outside the vocabulary are the input's error)")
-        return make_row(
-            option, CONVERTED, "your input pipeline", f"replace ids outside [0, {feature.num_buckets}) by {value}"
+    def rule(option: Option, source: Source) -> Row:
+        if option.name == "partition_strategy" and option.value == "mod":
+            return make_row(option, EXACT, "MOD sharding (the only strategy)")
+        target = "MOD sharding" if option.name == "partition_strategy" else "one shard per SparseCore"
+        how = (
+            f"{library} shards each table MOD over every SparseCore, whatever TF did; the weights are whole tables "
+            f"in id order, which {where} lays out: lookups and updates do not depend on it, a checkpoint's layout does"
         )
-    if name == "num_oov_buckets":
-        if not value:
-            return make_row(option, EXACT, "(none)")
-        return make_row(option, CONVERTED, "your input pipeline", OOV)
-    if name == "weight_key":
-        if value is None:
-            return make_row(option, EXACT, "(no weights)")
-        return make_row(
-            option,
+        return make_row(option, CONVERTED, target, how)
+
+    return rule
+
+
+def multiplier(how: str) -> Rule:
+    """experimental_gradient_multiplier_fn: the caller scales the activation gradients (`how` says where)."""
+
+    def where(option: Option) -> str:
+        reference = importable_name(option.value)
+        if reference is None:
+            return f"{how}; a local function: model.py cannot import it, pass it yourself"
+        return f"{how}; model.py imports it ({reference[0]}.{reference[1]})"
+
+    return converted("your training step", where)
+
+
+def _default_value_row(option: Option, source: Source) -> Row:
+    feature = source.spec.feature(option.feature or "")
+    if feature.id_source != "identity":
+        unknown = "are dropped (TF's -1)" if option.value == -1 else f"get id {option.value}"
+        return make_row(option, CONVERTED, "your input pipeline", f"unknown tokens {unknown} when making the ids")
+    how = f"replace ids outside [0, {feature.num_buckets}) by {option.value}"
+    return make_row(option, CONVERTED, "your input pipeline", how)
+
+
+def feature_rows(inputs: str) -> dict[str, Rule]:
+    """A feature's options: the ids and weights are the caller's inputs (`inputs` names where they go)."""
+    return {
+        "table": exact("the feature's table (shared config object)"),
+        "id_source": when_on("integer ids", CONVERTED, "your input pipeline", PREPROCESS, on=from_tokens),
+        "default_value": _default_value_row,
+        "num_oov_buckets": converted("your input pipeline", OOV),
+        "weight_key": when_on(
+            "(no weights)",
             CONVERTED,
             inputs,
-            f"pass features[{value!r}] as the weights of {feature.name!r}; pooled as TF: sum w*e, mean sum(w*e) / "
-            "sum(w), sqrtn sum(w*e) / sqrt(sum(w^2))",
-        )
-    if name == "max_sequence_length":
-        if not value:
-            return make_row(option, EXACT, "a pooled feature")
-        return make_row(
-            option,
+            lambda option: f"pass features[{option.value!r}] as the weights of {option.feature!r}; {POOLED}",
+        ),
+        "max_sequence_length": when_on(
+            "a pooled feature",
             IMPOSSIBLE,
             "a pooled feature",
-            f"every feature is pooled to [batch, dim] by the table's combiner; TF returns [batch, {value}, dim], "
-            "one row per position (padded or truncated)",
-        )
-    if name == "safe_lookup":
-        if not value:
-            return make_row(option, EXACT, "ids as given (no pruning)")
-        return make_row(option, CONVERTED, "your input pipeline", SAFE)
-    if name == "dense_zero_is_padding":
-        if not value:
-            return make_row(option, EXACT, "ids as given")
-        return make_row(
-            option,
-            CONVERTED,
-            "your input pipeline",
-            "TPUEstimator read 0 in a dense integer input as padding; here every dense entry is an id: give the "
-            "zeros weight 0, or pass ragged ids without them",
-        )
-    raise KeyError(f"no rule for feature option {name!r}")
+            lambda option: (
+                f"every feature is pooled to [batch, dim] by the table's combiner; TF returns [batch, "
+                f"{option.value}, dim], one row per position (padded or truncated)"
+            ),
+        ),
+        "safe_lookup": when_on("ids as given (no pruning)", CONVERTED, "your input pipeline", SAFE),
+        "dense_zero_is_padding": when_on("ids as given", CONVERTED, "your input pipeline", DENSE_ZERO),
+    }
 
 
 def table_row(
@@ -185,9 +185,11 @@ def table_row(
     source: Source,
     class_of: Callable[[OptimizerSpec | None], str | None],
     initializer_code: Callable[[Any, int], str | None],
+    steps: str = "",
 ) -> Row:
     """vocabulary_size, dim, initializer, combiner, features, optimizer and its fields of a table: `class_of`
-    names the target's optimizer class, `initializer_code` writes an initializer of the same distribution."""
+    names the target's optimizer class, `initializer_code` writes an initializer of the same distribution, `steps`
+    says which step counter calls a learning-rate function."""
     name, value = option.name, option.value
     table = source.table(option.table or "")
     if name in ("vocabulary_size", "dim", "combiner"):
@@ -207,7 +209,7 @@ def table_row(
     optimizer = source.optimizer_for(table.name)
     if name == "optimizer":
         return optimizer_kind_row(option, optimizer, class_of)
-    return optimizer_field_row(option, optimizer, source, class_of)
+    return optimizer_field_row(option, optimizer, source, class_of, steps)
 
 
 def argument(optimizer: Any, field: str) -> str:
@@ -241,13 +243,36 @@ def optimizer_kind_row(
     return make_row(option, EXACT, target)
 
 
+FIELD_ROWS: dict[str, Rule] = {
+    "use_gradient_accumulation": exact("(SparseCore sums a row's gradients before one update, as this project does)"),
+    "clip_weight_min": converted(LIMITS_TARGET, LIMITS),
+    "clip_weight_max": converted(LIMITS_TARGET, LIMITS),
+    "weight_decay_factor": impossible("jax-tpu-embedding has no weight decay: rows would not decay"),
+    "multiply_weight_decay_factor_by_learning_rate": follows_weight_decay("no weight decay (see weight_decay_factor)"),
+    "clip_gradient_min": impossible(NO_GRADIENT_CLIPPING),
+    "clip_gradient_max": impossible(NO_GRADIENT_CLIPPING),
+    "lazy_adam": when_on("(SparseCore updates only the rows in the batch)", IMPOSSIBLE, "", NOT_LAZY, on=operator.not_),
+    "sum_inside_sqrt": when_on(
+        "m / (sqrt(v) + epsilon_hat)",
+        IMPOSSIBLE,
+        "",
+        "the kernel divides by sqrt(v) + epsilon_hat; TF by sqrt(v + epsilon^2)",
+    ),
+    "allow_zero_accumulator": exact("(no numeric effect: zero accumulators are handled)"),
+}
+"""Optimizer field -> its row where it does not depend on the target's class (the other fields: an argument of
+the optimizer class)."""
+
+
 def optimizer_field_row(
     option: Option,
     optimizer: OptimizerSpec | None,
     source: Source,
     class_of: Callable[[OptimizerSpec | None], str | None],
+    steps: str = "",
 ) -> Row:
-    """One hyper-parameter, as jax-tpu-embedding's SparseCore kernels apply it (keras-rs on JAX runs them too)."""
+    """One hyper-parameter, as jax-tpu-embedding's SparseCore kernels apply it (keras-rs on JAX runs them too);
+    `steps` says which step counter calls a learning-rate function."""
     field = option.name.removeprefix("optimizer.")
     value = option.value
     target = class_of(optimizer)
@@ -259,56 +284,11 @@ def optimizer_field_row(
         target = class_of(SGDSpec(learning_rate=0.0))
         assert target is not None
     if field == "learning_rate":
-        return learning_rate_row(option, target, source)
-    if field == "use_gradient_accumulation":
-        return make_row(option, EXACT, "(SparseCore sums a row's gradients before one update, as this project does)")
-    if field in ("clip_weight_min", "clip_weight_max"):
-        return make_row(
-            option,
-            CONVERTED,
-            "tpu_sparse_dense_matmul_grad(embedding_var_limits=EMBEDDING_VAR_LIMITS)",
-            "pass model.py's EMBEDDING_VAR_LIMITS (every table, keyed by its name: tables not stacked): the kernels "
-            "clamp the updated rows, as TF does after the update",
-        )
-    if field == "weight_decay_factor":
-        return make_row(option, IMPOSSIBLE, how="jax-tpu-embedding has no weight decay: rows would not decay")
-    if field == "multiply_weight_decay_factor_by_learning_rate":
-        if not optimizer.weight_decay_factor:  # type: ignore[union-attr]
-            return make_row(option, EXACT, "(no weight decay)")
-        return make_row(option, IMPOSSIBLE, how="no weight decay (see weight_decay_factor)")
-    if field in ("clip_gradient_min", "clip_gradient_max"):
-        return make_row(
-            option,
-            IMPOSSIBLE,
-            how="jax-tpu-embedding has no gradient clipping: the summed row gradients would not be clipped",
-        )
+        return learning_rate_row(option, target, source, steps)
     if field == "epsilon" and optimizer.kind == "adam":  # type: ignore[union-attr]
-        return make_row(
-            option,
-            IMPOSSIBLE,
-            f"{target}(epsilon={value!r})",
-            "the kernel adds epsilon * sqrt(1 - beta_2^t) (its epsilon_hat) to sqrt(v), TF adds epsilon: the "
-            "denominators differ (most in the first 1 / (1 - beta_2) steps) where sqrt(v) is near epsilon",
-        )
-    if field == "lazy_adam":
-        if value:
-            return make_row(option, EXACT, "(SparseCore updates only the rows in the batch)")
-        return make_row(
-            option,
-            IMPOSSIBLE,
-            how="SparseCore updates only the rows in the batch; TF's non-lazy Adam decays every row's moments and "
-            "moves every row every step",
-        )
-    if field == "sum_inside_sqrt":
-        if not value:
-            return make_row(option, EXACT, "m / (sqrt(v) + epsilon_hat)")
-        return make_row(
-            option,
-            IMPOSSIBLE,
-            how="the kernel divides by sqrt(v) + epsilon_hat; TF by sqrt(v + epsilon^2)",
-        )
-    if field == "allow_zero_accumulator":
-        return make_row(option, EXACT, "(no numeric effect: zero accumulators are handled)")
+        return make_row(option, IMPOSSIBLE, f"{target}(epsilon={value!r})", ADAM_EPSILON)
+    if field in FIELD_ROWS:
+        return FIELD_ROWS[field](option, source)
     return make_row(option, EXACT, f"{target}({argument(optimizer, field)}={value!r})")
 
 

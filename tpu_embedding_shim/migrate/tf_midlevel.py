@@ -38,11 +38,12 @@ from ..compat.train import Checkpoint
 from ..spec import OptimizerSpec
 from ..spec import initializers as spec_initializers
 from .codegen import call_lines, header, importable_name, initializer_call, literal, table_variables
-from .convert import Target, make_row
+from .convert import Target
 from .migration import Migration, write_npz
 from .options import Option
 from .progress import ProgressLine
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
+from .rows import make_row
 from .runtime import embedded
 from .runtime.tf_midlevel_model import _StepCounter
 from .source import Source

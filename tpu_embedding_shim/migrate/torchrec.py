@@ -54,9 +54,10 @@ import numpy as np
 from ..spec import AdamSpec, TableSpec
 from ..spec import initializers as spec_initializers
 from .codegen import header, importable_name, literal
-from .convert import Target, make_row
+from .convert import Target
 from .options import Option
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
+from .rows import make_row
 from .runtime import embedded
 from .source import Source
 
