@@ -145,7 +145,7 @@ def multiplier(how: str) -> Rule:
 
 
 def _default_value_row(option: Option, source: Source) -> Row:
-    feature = source.spec.feature(option.feature or "")
+    feature = source.feature(option.feature or "")
     if feature.id_source != "identity":
         unknown = "are dropped (TF's -1)" if option.value == -1 else f"get id {option.value}"
         return make_row(option, CONVERTED, "your input pipeline", f"unknown tokens {unknown} when making the ids")

@@ -175,7 +175,7 @@ _SPEC_ROWS: dict[str, Rule] = {
 
 
 def _default_value_row(option: Option, source: Source) -> Row:
-    feature = source.spec.feature(option.feature or "")
+    feature = source.feature(option.feature or "")
     if feature.id_source != "identity":
         return make_row(option, CONVERTED, "your input pipeline", _PREPROCESS)
     how = f"replace ids outside [0, {feature.num_buckets}) by {option.value} before enqueue"
