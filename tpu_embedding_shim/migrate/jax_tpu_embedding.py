@@ -57,6 +57,7 @@ from .sparsecore import (
     SLOTS,
     adam_code,
     argument,
+    batch_size_notes,
     feature_rows,
     learning_rates,
     learning_rates_code,
@@ -313,20 +314,15 @@ def build(source: Source) -> dict[str, Any]:
 
 
 def notes(source: Source) -> list[str]:
-    out = [
+    return [
         "Weights: weights.npz, `<table>` (the table) and `<table>/<slot>` (jax-tpu-embedding's slot names, TF's "
         f"values, global step {source.step}); model.py's embedding_variables() reads them.",
         "Lookups and updates need a SparseCore TPU (v5p, v6e): on a CPU the specs construct and validate, and the "
         "variables are laid out with jax-tpu-embedding's own stacking.",
         f"Pass tpu_sparse_dense_matmul_grad step=STEP + the updates since (STEP = {source.step}): learning-rate "
         "functions and Adam's correction read it, as TF's read the global step.",
+        *batch_size_notes(source, "FeatureSpec shapes hold None, which preparing them for training refuses"),
     ]
-    if source.batch_size is None:
-        out.append(
-            "No global batch size was given: FeatureSpec shapes hold None, which preparing them for training "
-            "refuses; convert with batch_size=... (CLI --batch-size) or set GLOBAL_BATCH_SIZE in model.py."
-        )
-    return out
 
 
 TARGET = Target(name=NAME, title=TITLE, map_option=map_option, weights=weights, code=code, build=build, notes=notes)

@@ -298,7 +298,7 @@ def build(source: Source) -> Any:
 
 
 def notes(source: Source) -> list[str]:
-    out = [
+    return [
         "Every TableConfig sets its optimizer: keras-rs' default is Adam.",
         "The optimizer rows describe SparseCore (JAX backend), where keras-rs runs jax-tpu-embedding's kernels. On "
         "default_device (CPU, GPU, TPUs without SparseCore) a table is a Keras variable: TableConfig.optimizer is "
@@ -310,13 +310,10 @@ def notes(source: Source) -> list[str]:
         "loads them.",
         "Inputs: dense [batch, L] ids with [batch, L] weights, 0 on padding entries (keras-rs 0.4.0 on JAX fails "
         "on ragged numpy (object) arrays on default_device).",
+        *sparsecore.batch_size_notes(
+            source, "FeatureConfig shapes hold None as the batch, which default_device accepts and SparseCore does not"
+        ),
     ]
-    if source.batch_size is None:
-        out.append(
-            "No global batch size was given: FeatureConfig shapes hold None as the batch, which default_device "
-            "accepts; SparseCore needs it: convert with batch_size=... (CLI --batch-size) or set GLOBAL_BATCH_SIZE."
-        )
-    return out
 
 
 TARGET = Target(name=NAME, title=TITLE, map_option=map_option, weights=weights, code=code, build=build, notes=notes)

@@ -42,6 +42,7 @@ __all__ = [
     "learning_rates_code",
     "vocabularies_code",
     "adam_code",
+    "batch_size_notes",
     "optimizer_code",
     "run_code",
 ]
@@ -397,6 +398,17 @@ def optimizer_code(
     if isinstance(optimizer, AdamSpec):
         rate = f"adam_learning_rate({rate}, {optimizer.beta1!r}, {optimizer.beta2!r})"
     return f"{cls}({', '.join([f'learning_rate={rate}', *arguments(optimizer)])}),"
+
+
+def batch_size_notes(source: Source, shapes: str) -> list[str]:
+    """The note of a conversion without a global batch size, which SparseCore's fixed shapes need (`shapes` says
+    what holds None in the target's configs and who takes it); nothing when it was given."""
+    if source.batch_size is not None:
+        return []
+    return [
+        f"No global batch size was given: {shapes}; convert with batch_size=... (CLI --batch-size) or set "
+        "GLOBAL_BATCH_SIZE in model.py."
+    ]
 
 
 def run_code(text: str, target: str) -> dict[str, Any]:
