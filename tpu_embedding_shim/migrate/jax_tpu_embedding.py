@@ -248,11 +248,12 @@ def code(source: Source) -> str:
     variables = table_variables(spec.tables)
     for table in spec.tables:
         initializer = (_jax_initializer(table.initializer, table.dim), "jax.nn.initializers.zeros", "jax")
-        optimizer = optimizer_code(
+        optimizer_text = optimizer_code(
             source.optimizer_for(table.name), table.name, "embedding_spec.SGDOptimizerSpec", _spec_class, _arguments
         )
-        argument = f"optimizer={optimizer}"
-        lines += sparsecore_table_lines(variables[table.name], "embedding_spec.TableSpec", table, initializer, argument)
+        lines += sparsecore_table_lines(
+            variables[table.name], "embedding_spec.TableSpec", table, initializer, f"optimizer={optimizer_text}"
+        )
     lines += feature_lines(
         source,
         spec.features,
