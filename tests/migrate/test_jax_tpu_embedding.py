@@ -23,6 +23,7 @@ from tpu_embedding_shim.migrate import (
     LossyMigrationError,
     jax_tpu_embedding,
     load_source,
+    sparsecore,
     to_jax_tpu_embedding,
 )
 from tpu_embedding_shim.migrate.options import options
@@ -177,9 +178,7 @@ def test_adam_learning_rate_cancels_the_bias_correction(learning_rate, beta_1, b
     rate = (lambda s: learning_rate / (1 + s)) if as_function else learning_rate
     expected = rate(step) if as_function else learning_rate
     t = step + 1
-    alpha_t = (
-        jax_tpu_embedding.adam_learning_rate(rate, beta_1, beta_2)(step) * math.sqrt(1 - beta_2**t) / (1 - beta_1**t)
-    )
+    alpha_t = sparsecore.adam_learning_rate(rate, beta_1, beta_2)(step) * math.sqrt(1 - beta_2**t) / (1 - beta_1**t)
     assert alpha_t == pytest.approx(expected, rel=1e-12)
 
 

@@ -28,7 +28,7 @@ from jax_tpu_embedding.sparsecore.lib.nn import embedding_spec, table_stacking  
 
 from tpu_embedding_shim.engine import Engine  # noqa: E402
 from tpu_embedding_shim.migrate import to_jax_tpu_embedding  # noqa: E402
-from tpu_embedding_shim.migrate.jax_tpu_embedding import SLOTS  # noqa: E402
+from tpu_embedding_shim.migrate.sparsecore import SLOTS  # noqa: E402
 from tpu_embedding_shim.spec import (  # noqa: E402
     AdagradMomentumSpec,
     AdagradSpec,

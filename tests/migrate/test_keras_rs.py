@@ -182,9 +182,12 @@ def test_slots_ship_only_for_optimizers_keras_rs_takes(optimizer, dim, seed):
 def test_the_code_is_valid_python_for_every_model_and_batch():
     for config in MODELS.values():
         for batch in (None, 64):
-            code = to_keras_rs(config(), allow_lossy=True, batch_size=batch).code
+            migration = to_keras_rs(config(), allow_lossy=True, batch_size=batch)
+            code = migration.code
             compile(code, "model.py", "exec")
             assert f"GLOBAL_BATCH_SIZE = {batch}" in code
+            batch_notes = [note for note in migration.report.notes if note.startswith("No global batch size")]
+            assert len(batch_notes) == (batch is None)
             assert 'os.environ.setdefault("KERAS_BACKEND", "jax")' in code
     code = to_keras_rs(every_option_config(), allow_lossy=True).code
     features = re.findall(r"keras_rs\.layers\.FeatureConfig\(name='(\w+)'", code)

@@ -18,9 +18,10 @@ from .migration import Migration, write_npz_weights
 from .options import Option, options
 from .progress import ProgressLine
 from .report import EXACT, Report, Row
+from .rows import make_row
 from .source import Source, load_source
 
-__all__ = ["Target", "convert", "make_row", "common_row", "report_for"]
+__all__ = ["Target", "convert", "common_row", "report_for"]
 
 
 def _no_notes(source: Source) -> list[str]:
@@ -48,11 +49,6 @@ class Target:
     """Notes for the report, after the source's."""
     write_weights: Callable[..., list[str]] = write_npz_weights
     """`(migration, directory, progress) -> names written`: `weights.npz`, or a format of the target's own."""
-
-
-def make_row(option: Option, status: str, target: str = "", how: str = "") -> Row:
-    """The report row of `option`."""
-    return Row(option.where, option.name, option.text, status, target, how)
 
 
 def common_row(option: Option) -> Row | None:

@@ -6,7 +6,7 @@ Every table gets its optimizer explicitly: keras-rs' default is Adam.
 Tables of TF's TPU embedding get `placement='auto'`: SparseCore on a TPU
 that has one (v5p, v6e), where keras-rs turns the Keras optimizer into
 jax-tpu-embedding's and its kernels apply the update (the optimizer rows
-of the report describe them: see `jax_tpu_embedding`); elsewhere (CPU,
+of the report describe them: see `sparsecore`); elsewhere (CPU,
 GPU) keras-rs places them on `default_device`, where a table is an
 ordinary Keras variable: the `TableConfig` optimizer is not used there, the
 model's optimizer trains it. Tensor-core tables get
@@ -37,12 +37,12 @@ import numpy as np
 
 from ..spec import AdagradSpec, AdamSpec, OptimizerSpec
 from ..spec import initializers as spec_initializers
-from . import codegen
-from . import jax_tpu_embedding as jte
+from . import codegen, sparsecore
 from .codegen import LOAD_WEIGHTS, header, initializer_call, literal, weights_constants
-from .convert import Target, make_row
+from .convert import Target
 from .options import Option
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
+from .rows import Rule, converted, impossible, make_row, row_of
 from .runtime import embedded
 from .source import Source
 
@@ -52,7 +52,7 @@ NAME = "keras-rs"
 TITLE = "keras-rs 0.4.0 (DistributedEmbedding, Keras 3 on JAX)"
 
 _CLASSES = {"sgd": "SGD", "adagrad": "Adagrad", "adam": "Adam", "ftrl": "Ftrl"}
-SLOTS = {kind: jte.SLOTS[kind] for kind in _CLASSES}
+SLOTS = {kind: sparsecore.SLOTS[kind] for kind in _CLASSES}
 """The optimizers keras-rs takes, and their slots (TF's name, jax-tpu-embedding's field)."""
 _INPUTS = "DistributedEmbedding(...)(inputs, weights={feature: ...})"
 _STEPS = "on SparseCore keras-rs calls it with the layer's step counter, which set_sparsecore_state starts at STEP"
@@ -66,11 +66,48 @@ def _class_of(optimizer: OptimizerSpec | None) -> str | None:
 # The report ----------------------------------------------------------------------------------------
 
 
+_SPEC_ROWS: dict[str, Rule] = {
+    "partition_strategy": sparsecore.sharding("keras-rs", "set_embedding_tables"),
+    "num_shards": sparsecore.sharding("keras-rs", "set_embedding_tables"),
+    "pipeline_execution_with_tensor_core": impossible(
+        "keras-rs has no pipelining: lookups would see the previous step's update, TF's pipelined lookups were one "
+        "step stale"
+    ),
+    "gradient_multiplier_fn": sparsecore.multiplier(
+        "multiply the gradients of the layer's outputs by fn(step) (e.g. out = stop_gradient(out) + m * (out - "
+        "stop_gradient(out)))"
+    ),
+    "profile_data_directory": converted(
+        "DistributedEmbedding(update_stats=True)",
+        "keras-rs (JAX, SparseCore) raises max_ids_per_partition / max_unique_ids_per_partition to what the "
+        "training batches need; nothing is written to the directory",
+    ),
+}
+_FEATURE_ROWS = sparsecore.feature_rows(_INPUTS)
+_NO_WEIGHT_CLIPPING = (
+    "keras-rs passes no limits to the SparseCore kernels and Keras optimizers have no weight clipping: rows would "
+    "not be clipped"
+)
+_NO_CLIPVALUE = (
+    "keras-rs on JAX neither maps nor rejects a Keras optimizer's clipvalue: the summed row gradients would not be "
+    "clipped"
+)
+_DROPPED = {
+    "clip_weight_min": _NO_WEIGHT_CLIPPING,
+    "clip_weight_max": _NO_WEIGHT_CLIPPING,
+    "weight_decay_factor": "keras-rs on JAX neither maps nor rejects a Keras optimizer's weight_decay: rows would not "
+    "decay",
+    "clip_gradient_min": _NO_CLIPVALUE,
+    "clip_gradient_max": _NO_CLIPVALUE,
+}
+"""Optimizer fields keras-rs drops once they are set (unset, they change nothing: `convert.common_row`)."""
+
+
 def map_option(option: Option, source: Source) -> Row:
     if option.where == "spec":
-        return _spec_row(option)
+        return row_of(_SPEC_ROWS, option, source, NAME)
     if option.feature is not None:
-        return jte.feature_row(option, source, _INPUTS)
+        return row_of(_FEATURE_ROWS, option, source, NAME)
     table = option.table
     assert table is not None
     if option.name == "placement":
@@ -88,44 +125,15 @@ def map_option(option: Option, source: Source) -> Row:
         )
     if option.name == "optimizer" and source.is_tensor_core(table):
         return make_row(option, EXACT, "the model's optimizer (default_device), as TF's trained it")
-    if option.name.startswith("optimizer."):
-        row = _keras_field_row(option, source)
-        if row is not None:
-            return row
-    return jte.table_row(option, source, _class_of, _keras_initializer)
+    row = _keras_field_row(option, source) if option.name.startswith("optimizer.") else None
+    return row or sparsecore.table_row(option, source, _class_of, _keras_initializer, _STEPS)
 
 
 def _keras_field_row(option: Option, source: Source) -> Row | None:
     """The optimizer fields where keras-rs differs from jax-tpu-embedding itself; None for the others."""
     field, value = option.name.removeprefix("optimizer."), option.value
-    optimizer = source.optimizer_for(option.table or "")
-    target = _class_of(optimizer)
-    if target is None:  # an SGD fallback: its own options are impossible (jax_tpu_embedding), the shared ones not
-        if field not in jte.SHARED_FIELDS:
-            return None
-        target = "keras.optimizers.SGD"
-    if field == "learning_rate":
-        return jte.learning_rate_row(option, target, source, _STEPS)
-    if field in ("clip_weight_min", "clip_weight_max") and value is not None:
-        return make_row(
-            option,
-            IMPOSSIBLE,
-            how="keras-rs passes no limits to the SparseCore kernels and Keras optimizers have no weight clipping: "
-            "rows would not be clipped",
-        )
-    if field == "weight_decay_factor" and value:
-        return make_row(
-            option,
-            IMPOSSIBLE,
-            how="keras-rs on JAX neither maps nor rejects a Keras optimizer's weight_decay: rows would not decay",
-        )
-    if field in ("clip_gradient_min", "clip_gradient_max") and value is not None:
-        return make_row(
-            option,
-            IMPOSSIBLE,
-            how="keras-rs on JAX neither maps nor rejects a Keras optimizer's clipvalue: the summed row gradients "
-            "would not be clipped",
-        )
+    if field in _DROPPED:
+        return make_row(option, IMPOSSIBLE, how=_DROPPED[field])
     if field == "multiply_linear_by_learning_rate" and value:
         return make_row(
             option,
@@ -140,44 +148,15 @@ def _keras_field_row(option: Option, source: Source) -> Row | None:
             "the `linear` slot",
             "Keras' Ftrl starts it at 0; the weights carry TF's linear slot, which set_sparsecore_state loads",
         )
+    optimizer = source.optimizer_for(option.table or "")
     if field == "initial_accumulator" and optimizer is not None and optimizer.kind == "adagrad":
         return make_row(
             option,
             EXACT,
-            f"{target}(initial_accumulator_value={value!r}, epsilon=1e-07)",
+            f"{_class_of(optimizer)}(initial_accumulator_value={value!r}, epsilon=1e-07)",
             "keras-rs takes only epsilon=1e-7, which the SparseCore kernel does not use (no epsilon, as TF)",
         )
     return None
-
-
-def _spec_row(option: Option) -> Row:
-    name, value = option.name, option.value
-    if name in ("partition_strategy", "num_shards"):
-        return jte.sharding_row(option, "keras-rs", "set_embedding_tables")
-    if name == "pipeline_execution_with_tensor_core":
-        if not value:
-            return make_row(option, EXACT, "(lookups see every update)")
-        return make_row(
-            option,
-            IMPOSSIBLE,
-            how="keras-rs has no pipelining: lookups would see the previous step's update, "
-            "TF's pipelined lookups were one step stale",
-        )
-    if name == "gradient_multiplier_fn":
-        return jte.multiplier_row(
-            option,
-            "multiply the gradients of the layer's outputs by fn(step) (e.g. out = stop_gradient(out) + m * (out - "
-            "stop_gradient(out)))",
-        )
-    if name == "profile_data_directory":
-        return make_row(
-            option,
-            CONVERTED,
-            "DistributedEmbedding(update_stats=True)",
-            "keras-rs (JAX, SparseCore) raises max_ids_per_partition / max_unique_ids_per_partition to what the "
-            "training batches need; nothing is written to the directory",
-        )
-    raise KeyError(f"{NAME}: no rule for spec option {name!r}")
 
 
 # The weights ---------------------------------------------------------------------------------------
@@ -189,7 +168,7 @@ def weights(source: Source) -> dict[str, np.ndarray]:
     for table in source.tables:
         out[table.name] = source.state[table.name]["embedding"]
         if not source.is_tensor_core(table.name):
-            out.update(jte.slot_arrays(source, table.name, SLOTS))
+            out.update(sparsecore.slot_arrays(source, table.name, SLOTS))
     return out
 
 
@@ -209,36 +188,31 @@ def _optimizer_code(source: Source, table: str) -> str:
     """`optimizer=...,` of a TableConfig, with a comment when it is not TF's optimizer."""
     if source.is_tensor_core(table):
         return "optimizer=keras.optimizers.SGD(),  # unused on default_device: the model's optimizer trains it"
-    optimizer = source.optimizer_for(table)
-    if optimizer is None:
-        return "optimizer=keras.optimizers.SGD(learning_rate=0.0),  # inference only"
-    rate = f"learning_rates[{table!r}]"
-    cls = _class_of(optimizer)
-    if cls is None:
-        return f"optimizer=keras.optimizers.SGD(learning_rate={rate}),  # TF: {optimizer.kind} (report.md)"
-    arguments = [f"learning_rate={rate}"]
+    code = sparsecore.optimizer_code(source.optimizer_for(table), table, "keras.optimizers.SGD", _class_of, _arguments)
+    return f"optimizer={code}"
+
+
+def _arguments(optimizer: OptimizerSpec) -> list[str]:
+    """The Keras optimizer's arguments besides the learning rate."""
     if isinstance(optimizer, AdamSpec):
-        arguments = [f"learning_rate=adam_learning_rate({rate}, {optimizer.beta1!r}, {optimizer.beta2!r})"]
-        arguments += [f"beta_1={optimizer.beta1!r}", f"beta_2={optimizer.beta2!r}", f"epsilon={optimizer.epsilon!r}"]
-    elif isinstance(optimizer, AdagradSpec):
-        arguments += [f"initial_accumulator_value={optimizer.initial_accumulator!r}", "epsilon=1e-07"]
-    elif optimizer.kind == "ftrl":
-        arguments += [
-            f"{field}={getattr(optimizer, field)!r}"
-            for field in (
-                "learning_rate_power",
-                "initial_accumulator_value",
-                "l1_regularization_strength",
-                "l2_regularization_strength",
-                "beta",
-            )
-        ]
-    return f"optimizer={cls}({', '.join(arguments)}),"
+        return [f"beta_1={optimizer.beta1!r}", f"beta_2={optimizer.beta2!r}", f"epsilon={optimizer.epsilon!r}"]
+    if isinstance(optimizer, AdagradSpec):
+        return [f"initial_accumulator_value={optimizer.initial_accumulator!r}", "epsilon=1e-07"]
+    if optimizer.kind == "ftrl":
+        fields = (
+            "learning_rate_power",
+            "initial_accumulator_value",
+            "l1_regularization_strength",
+            "l2_regularization_strength",
+            "beta",
+        )
+        return [f"{field}={getattr(optimizer, field)!r}" for field in fields]
+    return []
 
 
 def code(source: Source) -> str:
     imports: list[str] = []
-    rates = jte.learning_rates_code(source, imports)
+    rates = sparsecore.learning_rates_code(source, imports)
     tables = [t.name for t in source.tables]
     lines = header(
         f"keras-rs DistributedEmbedding ({len(tables)} tables) and its weights (keras-rs 0.4.0, JAX backend).",
@@ -263,9 +237,9 @@ def code(source: Source) -> str:
         f"TABLES = {tables!r}",
         "",
         *rates,
-        *jte.vocabularies_code(source),
+        *sparsecore.vocabularies_code(source),
     ]
-    lines += jte.adam_code(source)
+    lines += sparsecore.adam_code(source)
     lines += [
         "",
         "",
@@ -319,12 +293,12 @@ def build(source: Source) -> Any:
             f"keras-rs is converted for Keras' JAX backend; this process runs {keras.backend.backend()!r} "
             "(set KERAS_BACKEND=jax before Keras is imported)"
         )
-    namespace = jte.run_code(source, code(source))
-    return namespace["build_layer"](weights(source), jte.learning_rates(source))
+    namespace = sparsecore.run_code(code(source), NAME)
+    return namespace["build_layer"](weights(source), sparsecore.learning_rates(source))
 
 
 def notes(source: Source) -> list[str]:
-    out = [
+    return [
         "Every TableConfig sets its optimizer: keras-rs' default is Adam.",
         "The optimizer rows describe SparseCore (JAX backend), where keras-rs runs jax-tpu-embedding's kernels. On "
         "default_device (CPU, GPU, TPUs without SparseCore) a table is a Keras variable: TableConfig.optimizer is "
@@ -336,13 +310,10 @@ def notes(source: Source) -> list[str]:
         "loads them.",
         "Inputs: dense [batch, L] ids with [batch, L] weights, 0 on padding entries (keras-rs 0.4.0 on JAX fails "
         "on ragged numpy (object) arrays on default_device).",
+        *sparsecore.batch_size_notes(
+            source, "FeatureConfig shapes hold None as the batch, which default_device accepts and SparseCore does not"
+        ),
     ]
-    if source.batch_size is None:
-        out.append(
-            "No global batch size was given: FeatureConfig shapes hold None as the batch, which default_device "
-            "accepts; SparseCore needs it: convert with batch_size=... (CLI --batch-size) or set GLOBAL_BATCH_SIZE."
-        )
-    return out
 
 
 TARGET = Target(name=NAME, title=TITLE, map_option=map_option, weights=weights, code=code, build=build, notes=notes)

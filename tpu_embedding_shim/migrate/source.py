@@ -89,6 +89,10 @@ class Source:
             raise KeyError(f"No table named {name!r}; tables are {[t.name for t in self.tables]}.")
         return found[0]
 
+    def feature(self, name: str) -> FeatureSpec:
+        """The feature `name`, a tensor-core one too."""
+        return next(f for f in self.features if f.name == name)
+
     def features_of(self, table: str) -> tuple[FeatureSpec, ...]:
         return tuple(f for f in self.features if f.table == table)
 

@@ -38,11 +38,12 @@ from ..compat.train import Checkpoint
 from ..spec import OptimizerSpec
 from ..spec import initializers as spec_initializers
 from .codegen import call_lines, header, importable_name, initializer_call, literal, table_variables
-from .convert import Target, make_row
+from .convert import Target
 from .migration import Migration, write_npz
 from .options import Option
 from .progress import ProgressLine
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
+from .rows import Rule, converted, exact, from_tokens, impossible, make_row, row_of, when_on
 from .runtime import embedded
 from .runtime.tf_midlevel_model import _StepCounter
 from .source import Source
@@ -95,9 +96,13 @@ def _argument(cls: str, field: str) -> str:
 def map_option(option: Option, source: Source) -> Row:
     name, value = option.name, option.value
     if option.where == "spec":
-        return _spec_row(option)
+        return row_of(_SPEC_ROWS, option, source, NAME)
     if option.feature is not None:
-        return _feature_row(option, source)
+        if source.is_tensor_core(option.table or ""):  # a tensor-core column's feature: the model looks it up
+            return make_row(
+                option, CONVERTED, "the model's dense lookup", "a tensor-core feature: the model looks it up"
+            )
+        return row_of(_FEATURE_ROWS, option, source, NAME)
     table = option.table
     assert table is not None
     if name == "placement":
@@ -145,100 +150,65 @@ def map_option(option: Option, source: Source) -> Row:
     return _optimizer_row(option, source.optimizer_for(table), source)
 
 
-def _spec_row(option: Option) -> Row:
-    name, value = option.name, option.value
-    if name == "partition_strategy":
-        if value == "mod":
-            return make_row(option, EXACT, "the mid-level API's sharding (mod)")
-        return make_row(
-            option,
-            CONVERTED,
-            "mod sharding",
-            "the mid-level API always shards tables mod across the cores; the numbers do not depend on it, and the "
-            "checkpoint holds whole tables in id order",
-        )
-    if name == "num_shards":
-        return make_row(option, CONVERTED, "the TPU topology", "set by the TPUStrategy's cores, not by the config")
-    if name == "pipeline_execution_with_tensor_core":
-        return make_row(option, EXACT, f"TPUEmbedding(pipeline_execution_with_tensor_core={value!r})")
-    if name == "gradient_multiplier_fn":
-        return make_row(
-            option,
-            CONVERTED,
-            "your training step",
-            "the mid-level API has no gradient multiplier: multiply the gradients passed to apply_gradients by "
-            "fn(global_step)",
-        )
-    if name == "profile_data_directory":
-        return make_row(
-            option,
-            IMPOSSIBLE,
-            how="TensorFlow's v2 TPUEmbedding writes no lookup statistics: none would be written",
-        )
-    raise KeyError(f"{NAME}: no rule for spec option {name!r}")
+_SPEC_ROWS: dict[str, Rule] = {
+    "partition_strategy": when_on(
+        "the mid-level API's sharding (mod)",
+        CONVERTED,
+        "mod sharding",
+        "the mid-level API always shards tables mod across the cores; the numbers do not depend on it, and the "
+        "checkpoint holds whole tables in id order",
+        on=lambda strategy: strategy != "mod",
+    ),
+    "num_shards": converted("the TPU topology", "set by the TPUStrategy's cores, not by the config"),
+    "pipeline_execution_with_tensor_core": exact(
+        lambda option: f"TPUEmbedding(pipeline_execution_with_tensor_core={option.value!r})"
+    ),
+    "gradient_multiplier_fn": converted(
+        "your training step",
+        "the mid-level API has no gradient multiplier: multiply the gradients passed to apply_gradients by "
+        "fn(global_step)",
+    ),
+    "profile_data_directory": impossible(
+        "TensorFlow's v2 TPUEmbedding writes no lookup statistics: none would be written"
+    ),
+}
 
 
-def _feature_row(option: Option, source: Source) -> Row:
-    name, value = option.name, option.value
-    assert option.feature is not None and option.table is not None
-    if source.is_tensor_core(option.table):  # a tensor-core column's feature: the model looks it up
-        return make_row(option, CONVERTED, "the model's dense lookup", "a tensor-core feature: the model looks it up")
-    feature = source.spec.feature(option.feature)
-    if name == "table":
-        return make_row(option, EXACT, "FeatureConfig(table=...)")
-    if name == "id_source":
-        if value == "identity":
-            return make_row(option, EXACT, "integer ids")
+def _default_value_row(option: Option, source: Source) -> Row:
+    feature = source.feature(option.feature or "")
+    if feature.id_source != "identity":
         return make_row(option, CONVERTED, "your input pipeline", _PREPROCESS)
-    if name == "default_value":
-        if value is None or feature.id_source != "identity":
-            return make_row(
-                option,
-                EXACT if value is None else CONVERTED,
-                "your input pipeline",
-                "" if value is None else _PREPROCESS,
-            )
-        return make_row(
-            option,
-            CONVERTED,
-            "your input pipeline",
-            f"replace ids outside [0, {feature.num_buckets}) by {value} before enqueue",
-        )
-    if name == "num_oov_buckets":
-        return (
-            make_row(option, EXACT, "(none)")
-            if not value
-            else make_row(option, CONVERTED, "your input pipeline", _PREPROCESS)
-        )
-    if name == "weight_key":
-        if value is None:
-            return make_row(option, EXACT, "(no weights)")
-        return make_row(
-            option, CONVERTED, "enqueue(..., weights=...)", f"pass features[{value!r}] as the feature's weights"
-        )
-    if name == "max_sequence_length":
-        return make_row(option, EXACT, f"FeatureConfig(max_sequence_length={value})")
-    if name == "safe_lookup":
-        if not value:
-            return make_row(option, EXACT, "ids as given")
-        return make_row(
-            option,
-            CONVERTED,
-            "your input pipeline",
-            "the feature column's safe rule dropped negative ids (and weights <= 0 for mean / sqrtn); the mid-level "
-            "API does not: drop them before enqueue (empty bags still give zeros)",
-        )
-    if name == "dense_zero_is_padding":
-        if not value:
-            return make_row(option, EXACT, "ids as given")
-        return make_row(
-            option,
-            CONVERTED,
-            "a SparseTensor / RaggedTensor input",
-            "TPUEstimator read 0 in a dense integer input as padding; the mid-level API looks id 0 up: pass the "
-            "ids as a SparseTensor or RaggedTensor without the zeros",
-        )
-    raise KeyError(f"{NAME}: no rule for feature option {name!r}")
+    how = f"replace ids outside [0, {feature.num_buckets}) by {option.value} before enqueue"
+    return make_row(option, CONVERTED, "your input pipeline", how)
+
+
+_FEATURE_ROWS: dict[str, Rule] = {
+    "table": exact("FeatureConfig(table=...)"),
+    "id_source": when_on("integer ids", CONVERTED, "your input pipeline", _PREPROCESS, on=from_tokens),
+    "default_value": _default_value_row,
+    "num_oov_buckets": converted("your input pipeline", _PREPROCESS),
+    "weight_key": when_on(
+        "(no weights)",
+        CONVERTED,
+        "enqueue(..., weights=...)",
+        lambda option: f"pass features[{option.value!r}] as the feature's weights",
+    ),
+    "max_sequence_length": exact(lambda option: f"FeatureConfig(max_sequence_length={option.value})"),
+    "safe_lookup": when_on(
+        "ids as given",
+        CONVERTED,
+        "your input pipeline",
+        "the feature column's safe rule dropped negative ids (and weights <= 0 for mean / sqrtn); the mid-level "
+        "API does not: drop them before enqueue (empty bags still give zeros)",
+    ),
+    "dense_zero_is_padding": when_on(
+        "ids as given",
+        CONVERTED,
+        "a SparseTensor / RaggedTensor input",
+        "TPUEstimator read 0 in a dense integer input as padding; the mid-level API looks id 0 up: pass the "
+        "ids as a SparseTensor or RaggedTensor without the zeros",
+    ),
+}
 
 
 def _optimizer_row(option: Option, optimizer: OptimizerSpec | None, source: Source) -> Row:

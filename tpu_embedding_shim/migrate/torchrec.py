@@ -54,9 +54,10 @@ import numpy as np
 from ..spec import AdamSpec, TableSpec
 from ..spec import initializers as spec_initializers
 from .codegen import header, importable_name, literal
-from .convert import Target, make_row
+from .convert import Target
 from .options import Option
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
+from .rows import Rule, converted, exact, from_tokens, impossible, make_row, row_of, when_on
 from .runtime import embedded
 from .source import Source
 
@@ -68,6 +69,10 @@ _FBGEMM_HAS = (
     "PARTIAL_ROWWISE_ADAM, LAMB, PARTIAL_ROWWISE_LAMB, LARS_SGD, MADGRAD"
 )
 _MODEL_OPTIMIZER = "the model's (tensor core)"
+_ANY_PLAN = (
+    "the numbers never depend on it: the tables are shipped whole in id order and load into any TorchRec plan "
+    "(TorchRec has no mod layout; its row_wise blocks of ceil(V/W) rows are TF's div sizes only when W divides V)"
+)
 
 
 # Layout: where each table goes and how it is trained -------------------------------------------------------
@@ -137,45 +142,32 @@ def fused(source: Source, table: str) -> Fused | None:
 
 def map_option(option: Option, source: Source) -> Row:
     if option.where == "spec":
-        return _spec_row(option)
+        return row_of(_SPEC_ROWS, option, source, NAME)
     if option.feature is not None:
-        return _feature_row(option, source)
+        return row_of(_FEATURE_ROWS, option, source, NAME)
     if option.name.startswith("optimizer."):
         return _optimizer_field_row(option, source)
     return _TABLE_ROWS[option.name](option, source)
 
 
-def _spec_row(option: Option) -> Row:
-    name, value = option.name, option.value
-    if name in ("partition_strategy", "num_shards"):
-        return make_row(
-            option,
-            EXACT,
-            "the sharding plan (shard(plan=...))",
-            "the numbers never depend on it: the tables are shipped whole in id order and load into any TorchRec "
-            "plan (TorchRec has no mod layout; its row_wise blocks of ceil(V/W) rows are TF's div sizes only when "
-            "W divides V)",
-        )
-    if name == "pipeline_execution_with_tensor_core":
-        return make_row(
-            option,
-            IMPOSSIBLE,
-            how="no TorchRec setting gives TF's one-step-stale lookups (TrainPipelineSemiSync's staleness was not "
-            "checked against it): every lookup will see the latest tables",
-        )
-    if name == "gradient_multiplier_fn":
-        return make_row(
-            option,
-            CONVERTED,
-            "lookup(..., gradient_multiplier=fn(step))",
-            "TorchRec has no gradient multiplier: lookup() scales the gradient of every activation by the number "
-            f"it is given; call it with fn(global_step) ({_callable_note(value)})",
-        )
-    if name == "profile_data_directory":
-        return make_row(
-            option, IMPOSSIBLE, how="TorchRec writes no lookup statistics: none will be written (the numbers stay)"
-        )
-    raise KeyError(f"{NAME}: no rule for spec option {name!r}")
+_SPEC_ROWS: dict[str, Rule] = {
+    "partition_strategy": exact("the sharding plan (shard(plan=...))", _ANY_PLAN),
+    "num_shards": exact("the sharding plan (shard(plan=...))", _ANY_PLAN),
+    "pipeline_execution_with_tensor_core": impossible(
+        "no TorchRec setting gives TF's one-step-stale lookups (TrainPipelineSemiSync's staleness was not checked "
+        "against it): every lookup will see the latest tables"
+    ),
+    "gradient_multiplier_fn": converted(
+        "lookup(..., gradient_multiplier=fn(step))",
+        lambda option: (
+            "TorchRec has no gradient multiplier: lookup() scales the gradient of every activation by the "
+            f"number it is given; call it with fn(global_step) ({_callable_note(option.value)})"
+        ),
+    ),
+    "profile_data_directory": impossible(
+        "TorchRec writes no lookup statistics: none will be written (the numbers stay)"
+    ),
+}
 
 
 def _callable_note(function: Any) -> str:
@@ -386,87 +378,40 @@ def _stand_in_argument(setting: Fused, field: str) -> str:
 # Feature rows ----------------------------------------------------------------------------------------------
 
 
-def _feature_row(option: Option, source: Source) -> Row:
-    name, value = option.name, option.value
-    feature = next(f for f in source.features if f.name == option.feature)
-    table = source.table(feature.table)
-    if name == "table":
-        return make_row(option, EXACT, f"feature_names of {table.name!r}")
-    if name == "id_source":
-        if value == "identity":
-            return make_row(option, EXACT, "KeyedJaggedTensor values (the ids)")
+def _default_value_row(option: Option, source: Source) -> Row:
+    feature = source.feature(option.feature or "")
+    value = option.value
+    if feature.id_source == "identity":
+        how = f"lookup() maps ids outside [0, {feature.num_buckets}) to {value}, as TF's identity column"
+        return make_row(option, CONVERTED, "lookup()", how)
+    if feature.num_oov_buckets:
+        return make_row(option, EXACT, "(not used)", "the OOV buckets take the unknown tokens")
+    if value == -1:
         return make_row(
-            option,
-            CONVERTED,
-            "token_ids() in model.py",
-            "TorchRec takes integer ids: token_ids() maps tokens with the shipped vocabulary (id = index), "
-            "as TF's vocabulary table",
+            option, CONVERTED, "token_ids(), lookup()", "token_ids() gives unknown tokens -1; lookup() drops them"
         )
-    if name == "default_value":
-        if feature.id_source == "identity":
-            return make_row(
-                option,
-                CONVERTED,
-                "lookup()",
-                f"lookup() maps ids outside [0, {feature.num_buckets}) to {value}, as TF's identity column",
-            )
-        if feature.num_oov_buckets:
-            return make_row(option, EXACT, "(not used)", "the OOV buckets take the unknown tokens")
-        if value == -1:
-            return make_row(
-                option, CONVERTED, "token_ids(), lookup()", "token_ids() gives unknown tokens -1; lookup() drops them"
-            )
-        return make_row(option, CONVERTED, "token_ids()", f"token_ids() maps unknown tokens to {value}, as TF")
-    if name == "num_oov_buckets":
-        if not value:
-            return make_row(option, EXACT, "(none)")
-        return make_row(
-            option,
-            CONVERTED,
-            "token_ids(..., hash_bucket=...)",
-            f"token_ids() puts an unknown token in len(vocabulary) + hash_bucket(token, {value}); pass TF's "
-            "FarmHash Fingerprint64 bucket (tf.strings.to_hash_bucket_fast, or "
-            "tpu_embedding_shim.engine.farmhash.hash_bucket): TorchRec has no hashing of its own",
-        )
-    if name == "weight_key":
-        return _weight_key_row(option, source, feature)
-    if name == "max_sequence_length":
-        if not value:
-            return make_row(option, EXACT, "pooled")
-        return make_row(
-            option,
-            CONVERTED,
-            "EmbeddingConfig in an EmbeddingCollection",
-            f"the EmbeddingCollection returns one row per id (jagged): lookup() truncates the ids to {value} "
-            f"before the lookup (dropped ids get no gradient, as TF) and pads to [B, {value}, dim]; ids sit at "
-            "consecutive positions (TorchRec has no positions: a gap inside a sequence closes up)",
-        )
-    if name == "safe_lookup":
-        weighted_pool = not feature.is_sequence and feature.weight_key is not None and table.combiner != "sum"
-        if not weighted_pool:
-            return make_row(
-                option,
-                EXACT,
-                "(nothing to prune)",
-                "unweighted or sum: no entry is pruned; negative ids are dropped by lookup() either way, and "
-                "empty bags give zeros",
-            )
-        rule = "drops entries with weight <= 0" if value else "keeps entries with weight <= 0"
-        return make_row(option, CONVERTED, "coefficients(..., safe=...)", f"coefficients() {rule}, as TF")
-    if name == "dense_zero_is_padding":
-        if not value:
-            return make_row(option, EXACT, "(ids as given)")
-        return make_row(
-            option,
-            CONVERTED,
-            "from_dense() in model.py",
-            "TPUEstimator read 0 in a dense integer input as padding: from_dense() drops zeros and negative "
-            "entries when it makes (ids, lengths); ragged and sparse inputs are not affected",
-        )
-    raise KeyError(f"{NAME}: no rule for feature option {name!r}")
+    return make_row(option, CONVERTED, "token_ids()", f"token_ids() maps unknown tokens to {value}, as TF")
 
 
-def _weight_key_row(option: Option, source: Source, feature: Any) -> Row:
+def _safe_lookup_row(option: Option, source: Source) -> Row:
+    feature = source.feature(option.feature or "")
+    weighted_pool = (
+        not feature.is_sequence and feature.weight_key is not None and source.table(feature.table).combiner != "sum"
+    )
+    if not weighted_pool:
+        return make_row(
+            option,
+            EXACT,
+            "(nothing to prune)",
+            "unweighted or sum: no entry is pruned; negative ids are dropped by lookup() either way, and "
+            "empty bags give zeros",
+        )
+    rule = "drops entries with weight <= 0" if option.value else "keeps entries with weight <= 0"
+    return make_row(option, CONVERTED, "coefficients(..., safe=...)", f"coefficients() {rule}, as TF")
+
+
+def _weight_key_row(option: Option, source: Source) -> Row:
+    feature = source.feature(option.feature or "")
     combiner = source.table(feature.table).combiner
     if feature.is_sequence:
         how = "" if feature.weight_key is None else "TF ignores a sequence feature's weights, and so does lookup()"
@@ -493,6 +438,47 @@ def _weight_key_row(option: Option, source: Source, feature: Any) -> Row:
         "KeyedJaggedTensor weights (is_weighted=True)",
         "the weights are folded into the coefficients (coefficients()) that SUM pools with",
     )
+
+
+_FEATURE_ROWS: dict[str, Rule] = {
+    "table": exact(lambda option: f"feature_names of {option.table!r}"),
+    "id_source": when_on(
+        "KeyedJaggedTensor values (the ids)",
+        CONVERTED,
+        "token_ids() in model.py",
+        "TorchRec takes integer ids: token_ids() maps tokens with the shipped vocabulary (id = index), as TF's "
+        "vocabulary table",
+        on=from_tokens,
+    ),
+    "default_value": _default_value_row,
+    "num_oov_buckets": converted(
+        "token_ids(..., hash_bucket=...)",
+        lambda option: (
+            "token_ids() puts an unknown token in len(vocabulary) + hash_bucket(token, "
+            f"{option.value}); pass TF's FarmHash Fingerprint64 bucket (tf.strings.to_hash_bucket_fast, or "
+            "tpu_embedding_shim.engine.farmhash.hash_bucket): TorchRec has no hashing of its own"
+        ),
+    ),
+    "weight_key": _weight_key_row,
+    "max_sequence_length": when_on(
+        "pooled",
+        CONVERTED,
+        "EmbeddingConfig in an EmbeddingCollection",
+        lambda option: (
+            f"the EmbeddingCollection returns one row per id (jagged): lookup() truncates the ids to "
+            f"{option.value} before the lookup (dropped ids get no gradient, as TF) and pads to [B, {option.value}, "
+            "dim]; ids sit at consecutive positions (TorchRec has no positions: a gap inside a sequence closes up)"
+        ),
+    ),
+    "safe_lookup": _safe_lookup_row,
+    "dense_zero_is_padding": when_on(
+        "(ids as given)",
+        CONVERTED,
+        "from_dense() in model.py",
+        "TPUEstimator read 0 in a dense integer input as padding: from_dense() drops zeros and negative entries "
+        "when it makes (ids, lengths); ragged and sparse inputs are not affected",
+    ),
+}
 
 
 def notes(source: Source) -> list[str]:
@@ -585,7 +571,7 @@ def _config_line(source: Source, table: TableSpec, sequence: bool) -> str:
 
 
 def _feature_entry(source: Source, name: str) -> str:
-    feature = next(f for f in source.features if f.name == name)
+    feature = source.feature(name)
     table = source.table(feature.table)
     entry = {
         "table": table.name,
