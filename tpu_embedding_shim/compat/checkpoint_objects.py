@@ -54,6 +54,7 @@ import numpy as np
 from ..engine import CheckpointError, DistributedEngine
 from ..engine.tf_bundle import Node, checkpoint_key, code_of, name_of
 from .checkpoint_sources import shim_key
+from .lowering import slot_names
 from .midlevel_base import MidLevelBase
 
 __all__ = ["adapter_for", "Plan", "TF_VARIABLE_NAME", "EMBEDDING_SAVER"]
@@ -288,7 +289,7 @@ class _Embedding:
 
     def _slots(self, table: Any, structure: Mapping[str, Any]) -> list[str]:
         """The table's slot names in TensorFlow's order (the order its optimizer creates them)."""
-        names = list(table.optimizer._slot_names()) if table.optimizer is not None else []
+        names = slot_names(table.optimizer) if table.optimizer is not None else []
         have = list(structure[table.name]["slots"])
         return [n for n in names if n in have] + sorted(set(have) - set(names))
 
@@ -303,15 +304,15 @@ class _Embedding:
         engine = embedding.engine
         state: Any = self._saved()  # by table name (a TableConfig's `name` is typed Optional)
         structure = engine.spec.structure()
-        saver = EMBEDDING_SAVER if embedding._class_name == "TPUEmbedding" else None
+        saver = EMBEDDING_SAVER if embedding.tensorflow_class_name == "TPUEmbedding" else None
         root = Node(registered_saver=saver)
-        config = _structure_node(embedding._feature_config)
+        config = _structure_node(embedding.feature_config)
         if config is not None:
             root.add("_feature_config", config)
         root.add("_output_shapes", Node())
         root.add("_table_config", Node())
         variables = []
-        for table in embedding._table_config:
+        for table in embedding.table_configs:
             parameters = root.add(table.name, Node.variable(table.name, state[table.name]["embedding"]))
             slots = []
             for slot in self._slots(table, structure):
@@ -330,10 +331,10 @@ class _Embedding:
 
     def plan(self, source: Any, path: Path, plan: Plan) -> None:
         embedding = self._value
-        structure: Any = embedding._engine_spec.structure()  # the layout, without building the engine (collective)
+        structure: Any = embedding.engine_spec.structure()  # the layout, without building the engine (collective)
         updates: dict[str, dict[str, np.ndarray]] = {}
         missing = []
-        for table in embedding._table_config:
+        for table in embedding.table_configs:
             info = structure[table.name]
             shape = (info["vocabulary_size"], info["dim"])
             for slot in ["embedding"] + self._slots(table, structure):
@@ -375,7 +376,7 @@ class _Embedding:
             state = embedding.engine.state() if missing else {}
             for name, arrays in updates.items():
                 state.setdefault(name, {}).update(arrays)
-            embedding._checkpoint_restore(state, step)
+            embedding.restore_state(state, step)
 
         plan.assign.append(assign)
 

@@ -396,7 +396,10 @@ class Strategy:
         """How many replicas run each step: 1, or for `TPUStrategy` the processes under mpiexec."""
         return replicas.num_replicas() if self._spans_processes else 1
 
-    def _replica_id(self) -> int:
+    @property
+    def replica_id(self) -> int:
+        """This process's replica: its rank under mpiexec for `TPUStrategy`, else 0 (what `ReplicaContext`,
+        `InputContext` and `ValueContext` report). Not a TensorFlow attribute."""
         return replicas.replica_id() if self._spans_processes else 0
 
     @contextlib.contextmanager
@@ -443,12 +446,12 @@ class Strategy:
         if not callable(dataset_fn):
             raise ValueError(f"Argument `dataset_fn` must be callable. Received: {dataset_fn!r}.")
         count = self.num_replicas_in_sync
-        return DistributedDataset(dataset_fn(InputContext(count, self._replica_id(), count)), options)
+        return DistributedDataset(dataset_fn(InputContext(count, self.replica_id, count)), options)
 
     experimental_distribute_datasets_from_function = distribute_datasets_from_function
 
     def experimental_distribute_values_from_function(self, value_fn: Callable[[ValueContext], Any]) -> Any:
-        return value_fn(ValueContext(self._replica_id(), self.num_replicas_in_sync))
+        return value_fn(ValueContext(self.replica_id, self.num_replicas_in_sync))
 
     def experimental_local_results(self, value: Any) -> tuple[Any, ...]:
         """This process's replica's value, as a 1-tuple."""
@@ -566,5 +569,5 @@ def get_replica_context() -> ReplicaContext | None:
     """The replica context inside `strategy.run` (or outside any scope); None in a cross-replica scope."""
     if _replica_depth() > 0 or not has_strategy():
         strategy = get_strategy()
-        return ReplicaContext(strategy, strategy._replica_id(), strategy.num_replicas_in_sync)
+        return ReplicaContext(strategy, strategy.replica_id, strategy.num_replicas_in_sync)
     return None

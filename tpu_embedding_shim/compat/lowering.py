@@ -275,6 +275,15 @@ def spec_from_feature_config(
     )
 
 
+def slot_names(optimizer: Any) -> list[str]:
+    """A v2 optimizer's slot names in TensorFlow's order (the order it creates them).
+
+    >>> slot_names(v2.Adam(0.1))
+    ['momenta', 'velocities']
+    """
+    return list(optimizer_spec(optimizer).slot_initial_values())
+
+
 def slot_names_and_initializers(optimizer: Any) -> tuple[list[str], list[Callable[..., Any]]]:
     """A v2 optimizer's slot names in TensorFlow's order and their initializers.
 

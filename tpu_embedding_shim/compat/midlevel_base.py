@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..engine import CheckpointError, DistributedEngine, EmbeddingEngine, Engine, LookupResult, agree, check_batch
-from ..spec import FeatureSpec
+from ..spec import EmbeddingSpec, FeatureSpec
 from ..spec.checks import is_int
 from . import distribute, lowering, replicas
 from . import tpu_embedding_v2_utils as v2_utils
@@ -84,7 +84,8 @@ class MidLevelBase:
     number of replicas (`ValueError` otherwise, nothing changed).
     """
 
-    _class_name = "TPUEmbedding"
+    tensorflow_class_name = "TPUEmbedding"
+    """The TensorFlow class this object stands in for: how its messages and checkpoints name it."""
 
     def __init__(
         self,
@@ -115,7 +116,7 @@ class MidLevelBase:
                     f"Argument `feature_config` must be a nest of tf.tpu.experimental.embedding.FeatureConfig. "
                     f"Received {config!r} at path '{path_string(path)}'."
                 )
-        if optimizer is not None and not isinstance(optimizer, v2_utils._Optimizer):
+        if optimizer is not None and not isinstance(optimizer, v2_utils.Optimizer):
             raise ValueError(
                 f"{type(optimizer)} is an unsupported optimizer class. Please pass an instance of one "
                 "of the optimizer classes under tf.tpu.experimental.embedding."
@@ -133,7 +134,7 @@ class MidLevelBase:
                 if table.optimizer is None:
                     table.optimizer = optimizer
                 if (table.optimizer is not None or self._using_tpu) and not isinstance(
-                    table.optimizer, v2_utils._Optimizer
+                    table.optimizer, v2_utils.Optimizer
                 ):
                     raise ValueError(
                         f"{type(table.optimizer)} is an unsupported optimizer class. Please pass an "
@@ -172,17 +173,58 @@ class MidLevelBase:
         self._engine: EmbeddingEngine | None = None
         self._built = False
 
-    # Views the TF bridge (tensorflow/_midlevel.py) and TensorFlow-ported tests read ----------------
+    # What the TF bridge (tensorflow/), tf.train.Checkpoint (checkpoint_objects.py) and migrate/ use ------------
 
     @property
-    def _flat(self) -> list[tuple[Path, v2_utils.FeatureConfig]]:
-        """`(path, FeatureConfig)` of every feature, in `tf.nest` order."""
-        return [(f.path, f.config) for f in self._features]
+    def feature_config(self) -> Any:
+        """The `feature_config` nest as given: its structure is that of every input, weight, gradient and
+        activation nest."""
+        return self._feature_config
+
+    @property
+    def table_configs(self) -> list[v2_utils.TableConfig]:
+        """The `TableConfig`s in table order (first appearance in `tf.nest.flatten(feature_config)`), named and
+        with their optimizers. A new list; the configs are the user's."""
+        return list(self._table_config)
+
+    @property
+    def features(self) -> list[MidLevelFeature]:
+        """One `MidLevelFeature` per leaf of `feature_config`, in `tf.nest` order (a new list of this object's
+        own entries: an output shape fixed later shows in them)."""
+        return list(self._features)
+
+    @property
+    def output_shapes(self) -> list[tuple[int, ...] | None]:
+        """Every feature's output shape without the embedding dimension (None while unknown), in `tf.nest`
+        order."""
+        return [f.output_shape for f in self._features]
+
+    @property
+    def engine_spec(self) -> EmbeddingSpec:
+        """The engine's spec (tables, slots, features), known without building the engine."""
+        return self._engine_spec
+
+    @property
+    def built(self) -> bool:
+        """Whether the object is built (TensorFlow's `_built`): `build()`, a first batch or a restore made
+        its engine."""
+        return self._built
+
+    @property
+    def engine_if_built(self) -> EmbeddingEngine | None:
+        """The engine if it exists, else None; unlike `engine`, reading it builds nothing."""
+        return self._engine
+
+    def batch_output_shapes(self, features: Any, weights: Any = None) -> list[tuple[int, ...]]:
+        """Each feature's output shape for this batch, after TensorFlow's checks of it (`ValueError` /
+        `TypeError` as TensorFlow's); changes nothing. The TF bridge runs it on an empty batch of the traced
+        shapes."""
+        return [tuple(c.output_shape) for c in self._convert(features, weights)]
 
     @property
     def _output_shapes(self) -> list[tuple[int, ...] | None]:
-        """Every feature's output shape (None while unknown), in `tf.nest` order."""
-        return [f.output_shape for f in self._features]
+        """`output_shapes` under TensorFlow's attribute name (which TensorFlow-ported tests read)."""
+        return self.output_shapes
 
     # Building ------------------------------------------------------------------------------
 
@@ -237,23 +279,25 @@ class MidLevelBase:
             result = fn(*args)
         except Exception as caught:
             error = caught
-        agree(replicas.world(), error, f"{self._class_name}.{call}")
+        agree(replicas.world(), error, f"{self.tensorflow_class_name}.{call}")
         return result
 
     @staticmethod
-    def _call_slot_creation_fn(
+    def call_slot_variable_creation_fn(
         table: v2_utils.TableConfig, parameters: np.ndarray, names: list[str], initializers: list[Any]
     ) -> Any:
         """`slot_variable_creation_fn(a copy of the table's initial values, slot names, initializers)`.
 
-        The TensorFlow bridge calls it as TensorFlow does (a `tf.Variable`,
-        initializers TensorFlow can call) and reads the slots back as arrays.
+        The TensorFlow bridge replaces it on its objects (as it sets
+        `initializer_seed`) with one that calls it as TensorFlow does (a
+        `tf.Variable`, initializers TensorFlow can call) and reads the slots
+        back as arrays.
         """
         return table.optimizer.slot_variable_creation_fn(parameters.copy(), names, initializers)
 
     def _created_slots(self, table: v2_utils.TableConfig, parameters: np.ndarray) -> dict[str, np.ndarray]:
         names, initializers = lowering.slot_names_and_initializers(table.optimizer)
-        created = self._call_slot_creation_fn(table, parameters, list(names), list(initializers))
+        created = self.call_slot_variable_creation_fn(table, parameters, list(names), list(initializers))
         if not isinstance(created, Mapping) or sorted(created) != sorted(names):
             received = sorted(created) if isinstance(created, Mapping) else type(created).__name__
             raise ValueError(
@@ -381,12 +425,15 @@ class MidLevelBase:
         finally:
             self._learning_rates.clear()
 
-    # Checkpoints (used by tf.train.Checkpoint) --------------------------------------------------
+    # Checkpoints (tf.train.Checkpoint, the TF bridge's, migrate/) -------------------------------------
 
-    def _checkpoint_restore(self, state: Mapping[str, Mapping[str, np.ndarray]], step: int) -> None:
-        """Loads tables and the slots this object has; extra slots in the checkpoint are ignored.
+    def restore_state(self, state: Mapping[str, Mapping[str, np.ndarray]], step: int) -> None:
+        """Loads `{table name: {'embedding' | slot: array}}` and the engine's step, as a restore does.
 
-        `state` holds full arrays; replicated, every replica passes them and keeps its rows (collective)."""
+        Every table needs its embedding and the slots this object's
+        optimizer has (`CheckpointError` otherwise); extra slots are ignored.
+        `state` holds full arrays; replicated, every replica passes them and
+        keeps its rows (collective)."""
         engine = self._build_engine()
         wanted = {}
         for name, info in engine.spec.structure().items():
@@ -404,6 +451,8 @@ class MidLevelBase:
         self._built = True
         self._forget_lookup()
 
+    _checkpoint_restore = restore_state  # the name migrate/tf_midlevel.py calls
+
     def _forget_lookup(self) -> None:
         """Drops what a subclass keeps of a lookup made before a restore (it can't be trained on after it)."""
 
@@ -412,7 +461,7 @@ class MidLevelBase:
         if self._replicas > 1:
             where += f", replicated over {self._replicas} processes"
         return (
-            f"<{self._class_name} on the CPU engine ({where}): {len(self._table_config)} table(s) "
+            f"<{self.tensorflow_class_name} on the CPU engine ({where}): {len(self._table_config)} table(s) "
             f"{[t.name for t in self._table_config]}, {len(self._features)} feature(s), pipelining "
             f"{'on' if self._pipeline_execution_with_tensor_core else 'off'}>"
         )

@@ -127,7 +127,7 @@ class TPUEmbeddingForServing(MidLevelBase):
       ValueError: an unsupported optimizer; two tables with one name.
     """
 
-    _class_name = "TPUEmbeddingForServing"
+    tensorflow_class_name = "TPUEmbeddingForServing"
 
     def __init__(self, feature_config: Any, optimizer: Any, experimental_sparsecore_restore_info: Any = None):
         if under_tpu_strategy():

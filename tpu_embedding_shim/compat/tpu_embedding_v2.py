@@ -144,7 +144,7 @@ class TPUEmbedding(MidLevelBase):
             if is_int(batch_size):
                 raise TypeError("TPUEmbedding() missing required argument: 'optimizer'.")
             optimizer, batch_size = batch_size, None
-        elif isinstance(batch_size, v2_utils._Optimizer) and isinstance(optimizer, bool):
+        elif isinstance(batch_size, v2_utils.Optimizer) and isinstance(optimizer, bool):
             # TensorFlow >= 2.4 positionally: TPUEmbedding(feature_config, optimizer, pipelining)
             optimizer, pipeline_execution_with_tensor_core, batch_size = batch_size, optimizer, None
         if batch_size is not None and (not is_int(batch_size) or batch_size < 1):

@@ -107,6 +107,11 @@ class _Optimizer(TensorFlowOptimizer):
         return hash(tuple(vars(self).items()))
 
 
+Optimizer = _Optimizer
+"""The v2 optimizers' base class under a public name (TensorFlow names it `_Optimizer`): what a `TableConfig`
+and the mid-level classes accept."""
+
+
 # The arguments after the shared options of every class but SGD (FTRL puts two of its own before `_PACKING`).
 _SLOTS_AND_CLIP = dict(slot_variable_creation_fn=None, clipvalue=None)
 _PACKING = dict(low_dimensional_packing_status=False)

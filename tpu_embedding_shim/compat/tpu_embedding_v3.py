@@ -161,7 +161,7 @@ class TPUEmbeddingV2(MidLevelBase):
     (TensorFlow works on a copy of them).
     """
 
-    _class_name = "TPUEmbeddingV2"
+    tensorflow_class_name = "TPUEmbeddingV2"
 
     def __init__(
         self,

@@ -288,7 +288,18 @@ class Checkpoint:
 
     # Saving ----------------------------------------------------------------------------------
 
-    def _tensors(self) -> dict[str, Any]:
+    def count_save(self) -> Callable[[], None]:
+        """Adds one to `save_counter` (creating it) for a numbered save about to be written (`save`,
+        `CheckpointManager.save`); returns the undo, which puts the counter back for a save that failed."""
+        before = (self._counter, self._counter_created)
+        self._counter, self._counter_created = self._counter + 1, True
+
+        def undo() -> None:
+            self._counter, self._counter_created = before
+
+        return undo
+
+    def tensors_to_write(self) -> dict[str, Any]:
         """Every tensor to write: the objects' values under TensorFlow's keys, and the object graph."""
         extras: dict[str, Any] = {}
         if self._root is not None:
@@ -325,7 +336,7 @@ class Checkpoint:
             mpiexec `PeerFailedError` on the replicas other than 0.
         """
         prefix = os.fspath(file_prefix)
-        tensors = self._tensors()
+        tensors = self.tensors_to_write()
         return _save_files(prefix, tensors, re.escape(os.path.basename(prefix)), lambda: prefix, "Checkpoint.write")
 
     def save(self, file_prefix: Any, options: Any = None) -> str:
@@ -336,10 +347,9 @@ class Checkpoint:
         path; a failed write raises on every replica and leaves
         `save_counter` as it was."""
         prefix = os.fspath(file_prefix)
-        before = (self._counter, self._counter_created)
-        self._counter, self._counter_created = self._counter + 1, True
+        undo_count = self.count_save()
         try:
-            tensors = self._tensors()
+            tensors = self.tensors_to_write()
             path = f"{prefix}-{self._counter}"
 
             def record() -> str:  # on replica 0
@@ -350,7 +360,7 @@ class Checkpoint:
             names = re.escape(os.path.basename(prefix)) + r"-\d+"
             return _save_files(path, tensors, names, record, "Checkpoint.save")
         except BaseException:
-            self._counter, self._counter_created = before
+            undo_count()
             raise
 
     # Restoring -------------------------------------------------------------------------------
@@ -648,9 +658,8 @@ class CheckpointManager:
             key = replicas.on_chief(lambda: acquire_writer(self._directory, where), "CheckpointManager.save: lock")
             self._writer = weakref.finalize(self, release_writer, key if replicas.is_chief() else None)
         checkpoint = self._checkpoint
-        before = (checkpoint._counter, checkpoint._counter_created)
-        checkpoint._counter, checkpoint._counter_created = checkpoint._counter + 1, True
-        number = checkpoint._counter if checkpoint_number is None else int(checkpoint_number)
+        undo_count = checkpoint.count_save()
+        number = checkpoint.save_counter if checkpoint_number is None else int(checkpoint_number)
         path = f"{self._prefix}-{number}"
 
         def record_and_sweep() -> tuple[str | None, collections.OrderedDict[str, float], float]:  # on replica 0
@@ -664,13 +673,13 @@ class CheckpointManager:
             return self._bookkeeping()
 
         try:
-            tensors = checkpoint._tensors()
+            tensors = checkpoint.tensors_to_write()
             self._latest, self._maybe_delete, self._last_preserved = _save_files(
                 path, tensors, re.escape(self._name) + r"-\d+", record_and_sweep, "CheckpointManager.save"
             )
         except BaseException:
             if self._latest != path:
-                checkpoint._counter, checkpoint._counter_created = before
+                undo_count()
             raise
         if self._checkpoint_interval is not None:
             self._last_checkpoint_step = _evaluate(self._step_counter)

@@ -244,8 +244,8 @@ class RunConfig:
                 raise ValueError(f"{name} is not a valid RunConfig property.")
             setattr(new, "_" + name, value)
         if (
-            new._save_checkpoints_steps is not None
-            and new._save_checkpoints_secs is not None
+            new.save_checkpoints_steps is not None
+            and new.save_checkpoints_secs is not None
             and ("save_checkpoints_steps" in kwargs) != ("save_checkpoints_secs" in kwargs)
         ):
             # TensorFlow: replacing one of them clears the other.

@@ -390,7 +390,8 @@ def refuse_keras_3(next_creator: Callable[..., Any], **kwargs: Any) -> Any:
     """
     version = str(getattr(sys.modules.get("keras"), "__version__", "2"))
     if version.split(".")[0] not in ("0", "1", "2"):
-        frame: types.FrameType | None = sys._getframe(1)
+        frame: types.FrameType | None = inspect.currentframe()
+        frame = None if frame is None else frame.f_back
         while frame is not None and not frame.f_globals.get("__name__", "").startswith("keras.src."):
             frame = frame.f_back
         if frame is not None:

@@ -52,9 +52,12 @@ def numpy_elements(dataset: tf.data.Dataset, to_numpy: Callable[[Any], Any]) -> 
 
 def _flat_reader(iterator: Any) -> Callable[[], list[Any]] | None:
     """A call that runs the iterator's `IteratorGetNext` op, or None when the iterator lacks what it needs."""
+    # TensorFlow internals of tf.data's OwnedIterator: no public API runs its IteratorGetNext op without building
+    # the nested element in Python, which is what this skips; an iterator without them is read by next().
     try:
-        resource = iterator._iterator_resource
-        types, shapes = iterator._flat_output_types, iterator._flat_output_shapes
+        resource = iterator._iterator_resource  # noqa: SLF001  (TensorFlow internal: see above)
+        types = iterator._flat_output_types  # noqa: SLF001  (TensorFlow internal: see above)
+        shapes = iterator._flat_output_shapes  # noqa: SLF001  (TensorFlow internal: see above)
     except AttributeError:
         return None
     get_next = tf.raw_ops.IteratorGetNext

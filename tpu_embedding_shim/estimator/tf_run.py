@@ -43,13 +43,16 @@ class FixedRun:
         self._session = session
         self._fetched = [i for i, f in enumerate(fetches) if not isinstance(f, tf.Operation)]
         self._size = len(fetches)
-        self._fetches = [fetches[i]._as_tf_output() for i in self._fetched]
-        self._targets = [f._c_op for f in fetches if isinstance(f, tf.Operation)]
+        # TensorFlow internals below Session.run (module docstring): no public API runs a graph without
+        # Session.run's per-call work.
+        self._fetches = [fetches[i]._as_tf_output() for i in self._fetched]  # noqa: SLF001  (see above)
+        self._targets = [f._c_op for f in fetches if isinstance(f, tf.Operation)]  # noqa: SLF001  (see above)
         self._feeds = []
         for p in placeholders:
             shape = p.shape
             dims = None if shape.rank is None else tuple(shape.as_list())
-            self._feeds.append((p._as_tf_output(), p.dtype.as_numpy_dtype, dims, p.name, str(shape)))
+            output = p._as_tf_output()  # noqa: SLF001  (TensorFlow internal, as above)
+            self._feeds.append((output, p.dtype.as_numpy_dtype, dims, p.name, str(shape)))
 
     @classmethod
     def for_session(cls, session: Any, fetches: Sequence[Any], placeholders: Sequence[Any]) -> FixedRun | None:
@@ -72,8 +75,10 @@ class FixedRun:
             if dims is not None and not _fits(dims, array.shape):
                 raise ValueError(f"Cannot feed value of shape {array.shape} for Tensor {name}, which has shape {shape}")
             feed[output] = array
-        self._session._extend_graph()  # as Session.run: the runtime sees the graph as it is (a no-op once finalized)
-        results = self._session._call_tf_sessionrun(None, feed, self._fetches, self._targets, None)
+        # As Session.run, through TensorFlow internals below it (module docstring): the runtime sees the graph as
+        # it is (a no-op once finalized), then runs it.
+        self._session._extend_graph()  # noqa: SLF001  (TensorFlow internal, see above)
+        results = self._session._call_tf_sessionrun(None, feed, self._fetches, self._targets, None)  # noqa: SLF001
         out: list[Any] = [None] * self._size
         for i, value in zip(self._fetched, results):
             out[i] = value

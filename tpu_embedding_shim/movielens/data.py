@@ -301,7 +301,7 @@ def _examples(
     )
 
 
-def _ragged_rows(values: np.ndarray, splits: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def ragged_rows(values: np.ndarray, splits: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(values, row splits) of some rows of a ragged array, gathered in one pass (no per-row arrays)."""
     lengths = splits[rows + 1] - splits[rows]
     row_splits = np.zeros(len(rows) + 1, np.int64)
@@ -318,8 +318,8 @@ def features_of(data: MovieLens, examples: np.ndarray) -> tuple[dict[str, object
     zip (strings, [B, 1]).
     """
     users, items = data.user[examples], data.item[examples]
-    history = RaggedTensor(*_ragged_rows(data.history_values, data.history_splits, examples))
-    genre_values, genre_splits = _ragged_rows(data.genre_values, data.genre_splits, items)
+    history = RaggedTensor(*ragged_rows(data.history_values, data.history_splits, examples))
+    genre_values, genre_splits = ragged_rows(data.genre_values, data.genre_splits, items)
     genres = RaggedTensor(genre_values.astype(str), genre_splits)  # the batch's strings only, not every movie's
     features = {
         "user": users.reshape(-1, 1),

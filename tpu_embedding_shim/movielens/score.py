@@ -86,7 +86,7 @@ class Scorer:
             np.concatenate([data.item[a:b] for a, b in zip(starts, ends)] + [np.zeros(0, np.int64)]),
             np.r_[0, np.cumsum(ends - starts)].astype(np.int64),
         )
-        genre_values, genre_splits = ml_data._ragged_rows(data.genre_values, data.genre_splits, items)
+        genre_values, genre_splits = ml_data.ragged_rows(data.genre_values, data.genre_splits, items)
         return {
             "user": users.reshape(-1, 1),
             "item": items.reshape(-1, 1),

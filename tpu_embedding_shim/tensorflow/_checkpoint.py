@@ -18,6 +18,8 @@ the engine together, before the embedding is next used.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -39,17 +41,20 @@ def _eager_value(tensor: Any, what: str) -> np.ndarray:
 
 
 class TableVariable(Trackable):
-    """One table (`slot='embedding'`) or optimizer slot of an embedding, saved as TensorFlow saves a variable."""
+    """One table (`slot='embedding'`) or optimizer slot of an embedding, saved as TensorFlow saves a variable.
 
-    def __init__(self, owner: CheckpointedEmbedding, table: str, slot: str):
-        self._owner, self._table, self._slot = owner, table, slot
+    `read()` gives its value to save; `receive(value)` takes a restored one.
+    """
+
+    def __init__(self, table: str, slot: str, read: Callable[[], np.ndarray], receive: Callable[[np.ndarray], None]):
+        self._table, self._slot, self._read, self._receive = table, slot, read, receive
 
     def _serialize_to_tensors(self) -> dict[str, tf.Tensor]:
-        return {VALUE: tf.constant(self._owner._checkpoint_value(self._table, self._slot))}
+        return {VALUE: tf.constant(self._read())}
 
     def _restore_from_tensors(self, restored_tensors: dict[str, Any]) -> Any:
         what = f"table {self._table!r}" + ("" if self._slot == "embedding" else f", slot {self._slot!r}")
-        self._owner._checkpoint_receive(self._table, self._slot, _eager_value(restored_tensors[VALUE], what))
+        self._receive(_eager_value(restored_tensors[VALUE], what))
         return tf.no_op()
 
 
@@ -69,11 +74,19 @@ class CheckpointedEmbedding(Trackable):
         if self._children is None:  # stable objects: TensorFlow keys its graph of objects by identity
             children = {}
             for name, info in self._embedding.engine.spec.structure().items():
-                children[name] = TableVariable(self, name, "embedding")
+                children[name] = self._table_variable(name, "embedding")
                 for slot in info["slots"]:
-                    children[f"{name}/{slot}"] = TableVariable(self, name, slot)
+                    children[f"{name}/{slot}"] = self._table_variable(name, slot)
             self._children = children
         return dict(self._children)
+
+    def _table_variable(self, table: str, slot: str) -> TableVariable:
+        return TableVariable(
+            table,
+            slot,
+            functools.partial(self._checkpoint_value, table, slot),
+            functools.partial(self._checkpoint_receive, table, slot),
+        )
 
     def _serialize_to_tensors(self) -> dict[str, tf.Tensor]:
         self._apply_restored()
@@ -111,4 +124,4 @@ class CheckpointedEmbedding(Trackable):
             state[table][slot] = value
         step = engine.global_step if self._received_step is None else self._received_step
         self._received, self._received_step = {}, None
-        self._embedding._checkpoint_restore(state, step)
+        self._embedding.restore_state(state, step)

@@ -132,9 +132,9 @@ class EngineArray(np.ndarray):
     _write: Any = None
 
     def __new__(cls, values: np.ndarray, write: Any) -> EngineArray:
-        array = np.asarray(values, np.float32).view(cls)
-        array._write = write
-        return array
+        self = np.asarray(values, np.float32).view(cls)
+        self._write = write
+        return self
 
     def __array_finalize__(self, obj: Any) -> None:
         self._write = None
@@ -184,7 +184,7 @@ class _Bridge(CheckpointedEmbedding):
         with tf.init_scope():  # TensorFlow initializers run eagerly, as TensorFlow creates its tables
             self._embedding = self._compat_class(*args, **kwargs)
             self._embedding.initializer_seed = _initializer_seed()
-            self._embedding._call_slot_creation_fn = _call_slot_creation_fn
+            self._embedding.call_slot_variable_creation_fn = _call_slot_creation_fn
 
     def __getattr__(self, name: str) -> Any:
         """The project object's public attributes (`embedding_tables`, `variables`, `engine`, `build`...)."""
@@ -222,7 +222,7 @@ class _Bridge(CheckpointedEmbedding):
             engine = self._embedding.engine
             state = engine.state()
             state[table][slot] = values
-            self._embedding._checkpoint_restore(state, engine.global_step)
+            self._embedding.restore_state(state, engine.global_step)
 
         return write
 
@@ -233,16 +233,16 @@ class _Bridge(CheckpointedEmbedding):
 
     @property
     def _paths(self) -> list[str]:
-        return [v2.path_string(path) or "(the only feature)" for path, _ in self._embedding._flat]
+        return [v2.path_string(f.path) or "(the only feature)" for f in self._embedding.features]
 
     def _leaves(self, values: Any, argument: str) -> list[Leaf]:
         """`values`' leaves in `tf.nest` order, checked against `feature_config`'s structure (TensorFlow's errors)."""
-        flat = v2.flatten_up_to(self._embedding._feature_config, values, argument)
+        flat = v2.flatten_up_to(self._embedding.feature_config, values, argument)
         what = {"features": "input", "weights": "weight", "gradients": "gradient"}.get(argument, argument)
         return [_convert.encode(value, f"{what} {path}") for value, path in zip(flat, self._paths)]
 
     def _pack(self, flat: Sequence[Any]) -> Any:
-        return v2.pack_as(self._embedding._feature_config, list(flat))
+        return v2.pack_as(self._embedding.feature_config, list(flat))
 
     def _traced_output_shapes(self, features: list[Leaf], weights: list[Leaf] | None) -> list[tuple] | None:
         """While tracing: the project's checks on an empty batch of the traced shapes -> its output shapes.
@@ -256,17 +256,17 @@ class _Bridge(CheckpointedEmbedding):
             extra is not None and any(x is None and leaf.kind != "none" for x, leaf in zip(extra, weights))
         ):
             return None
-        converted = self._embedding._convert(self._pack(inputs), None if extra is None else self._pack(extra))
-        return [tuple(c.output_shape) for c in converted]
+        return self._embedding.batch_output_shapes(self._pack(inputs), None if extra is None else self._pack(extra))
 
     def _activation_shapes(self, output_shapes: Sequence[tuple | None]) -> list[tf.TensorShape]:
         shapes = []
-        for shape, (_, config) in zip(output_shapes, self._embedding._flat):
-            shapes.append(tf.TensorShape(None) if shape is None else tf.TensorShape(list(shape) + [config.table.dim]))
+        for shape, feature in zip(output_shapes, self._embedding.features):
+            dim = feature.config.table.dim
+            shapes.append(tf.TensorShape(None) if shape is None else tf.TensorShape(list(shape) + [dim]))
         return shapes
 
     def _flatten_activations(self, activations: Any) -> list[np.ndarray]:
-        return v2.flatten_up_to(self._embedding._feature_config, activations, "activations")
+        return v2.flatten_up_to(self._embedding.feature_config, activations, "activations")
 
     def _gradient_leaves(self, gradients: Any, expected: Sequence[tuple | None]) -> list[Leaf]:
         """The gradients' leaves; while tracing, TensorFlow's checks: tensors (or None) of the expected shape.
@@ -279,8 +279,9 @@ class _Bridge(CheckpointedEmbedding):
         if _convert.executing_eagerly():
             return leaves
         out = []
-        for leaf, shape, (path, config) in zip(leaves, expected, self._embedding._flat):
-            full = None if shape is None else tuple(shape) + (config.table.dim,)
+        for leaf, shape, feature in zip(leaves, expected, self._embedding.features):
+            path = feature.path
+            full = None if shape is None else tuple(shape) + (feature.config.table.dim,)
             if leaf.kind == "object":
                 v2.check_gradient(leaf.value, full, path)  # a list or other non-tensor: TensorFlow's ValueError
             elif leaf.kind == "none" and full is not None:
@@ -339,7 +340,7 @@ class TPUEmbedding(_Bridge):
         weight_leaves = None if weights is None else self._leaves(weights, "weights")
         if not _convert.executing_eagerly():
             output_shapes = self._traced_output_shapes(leaves, weight_leaves)
-            if not embedding._built:  # TensorFlow builds from the traced shapes (`_maybe_build`)
+            if not embedding.built:  # TensorFlow builds from the traced shapes (`_maybe_build`)
                 with tf.init_scope():
                     if output_shapes is not None:
                         embedding.build([list(s) + [1] for s in output_shapes])  # input shapes giving these outputs
@@ -364,14 +365,14 @@ class TPUEmbedding(_Bridge):
     def dequeue(self, name: str | None = None) -> Any:
         """Looks the oldest queued batch up: a nest like `feature_config` of float32 `tf.Tensor`s."""
         embedding = self._embedding
-        if not embedding._built:
+        if not embedding.built:
             embedding.dequeue()  # TensorFlow's RuntimeError (dequeue before enqueue or build); changes nothing
 
         def run() -> list[np.ndarray]:
             self._apply_restored()
             return self._flatten_activations(embedding.dequeue())
 
-        shapes = self._activation_shapes(embedding._output_shapes)
+        shapes = self._activation_shapes(embedding.output_shapes)
         outputs = _convert.call(run, [], [tf.float32] * len(shapes), shapes, "tpu_embedding_dequeue")
         return self._pack(outputs)
 
@@ -379,7 +380,7 @@ class TPUEmbedding(_Bridge):
     def apply_gradients(self, gradients: Any, name: str | None = None) -> None:
         """Applies d loss / d activations (`tf.Tensor`s, None for zero) of the last dequeued batch."""
         embedding = self._embedding
-        leaves = self._gradient_leaves(gradients, embedding._output_shapes)
+        leaves = self._gradient_leaves(gradients, embedding.output_shapes)
         if name is not None and not _convert.executing_eagerly():
             self._named_applies.setdefault(tf.compat.v1.get_default_graph(), set()).add(str(name))
 
@@ -452,8 +453,8 @@ class TPUEmbeddingV2(_Bridge):
         output_shapes = self._traced_output_shapes(leaves, weight_leaves)
         if output_shapes is None:  # some traced size is unknown: what the traced shapes say, None where unknown
             output_shapes = [
-                _partial_output_shape(known, leaf, path, config)
-                for known, leaf, (path, config) in zip(embedding._output_shapes, leaves, embedding._flat)
+                _partial_output_shape(f.output_shape, leaf, f.path, f.config)
+                for leaf, f in zip(leaves, embedding.features)
             ]
 
         def run(*values: Any) -> list[Any]:
@@ -480,7 +481,7 @@ class TPUEmbeddingV2(_Bridge):
     def apply_gradients(self, gradients: Any, preserved_outputs: Any) -> None:
         """Applies d loss / d activations of the lookup that returned `preserved_outputs`."""
         embedding = self._embedding
-        leaves = self._gradient_leaves(gradients, embedding._output_shapes)
+        leaves = self._gradient_leaves(gradients, embedding.output_shapes)
         preserved = _convert.encode(preserved_outputs, "preserved_outputs")
 
         def run(*values: Any) -> list[Any]:
@@ -500,6 +501,11 @@ class TPUEmbeddingV2(_Bridge):
 
         _convert.call(run, leaves + [preserved], [], [], "tpu_embedding_v2_apply_gradients")
 
+    def _numpy_nest(self, values: Any, argument: str) -> Any:
+        """Eagerly: a nest of TensorFlow values as the project's values."""
+        leaves = self._leaves(values, argument)
+        return self._pack([_convert.decode(leaf, [c.numpy() for c in leaf.components]) for leaf in leaves])
+
     def _eager_only(self, method: str) -> None:
         if not _convert.executing_eagerly():
             raise NotImplementedError(
@@ -513,8 +519,8 @@ class TPUEmbeddingV2(_Bridge):
         """Eagerly: the project's `preprocess_features` on the tensors' values."""
         self._eager_only("preprocess_features")
         return self._embedding.preprocess_features(
-            _numpy_nest(self, features, "features"),
-            None if weights is None else _numpy_nest(self, weights, "weights"),
+            self._numpy_nest(features, "features"),
+            None if weights is None else self._numpy_nest(weights, "weights"),
             **kwargs,
         )
 
@@ -523,8 +529,8 @@ class TPUEmbeddingV2(_Bridge):
         """Eagerly: the project's `enqueue` on the tensors' values; returns the batch for `dequeue`."""
         self._eager_only("enqueue")
         return self._embedding.enqueue(
-            _numpy_nest(self, features, "features"),
-            None if weights is None else _numpy_nest(self, weights, "weights"),
+            self._numpy_nest(features, "features"),
+            None if weights is None else self._numpy_nest(weights, "weights"),
             device,
         )
 
@@ -535,9 +541,3 @@ class TPUEmbeddingV2(_Bridge):
         self._apply_restored()
         activations, preserved = self._embedding.dequeue(partitioned_tensors)
         return self._pack([tf.constant(a) for a in self._flatten_activations(activations)]), preserved
-
-
-def _numpy_nest(bridge: _Bridge, values: Any, argument: str) -> Any:
-    """Eagerly: a nest of TensorFlow values as the project's values."""
-    leaves = bridge._leaves(values, argument)
-    return bridge._pack([_convert.decode(leaf, [c.numpy() for c in leaf.components]) for leaf in leaves])

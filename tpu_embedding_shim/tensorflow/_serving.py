@@ -279,8 +279,8 @@ class TPUEmbeddingForServing(Trackable):
         restore_info = experimental_sparsecore_restore_info
         self._embedding = serving.TPUEmbeddingForServing(feature_config, optimizer, restore_info)
         self._feature_config = feature_config
-        self._table_config = list(self._embedding._table_config)
-        self._features = [_Feature(f.path, f.config, f.spec) for f in self._embedding._features]
+        self._table_config = self._embedding.table_configs
+        self._features = [_Feature(f.path, f.config, f.spec) for f in self._embedding.features]
         self._seed = _initializer_seed()
         self._variables: dict[str, dict[str, Any]] = {}
         self._built = False
@@ -307,7 +307,7 @@ class TPUEmbeddingForServing(Trackable):
         TensorFlow's global seed), table after table.
         """
         rng = np.random.default_rng(self._seed)
-        table_specs = {spec.name: spec for spec in self._embedding._spec.tables}
+        table_specs = {spec.name: spec for spec in self._embedding.engine_spec.tables}
         seeded = {name: spec.seeded_initializer(rng) for name, spec in table_specs.items()}
         variables = {}
         for table in self._table_config:
@@ -345,9 +345,11 @@ class TPUEmbeddingForServing(Trackable):
                         f"embedding's is {list(variable_shape)}. Restore into an embedding with the same TableConfigs."
                     )
                 variable = tf.Variable(value, name=name, shape=variable_shape, dtype=dtype, trainable=trainable)
-                variable._maybe_initialize_trackable()
+                # TensorFlow internals, as its own restore-on-create getter uses them: no public API marks a variable
+                # created from a checkpoint's value as restored (so the pending restore skips it).
+                variable._maybe_initialize_trackable()  # noqa: SLF001  (TensorFlow's Trackable internal)
                 if initializer.restore_uid is not None:
-                    variable._update_uid = initializer.restore_uid  # restored: the pending restore skips it
+                    variable._update_uid = initializer.restore_uid  # noqa: SLF001  (TensorFlow's Trackable internal)
                 return variable
             return tf.Variable(initializer, name=name, shape=variable_shape, dtype=dtype, trainable=trainable)
 

@@ -17,21 +17,26 @@ import os
 import pytest
 
 import tpu_embedding_shim.tensorflow as shim
-from tpu_embedding_shim.tensorflow import _midlevel
+from tpu_embedding_shim.tensorflow._midlevel import TPUEmbedding, TPUEmbeddingV2
 
 _made: list = []
 _per_test: dict = {}
 
 
-def pytest_configure(config):
-    shim.activate()
-    original = _midlevel._Bridge.__init__
+def _record_made(cls):
+    original = cls.__init__
 
     def recording(self, *args, **kwargs):
         original(self, *args, **kwargs)
         _made.append(self)
 
-    _midlevel._Bridge.__init__ = recording
+    cls.__init__ = recording
+
+
+def pytest_configure(config):
+    shim.activate()
+    _record_made(TPUEmbedding)
+    _record_made(TPUEmbeddingV2)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -51,7 +56,7 @@ def pytest_runtest_call(item):
         made = _made[start:]
         steps = 0
         for bridge in made:
-            engine = bridge._embedding._engine
+            engine = bridge.engine_if_built
             steps += 0 if engine is None else int(engine.global_step)
         _per_test[item.nodeid] = {"objects": [type(b).__name__ for b in made], "engine_steps": steps}
 

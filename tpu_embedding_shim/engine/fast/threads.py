@@ -55,8 +55,10 @@ def num_threads() -> int:
     numba's public one takes a process-wide multiprocessing lock on every
     call, and under `run_each`'s threads a step over 26 small tables spent
     ~3 ms of 10 waiting for it (1,700 calls in 30 steps, ~55 us each)."""
-    if _parallel._is_initialized:
-        return int(_parallel._get_num_threads())  # type: ignore[attr-defined]  # set by numba at launch
+    # numba internals: whether its threads run, and its backend's getter (set by numba at launch); no public
+    # API gives the count without the lock.
+    if _parallel._is_initialized:  # noqa: SLF001  (numba internal, see above)
+        return int(_parallel._get_num_threads())  # type: ignore[attr-defined]  # noqa: SLF001
     return int(numba.get_num_threads())
 
 
@@ -64,8 +66,9 @@ def _set_num_threads(count: int) -> None:
     """`numba.set_num_threads(count)`, without its lock once numba's threads run (see `num_threads`).
 
     `count` is 1 or a count numba gave (`num_threads`), so in numba's range."""
-    if _parallel._is_initialized:
-        _parallel._set_num_threads(count)  # type: ignore[attr-defined]  # set by numba at launch
+    # numba internals, as in `num_threads`: its backend's setter, set by numba at launch.
+    if _parallel._is_initialized:  # noqa: SLF001  (numba internal, see above)
+        _parallel._set_num_threads(count)  # type: ignore[attr-defined]  # noqa: SLF001
     else:
         numba.set_num_threads(count)
 
