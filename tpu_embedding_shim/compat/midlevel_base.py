@@ -451,8 +451,6 @@ class MidLevelBase:
         self._built = True
         self._forget_lookup()
 
-    _checkpoint_restore = restore_state  # the name migrate/tf_midlevel.py calls
-
     def _forget_lookup(self) -> None:
         """Drops what a subclass keeps of a lookup made before a restore (it can't be trained on after it)."""
 

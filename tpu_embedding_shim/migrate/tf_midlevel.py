@@ -348,7 +348,7 @@ def write_weights(migration: Migration, directory: str, progress: ProgressLine |
             optimizer=config["optimizer"],
             pipeline_execution_with_tensor_core=config["pipeline_execution_with_tensor_core"],
         )
-        embedding._checkpoint_restore(state, migration.step)
+        embedding.restore_state(state, migration.step)
         Checkpoint(embedding=embedding).save(os.path.join(directory, CHECKPOINT_DIR, "ckpt"))
     else:
         os.makedirs(os.path.join(directory, CHECKPOINT_DIR))
