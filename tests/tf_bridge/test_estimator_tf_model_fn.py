@@ -458,7 +458,7 @@ class _CallableModel:
     ],
 )
 def test_the_runner_tells_a_tensorflow_model_fn_from_a_numpy_one(model_fn, expected):
-    assert tf_bridge.uses_tensorflow(model_fn) is expected
+    assert (tf_bridge.tensorflow_read_by(model_fn) is not None) is expected
 
 
 def _fixed_model_fn(column):

@@ -1,8 +1,9 @@
 """The TensorFlow bridge of the runner: a TensorFlow model_fn's dense part runs in a TF graph.
 
-Imported by `TPUEstimator` only when TensorFlow is already imported and the
-model_fn is TensorFlow code (`uses_tensorflow`). As TensorFlow's
-TPUEstimator does on a TPU, the model_fn builds a `tf.compat.v1` graph in
+Imported by `TPUEstimator` only when the model_fn runs as TensorFlow code
+(`tf_graphs.TFGraphs.uses_tensorflow`: `dense_framework='tensorflow'`, or
+TensorFlow imported and read by the model_fn). As TensorFlow's TPUEstimator
+does on a TPU, the model_fn builds a `tf.compat.v1` graph in
 which every feature-layer output over TPU columns is a tensor fed from the
 engine's activations:
 
@@ -51,7 +52,6 @@ from .tf_data import numpy_elements
 from .tf_run import FixedRun
 
 __all__ = [
-    "uses_tensorflow",
     "tensorflow_read_by",
     "as_batches",
     "input_batches",
@@ -113,11 +113,6 @@ def tensorflow_read_by(fn: Any, depth: int = 3) -> str | None:
         return None
 
     return visit(fn, 0)
-
-
-def uses_tensorflow(fn: Any, depth: int = 3) -> bool:
-    """Whether `fn` (or a function it names, `depth` calls deep) reads a TensorFlow module or function."""
-    return tensorflow_read_by(fn, depth) is not None
 
 
 # input_fn results --------------------------------------------------------------------------------
