@@ -7,8 +7,8 @@ are not collected without it (their doctests need it); the tests that use
 them skip with a reason naming the extra:
 
 - the PyTorch bridge needs torch (the `torch` extra);
-- `tpu_embedding_shim.tensorflow`, `estimator/tf_bridge.py` (with `tf_run.py` and `tf_data.py`),
-  `estimator/tf_serving.py`, `movielens/model_tf.py`, docs/tensorflow_bridge.md and docs/run_unchanged.md need
+- `tpu_embedding_shim.tensorflow`, `runner/tf_bridge.py` (with `tf_run.py` and `tf_data.py`),
+  `runner/tf_serving.py`, `movielens/model_tf.py`, docs/tensorflow_bridge.md and docs/run_unchanged.md need
   TensorFlow (the `tensorflow` extra; tests/tf_bridge runs the pages where it is installed);
 - `migrate/runtime/torchrec_model.py` (the code a generated TorchRec model.py runs) needs torchrec;
 - the fast kernels in `engine/fast/` need numba (the `fast` extra);
@@ -25,7 +25,7 @@ collect_ignore_glob = ["tests/fixtures/*"]
 # importing one would run it.
 collect_ignore_glob.append("tests/tf_bridge/unchanged_programs/*")
 if importlib.util.find_spec("torch") is None:
-    collect_ignore.append("tpu_embedding_shim/estimator/torch_bridge.py")
+    collect_ignore.append("tpu_embedding_shim/runner/torch_bridge.py")
 if importlib.util.find_spec("torch") is None or importlib.util.find_spec("torchrec") is None:
     collect_ignore.append("tpu_embedding_shim/migrate/runtime/torchrec_model.py")
 if importlib.util.find_spec("tensorflow") is None:
@@ -33,10 +33,10 @@ if importlib.util.find_spec("tensorflow") is None:
     collect_ignore.append("docs/tensorflow_bridge.md")
     collect_ignore.append("docs/run_unchanged.md")
     collect_ignore += [
-        "tpu_embedding_shim/estimator/tf_bridge.py",
-        "tpu_embedding_shim/estimator/tf_data.py",
-        "tpu_embedding_shim/estimator/tf_run.py",
-        "tpu_embedding_shim/estimator/tf_serving.py",
+        "tpu_embedding_shim/runner/tf_bridge.py",
+        "tpu_embedding_shim/runner/tf_data.py",
+        "tpu_embedding_shim/runner/tf_run.py",
+        "tpu_embedding_shim/runner/tf_serving.py",
         "tpu_embedding_shim/movielens/model_tf.py",
     ]
 if importlib.util.find_spec("numba") is None:

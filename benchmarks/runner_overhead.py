@@ -38,7 +38,7 @@ import time
 PARTS = ("kernels", "model", "input_fn", "ids", "gradients", "checkpoint", "runner")
 OVERHEAD = ("input_fn", "ids", "gradients", "checkpoint", "runner")  # the "everything but kernels and math"
 KERNEL_METHODS = ("lookups", "pooled_entries", "sequence_entries", "sum_tables", "apply_all")
-RUNNER_PACKAGES = ("tpu_embedding_shim/estimator/", "tpu_embedding_shim/compat/", "tpu_embedding_shim/movielens/job")
+RUNNER_PACKAGES = ("tpu_embedding_shim/runner/", "tpu_embedding_shim/compat/", "tpu_embedding_shim/movielens/job")
 ENGINE_PYTHON = ("engine/engine.py", "engine/step_checks", "engine/vocabulary", "engine/ragged", "engine/aligned")
 
 
@@ -94,8 +94,8 @@ def _patched(timers: Timers, targets):
 
 def _targets(estimator):
     from tpu_embedding_shim.engine.engine import Engine
-    from tpu_embedding_shim.estimator.tpu_estimator import TPUEstimator
     from tpu_embedding_shim.movielens import model as ml_model
+    from tpu_embedding_shim.runner.tpu_estimator import TPUEstimator
 
     kernels = type(estimator.engine.kernels)
     return [
@@ -208,7 +208,7 @@ LABELS = {
     "ids": "ids converted and checked (Engine.forward less its kernels)",
     "gradients": "gradients checked (Engine.apply_gradients less its kernels)",
     "checkpoint": "checkpoint at the end of train()",
-    "runner": "runner's own Python (estimator/, feature layers, model_fn lines)",
+    "runner": "runner's own Python (runner/, feature layers, model_fn lines)",
 }
 
 

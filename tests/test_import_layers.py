@@ -1,6 +1,6 @@
 """The package's layers, as the code imports them: no module imports a higher layer, and no import cycle.
 
-spec <- engine <- compat <- estimator (with the framework bridges) <- migrate <- the TF-shaped namespaces
+spec <- engine <- compat <- runner (with the framework bridges) <- migrate <- the TF-shaped namespaces
 <- cli / movielens
 
 (docs/architecture.md draws them). Every `import` statement of every module
@@ -27,10 +27,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("spec", ("spec",)),
     ("engine", ("engine",)),
     ("compat", ("compat",)),
-    ("estimator", ("estimator",)),
+    ("runner", ("runner",)),
     ("migrate", ("migrate",)),
 ]
-ORDER = ["spec", "engine", "compat", "estimator", "migrate", "namespaces", "cli"]
+ORDER = ["spec", "engine", "compat", "runner", "migrate", "namespaces", "cli"]
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -182,13 +182,11 @@ def test_the_layers_above_the_engine_import_only_its_public_names():
 def test_the_checker_sees_relative_absolute_and_function_level_imports(tmp_path):
     source = tmp_path / "m.py"
     source.write_text(
-        "from ..spec import tables\nimport tpu_embedding_shim.engine.lookup\ndef f():\n    from .. import estimator\n"
+        "from ..spec import tables\nimport tpu_embedding_shim.engine.lookup\ndef f():\n    from .. import runner\n"
     )
-    modules = {"spec", "spec.tables", "engine", "engine.lookup", "estimator", "compat", "compat.m"}
-    assert imports_of(source, "compat.m", modules) == {"spec.tables", "engine.lookup", "estimator"}
-    assert upward_imports({"compat.m": {"estimator"}, "estimator": set()}) == [
-        "compat.m (compat) imports estimator (estimator)"
-    ]
+    modules = {"spec", "spec.tables", "engine", "engine.lookup", "runner", "compat", "compat.m"}
+    assert imports_of(source, "compat.m", modules) == {"spec.tables", "engine.lookup", "runner"}
+    assert upward_imports({"compat.m": {"runner"}, "runner": set()}) == ["compat.m (compat) imports runner (runner)"]
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
 
 
@@ -212,10 +210,10 @@ def test_a_lower_layer_imports_alone():
 def test_the_namespace_names_load_at_first_use():
     assert "compat.v2" not in loaded_by("import tpu_embedding_shim")
     assert "compat.v2" in loaded_by("import tpu_embedding_shim as tf; tf.feature_column")
-    # Importing the runner's package first does not replace TensorFlow's `tf.estimator`:
+    # `tf.estimator` is TensorFlow's namespace, also after the runner is imported:
     names = loaded_by(
-        "import tpu_embedding_shim.estimator.tpu_estimator\nimport tpu_embedding_shim as tf\n"
+        "import tpu_embedding_shim.runner.tpu_estimator\nimport tpu_embedding_shim as tf\n"
         "assert tf.estimator.__name__ == 'tpu_embedding_shim.compat.v2.estimator', tf.estimator\n"
-        "assert 'tpu_embedding_shim.estimator' in sys.modules"
+        "assert 'tpu_embedding_shim.runner' in sys.modules"
     )
-    assert "estimator.tpu_estimator" in names
+    assert "runner.tpu_estimator" in names

@@ -15,8 +15,6 @@ TensorFlow wants `import tpu_embedding_shim.tensorflow as tf` (docs/tensorflow_b
 __version__ = "0.1.0"
 
 import importlib
-import sys
-import types
 from typing import Any
 
 # The TF-shaped names (TensorFlow's `tf.<name>`), read from compat/v2 at first use, so that importing a lower
@@ -50,23 +48,6 @@ _V2_NAMES = frozenset(
     ]
 )
 _SUBPACKAGES = frozenset({"compat", "spec", "engine"})
-
-
-class _Package(types.ModuleType):
-    """This package's module: `tf.estimator` stays TensorFlow's `tf.estimator` (compat/v2/estimator).
-
-    The import system binds every imported subpackage as an attribute of its
-    parent, so importing the runner (`tpu_embedding_shim.estimator`) would
-    otherwise replace the TF-shaped name with the runner's package.
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "estimator" and getattr(value, "__name__", None) == f"{__name__}.estimator":
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 def __dir__() -> list[str]:

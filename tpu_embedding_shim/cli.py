@@ -37,7 +37,7 @@ def demo() -> int:
     tpu_non_shared_column = tf.tpu.experimental.embedding_column(column_c, 10)
     tpu_columns = [tpu_non_shared_column] + tpu_shared_columns
     # `tf.estimator` is TensorFlow's namespace at run time (the package keeps it so); mypy, which sees the runner
-    # package `tpu_embedding_shim.estimator` imported (through `migrate`), takes the name for that package.
+    # package `tpu_embedding_shim.runner` imported (through `migrate`), takes the name for that package.
     config = tf.estimator.tpu.experimental.EmbeddingConfigSpec(  # type: ignore[attr-defined]
         feature_columns=tpu_columns,
         optimization_parameters=tf.estimator.tpu.experimental.AdagradParameters(0.1),  # type: ignore[attr-defined]

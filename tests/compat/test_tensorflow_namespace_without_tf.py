@@ -81,10 +81,10 @@ CORE = ("spec", "engine", "compat")
 # The optional bridges that run TensorFlow code, as torch_bridge.py runs PyTorch: imported only where TensorFlow is.
 TENSORFLOW_BRIDGES = (
     "tensorflow",
-    "estimator/tf_bridge.py",
-    "estimator/tf_data.py",
-    "estimator/tf_run.py",
-    "estimator/tf_serving.py",
+    "runner/tf_bridge.py",
+    "runner/tf_data.py",
+    "runner/tf_run.py",
+    "runner/tf_serving.py",
 )
 
 

@@ -28,7 +28,7 @@ from tpu_embedding_shim.compat.embedding_config_spec import EmbeddingConfigSpec
 from tpu_embedding_shim.compat.feature_columns import FixedLenFeature, VarLenFeature
 from tpu_embedding_shim.compat.feature_layers import DenseFeatures
 from tpu_embedding_shim.compat.lookup_scope import LookupScope
-from tpu_embedding_shim.estimator.context import TensorCoreColumns, first_positions
+from tpu_embedding_shim.runner.context import TensorCoreColumns, first_positions
 
 fc = tf.feature_column
 tpu = tf.tpu.experimental

@@ -18,7 +18,7 @@ import torch
 import tpu_embedding_shim as tf
 from tpu_embedding_shim.compat import replicas
 from tpu_embedding_shim.compat.tensors import RaggedTensor
-from tpu_embedding_shim.estimator import torch_bridge
+from tpu_embedding_shim.runner import torch_bridge
 
 fc = tf.compat.v2.feature_column
 tpu = tf.compat.v2.tpu.experimental

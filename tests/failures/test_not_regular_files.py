@@ -148,8 +148,8 @@ def test_a_legacy_manifest_that_is_not_a_file_is_refused(tmp_path, kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_export_table_file_that_is_not_a_file_is_refused(tmp_path, kind):
-    from tpu_embedding_shim.estimator import load_exported
-    from tpu_embedding_shim.estimator.export import FORMAT, MANIFEST
+    from tpu_embedding_shim.runner import load_exported
+    from tpu_embedding_shim.runner.export import FORMAT, MANIFEST
 
     table = {"name": "t", "file": "t.npy", "sha256": "0" * 64, "combiner": "sum"}
     (tmp_path / MANIFEST).write_text(json.dumps({"format": FORMAT, "tables": [table]}))

@@ -20,7 +20,7 @@ import tensorflow as real_tf
 
 import tpu_embedding_shim as shim_np  # the numpy API: a model_fn reading it is not TensorFlow code
 import tpu_embedding_shim.tensorflow as shim_tf  # the program's one changed import
-from tpu_embedding_shim.estimator import tf_bridge
+from tpu_embedding_shim.runner import tf_bridge
 
 from .programs import adagrad_estimator, linear_model_fn
 from .tf_versions import needs_estimator, needs_keras_2
@@ -301,7 +301,7 @@ def test_the_graph_is_given_the_step_only_when_train_op_did_not_advance_it(tmp_p
     """A train_op that increments global_step (`minimize(loss, global_step)`) leaves the graph at the runner's
     next step, so a step is one session run; one that does not gets the step loaded first: two runs. Either
     way the graph reads the runner's step. Runs are counted below `Session.run`, where a training step's
-    `FixedRun` (estimator/tf_run.py) runs too."""
+    `FixedRun` (runner/tf_run.py) runs too."""
     tf = shim_tf
     user_col = tf.compat.v1.tpu.experimental.embedding_column(
         tf.feature_column.categorical_column_with_identity("user", V), D

@@ -1,12 +1,12 @@
-"""`numpy_elements` (estimator/tf_data.py): a dataset's elements as `to_numpy(next(iterator))` gives them."""
+"""`numpy_elements` (runner/tf_data.py): a dataset's elements as `to_numpy(next(iterator))` gives them."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tpu_embedding_shim.compat.tensors import RaggedTensor, SparseTensor
-from tpu_embedding_shim.estimator import tf_data
-from tpu_embedding_shim.estimator.tf_bridge import to_numpy
+from tpu_embedding_shim.runner import tf_data
+from tpu_embedding_shim.runner.tf_bridge import to_numpy
 
 N = 5
 

@@ -1,10 +1,10 @@
-"""`FixedRun` (estimator/tf_run.py): a training step's session run, worked out once, as `Session.run` runs it."""
+"""`FixedRun` (runner/tf_run.py): a training step's session run, worked out once, as `Session.run` runs it."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tpu_embedding_shim.estimator.tf_run import FixedRun
+from tpu_embedding_shim.runner.tf_run import FixedRun
 
 
 def _graph():

@@ -3,7 +3,7 @@
 TensorFlow reads the runner's checkpoints under its own names with equal
 values, warm-starts and resumes its own TPUEstimator(use_tpu=False) from
 them; the runner resumes and warm-starts from a model_dir TensorFlow wrote.
-The program is tests/estimator/tf_program.py, written for both. In a venv with the
+The program is tests/runner/tf_program.py, written for both. In a venv with the
 `tensorflow` extra (`pip install -e '.[test,tensorflow]'`):
 
     python -m pytest tests/tf_interop -q
@@ -218,7 +218,7 @@ def test_we_warm_start_from_tensorflow_and_tensorflow_reads_the_result(tmp_path)
 
 def test_a_tpu_job_with_mod_hosts_restores_write_for_tpus_layout(tmp_path):
     """TensorFlow restores each host's part of a table from its row slice: with write_for_tpu, host i gets ids i::H."""
-    from tpu_embedding_shim.estimator.checkpoints import write_for_tpu
+    from tpu_embedding_shim.runner.checkpoints import write_for_tpu
 
     est = ours(tmp_path / "ours", steps=2, optimizer="adam")
     prefix = write_for_tpu(est.latest_checkpoint(), str(tmp_path / "tpu" / "model.ckpt-2"), num_hosts=3)

@@ -186,7 +186,7 @@ def _dense_output(
             f"{owner}: `features` must be a dict of feature name -> values. Received: {type(features).__name__}."
         )
     scope = _scope(owner)
-    if scope.builds_graph:  # a TensorFlow model_fn: the output is a graph tensor (estimator/tf_bridge.py)
+    if scope.builds_graph:  # a TensorFlow model_fn: the output is a graph tensor (runner/tf_bridge.py)
         output = scope.dense_output(columns, features, owner, layer)
     else:
         pieces: list[tuple[str | None, np.ndarray]] = []
@@ -370,7 +370,7 @@ class SequenceFeatures(_FeatureLayer):
                 f"Received: {type(features).__name__}."
             )
         scope = _scope(self._owner)
-        if scope.builds_graph:  # a TensorFlow model_fn: graph tensors (estimator/tf_bridge.py)
+        if scope.builds_graph:  # a TensorFlow model_fn: graph tensors (runner/tf_bridge.py)
             return scope.sequence_output(self._feature_columns, self._owner, self.name)
         pieces, lengths = [], None
         for column in self._feature_columns:

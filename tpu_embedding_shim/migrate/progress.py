@@ -3,7 +3,7 @@
 One line on stderr, redrawn in place: `migrate: writing weights.npz 3/8:
 tbl_user/accumulators, 4 s, about 6 s left`. It appears only once the
 command has run for `delay` seconds (quick work prints nothing) and only
-where `estimator.progress.progress_enabled` allows it (a terminal, not CI,
+where `runner.progress.progress_enabled` allows it (a terminal, not CI,
 not `TPU_EMBEDDING_SHIM_PROGRESS=0`). The time left is estimated from the
 sizes of the items done so far; `close()` erases the line, so the
 command's final lines stand alone.
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TextIO
 
-from ..estimator.progress import progress_enabled
+from ..runner.progress import progress_enabled
 
 __all__ = ["ProgressLine"]
 

@@ -30,9 +30,9 @@ from ..compat import lowering
 from ..compat.embedding_config_spec import EmbeddingConfigSpec
 from ..engine import CheckpointError, Engine
 from ..engine import checkpoint as engine_checkpoint
-from ..estimator import checkpoints
-from ..estimator.restore import Program, resume_plan
-from ..estimator.tf_names import ProgramNames
+from ..runner import checkpoints
+from ..runner.restore import Program, resume_plan
+from ..runner.tf_names import ProgramNames
 from ..spec import EmbeddingSpec, FeatureSpec, OptimizerSpec, TableSpec
 
 __all__ = ["Source", "load_source", "resolve_object"]

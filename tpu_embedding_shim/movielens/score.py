@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from ..compat.tensors import RaggedTensor
-from ..estimator.export import load_exported
+from ..runner.export import load_exported
 from . import data as ml_data
 from . import job as ml_job
 from . import model as ml_model

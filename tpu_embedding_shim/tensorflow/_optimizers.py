@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..compat import replicas
-from ..estimator.tf_bridge import CROSS_REPLICA_OP
+from ..runner.tf_bridge import CROSS_REPLICA_OP
 
 __all__ = ["CrossShardOptimizer"]
 

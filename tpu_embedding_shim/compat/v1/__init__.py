@@ -1,6 +1,6 @@
 """`tf.compat.v1`: the TF1 namespace."""
 
-from ...estimator import metrics  # noqa: F401
+from ...runner import metrics  # noqa: F401
 from .. import dtypes as _dtypes
 from .. import namespaces as _namespaces
 from .. import v2 as _v2

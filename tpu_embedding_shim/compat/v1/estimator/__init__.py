@@ -1,6 +1,6 @@
 """`tf.compat.v1.estimator`."""
 
-from ....estimator import (  # noqa: F401
+from ....runner import (  # noqa: F401
     EstimatorSpec,
     ModeKeys,
     NanLossDuringTrainingError,

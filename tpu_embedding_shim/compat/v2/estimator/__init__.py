@@ -1,6 +1,6 @@
 """`tf.estimator` (as `tensorflow_estimator` provided it up to TensorFlow 2.15)."""
 
-from ....estimator import (  # noqa: F401
+from ....runner import (  # noqa: F401
     EstimatorSpec,
     ModeKeys,
     NanLossDuringTrainingError,

@@ -1,12 +1,12 @@
 """`tf.compat.v1.estimator.tpu`."""
 
-from .....estimator import (  # noqa: F401
+from .....runner import (  # noqa: F401
     InputPipelineConfig,
     TPUConfig,
     TPUEstimator,
     TPUEstimatorSpec,
 )
-from .....estimator import TPURunConfig as RunConfig  # noqa: F401
+from .....runner import TPURunConfig as RunConfig  # noqa: F401
 from .... import namespaces as _namespaces
 from ....v2.estimator.tpu import experimental as _experimental
 

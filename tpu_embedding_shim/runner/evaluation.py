@@ -17,7 +17,7 @@ joins every replica's losses and tensors (replica order), so `metric_fn`
 sees the whole eval set on every replica, as TensorFlow's TPUEstimator
 concatenates the eval tensors of all shards.
 
->>> from tpu_embedding_shim.estimator.model_fn import ModeKeys, TPUEstimatorSpec
+>>> from tpu_embedding_shim.runner.model_fn import ModeKeys, TPUEstimatorSpec
 >>> metrics = EvalMetrics()
 >>> for loss, labels in ((0.5, [1, 0]), (1.5, [1])):
 ...     _ = metrics.add(TPUEstimatorSpec(ModeKeys.EVAL, loss=loss,

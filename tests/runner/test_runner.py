@@ -10,7 +10,7 @@ import pytest
 import tpu_embedding_shim as tf
 from tpu_embedding_shim.compat.lookup_scope import LookupScope
 from tpu_embedding_shim.engine.engine import Engine
-from tpu_embedding_shim.estimator import load_exported
+from tpu_embedding_shim.runner import load_exported
 
 from .problem import D, V, columns, estimator, input_fn_for, make_data, numpy_model_fn
 

@@ -2,7 +2,7 @@
 
 TensorFlow is not needed: the TensorFlow-written model_dirs are fixtures
 (tests/fixtures/tf_checkpoints/make_estimator_fixtures.py wrote them with
-TensorFlow 2.15), and tests/estimator/tf_program.py is their program,
+TensorFlow 2.15), and tests/runner/tf_program.py is their program,
 ported. tests/tf_interop/test_estimator_interop.py checks the same things
 against a live TensorFlow.
 """
@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 import tpu_embedding_shim as tf
 from tpu_embedding_shim.engine.checkpoint import CheckpointError
 from tpu_embedding_shim.engine.tf_bundle import BundleReader, DataLossError, NotFoundError, read_state
-from tpu_embedding_shim.estimator import checkpoints
-from tpu_embedding_shim.estimator.state import DenseState, decode_tensors, write_dense
-from tpu_embedding_shim.estimator.tf_names import from_mod_layout, to_mod_layout
+from tpu_embedding_shim.runner import checkpoints
+from tpu_embedding_shim.runner.state import DenseState, decode_tensors, write_dense
+from tpu_embedding_shim.runner.tf_names import from_mod_layout, to_mod_layout
 
 from . import tf_program as program
 from .problem import columns, estimator, input_fn_for, make_data

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tpu_embedding_shim as tf
-from tpu_embedding_shim.estimator import EstimatorSpec, ModeKeys, TPUEstimatorSpec
+from tpu_embedding_shim.runner import EstimatorSpec, ModeKeys, TPUEstimatorSpec
 
 from .problem import columns
 

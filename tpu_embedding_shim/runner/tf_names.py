@@ -28,7 +28,7 @@ the slots after it instead (read here, never written):
 | ProximalAdagrad | `/ProximalAdagrad` | `/ProximalAdagrad` |
 | SGD | none | none |
 
-This module lives in estimator/ because the scope comes from a running
+This module lives in runner/ because the scope comes from a running
 model_fn (which layer read which column: `LookupScope.layer_names`) and
 the tables from an EmbeddingConfigSpec's columns, as TensorFlow's own
 mapping lives in tensorflow_estimator.

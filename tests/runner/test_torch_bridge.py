@@ -10,7 +10,7 @@ from .problem import D, columns, estimator, input_fn_for, make_data, numpy_model
 torch = pytest.importorskip(
     "torch", reason="needs torch: the `torch` extra, pip install -e '.[torch]'"
 )  # torch is an optional extra; this test needs it
-from tpu_embedding_shim.estimator import torch_bridge  # noqa: E402
+from tpu_embedding_shim.runner import torch_bridge  # noqa: E402
 
 TRAIN, TEST = make_data(1024, seed=0), make_data(256, seed=1)
 W0 = np.linspace(-0.5, 0.5, 3 * D).astype(np.float32)

@@ -1,10 +1,10 @@
-"""What `TPUEstimator.predict` yields per batch (estimator/predictions.py), with TensorFlow's errors."""
+"""What `TPUEstimator.predict` yields per batch (runner/predictions.py), with TensorFlow's errors."""
 
 import numpy as np
 import pytest
 
 import tpu_embedding_shim as tf
-from tpu_embedding_shim.estimator.predictions import as_arrays, examples
+from tpu_embedding_shim.runner.predictions import as_arrays, examples
 
 
 def test_a_dict_keeps_the_keys_asked_for_and_splits_into_examples():

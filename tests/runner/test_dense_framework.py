@@ -16,7 +16,7 @@ def build(tmp_path, name, **kwargs):
     pooled, sequence, cols = columns()
     made = estimator(tmp_path / name, numpy_model_fn(pooled, sequence), cols)
     if kwargs:  # the same estimator, made again with the keyword
-        from tpu_embedding_shim.estimator import TPUEstimator
+        from tpu_embedding_shim.runner import TPUEstimator
 
         made = TPUEstimator(
             model_fn=made._model_fn,
