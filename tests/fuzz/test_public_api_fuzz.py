@@ -806,7 +806,7 @@ def test_a_corrupt_checkpoint_json_is_named(data):
 
 @pytest.fixture(scope="module")
 def trained_model_dir(tmp_path_factory):
-    from tests.estimator import tf_program as program
+    from tests.runner import tf_program as program
 
     directory = tmp_path_factory.mktemp("model_dir")
     est = program.shim_estimator(directory, keep=1)
@@ -815,7 +815,7 @@ def trained_model_dir(tmp_path_factory):
 
 
 def test_a_tpu_estimator_model_dir_with_a_corrupt_file_is_named(trained_model_dir, tmp_path):
-    from tests.estimator import tf_program as program
+    from tests.runner import tf_program as program
 
     directory, saved = trained_model_dir
     COUNTS["model_dirs"] = 0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.estimator import tf_program as program
+from tests.runner import tf_program as program
 
 import tpu_embedding_shim as tf
 from tpu_embedding_shim import cli
