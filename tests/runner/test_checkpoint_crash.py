@@ -43,7 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 CHILD = r"""
 import os, shutil, signal, sys
-sys.path.insert(0, os.path.join(sys.argv[4], "tests", "estimator"))
+sys.path.insert(0, os.path.join(sys.argv[4], "tests", "runner"))
 import tf_program as program
 
 model_dir, mode, k = sys.argv[1], sys.argv[2], int(sys.argv[3])

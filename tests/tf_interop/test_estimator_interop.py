@@ -25,7 +25,7 @@ pytest.importorskip("tensorflow_estimator", reason="the TPUEstimator interop tes
 import tpu_embedding_shim as shim  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(
-    "tf_program", Path(__file__).resolve().parents[1] / "estimator" / "tf_program.py"
+    "tf_program", Path(__file__).resolve().parents[1] / "runner" / "tf_program.py"
 )
 program = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(program)
