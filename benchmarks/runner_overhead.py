@@ -38,7 +38,7 @@ import time
 PARTS = ("kernels", "model", "input_fn", "ids", "gradients", "checkpoint", "runner")
 OVERHEAD = ("input_fn", "ids", "gradients", "checkpoint", "runner")  # the "everything but kernels and math"
 KERNEL_METHODS = ("lookups", "pooled_entries", "sequence_entries", "sum_tables", "apply_all")
-RUNNER_PACKAGES = ("tpu_embedding_shim/runner/", "tpu_embedding_shim/compat/", "tpu_embedding_shim/movielens/job")
+RUNNER_PACKAGES = ("tpu_embedding_shim/runner/", "tpu_embedding_shim/api/", "tpu_embedding_shim/movielens/job")
 ENGINE_PYTHON = ("engine/engine.py", "engine/step_checks", "engine/vocabulary", "engine/ragged", "engine/aligned")
 
 

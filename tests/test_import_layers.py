@@ -1,7 +1,7 @@
 """The package's layers, as the code imports them: no module imports a higher layer, and no import cycle.
 
-spec <- engine <- compat <- runner (with the framework bridges) <- migrate <- the TF-shaped namespaces
-<- cli / movielens
+spec <- engine <- api <- runner (with the framework bridges) <- migrate <- the TF-shaped namespaces
+(`compat/`, `tensorflow/`, the package's `__init__`) <- cli / movielens
 
 (docs/architecture.md draws them). Every `import` statement of every module
 counts, at module level or inside a function: an import inside a function
@@ -19,18 +19,17 @@ import sys
 PACKAGE = "tpu_embedding_shim"
 ROOT = pathlib.Path(__file__).resolve().parents[1] / PACKAGE
 
-# Lowest first. A module belongs to the first layer with a matching prefix, so the namespaces inside `compat`
-# (`compat.v1`, `compat.v2`) are listed before `compat`.
+# A module belongs to the first layer with a matching prefix.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("namespaces", ("compat.v1", "compat.v2", "tensorflow", "")),  # "" is the package's own __init__
+    ("namespaces", ("compat", "tensorflow", "")),  # "" is the package's own __init__
     ("cli", ("cli", "checkpoint_cli", "migrate_cli", "movielens", "__main__")),
     ("spec", ("spec",)),
     ("engine", ("engine",)),
-    ("compat", ("compat",)),
+    ("api", ("api",)),
     ("runner", ("runner",)),
     ("migrate", ("migrate",)),
 ]
-ORDER = ["spec", "engine", "compat", "runner", "migrate", "namespaces", "cli"]
+ORDER = ["spec", "engine", "api", "runner", "migrate", "namespaces", "cli"]
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -184,9 +183,9 @@ def test_the_checker_sees_relative_absolute_and_function_level_imports(tmp_path)
     source.write_text(
         "from ..spec import tables\nimport tpu_embedding_shim.engine.lookup\ndef f():\n    from .. import runner\n"
     )
-    modules = {"spec", "spec.tables", "engine", "engine.lookup", "runner", "compat", "compat.m"}
-    assert imports_of(source, "compat.m", modules) == {"spec.tables", "engine.lookup", "runner"}
-    assert upward_imports({"compat.m": {"runner"}, "runner": set()}) == ["compat.m (compat) imports runner (runner)"]
+    modules = {"spec", "spec.tables", "engine", "engine.lookup", "runner", "api", "api.m"}
+    assert imports_of(source, "api.m", modules) == {"spec.tables", "engine.lookup", "runner"}
+    assert upward_imports({"api.m": {"runner"}, "runner": set()}) == ["api.m (api) imports runner (runner)"]
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
 
 
@@ -200,10 +199,10 @@ def loaded_by(statement: str) -> set[str]:
 def test_a_lower_layer_imports_alone():
     assert {layer_of(m) for m in loaded_by("import tpu_embedding_shim.spec")} == {"spec"}
     assert {layer_of(m) for m in loaded_by("import tpu_embedding_shim.engine")} <= {"spec", "engine"}
-    assert {layer_of(m) for m in loaded_by("import tpu_embedding_shim.compat.feature_columns")} <= {
+    assert {layer_of(m) for m in loaded_by("import tpu_embedding_shim.api.feature_columns")} <= {
         "spec",
         "engine",
-        "compat",
+        "api",
     }
 
 
@@ -217,3 +216,20 @@ def test_the_namespace_names_load_at_first_use():
         "assert 'tpu_embedding_shim.runner' in sys.modules"
     )
     assert "runner.tpu_estimator" in names
+
+
+def class_assignments() -> list[str]:
+    """Each `<x>.__class__ = ...` in the package: a module that swaps its class hides what it is."""
+    out = []
+    for path in sorted(ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Attribute) and target.attr == "__class__" for target in node.targets
+            ):
+                out.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}")
+    return out
+
+
+def test_no_module_swaps_its_class():
+    # The namespace modules report a missing TensorFlow name with a module-level `__getattr__` (PEP 562).
+    assert class_assignments() == []

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from .compat.checkpoint_reader import latest_checkpoint, load_checkpoint
-from .compat.engine_checkpoint_reader import GLOBAL_STEP, EngineCheckpoint
+from .api.checkpoint_reader import latest_checkpoint, load_checkpoint
+from .api.engine_checkpoint_reader import GLOBAL_STEP, EngineCheckpoint
 from .engine import EMBEDDING, CheckpointError
 from .engine import checkpoint as engine_checkpoint
 from .engine.tf_bundle import BundleReader, data_files, index_file, index_suffix_hint, is_bundle, write_bundle

@@ -2,7 +2,7 @@
 
 A few public callables get TensorFlow's signature when the package runs, not
 from a `def`: the optimizer classes declare it as `__signature__ =
-signature(...)` (`compat/optimizer_base.py`), the `tf.nn` lookups are
+signature(...)` (`api/optimizer_base.py`), the `tf.nn` lookups are
 built from their `tf.compat.v1.nn` forms (`embedding_ops._tf2`), and the
 namedtuple classes (`EmbeddingConfigSpec`) take their arguments in `__new__`.
 Griffe reads source, so it would show `(*args, **kwargs)`, a bare attribute,

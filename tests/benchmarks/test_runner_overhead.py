@@ -24,7 +24,7 @@ def test_the_parts_add_up_to_the_step_and_each_was_measured(wheel):
         assert ms[part] > 0, part  # every wrapped function was called, so the patches were in place
     assert set(result["profiled"]) == {"runner", "engine_python"}
     assert all(0 < len(functions) <= 3 for functions in result["profiled"].values())
-    assert any("runner/" in name or "compat/" in name for name, _ in result["profiled"]["runner"])
+    assert any("runner/" in name or "api/" in name for name, _ in result["profiled"]["runner"])
 
 
 def test_the_patches_are_removed_after_an_epoch(wheel, tmp_path):

@@ -51,7 +51,7 @@ def test_lookup_sparse(case):
         assert_same(v1, a["plain_out"])
     elif p["plain_error"] == "not computed":
         # Rank-3 ids, which the generator did not send through the plain lookup. TF combines a
-        # plain lookup's ids by their first index (checked on the oracle in tests/compat/test_nn.py),
+        # plain lookup's ids by their first index (checked on the oracle in tests/api/test_nn.py),
         # so it equals the lookup of the same ids with the trailing dimensions folded into one.
         shape = a["dense_shape"]
         assert len(shape) == 3

@@ -19,8 +19,8 @@ import numpy as np
 from report import record_model, write_record  # a sibling module: this file runs as a script
 
 import tpu_embedding_shim as tf
-from tpu_embedding_shim.compat import replicas
-from tpu_embedding_shim.compat.tensors import RaggedTensor
+from tpu_embedding_shim.api import replicas
+from tpu_embedding_shim.api.tensors import RaggedTensor
 
 fc = tf.compat.v2.feature_column
 tpu = tf.compat.v2.tpu.experimental

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tpu_embedding_shim.compat import distribute, replicas
-from tpu_embedding_shim.compat.tensors import RaggedTensor, SparseTensor
+from tpu_embedding_shim.api import distribute, replicas
+from tpu_embedding_shim.api.tensors import RaggedTensor, SparseTensor
 from tpu_embedding_shim.engine import PeerFailedError
 
 

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 
-from tpu_embedding_shim.compat import replicas
+from tpu_embedding_shim.api import replicas
 
 
 def record_model(record, estimator, metrics):

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 import tpu_embedding_shim as tf
-from tpu_embedding_shim.compat import replicas
-from tpu_embedding_shim.compat.midlevel_base import MidLevelBase
+from tpu_embedding_shim.api import replicas
+from tpu_embedding_shim.api.midlevel_base import MidLevelBase
 from tpu_embedding_shim.engine import SingleProcess
 from tpu_embedding_shim.engine.distributed import Ownership
 from tpu_embedding_shim.engine.tf_bundle import BundleReader

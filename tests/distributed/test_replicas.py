@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpu_embedding_shim.compat.replicas import replica_rows
-from tpu_embedding_shim.compat.tensors import RaggedTensor, SparseTensor
+from tpu_embedding_shim.api.replicas import replica_rows
+from tpu_embedding_shim.api.tensors import RaggedTensor, SparseTensor
 
 from .launch import HERE, mpirun, requires_mpi
 from .replicas_program import global_batches, summands

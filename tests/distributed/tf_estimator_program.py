@@ -15,8 +15,8 @@ import numpy as np
 from report import record_model, write_record  # a sibling module: this file runs as a script
 
 import tpu_embedding_shim.tensorflow as tf  # was: import tensorflow as tf
-from tpu_embedding_shim.compat import replicas
-from tpu_embedding_shim.compat.tensors import RaggedTensor
+from tpu_embedding_shim.api import replicas
+from tpu_embedding_shim.api.tensors import RaggedTensor
 
 BATCH = 12
 

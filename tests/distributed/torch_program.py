@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 import tpu_embedding_shim as tf
-from tpu_embedding_shim.compat import replicas
-from tpu_embedding_shim.compat.tensors import RaggedTensor
+from tpu_embedding_shim.api import replicas
+from tpu_embedding_shim.api.tensors import RaggedTensor
 from tpu_embedding_shim.runner import torch_bridge
 
 fc = tf.compat.v2.feature_column

@@ -320,7 +320,7 @@ def test_docstring_examples_run(module):
 
 @pytest.mark.parametrize("module", [ragged, lookup, sharding], ids=lambda m: m.__name__)
 def test_engine_imports_spec_only(module):
-    """engine/ may import spec/ (and itself), never compat/."""
+    """engine/ may import spec/ (and itself), never api/."""
     tree = ast.parse(Path(module.__file__).read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):

@@ -6,9 +6,9 @@ import inspect
 import numpy as np
 import pytest
 
-from tpu_embedding_shim.compat import optimizer_lowering
-from tpu_embedding_shim.compat import tpu_embedding_v1 as v1
-from tpu_embedding_shim.compat import tpu_embedding_v2_utils as v2
+from tpu_embedding_shim.api import optimizer_lowering
+from tpu_embedding_shim.api import tpu_embedding_v1 as v1
+from tpu_embedding_shim.api import tpu_embedding_v2_utils as v2
 from tpu_embedding_shim.engine import fast
 from tpu_embedding_shim.engine.engine import Engine
 from tpu_embedding_shim.engine.optimizers import OPTIMIZERS, apply_update, initial_slots, optimizer_for

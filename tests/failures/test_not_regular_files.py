@@ -139,7 +139,7 @@ def test_an_engine_manifest_that_is_not_a_file_is_refused(tmp_path, kind):
 
 @pytest.mark.parametrize("kind", ["fifo", "zero"])
 def test_a_legacy_manifest_that_is_not_a_file_is_refused(tmp_path, kind):
-    from tpu_embedding_shim.compat.checkpoint_sources import LEGACY_MANIFEST, LegacySource
+    from tpu_embedding_shim.api.checkpoint_sources import LEGACY_MANIFEST, LegacySource
 
     replace_with(str(tmp_path / LEGACY_MANIFEST), kind)
     with pytest.raises(CheckpointError, match=rf"{LEGACY_MANIFEST} is a (FIFO|character device).*, not a manifest"):

@@ -587,7 +587,7 @@ def test_checkpoint_manager_keeps_the_newest_and_records_times(tmp_path):
 
 def test_keep_checkpoint_every_n_hours_and_checkpoint_interval(tmp_path, monkeypatch):
     clock = [1000.0]
-    monkeypatch.setattr("tpu_embedding_shim.compat.train.time.time", lambda: clock[0])
+    monkeypatch.setattr("tpu_embedding_shim.api.train.time.time", lambda: clock[0])
     checkpoint = tf.train.Checkpoint(model={"w": np.zeros(1)})
     manager = tf.train.CheckpointManager(
         checkpoint, str(tmp_path / "hours"), max_to_keep=1, keep_checkpoint_every_n_hours=1.0

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tpu_embedding_shim as tf
-from tpu_embedding_shim.compat.lowering import optimizer_spec
+from tpu_embedding_shim.api.lowering import optimizer_spec
 from tpu_embedding_shim.engine.lookup import pooled_lookup, sequence_lookup
 from tpu_embedding_shim.engine.optimizers import apply_sparse_update
 from tpu_embedding_shim.engine.ragged import to_ragged

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.runner import tf_program as program
 
 import tpu_embedding_shim as tf
+from tests.runner import tf_program as program
 from tpu_embedding_shim import cli
 from tpu_embedding_shim.engine import CheckpointError, Engine
 from tpu_embedding_shim.engine.tf_bundle import NotFoundError

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tpu_embedding_shim as tf
-from tpu_embedding_shim.compat.lookup_scope import EmbeddingActivations, LookupScope
+from tpu_embedding_shim.api.lookup_scope import EmbeddingActivations, LookupScope
 from tpu_embedding_shim.engine.engine import Engine
 
 V = 10

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tpu_embedding_shim.compat.tensors import RaggedTensor, SparseTensor
+from tpu_embedding_shim.api.tensors import RaggedTensor, SparseTensor
 from tpu_embedding_shim.runner import tf_data
 from tpu_embedding_shim.runner.tf_bridge import to_numpy
 

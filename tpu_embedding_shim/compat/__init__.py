@@ -1,20 +1,10 @@
-"""TensorFlow-shaped API. `tpu_embedding_shim.compat` is also TensorFlow's `tf.compat`.
+"""`tf.compat`: TensorFlow's `tf.compat.v1` and `tf.compat.v2` namespaces.
 
-The implementation lives in the modules of this package (one idea each);
-`v1/` and `v2/` are namespaces that mirror TensorFlow's symbol paths, so
-`import tpu_embedding_shim as tf` keeps `tf.compat.v1....` calls working.
+They hold no logic: each name is an object of `tpu_embedding_shim.api`
+(or the runner's `TPUEstimator`) at the path TensorFlow gives it.
 """
 
-import importlib
-from typing import Any
+from . import namespaces as _namespaces
+from . import v1, v2  # noqa: F401
 
-
-def __getattr__(name: str) -> Any:
-    """`tf.compat.v1` / `tf.compat.v2`: the namespaces (a higher layer), imported at first use (PEP 562)."""
-    if name in ("v1", "v2"):
-        return importlib.import_module(f".{name}", __name__)
-    if name.startswith("_"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from .namespaces import missing_name_error  # `tf.compat.as_bytes` & co: TensorFlow's, not here
-
-    raise missing_name_error(f"tf.compat.{name}")
+__getattr__ = _namespaces.missing_names(__name__)

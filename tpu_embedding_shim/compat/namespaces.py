@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import types
+from collections.abc import Callable
 from typing import Any
 
 PACKAGE = "tpu_embedding_shim"
@@ -50,23 +51,19 @@ def missing_name_error(path: str) -> AttributeError:
     )
 
 
-class Namespace(types.ModuleType):
-    """A namespace module whose missing public names raise `missing_name_error` with the program's path."""
+def missing_names(module_name: str) -> Callable[[str], Any]:
+    """The `__getattr__` (PEP 562) of the namespace module `module_name`: a missing public name raises
+    `missing_name_error` with the path the program wrote. Each namespace module sets it as its `__getattr__`."""
 
-    def __getattr__(self, name: str) -> Any:
+    def missing(name: str) -> Any:
         if name.startswith("_"):  # Python's and tools' own probes (`__wrapped__`, `_pytestfixturefunction`)
-            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
-        raise missing_name_error(f"{tf_path(self.__name__)}.{name}")
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+        raise missing_name_error(f"{tf_path(module_name)}.{name}")
+
+    return missing
 
 
-def seal(package: str) -> None:
-    """Make `package` and every imported module inside it a `Namespace` (call it at the end of its __init__)."""
-    for name, module in list(sys.modules.items()):
-        if (name == package or name.startswith(package + ".")) and type(module) is types.ModuleType:
-            module.__class__ = Namespace
-
-
-def alias(module: types.ModuleType, name: str) -> Namespace:
+def alias(module: types.ModuleType, name: str) -> types.ModuleType:
     """`module`'s names (the same objects; its sub-namespaces aliased too) as the namespace module `name`.
 
     TensorFlow has the same names at two paths (`tf.train` and
@@ -74,12 +71,13 @@ def alias(module: types.ModuleType, name: str) -> Namespace:
     missing from it is reported at the path the program wrote. Registered in
     `sys.modules`, so `from <name> import ...` works.
     """
-    copy = Namespace(name, module.__doc__)
+    copy = types.ModuleType(name, module.__doc__)
     for key, value in vars(module).items():
         if key.startswith("__"):
             continue
         if isinstance(value, types.ModuleType) and value.__name__.startswith(module.__name__ + "."):
             value = alias(value, name + value.__name__[len(module.__name__) :])
         copy.__dict__[key] = value
+    copy.__dict__["__getattr__"] = missing_names(name)
     sys.modules[name] = copy
     return copy

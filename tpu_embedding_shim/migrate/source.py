@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from ..compat import lowering
-from ..compat.embedding_config_spec import EmbeddingConfigSpec
+from ..api import lowering
+from ..api.embedding_config_spec import EmbeddingConfigSpec
 from ..engine import CheckpointError, Engine
 from ..engine import checkpoint as engine_checkpoint
 from ..runner import checkpoints

@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from ..compat import tpu_embedding_v2_utils as v2
-from ..compat.optimizer_lowering import LOWERINGS
-from ..compat.tpu_embedding_v2 import TPUEmbedding
-from ..compat.train import Checkpoint
+from ..api import tpu_embedding_v2_utils as v2
+from ..api.optimizer_lowering import LOWERINGS
+from ..api.tpu_embedding_v2 import TPUEmbedding
+from ..api.train import Checkpoint
 from ..spec import OptimizerSpec
 from ..spec import initializers as spec_initializers
 from .codegen import call_lines, header, importable_name, initializer_call, literal, table_variables

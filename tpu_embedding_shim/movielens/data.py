@@ -33,7 +33,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..compat.tensors import RaggedTensor
+from ..api.tensors import RaggedTensor
 
 log = logging.getLogger("tpu_embedding_shim.movielens")
 

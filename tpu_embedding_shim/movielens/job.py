@@ -32,7 +32,7 @@ import numpy as np
 
 import tpu_embedding_shim as tf
 
-from ..compat import replicas
+from ..api import replicas
 from . import data as ml_data
 from . import model as ml_model
 from .progress import JobProgress

@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from ..compat.tensors import RaggedTensor
+from ..api.tensors import RaggedTensor
 from ..runner.export import load_exported
 from . import data as ml_data
 from . import job as ml_job

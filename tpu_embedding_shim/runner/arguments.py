@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compat.embedding_config_spec import EmbeddingConfigSpec
+from ..api.embedding_config_spec import EmbeddingConfigSpec
 from .model_fn import verify_model_fn
 from .run_config import InputPipelineConfig, TPURunConfig, check_positive_integer
 

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from ..compat import lowering, replicas
-from ..compat.tensors import RaggedTensor, SparseTensor
+from ..api import lowering, replicas
+from ..api.tensors import RaggedTensor, SparseTensor
 from ..engine import Ragged, is_ragged_tensor, is_sparse, to_ragged
 from ..engine import lookup as lookup_kernels
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compat import replicas
+from ..api import replicas
 from .model_fn import EstimatorSpec, TPUEstimatorSpec, scalar, to_numpy
 
 __all__ = ["EvalMetrics"]

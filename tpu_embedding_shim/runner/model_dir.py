@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ..compat import replicas
-from ..compat.embedding_config_spec import EmbeddingConfigSpec
+from ..api import replicas
+from ..api.embedding_config_spec import EmbeddingConfigSpec
 from ..engine import DistributedEngine, EmbeddingEngine, agree, write_collectively
 from ..engine.tf_bundle import SlicedTensor
 from . import checkpoints, replicated

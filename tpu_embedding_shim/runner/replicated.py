@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compat import replicas
+from ..api import replicas
 from ..engine import DistributedEngine, EmbeddingEngine, Engine, agree
 from ..engine.tf_bundle import acquire_writer, release_writer
 from ..spec import EmbeddingSpec

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compat import replicas
+from ..api import replicas
 from .model_fn import fields_signature
 
 _USE_DEFAULT = object()

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compat.lookup_scope import LookupScope
+from ..api.lookup_scope import LookupScope
 from . import replicated
 from .context import TensorCoreColumns, TPUContext
 from .model_dir import ModelState

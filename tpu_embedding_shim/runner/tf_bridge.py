@@ -44,10 +44,10 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import context as eager_context  # eager_mode(): eager inside graph mode
 
-from ..compat import replicas
-from ..compat.feature_columns import NumericColumn
-from ..compat.lookup_scope import LookupScope
-from ..compat.tensors import RaggedTensor, SparseTensor
+from ..api import replicas
+from ..api.feature_columns import NumericColumn
+from ..api.lookup_scope import LookupScope
+from ..api.tensors import RaggedTensor, SparseTensor
 from .tf_data import numpy_elements
 from .tf_run import FixedRun
 

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..compat.lookup_scope import LookupScope
+from ..api.lookup_scope import LookupScope
 from .context import TensorCoreColumns
 from .export import ServedTables
 from .model_fn import ModeKeys

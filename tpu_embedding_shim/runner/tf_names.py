@@ -53,8 +53,8 @@ from typing import Any
 
 import numpy as np
 
-from ..compat.feature_columns import SequenceCategoricalColumn
-from ..compat.tpu_feature_columns import TPU_EMBEDDING_COLUMN_CLASSES, _TPUSharedEmbeddingColumnV2
+from ..api.feature_columns import SequenceCategoricalColumn
+from ..api.tpu_feature_columns import TPU_EMBEDDING_COLUMN_CLASSES, _TPUSharedEmbeddingColumnV2
 from ..engine import join_shards, shard_sizes, split_table
 
 __all__ = [

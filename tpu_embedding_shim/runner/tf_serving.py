@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.saved_model.model_utils import export_utils  # TF core: what its Estimator exports with
 
-from ..compat.lookup_scope import LookupScope
+from ..api.lookup_scope import LookupScope
 from ..spec import FeatureSpec
 from .tf_bridge import GraphLayers, refuse_keras_3
 

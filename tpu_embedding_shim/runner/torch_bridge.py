@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..compat import replicas
-from ..compat.lookup_scope import LookupScope, current_scope
+from ..api import replicas
+from ..api.lookup_scope import LookupScope, current_scope
 
 __all__ = ["to_torch", "train_op", "backward"]
 

@@ -24,8 +24,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..compat import replicas
-from ..compat.embedding_config_spec import EmbeddingConfigSpec
+from ..api import replicas
+from ..api.embedding_config_spec import EmbeddingConfigSpec
 from ..engine import EmbeddingEngine
 from . import predictions as prediction_batches
 from . import replicated, tf_graphs

@@ -1,6 +1,6 @@
 """Framework-neutral, validated, frozen specifications.
 
-Imports nothing from the rest of the package: `compat/` lowers TensorFlow's
+Imports nothing from the rest of the package: `api/` lowers TensorFlow's
 objects into these, and `engine/` is built from them.
 """
 

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from ..compat.tensors import RaggedTensor, SparseTensor
+from ..api.tensors import RaggedTensor, SparseTensor
 
 _last_op: weakref.WeakKeyDictionary[Any, tf.Tensor] = weakref.WeakKeyDictionary()
 

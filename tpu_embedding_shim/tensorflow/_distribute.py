@@ -1,4 +1,4 @@
-"""The TPUStrategy stand-in (`compat/distribute.py`) for TensorFlow programs: a TensorFlow strategy too.
+"""The TPUStrategy stand-in (`api/distribute.py`) for TensorFlow programs: a TensorFlow strategy too.
 
 The stand-in runs one replica in this process. For TensorFlow programs it is
 a `tf.distribute.Strategy` (TensorFlow's one-device implementation on the
@@ -34,8 +34,8 @@ from tensorflow.core.protobuf.tpu import topology_pb2
 from tensorflow.python.distribute import one_device_strategy
 from tensorflow.python.tpu import tpu_hardware_feature
 
-from ..compat import distribute as stand_in
-from ..compat import replicas
+from ..api import distribute as stand_in
+from ..api import replicas
 
 # TensorFlow's own, bound now: while the drop-in mode is on (`_mode.py`), `tf.distribute`'s names are this module's.
 _TF_INPUT_OPTIONS = tf.distribute.InputOptions
@@ -148,7 +148,7 @@ class TPUStrategy(stand_in.TPUStrategy, tf.distribute.Strategy):
     `scope()` TensorFlow's `tf.distribute.get_strategy()` is it, variables
     are made under it, `strategy.run` runs the step in TensorFlow's replica
     context. It is also the project's stand-in
-    (`tpu_embedding_shim.compat.distribute.TPUStrategy`): a `TPUEmbedding`
+    (`tpu_embedding_shim.api.distribute.TPUStrategy`): a `TPUEmbedding`
     made in its scope knows it was. This subclass adds TensorFlow datasets,
     `InputOptions` and autograph (module docstring).
     """
@@ -165,7 +165,7 @@ class TPUStrategy(stand_in.TPUStrategy, tf.distribute.Strategy):
                 f"The TPUStrategy of TensorFlow programs does not span the {replicas.num_replicas()} processes of "
                 "mpiexec yet: it would hand every replica the whole tf.data batch, and Keras optimizers would not "
                 "sum their gradients over the processes. Run one process, or use the numpy-world API "
-                "(tpu_embedding_shim.compat) or TPUEstimator, which do (docs/distributed.md)."
+                "(tpu_embedding_shim.api) or TPUEstimator, which do (docs/distributed.md)."
             )
         tf.distribute.Strategy.__init__(self, _TPUExtended(self, "/cpu:0"))
         self._resolver = tpu_cluster_resolver

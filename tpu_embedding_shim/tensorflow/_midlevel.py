@@ -1,7 +1,7 @@
 """The mid-level API over TensorFlow values: thin wrappers around the project's numpy classes.
 
 `TPUEmbedding` and `TPUEmbeddingV2` here hold the
-project's object (`compat/tpu_embedding_v2.py` etc., which stay numpy-only)
+project's object (`api/tpu_embedding_v2.py` etc., which stay numpy-only)
 and convert at the boundary (`_convert.py`): `enqueue` and the lookups take
 `tf.Tensor` / `tf.SparseTensor` / `tf.RaggedTensor` nests (dataset
 elements), activations come back as `tf.Tensor`s, `apply_gradients` takes
@@ -35,10 +35,10 @@ import tensorflow as tf
 from tensorflow.python.framework import random_seed  # TF's global-seed rule (what its initializers use)
 from tensorflow.python.trackable.data_structures import NoDependency  # how Keras code hands back untracked slots
 
-from ..compat import tpu_embedding_v2 as v2
-from ..compat import tpu_embedding_v3 as v3
-from ..compat.midlevel_inputs import output_shape_of_input_shape
-from ..compat.tensors import RaggedTensor, SparseTensor
+from ..api import tpu_embedding_v2 as v2
+from ..api import tpu_embedding_v3 as v3
+from ..api.midlevel_inputs import output_shape_of_input_shape
+from ..api.tensors import RaggedTensor, SparseTensor
 from . import _convert
 from ._checkpoint import CheckpointedEmbedding
 from ._convert import Leaf
@@ -302,7 +302,7 @@ class TPUEmbedding(_Bridge):
     """`tf.tpu.experimental.embedding.TPUEmbedding` for TensorFlow programs, on the CPU engine.
 
     The arguments are those of the project's class (both TensorFlow
-    signatures); see `tpu_embedding_shim.compat.tpu_embedding_v2.TPUEmbedding`.
+    signatures); see `tpu_embedding_shim.api.tpu_embedding_v2.TPUEmbedding`.
 
     A `name` given to `enqueue` inside a `tf.function` works as TensorFlow's
     graph pass makes it work: a `training=True` enqueue whose graph has no

@@ -8,7 +8,7 @@ no CPU kernel. This subclass keeps TensorFlow's checks (`reduction`, a
 
 - in one process (one replica), delegates to the wrapped optimizer: the
   sum over one replica is the gradient, the scale is 1;
-- under `mpiexec -n N` (N replicas, compat/replicas.py), scales the loss
+- under `mpiexec -n N` (N replicas, api/replicas.py), scales the loss
   by 1 / N for `MEAN`, and sums every gradient over the processes in ONE
   graph op (`cross_replica_sum`, a `tf.numpy_function` calling
   `replicas.cross_replica_sum`): one op, so every process makes the same
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ..compat import replicas
+from ..api import replicas
 from ..runner.tf_bridge import CROSS_REPLICA_OP
 
 __all__ = ["CrossShardOptimizer"]

@@ -9,7 +9,7 @@ model that looks them up (the ops are differentiable), and a SavedModel that
 holds the object serves in any process with TensorFlow alone (the ops are
 serializable; nothing calls back into Python).
 
-The numbers are the project's serving lookups (compat/tpu_embedding_for_serving.py:
+The numbers are the project's serving lookups (api/tpu_embedding_for_serving.py:
 the training path's lookups, which differ from TensorFlow's serving lookup in
 places), and the checks are the project's: each call first runs TensorFlow's
 serving checks and the project's input rules, on the values eagerly, on an
@@ -32,10 +32,10 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.trackable.base import CheckpointInitialValueCallable  # a restore waiting for the variable
 
-from ..compat import lowering
-from ..compat import tpu_embedding_for_serving as serving
-from ..compat.midlevel_inputs import convert_input, output_shape_of_input_shape
-from ..compat.nest import Path, flatten_up_to, flatten_with_paths, pack_as, path_string
+from ..api import lowering
+from ..api import tpu_embedding_for_serving as serving
+from ..api.midlevel_inputs import convert_input, output_shape_of_input_shape
+from ..api.nest import Path, flatten_up_to, flatten_with_paths, pack_as, path_string
 from ..engine import initial_table
 from ..spec import FeatureSpec
 from . import _convert

@@ -1,6 +1,6 @@
 """`tf.feature_column` (TF2 argument order)."""
 
-from ..feature_columns import (  # noqa: F401
+from ...api.feature_columns import (  # noqa: F401
     bucketized_column,
     categorical_column_with_hash_bucket,
     categorical_column_with_identity,
@@ -14,3 +14,6 @@ from ..feature_columns import (  # noqa: F401
     sequence_categorical_column_with_vocabulary_list,
     weighted_categorical_column,
 )
+from .. import namespaces as _namespaces
+
+__getattr__ = _namespaces.missing_names(__name__)

@@ -5,12 +5,13 @@ TensorFlow's arguments and defaults; each returns a callable
 its `initializer`. The lower-case names are Keras' aliases.
 """
 
-from ..initializers import keras_constant as constant
-from ..initializers import keras_ones as ones
-from ..initializers import keras_random_normal as random_normal
-from ..initializers import keras_random_uniform as random_uniform
-from ..initializers import keras_truncated_normal as truncated_normal
-from ..initializers import keras_zeros as zeros
+from ...api.initializers import keras_constant as constant
+from ...api.initializers import keras_ones as ones
+from ...api.initializers import keras_random_normal as random_normal
+from ...api.initializers import keras_random_uniform as random_uniform
+from ...api.initializers import keras_truncated_normal as truncated_normal
+from ...api.initializers import keras_zeros as zeros
+from .. import namespaces as _namespaces
 
 Constant, Ones, RandomNormal, RandomUniform, TruncatedNormal, Zeros = (
     constant,
@@ -35,3 +36,5 @@ __all__ = [
     "truncated_normal",
     "zeros",
 ]
+
+__getattr__ = _namespaces.missing_names(__name__)

@@ -4,7 +4,7 @@ A TensorFlow checkpoint `P` is `P.index` (a sorted table: name -> dtype,
 shape, data file, offset, size, CRC-32C) plus `P.data-<k>-of-<n>` (the
 tensors' raw little-endian bytes), and its directory's `checkpoint` text
 file names the latest one. This package knows the format only, not the
-names TensorFlow gives variables: `compat/checkpoint_reader.py` puts
+names TensorFlow gives variables: `api/checkpoint_reader.py` puts
 `tf.train.load_checkpoint` & co. on top of it.
 
 One idea per module:

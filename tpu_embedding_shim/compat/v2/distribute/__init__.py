@@ -1,6 +1,6 @@
-"""`tf.distribute`: an in-process CPU emulation of TPUStrategy (see compat/distribute.py)."""
+"""`tf.distribute`: an in-process CPU emulation of TPUStrategy (see api/distribute.py)."""
 
-from ...distribute import (  # noqa: F401
+from ....api.distribute import (  # noqa: F401
     DistributedDataset,
     InputContext,
     InputOptions,
@@ -15,4 +15,7 @@ from ...distribute import (  # noqa: F401
     has_strategy,
     in_cross_replica_context,
 )
+from ... import namespaces as _namespaces
 from . import cluster_resolver, experimental  # noqa: F401
+
+__getattr__ = _namespaces.missing_names(__name__)

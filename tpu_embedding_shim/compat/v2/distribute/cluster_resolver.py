@@ -1,3 +1,6 @@
 """`tf.distribute.cluster_resolver`: an emulated TPUClusterResolver that resolves to this process."""
 
-from ...distribute import TPUClusterResolver  # noqa: F401
+from ....api.distribute import TPUClusterResolver  # noqa: F401
+from ... import namespaces as _namespaces
+
+__getattr__ = _namespaces.missing_names(__name__)

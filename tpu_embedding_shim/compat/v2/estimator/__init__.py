@@ -7,4 +7,7 @@ from ....runner import (  # noqa: F401
     RunConfig,
     WarmStartSettings,
 )
+from ... import namespaces as _namespaces
 from . import tpu  # noqa: F401
+
+__getattr__ = _namespaces.missing_names(__name__)

@@ -1,7 +1,7 @@
 """`tf.estimator.tpu.experimental`: EmbeddingConfigSpec and the optimizer parameters."""
 
-from ....embedding_config_spec import EmbeddingConfigSpec  # noqa: F401
-from ....tpu_embedding_v1 import (  # noqa: F401
+from .....api.embedding_config_spec import EmbeddingConfigSpec  # noqa: F401
+from .....api.tpu_embedding_v1 import (  # noqa: F401
     AdagradParameters,
     AdamParameters,
     FtrlParameters,
@@ -10,3 +10,6 @@ from ....tpu_embedding_v1 import (  # noqa: F401
     RMSPropParameters,
     StochasticGradientDescentParameters,
 )
+from .... import namespaces as _namespaces
+
+__getattr__ = _namespaces.missing_names(__name__)

@@ -1,8 +1,8 @@
 """`tf.tpu.experimental.embedding`: the mid-level API's configuration objects and classes."""
 
-from ....tpu_embedding_for_serving import TPUEmbeddingForServing, serving_embedding_lookup  # noqa: F401
-from ....tpu_embedding_v2 import TPUEmbedding  # noqa: F401
-from ....tpu_embedding_v2_utils import (  # noqa: F401
+from .....api.tpu_embedding_for_serving import TPUEmbeddingForServing, serving_embedding_lookup  # noqa: F401
+from .....api.tpu_embedding_v2 import TPUEmbedding  # noqa: F401
+from .....api.tpu_embedding_v2_utils import (  # noqa: F401
     FTRL,
     SGD,
     Adagrad,
@@ -13,4 +13,7 @@ from ....tpu_embedding_v2_utils import (  # noqa: F401
     RowIdInitializer,
     TableConfig,
 )
-from ....tpu_embedding_v3 import SparseCoreEmbeddingConfig, TPUEmbeddingV2  # noqa: F401
+from .....api.tpu_embedding_v3 import SparseCoreEmbeddingConfig, TPUEmbeddingV2  # noqa: F401
+from .... import namespaces as _namespaces
+
+__getattr__ = _namespaces.missing_names(__name__)

@@ -22,7 +22,7 @@ bucketized and crossed columns, unknown combiners, non-integer dimensions and
 sequence lengths, an empty or duplicated shared list, and a
 `tensor_core_shape` that would be ignored are all refused here.
 
->>> from tpu_embedding_shim.compat.feature_columns import categorical_column_with_identity
+>>> from tpu_embedding_shim.api.feature_columns import categorical_column_with_identity
 >>> c = categorical_column_with_identity("movie", 1682)
 >>> col = embedding_column(c, dimension=16)
 >>> col.name, col.get_embedding_var_name(), col.get_embedding_table_size()

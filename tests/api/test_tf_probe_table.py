@@ -31,8 +31,8 @@ from typing import Any, NamedTuple
 import pytest
 
 import tpu_embedding_shim as tf
-from tpu_embedding_shim.compat import tpu_embedding_v1 as v1
-from tpu_embedding_shim.compat.embedding_config_spec import get_configs_from_feature_columns
+from tpu_embedding_shim.api import tpu_embedding_v1 as v1
+from tpu_embedding_shim.api.embedding_config_spec import get_configs_from_feature_columns
 from tpu_embedding_shim.spec import EmbeddingSpec, TruncatedNormal
 
 fc = tf.feature_column

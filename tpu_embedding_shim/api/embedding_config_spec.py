@@ -8,9 +8,9 @@ an `EmbeddingSpec` here, so every error TensorFlow would raise only when the
 estimator builds its graph (a feature embedded twice, a bad combiner, a
 table no feature uses) is raised by the constructor.
 
->>> from tpu_embedding_shim.compat.feature_columns import categorical_column_with_identity
->>> from tpu_embedding_shim.compat.tpu_feature_columns import embedding_column
->>> from tpu_embedding_shim.compat.tpu_embedding_v1 import AdagradParameters
+>>> from tpu_embedding_shim.api.feature_columns import categorical_column_with_identity
+>>> from tpu_embedding_shim.api.tpu_feature_columns import embedding_column
+>>> from tpu_embedding_shim.api.tpu_embedding_v1 import AdagradParameters
 >>> spec = EmbeddingConfigSpec(
 ...     feature_columns=[embedding_column(categorical_column_with_identity("ident", 10), 4)],
 ...     optimization_parameters=AdagradParameters(0.1))

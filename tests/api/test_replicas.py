@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpu_embedding_shim.compat import replicas
-from tpu_embedding_shim.compat.replicas import (
+from tpu_embedding_shim.api import replicas
+from tpu_embedding_shim.api.replicas import (
     all_gather,
     cross_replica_mean,
     cross_replica_sum,
@@ -19,7 +19,7 @@ from tpu_embedding_shim.compat.replicas import (
     replica_slice,
     use_world,
 )
-from tpu_embedding_shim.compat.tensors import RaggedTensor, SparseTensor
+from tpu_embedding_shim.api.tensors import RaggedTensor, SparseTensor
 from tpu_embedding_shim.engine import SingleProcess
 
 Pair = collections.namedtuple("Pair", ["weights", "bias"])

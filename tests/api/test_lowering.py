@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import tpu_embedding_shim as tf
-from tpu_embedding_shim.compat import lowering
-from tpu_embedding_shim.compat.tpu_embedding_v1 import FeatureConfig, TableConfig
+from tpu_embedding_shim.api import lowering
+from tpu_embedding_shim.api.tpu_embedding_v1 import FeatureConfig, TableConfig
 from tpu_embedding_shim.spec import AdagradSpec, AdamSpec, EmbeddingSpec, FtrlSpec, SGDSpec
 
 fc = tf.feature_column
@@ -141,7 +141,7 @@ def test_quantization_is_refused_until_the_engine_supports_it():
 
 
 def test_get_configs_from_feature_columns_matches_tensorflow_probe():
-    from tpu_embedding_shim.compat.embedding_config_spec import get_configs_from_feature_columns
+    from tpu_embedding_shim.api.embedding_config_spec import get_configs_from_feature_columns
 
     ident = tpu.embedding_column(fc.categorical_column_with_identity("ident", 10), 4, combiner="sum")
     shared = tpu.shared_embedding_columns(

@@ -35,10 +35,10 @@ from hypothesis import event as _event
 from hypothesis import strategies as st
 
 import tpu_embedding_shim as tf
-from tpu_embedding_shim.compat import lowering
-from tpu_embedding_shim.compat import tpu_embedding_v1 as v1
-from tpu_embedding_shim.compat import tpu_embedding_v2_utils as v2
-from tpu_embedding_shim.compat.embedding_config_spec import EmbeddingConfigSpec
+from tpu_embedding_shim.api import lowering
+from tpu_embedding_shim.api import tpu_embedding_v1 as v1
+from tpu_embedding_shim.api import tpu_embedding_v2_utils as v2
+from tpu_embedding_shim.api.embedding_config_spec import EmbeddingConfigSpec
 from tpu_embedding_shim.spec import EmbeddingSpec, TruncatedNormal, Zeros
 
 fc = tf.feature_column

@@ -24,10 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tpu_embedding_shim as tf
-from tpu_embedding_shim.compat.embedding_config_spec import EmbeddingConfigSpec
-from tpu_embedding_shim.compat.feature_columns import FixedLenFeature, VarLenFeature
-from tpu_embedding_shim.compat.feature_layers import DenseFeatures
-from tpu_embedding_shim.compat.lookup_scope import LookupScope
+from tpu_embedding_shim.api.embedding_config_spec import EmbeddingConfigSpec
+from tpu_embedding_shim.api.feature_columns import FixedLenFeature, VarLenFeature
+from tpu_embedding_shim.api.feature_layers import DenseFeatures
+from tpu_embedding_shim.api.lookup_scope import LookupScope
 from tpu_embedding_shim.runner.context import TensorCoreColumns, first_positions
 
 fc = tf.feature_column

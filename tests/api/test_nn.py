@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tpu_embedding_shim as tf
-from tpu_embedding_shim.compat import embedding_ops
+from tpu_embedding_shim.api import embedding_ops
 from tpu_embedding_shim.engine.lookup import clip_rows
 from tpu_embedding_shim.engine.sharding import split_table
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tpu_embedding_shim as tf
-from tpu_embedding_shim.compat.engine_checkpoint_reader import EngineCheckpoint
+from tpu_embedding_shim.api.engine_checkpoint_reader import EngineCheckpoint
 from tpu_embedding_shim.engine.checkpoint import CheckpointError, load_checkpoint
 from tpu_embedding_shim.engine.engine import Engine
 from tpu_embedding_shim.engine.tf_bundle import NotFoundError, write_bundle

@@ -3,7 +3,7 @@
 TPU embedding columns, v1 config dicts and v2 `FeatureConfig` nests become
 an `EmbeddingSpec`; the optimizer objects in them become `OptimizerSpec`s
 through `optimizer_lowering.py` (re-exported here). Nothing else in
-`compat/` builds specs or knows the engine.
+`api/` builds specs or knows the engine.
 
 Naming follows TensorFlow: a column's table is `'tbl_' +
 column.get_embedding_var_name()`, its feature is
