@@ -1,6 +1,6 @@
 """The package's layers, as the code imports them: no module imports a higher layer, and no import cycle.
 
-spec <- engine <- api <- runner (with the framework bridges) <- migrate <- the TF-shaped namespaces
+progress <- spec <- engine <- api <- runner (with the framework bridges) <- migrate <- the TF-shaped namespaces
 (`compat/`, `tensorflow/`, the package's `__init__`) <- cli / movielens
 
 (docs/architecture.md draws them). Every `import` statement of every module
@@ -23,13 +23,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / PACKAGE
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("namespaces", ("compat", "tensorflow", "")),  # "" is the package's own __init__
     ("cli", ("cli", "checkpoint_cli", "migrate_cli", "movielens", "__main__")),
+    ("progress", ("progress",)),
     ("spec", ("spec",)),
     ("engine", ("engine",)),
     ("api", ("api",)),
     ("runner", ("runner",)),
     ("migrate", ("migrate",)),
 ]
-ORDER = ["spec", "engine", "api", "runner", "migrate", "namespaces", "cli"]
+ORDER = ["progress", "spec", "engine", "api", "runner", "migrate", "namespaces", "cli"]
 
 
 def module_name(path: pathlib.Path) -> str:

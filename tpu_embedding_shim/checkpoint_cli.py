@@ -41,7 +41,7 @@ from .api.engine_checkpoint_reader import GLOBAL_STEP, EngineCheckpoint
 from .engine import EMBEDDING, CheckpointError
 from .engine import checkpoint as engine_checkpoint
 from .engine.tf_bundle import BundleReader, data_files, index_file, index_suffix_hint, is_bundle, write_bundle
-from .migrate.progress import ProgressLine
+from .progress import ProgressLine
 from .runner.checkpoints import METADATA
 from .spec.optimizers import OPTIMIZER_SPECS
 

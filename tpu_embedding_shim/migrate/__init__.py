@@ -24,8 +24,8 @@ import importlib
 import os
 from typing import Any
 
+from ..progress import ProgressLine
 from .migration import Migration
-from .progress import ProgressLine
 from .report import CONVERTED, EXACT, IMPOSSIBLE, LossyMigrationError, Report, Row
 from .source import Source, load_source, resolve_object
 

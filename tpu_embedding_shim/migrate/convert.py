@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from ..progress import ProgressLine
 from .migration import Migration, write_npz_weights
 from .options import Option, options
-from .progress import ProgressLine
 from .report import EXACT, Report, Row
 from .rows import make_row
 from .source import Source, load_source

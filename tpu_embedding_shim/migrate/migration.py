@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..engine import created_directories, replace_file
-from .progress import ProgressLine
+from ..progress import ProgressLine
 from .report import Report
 
 __all__ = ["Migration", "write_npz", "write_npz_weights", "CODE_FILE", "WEIGHTS_FILE", "REPORT_FILE", "MARKER_FILE"]

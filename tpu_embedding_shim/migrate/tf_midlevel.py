@@ -35,13 +35,13 @@ from ..api import tpu_embedding_v2_utils as v2
 from ..api.optimizer_lowering import LOWERINGS
 from ..api.tpu_embedding_v2 import TPUEmbedding
 from ..api.train import Checkpoint
+from ..progress import ProgressLine
 from ..spec import OptimizerSpec
 from ..spec import initializers as spec_initializers
 from .codegen import call_lines, header, importable_name, initializer_call, literal, table_variables
 from .convert import Target
 from .migration import Migration, write_npz
 from .options import Option
-from .progress import ProgressLine
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
 from .rows import Rule, converted, exact, from_tokens, impossible, make_row, row_of, when_on
 from .runtime import embedded

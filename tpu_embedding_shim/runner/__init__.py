@@ -6,11 +6,11 @@ TPU embedding engine, trained with the EmbeddingConfigSpec's optimizer, its
 dense part in numpy (or torch, through `torch_bridge`). See docs/runner.md.
 """
 
+from ..progress import Progress, progress_enabled
 from . import metrics
 from .context import TPUContext
 from .export import ExportedModel, load_exported
 from .model_fn import EstimatorSpec, ModeKeys, NanLossDuringTrainingError, TPUEstimatorSpec
-from .progress import Progress, progress_enabled
 from .run_config import InputPipelineConfig, RunConfig, TPUConfig, TPURunConfig
 from .state import DenseState
 from .tpu_estimator import ExportSavedModelApiVersion, TPUEstimator

@@ -27,6 +27,7 @@ from typing import Any
 from ..api import replicas
 from ..api.embedding_config_spec import EmbeddingConfigSpec
 from ..engine import EmbeddingEngine
+from ..progress import Progress, progress_enabled
 from . import predictions as prediction_batches
 from . import replicated, tf_graphs
 from .announce import announce
@@ -37,7 +38,6 @@ from .export import served_tables, timestamped_dir, write_export
 from .inputs import BatchStream, call_input_fn
 from .model_dir import ModelState
 from .model_fn import EstimatorSpec, ModeKeys, TPUEstimatorSpec, call_model_fn
-from .progress import Progress, progress_enabled
 from .run_config import RunConfig, num_shards_of
 from .state import DenseState
 from .steps import Steps
