@@ -6,6 +6,7 @@ TPU embedding engine, trained with the EmbeddingConfigSpec's optimizer, its
 dense part in numpy (or torch, through `torch_bridge`). See docs/runner.md.
 """
 
+from ..api.warm_start import WarmStartSettings
 from ..progress import Progress, progress_enabled
 from . import metrics
 from .context import TPUContext
@@ -14,7 +15,6 @@ from .model_fn import EstimatorSpec, ModeKeys, NanLossDuringTrainingError, TPUEs
 from .run_config import InputPipelineConfig, RunConfig, TPUConfig, TPURunConfig
 from .state import DenseState
 from .tpu_estimator import ExportSavedModelApiVersion, TPUEstimator
-from .warm_start import WarmStartSettings
 
 __all__ = [
     "TPUEstimator",

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..api import replicas
 from ..api.embedding_config_spec import EmbeddingConfigSpec
+from ..api.warm_start import WarmStartSettings
 from ..engine import DistributedEngine, EmbeddingEngine, agree, write_collectively
 from ..engine.tf_bundle import SlicedTensor
 from . import checkpoints, replicated
@@ -35,7 +36,6 @@ from .model_fn import ModeKeys
 from .restore import Program, resume_plan, warm_start_plan
 from .state import DenseState
 from .tf_names import DEFAULT, ProgramNames, slot_suffixes
-from .warm_start import WarmStartSettings
 
 log = logging.getLogger("tpu_embedding_shim")
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..api import replicas
 from ..api.embedding_config_spec import EmbeddingConfigSpec
+from ..api.warm_start import warm_start_settings
 from ..engine import EmbeddingEngine
 from ..progress import Progress, progress_enabled
 from . import predictions as prediction_batches
@@ -41,7 +42,6 @@ from .model_fn import EstimatorSpec, ModeKeys, TPUEstimatorSpec, call_model_fn
 from .run_config import RunConfig, num_shards_of
 from .state import DenseState
 from .steps import Steps
-from .warm_start import warm_start_settings
 
 log = logging.getLogger("tpu_embedding_shim")
 
