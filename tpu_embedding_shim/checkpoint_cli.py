@@ -38,11 +38,11 @@ import numpy as np
 
 from .api.checkpoint_reader import latest_checkpoint, load_checkpoint
 from .api.engine_checkpoint_reader import GLOBAL_STEP, EngineCheckpoint
+from .checkpoints.program_checkpoint import METADATA
 from .engine import EMBEDDING, CheckpointError
 from .engine import checkpoint as engine_checkpoint
 from .engine.tf_bundle import BundleReader, data_files, index_file, index_suffix_hint, is_bundle, write_bundle
 from .progress import ProgressLine
-from .runner.checkpoints import METADATA
 from .spec.optimizers import OPTIMIZER_SPECS
 
 __all__ = [

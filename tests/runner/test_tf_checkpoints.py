@@ -20,11 +20,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tpu_embedding_shim as tf
+from tpu_embedding_shim.checkpoints import program_checkpoint as checkpoints
+from tpu_embedding_shim.checkpoints.state import DenseState, decode_tensors, write_dense
+from tpu_embedding_shim.checkpoints.tf_names import from_mod_layout, to_mod_layout
 from tpu_embedding_shim.engine.checkpoint import CheckpointError
 from tpu_embedding_shim.engine.tf_bundle import BundleReader, DataLossError, NotFoundError, read_state
-from tpu_embedding_shim.runner import checkpoints
-from tpu_embedding_shim.runner.state import DenseState, decode_tensors, write_dense
-from tpu_embedding_shim.runner.tf_names import from_mod_layout, to_mod_layout
 
 from . import tf_program as program
 from .problem import columns, estimator, input_fn_for, make_data

@@ -218,7 +218,7 @@ def test_we_warm_start_from_tensorflow_and_tensorflow_reads_the_result(tmp_path)
 
 def test_a_tpu_job_with_mod_hosts_restores_write_for_tpus_layout(tmp_path):
     """TensorFlow restores each host's part of a table from its row slice: with write_for_tpu, host i gets ids i::H."""
-    from tpu_embedding_shim.runner.checkpoints import write_for_tpu
+    from tpu_embedding_shim.checkpoints.program_checkpoint import write_for_tpu
 
     est = ours(tmp_path / "ours", steps=2, optimizer="adam")
     prefix = write_for_tpu(est.latest_checkpoint(), str(tmp_path / "tpu" / "model.ckpt-2"), num_hosts=3)

@@ -28,11 +28,11 @@ import numpy as np
 
 from ..api import lowering
 from ..api.embedding_config_spec import EmbeddingConfigSpec
+from ..checkpoints import program_checkpoint
+from ..checkpoints.restore import Program, resume_plan
+from ..checkpoints.tf_names import ProgramNames
 from ..engine import CheckpointError, Engine
 from ..engine import checkpoint as engine_checkpoint
-from ..runner import checkpoints
-from ..runner.restore import Program, resume_plan
-from ..runner.tf_names import ProgramNames
 from ..spec import EmbeddingSpec, FeatureSpec, OptimizerSpec, TableSpec
 
 __all__ = ["Source", "load_source", "resolve_object"]
@@ -228,7 +228,7 @@ def _read(
         {t.name: (t.vocabulary_size, t.dim) for t in tensor_core},
         spec.partition_strategy,
     )
-    source = checkpoints.open_source(path, uses_engine=bool(spec.tables), legacy_tensors=_no_legacy(path))
+    source = program_checkpoint.open_source(path, uses_engine=bool(spec.tables), legacy_tensors=_no_legacy(path))
     plan = resume_plan(source, program)
     state = {table: dict(arrays) for table, arrays in plan.tables.items()}
     for table, values in plan.tensor_core.items():

@@ -7,13 +7,13 @@ dense part in numpy (or torch, through `torch_bridge`). See docs/runner.md.
 """
 
 from ..api.warm_start import WarmStartSettings
+from ..checkpoints.state import DenseState
 from ..progress import Progress, progress_enabled
 from . import metrics
 from .context import TPUContext
 from .export import ExportedModel, load_exported
 from .model_fn import EstimatorSpec, ModeKeys, NanLossDuringTrainingError, TPUEstimatorSpec
 from .run_config import InputPipelineConfig, RunConfig, TPUConfig, TPURunConfig
-from .state import DenseState
 from .tpu_estimator import ExportSavedModelApiVersion, TPUEstimator
 
 __all__ = [

@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from ..checkpoints.state import DenseState
 from ..engine import lookup as lookup_kernels
 from ..engine import new_directory, not_a_regular_file, to_ragged
 from ..spec import FeatureSpec
-from .state import DenseState
 
 FORMAT = "tpu_embedding_shim.export"
 FORMAT_VERSION = 1

@@ -4,7 +4,7 @@ A TPUEstimator program's state is the embedding engine (its tables, slots
 and global step; None when no table is trained by the engine), the dense
 model's `DenseState` (with the tensor-core tables) and the TensorFlow
 names of the tables (`ProgramNames`). `ModelState` owns all of it and its
-checkpoints in model_dir (checkpoints.py writes and finds the files,
+checkpoints in model_dir (checkpoints/program_checkpoint.py writes and finds the files,
 restore.py plans what a checkpoint gives to whom):
 
     ensure(mode)   the state of the latest checkpoint, or a fresh (warm-started) one for training
@@ -28,14 +28,15 @@ import numpy as np
 from ..api import replicas
 from ..api.embedding_config_spec import EmbeddingConfigSpec
 from ..api.warm_start import WarmStartSettings
+from ..checkpoints import program_checkpoint
+from ..checkpoints.restore import Program, resume_plan, warm_start_plan
+from ..checkpoints.state import DenseState
+from ..checkpoints.tf_names import DEFAULT, ProgramNames, slot_suffixes
 from ..engine import DistributedEngine, EmbeddingEngine, agree, write_collectively
 from ..engine.tf_bundle import SlicedTensor
-from . import checkpoints, replicated
+from . import replicated
 from .context import TensorCoreColumns
 from .model_fn import ModeKeys
-from .restore import Program, resume_plan, warm_start_plan
-from .state import DenseState
-from .tf_names import DEFAULT, ProgramNames, slot_suffixes
 
 log = logging.getLogger("tpu_embedding_shim")
 
@@ -128,7 +129,7 @@ class ModelState:
                         self._initialized = False  # the next call tries again, never trains unwarmed
                         raise
             return
-        step = checkpoints.step_of(latest)
+        step = program_checkpoint.step_of(latest)
         if not self._initialized or step != self.loaded_step or step != self.global_step:
             if not self._initialized:
                 self.build()
@@ -145,8 +146,8 @@ class ModelState:
             tensor_core = {name: (t.vocabulary_size, t.dim) for name, t in self._tensor_core.tables.items()}
         return Program(copy.deepcopy(self.names), tables, optimizers, tensor_core, self._partition_strategy())
 
-    def _open(self, path: Any) -> checkpoints.Source:
-        return checkpoints.open_source(path, uses_engine=self.uses_engine, legacy_tensors=self._legacy_tensors)
+    def _open(self, path: Any) -> program_checkpoint.Source:
+        return program_checkpoint.open_source(path, uses_engine=self.uses_engine, legacy_tensors=self._legacy_tensors)
 
     def _legacy_tensors(self, state: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
         """An engine checkpoint of the earlier format, as tensors under this program's TensorFlow names."""
@@ -244,7 +245,7 @@ class ModelState:
                 recorded[table] = {"name": rename[table], "certainty": self.names.certainty(table)}
         dense, structure = self.dense_state.to_tensors(rename)
         for name in dense:
-            if name in tensors or name == checkpoints.METADATA:
+            if name in tensors or name == program_checkpoint.METADATA:
                 what = "the global step" if name == "global_step" else "an embedding table or slot"
                 raise ValueError(
                     f"dense_state would be saved as the tensor {name!r}, which is already {what} of "
@@ -252,15 +253,15 @@ class ModelState:
                 )
         tensors.update(dense)
         meta = {
-            "format": checkpoints.FORMAT,
-            "version": checkpoints.FORMAT_VERSION,
+            "format": program_checkpoint.FORMAT,
+            "version": program_checkpoint.FORMAT_VERSION,
             "global_step": step,
             "tables": recorded,
             "dense_state": structure,
         }
         if local and self._partition_strategy() == "mod":
             meta["mod_hosts"] = replicas.num_replicas()
-        tensors[checkpoints.METADATA] = np.array(json.dumps(meta).encode("utf-8"), dtype=object)
+        tensors[program_checkpoint.METADATA] = np.array(json.dumps(meta).encode("utf-8"), dtype=object)
         if local and not replicas.is_chief():  # the others write their table slices only
             tensors = {name: value for name, value in tensors.items() if isinstance(value, SlicedTensor)}
         return tensors
@@ -284,7 +285,7 @@ class ModelState:
         if replicas.num_replicas() > 1:
             path = self._save_collectively(step, keep)
         else:
-            path = checkpoints.save(self.model_dir, step, self.checkpoint_tensors(), keep=keep)
+            path = program_checkpoint.save(self.model_dir, step, self.checkpoint_tensors(), keep=keep)
         if self.engine is not None and self.engine.statistics is not None:
             self.engine.statistics.flush()
         self.loaded_step = step
@@ -300,25 +301,25 @@ class ModelState:
             error = None
             if comm.rank == 0:
                 try:
-                    stack.enter_context(checkpoints.saving(self.model_dir))
+                    stack.enter_context(program_checkpoint.saving(self.model_dir))
                 except Exception as caught:
                     error = caught
             agree(comm, error, "TPUEstimator: save a checkpoint")
-            prefix = checkpoints.prefix_of(self.model_dir, step)
+            prefix = program_checkpoint.prefix_of(self.model_dir, step)
             write_collectively(comm, prefix, tensors)
             return replicas.on_chief(
-                lambda: checkpoints.record(self.model_dir, prefix, keep), "TPUEstimator: record a checkpoint"
+                lambda: program_checkpoint.record(self.model_dir, prefix, keep), "TPUEstimator: record a checkpoint"
             )
 
     def latest_checkpoint(self) -> str | None:
         """The latest checkpoint of model_dir (`<model_dir>/model.ckpt-<step>`, or an older-format one), or None."""
-        return checkpoints.latest(self.model_dir, uses_engine=self.uses_engine)
+        return program_checkpoint.latest(self.model_dir, uses_engine=self.uses_engine)
 
     # Variables by name -------------------------------------------------------------------------
 
     def variable_names(self) -> list[str]:
         """The checkpoint's variable names, sorted: tables, slots, the dense state, 'global_step'."""
-        return sorted(n for n in self.checkpoint_tensors(values=False) if n != checkpoints.METADATA)
+        return sorted(n for n in self.checkpoint_tensors(values=False) if n != program_checkpoint.METADATA)
 
     def variable_value(self, name: str) -> Any:
         """The value of the variable `name` (TensorFlow's name, or the engine's); KeyError if there is none."""

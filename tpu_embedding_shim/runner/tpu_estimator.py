@@ -27,6 +27,7 @@ from typing import Any
 from ..api import replicas
 from ..api.embedding_config_spec import EmbeddingConfigSpec
 from ..api.warm_start import warm_start_settings
+from ..checkpoints.state import DenseState
 from ..engine import EmbeddingEngine
 from ..progress import Progress, progress_enabled
 from . import predictions as prediction_batches
@@ -40,7 +41,6 @@ from .inputs import BatchStream, call_input_fn
 from .model_dir import ModelState
 from .model_fn import EstimatorSpec, ModeKeys, TPUEstimatorSpec, call_model_fn
 from .run_config import RunConfig, num_shards_of
-from .state import DenseState
 from .steps import Steps
 
 log = logging.getLogger("tpu_embedding_shim")

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..api.warm_start import WarmStartSettings, selects
 from ..engine import CheckpointError, initial_slots, shard_sizes
-from .checkpoints import Source
+from .program_checkpoint import Source
 from .state import decode_bytes, decode_tensors
 from .tf_names import CHECKPOINT, LAYER, SOURCE, ProgramNames, from_mod_layout, slot_suffixes
 
