@@ -59,7 +59,6 @@ __all__ = [
 _STAT_BLOCK = 1 << 22  # elements per block when computing a tensor's statistics
 _MAX_PROBLEMS = 20  # unfit tensors named in a convert error
 _STRING_CHARS = 70  # characters of a string element shown
-_MANIFESTS = (engine_checkpoint.MANIFEST, "checkpoint.json")  # an engine checkpoint; a tf.train.Checkpoint save
 
 
 def engine_slot_names() -> list[str]:
@@ -106,7 +105,7 @@ def _name(entry: os.DirEntry) -> str:
 def _check_path(path: str) -> None:
     """Raises NoCheckpointError (one line, saying what to pass instead) when `path` cannot name a checkpoint."""
     if os.path.isdir(path):
-        if any(os.path.isfile(os.path.join(path, name)) for name in _MANIFESTS) or latest_checkpoint(path):
+        if os.path.isfile(os.path.join(path, engine_checkpoint.MANIFEST)) or latest_checkpoint(path):
             return  # a checkpoint (load_checkpoint says what it is), or a directory of them
         below = checkpoint_subdirectories(path)
         if below:

@@ -12,13 +12,11 @@ a prefix (not a directory) is None.
 import json
 import os
 import pathlib
-import shutil
 
 import numpy as np
 import pytest
 
 import tpu_embedding_shim as tf
-from tpu_embedding_shim.engine.checkpoint import CheckpointError
 from tpu_embedding_shim.engine.tf_bundle import (
     BundleEntry,
     DataLossError,
@@ -150,20 +148,6 @@ def test_latest_checkpoint(model_dir, tmp_path_factory, caplog):
     assert "Couldn't match files for checkpoint" in caplog.text
     (model_dir / "checkpoint").write_text("garbage without fields\n")
     assert tf.train.latest_checkpoint(str(model_dir)) is None
-
-
-def test_latest_checkpoint_also_finds_the_projects_own_checkpoints(tmp_path):
-    # tf.train.Checkpoint saves of before TensorFlow's format (directories with a checkpoint.json)
-    shutil.copytree(FIXTURES / "shim_v1_format", tmp_path, dirs_exist_ok=True)
-    path = str(tmp_path / "ckpt-2")
-    model = {"w": np.ones(2, np.float32)}
-    assert tf.train.latest_checkpoint(str(tmp_path)) == path
-    assert tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(tmp_path), 3).latest_checkpoint == path
-    with pytest.raises(CheckpointError, match="is a tpu_embedding_shim checkpoint directory"):
-        tf.train.load_checkpoint(str(tmp_path))
-    # A TensorFlow checkpoint saved later in the same directory becomes the latest.
-    write_bundle(str(tmp_path / "model.ckpt-9"), {"x": np.ones(1)}, update_state=True)
-    assert tf.train.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-9")
 
 
 @pytest.mark.parametrize("directory", ["saver_v1", "sharded_v1", "tf2_object"])

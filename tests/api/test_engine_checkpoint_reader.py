@@ -15,9 +15,8 @@ import pytest
 import tpu_embedding_shim as tf
 from tpu_embedding_shim.api.engine_checkpoint_reader import EngineCheckpoint
 from tpu_embedding_shim.engine.checkpoint import CheckpointError, load_checkpoint
-from tpu_embedding_shim.engine.engine import Engine
 from tpu_embedding_shim.engine.tf_bundle import NotFoundError, write_bundle
-from tpu_embedding_shim.spec import AdamSpec, EmbeddingSpec, FeatureSpec, TableSpec
+from tpu_embedding_shim.spec import AdamSpec
 
 
 @pytest.fixture
@@ -144,17 +143,3 @@ def test_memory_mapped_reads_are_checked_and_never_change_the_checkpoint(tmp_pat
     assert isinstance(value, np.memmap)
     value[0, 0] = 99.0
     assert tf.train.load_variable(path, "t")[0, 0] == 0.0
-
-
-def test_the_projects_train_checkpoint_directories_point_to_the_engine_checkpoints_inside(tmp_path):
-    spec = EmbeddingSpec(
-        tables=(TableSpec(name="t", vocabulary_size=3, dim=2),),
-        features=(FeatureSpec(name="f", table="t", num_buckets=3),),
-        optimizer=AdamSpec(learning_rate=0.1),
-    )
-    root = tmp_path / "old"
-    inner = Engine(spec, seed=0).save(str(root / "embedding"))
-    (root / "checkpoint.json").write_text(json.dumps({"format": "tpu_embedding_shim.train.Checkpoint"}))
-    with pytest.raises(CheckpointError, match="The engine checkpoints inside it can be read: .*ckpt-0000000000"):
-        tf.train.load_checkpoint(str(root))
-    assert tf.train.load_checkpoint(inner).format == "engine"

@@ -137,15 +137,6 @@ def test_an_engine_manifest_that_is_not_a_file_is_refused(tmp_path, kind):
     assert list_checkpoints(os.path.dirname(path)) == []
 
 
-@pytest.mark.parametrize("kind", ["fifo", "zero"])
-def test_a_legacy_manifest_that_is_not_a_file_is_refused(tmp_path, kind):
-    from tpu_embedding_shim.api.checkpoint_sources import LEGACY_MANIFEST, LegacySource
-
-    replace_with(str(tmp_path / LEGACY_MANIFEST), kind)
-    with pytest.raises(CheckpointError, match=rf"{LEGACY_MANIFEST} is a (FIFO|character device).*, not a manifest"):
-        LegacySource(str(tmp_path))
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_export_table_file_that_is_not_a_file_is_refused(tmp_path, kind):
     from tpu_embedding_shim.runner import load_exported

@@ -780,30 +780,6 @@ def test_restore_of_corrupt_files_is_clean_and_all_or_nothing(saved_checkpoint, 
     assert COUNTS["checkpoints"] >= 100
 
 
-@examples(20, "legacy_manifests")
-def test_a_corrupt_checkpoint_json_is_named(data):
-    directory = tempfile.mkdtemp()
-    try:
-        prefix = os.path.join(directory, "ckpt-1")
-        os.makedirs(prefix)
-        text = data.draw(st.one_of(st.binary(max_size=40), st.sampled_from([b"{", b"[]", b'{"format": 3}', b"\xff"])))
-        with open(os.path.join(prefix, "checkpoint.json"), "wb") as file:
-            file.write(text)
-        model = {"w": np.ones(2)}
-        attempt(
-            "legacy_manifests",
-            lambda: tf.train.Checkpoint(model=model).restore(prefix),
-            names=["checkpoint.json"],
-            valid=False,
-            snapshot=lambda: model,
-        )
-        attempt(
-            "legacy_manifests", lambda: tf.train.load_checkpoint(prefix), names=["checkpoint.json", prefix], valid=False
-        )
-    finally:
-        shutil.rmtree(directory)
-
-
 @pytest.fixture(scope="module")
 def trained_model_dir(tmp_path_factory):
     from tests.runner import tf_program as program
@@ -859,6 +835,6 @@ def test_a_tpu_estimator_model_dir_with_a_corrupt_file_is_named(trained_model_di
 def test_the_suite_generates_enough_bad_inputs_per_run():
     tests = [value for name, value in globals().items() if name.startswith("test_") and hasattr(value, "minimum")]
     assert sum(t.minimum for t in tests) + 100 >= MINIMUM_PER_RUN  # + the corrupt-checkpoint test's 100
-    assert len(tests) >= 14
+    assert len(tests) >= 13
     if len(COUNTS) == len(tests) + 2:  # the whole module ran before this test: count what it generated
         assert sum(COUNTS.values()) >= MINIMUM_PER_RUN, COUNTS

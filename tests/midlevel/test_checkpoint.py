@@ -388,53 +388,6 @@ def test_a_name_based_checkpoint_restores_by_variable_name(tmp_path):
     np.testing.assert_array_equal(embedding.variables[embedding._table_config[0]]["accumulators"], table + 1)
 
 
-def test_saves_of_the_previous_format_keep_restoring(tmp_path):
-    class KerasLike:
-        def __init__(self):
-            self.weights = [np.zeros(2, np.float32), np.zeros((2, 2), np.float32)]
-
-        def get_weights(self):
-            return [w.copy() for w in self.weights]
-
-        def set_weights(self, weights):
-            self.weights = [np.array(w) for w in weights]
-
-    def fresh():
-        t1 = E.TableConfig(vocabulary_size=6, dim=2, name="items")
-        t2 = E.TableConfig(vocabulary_size=5, dim=3, name="users", optimizer=E.FTRL(0.2))
-        embedding = E.TPUEmbedding({"a": E.FeatureConfig(table=t1), "b": E.FeatureConfig(table=t2)}, E.Adam(0.1))
-        objects = dict(model={"w": np.zeros(4), "b": np.zeros(1, np.float32)}, array=np.zeros(3), keras=KerasLike())
-        return embedding, objects, tf.train.Checkpoint(embedding=embedding, **objects)
-
-    directory = tmp_path / "old"
-    shutil.copytree(FIXTURES / "shim_v1_format", directory)
-    with np.load(directory / "expected.npz") as arrays:
-        expected = dict(arrays)
-    embedding, objects, checkpoint = fresh()
-    latest = tf.train.latest_checkpoint(str(directory))
-    assert latest == str(directory / "ckpt-2")
-    checkpoint.restore(latest).assert_consumed()
-    for table, slots in embedding.variables.items():
-        for slot, value in slots.items():
-            np.testing.assert_array_equal(value, expected[f"embedding/{table.name}/{slot}"])
-    assert embedding.engine.global_step == int(expected["embedding/global_step"]) and checkpoint.save_counter == 2
-    np.testing.assert_array_equal(objects["model"]["w"], expected["model/w"])
-    np.testing.assert_array_equal(objects["array"], expected["array"])
-    np.testing.assert_array_equal(objects["keras"].weights[1], expected["keras/1"])
-    embedding, objects, checkpoint = fresh()
-    checkpoint.restore(str(directory / "ckpt-1"))
-    np.testing.assert_array_equal(objects["model"]["w"], expected["ckpt-1/model/w"])
-
-    # The old directory becomes a TensorFlow checkpoint by restoring and saving again.
-    manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=1)
-    assert manager.latest_checkpoint == str(directory / "ckpt-2")
-    path = manager.save()
-    assert path == str(directory / "ckpt-2") and is_bundle(path) and not os.path.isdir(path)
-    _again, objects_again, checkpoint_again = fresh()
-    checkpoint_again.restore(tf.train.latest_checkpoint(str(directory))).assert_consumed()
-    np.testing.assert_array_equal(objects_again["model"]["w"], expected["ckpt-1/model/w"])
-
-
 # Failures change nothing (issue 16, items 2 and 3) --------------------------------------------------------
 
 

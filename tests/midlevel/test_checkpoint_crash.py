@@ -188,11 +188,9 @@ def test_debris_is_removed_by_the_next_save_but_a_live_writers_files_are_not(tmp
     assert os.WIFSTOPPED(status), writer.stderr.read()
     temporaries = sorted(n for n in os.listdir(directory) if "tempstate" in n)
     assert len(temporaries) == 2, sorted(os.listdir(directory))
-    (directory / ".ckpt-5.tmp-abc123").mkdir()  # a killed save of the previous format
-    (directory / ".ckpt-5.tmp-abc123" / "model.npz").write_bytes(b"half")
     (directory / "ckpt-6.data-00000-of-00001").write_bytes(b"no index")  # an incomplete checkpoint
     (directory / ".checkpoint.tmp-00ff").write_text("half a state file")
-    debris = {".ckpt-5.tmp-abc123", "ckpt-6.data-00000-of-00001", ".checkpoint.tmp-00ff"}
+    debris = {"ckpt-6.data-00000-of-00001", ".checkpoint.tmp-00ff"}
     try:
         _embedding, _model, checkpoint = fresh()
         manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=1, checkpoint_name="other")

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import tpu_embedding_shim as tf
 from tpu_embedding_shim.checkpoints import program_checkpoint as checkpoints
-from tpu_embedding_shim.checkpoints.state import DenseState, decode_tensors, write_dense
+from tpu_embedding_shim.checkpoints.state import DenseState, decode_tensors
 from tpu_embedding_shim.checkpoints.tf_names import from_mod_layout, to_mod_layout
 from tpu_embedding_shim.engine.checkpoint import CheckpointError
 from tpu_embedding_shim.engine.tf_bundle import BundleReader, DataLossError, NotFoundError, read_state
@@ -395,84 +395,17 @@ def test_a_crash_never_leaves_the_state_file_naming_a_missing_checkpoint(tmp_pat
     assert resumed.global_step == 0 and resumed.engine.global_step == 3  # restored on first use
 
 
-def _write_old_format(est, model_dir):
-    """What the runner wrote before TensorFlow's format: the engine's ckpt-<step>/ and dense-<step>.npz."""
-    step = est.global_step
-    name, sha = write_dense(str(model_dir), step, est.dense_state)
-    if est.engine is not None:
-        est.engine.save(str(model_dir), extra={"dense_state_file": name, "dense_state_sha256": sha})
-
-
-def test_an_old_format_model_dir_still_resumes_and_then_gets_tensorflows_format(tmp_path):
+def test_a_directory_without_a_tensorflow_checkpoint_is_no_checkpoint_to_start_from(tmp_path):
+    # An engine checkpoint (ckpt-<step>/ with its manifest) is not a TPUEstimator checkpoint: the runner reads
+    # TensorFlow's format only, and says so instead of starting from nothing.
     source = trained(tmp_path / "source", steps=3)
-    _write_old_format(source, tmp_path / "old")
-    assert sorted(os.listdir(tmp_path / "old")) == ["ckpt-0000000003", "dense-0000000003.npz"]
-    resumed = program.shim_estimator(tmp_path / "old", seed=5)
-    assert resumed.latest_checkpoint() == str(tmp_path / "old" / "ckpt-0000000003")
-    # The older format did not record which layer read a column: until the model_fn runs, this estimator uses
-    # the engine's names (which get_variable_value accepts too).
-    for table, arrays in source.engine.state().items():
-        for key, value in arrays.items():
-            np.testing.assert_array_equal(
-                resumed.get_variable_value(table if key == "embedding" else f"{table}/{key}"),
-                value,
-                err_msg=f"{table}/{key}",
-            )
-    np.testing.assert_array_equal(resumed.dense_state["dense/kernel"], source.dense_state["dense/kernel"])
-    resumed.train(program.shim_input_fn, steps=1)
-    source.train(program.shim_input_fn, steps=1)
-    assert resumed.latest_checkpoint() == str(tmp_path / "old" / "model.ckpt-4")
-    assert "ckpt-0000000003" in os.listdir(tmp_path / "old")  # left as it was
-    for name in source.get_variable_names():
-        np.testing.assert_array_equal(resumed.get_variable_value(name), source.get_variable_value(name), err_msg=name)
-
-
-def test_an_old_format_model_dir_without_engine_tables_resumes(tmp_path):
-    user = tf.feature_column.categorical_column_with_identity("user", 4)
-    column = tf.tpu.experimental.embedding_column(
-        user,
-        2,
-        initializer=tf.constant_initializer(1.0),
-        embedding_lookup_device="tpu_tensor_core",
-        tensor_core_shape=[None, 1],
-    )
-
-    def model_fn(features, labels, mode, params):
-        context = params["context"]
-        net = tf.keras.layers.DenseFeatures([column])(features)
-
-        def train_op():
-            context.tensor_core_tables["tbl_user"] -= context.tensor_core_gradients["tbl_user"]
-
-        return tf.estimator.tpu.TPUEstimatorSpec(
-            mode, loss=0.0, train_op=train_op, embedding_gradients={net: np.ones_like(net)}
+    source.engine.save(str(tmp_path / "engine"))
+    assert os.listdir(tmp_path / "engine") == ["ckpt-0000000003"]
+    with pytest.raises(NotFoundError, match=r"No checkpoint in .*engine.*model\.ckpt-<step>"):
+        program.shim_estimator(tmp_path / "warm", warm_start_from=str(tmp_path / "engine")).train(
+            program.shim_input_fn, steps=1
         )
-
-    def make(model_dir, warm_start_from=None):
-        spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
-            feature_columns=[column], optimization_parameters=tf.tpu.experimental.AdagradParameters(0.1)
-        )
-        return tf.estimator.tpu.TPUEstimator(
-            model_fn=model_fn,
-            train_batch_size=2,
-            embedding_config_spec=spec,
-            config=tf.estimator.tpu.RunConfig(model_dir=str(model_dir)),
-            warm_start_from=warm_start_from,
-        )
-
-    source = make(tmp_path / "source")
-    source.train(lambda params: {"user": np.array([[1], [2]])}, steps=2)
-    _write_old_format(source, tmp_path / "old")
-    resumed = make(tmp_path / "old")
-    assert resumed.global_step == 0 and resumed.latest_checkpoint().endswith("dense-0000000002.npz")
-    np.testing.assert_array_equal(
-        resumed.get_variable_value("dense_features/user_embedding/embedding_weights"),
-        [[1, 1], [-1, -1], [-1, -1], [1, 1]],
-    )  # 1.0, minus 2 steps x 1 for ids 1, 2
-    assert resumed.global_step == 2
-    warm = make(tmp_path / "warm", warm_start_from=str(tmp_path / "old"))  # the older format, warm-started from
-    warm.train(lambda params: {"user": np.array([[1], [3]])}, steps=1)
-    np.testing.assert_array_equal(warm.get_variable_value("tbl_user"), [[1, 1], [-2, -2], [-1, -1], [0, 0]])
+    assert not os.path.exists(tmp_path / "warm" / "checkpoint")
 
 
 # TensorFlow-written model_dirs -------------------------------------------------------------------------------

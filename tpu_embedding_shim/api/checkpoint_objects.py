@@ -53,9 +53,9 @@ import numpy as np
 
 from ..engine import CheckpointError, DistributedEngine
 from ..engine.tf_bundle import Node, checkpoint_key, code_of, name_of
-from .checkpoint_sources import shim_key
 from .lowering import slot_names
 from .midlevel_base import MidLevelBase
+from .object_graph_checkpoint import shim_key
 
 __all__ = ["adapter_for", "Plan", "TF_VARIABLE_NAME", "EMBEDDING_SAVER"]
 

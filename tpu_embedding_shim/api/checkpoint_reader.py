@@ -4,9 +4,6 @@ They read TensorFlow checkpoints (`<prefix>.index` + `<prefix>.data-*`),
 whether TensorFlow wrote them (a TPU job, `tf.compat.v1.train.Saver`,
 `tf.train.Checkpoint`, an Estimator) or this project did
 (`engine.tf_bundle.write_bundle`), with the engine's `tf_bundle` reader.
-`latest_checkpoint` also finds the project's own `tf.train.Checkpoint`
-saves (directories with a `checkpoint.json`), which share TF's
-`checkpoint` state file.
 
 They also read the project's own engine checkpoints (`Engine.save`,
 `engine.checkpoint.save_checkpoint`: a directory with a `manifest.json`,
@@ -50,7 +47,6 @@ import logging
 import os
 from typing import Any, Union
 
-from ..engine import CheckpointError
 from ..engine import checkpoint as _engine_checkpoint
 from ..engine.tf_bundle import (
     BundleReader,
@@ -68,15 +64,8 @@ __all__ = ["CheckpointReader", "load_checkpoint", "list_variables", "load_variab
 
 log = logging.getLogger("tpu_embedding_shim")
 
-_SHIM_MANIFESTS = ("checkpoint.json", "manifest.json")  # tf.train.Checkpoint's and the engine's own formats
-_TRAIN_MANIFEST = "checkpoint.json"  # the project's tf.train.Checkpoint saves of before TensorFlow's format
-
 PathLike = Union[str, "os.PathLike[str]"]
 _DT_NAMES = {"float32": "FLOAT", "float64": "DOUBLE", "float16": "HALF"}  # DataType enum names that differ
-
-
-def _is_shim_checkpoint(path: str) -> bool:
-    return any(os.path.isfile(os.path.join(path, name)) for name in _SHIM_MANIFESTS)
 
 
 def latest_checkpoint(checkpoint_dir: PathLike, latest_filename: str | None = None) -> str | None:
@@ -84,8 +73,8 @@ def latest_checkpoint(checkpoint_dir: PathLike, latest_filename: str | None = No
 
     None also when there is no state file, when it can't be parsed, or when
     the checkpoint it names is gone (TensorFlow logs these; so does this).
-    Finds TensorFlow checkpoints and the project's `tf.train.Checkpoint` saves;
-    in a directory without a state file, the latest engine checkpoint
+    Finds TensorFlow checkpoints and engine checkpoints; in a directory
+    without a state file, the latest engine checkpoint
     (`Engine.save`'s `ckpt-<step>` directories).
     """
     directory = os.fspath(checkpoint_dir)
@@ -97,7 +86,7 @@ def latest_checkpoint(checkpoint_dir: PathLike, latest_filename: str | None = No
     if state is None:
         return _engine_checkpoint.latest_checkpoint(directory) if latest_filename is None else None
     path = state.model_checkpoint_path
-    if is_bundle(path) or _is_shim_checkpoint(path):
+    if is_bundle(path) or is_engine_checkpoint(path):
         return path
     log.error("Couldn't match files for checkpoint %s", path)
     return None
@@ -106,25 +95,13 @@ def latest_checkpoint(checkpoint_dir: PathLike, latest_filename: str | None = No
 def _checkpoint_prefix(ckpt_dir_or_file: PathLike) -> str:
     """The prefix a path means: a directory's latest checkpoint, or the path itself."""
     path = os.fspath(ckpt_dir_or_file)
-    if os.path.isdir(path) and not _is_shim_checkpoint(path):
+    if os.path.isdir(path) and not is_engine_checkpoint(path):
         latest = latest_checkpoint(path)
         if latest is None:
             raise ValueError(f"Couldn't find 'checkpoint' file or checkpoints in given directory {path}")
         path = latest
     if is_engine_checkpoint(path):
         return path
-    if os.path.isfile(os.path.join(path, _TRAIN_MANIFEST)):
-        inside = sorted(
-            os.path.join(root, name)
-            for root, dirs, _ in os.walk(path)
-            for name in dirs
-            if is_engine_checkpoint(os.path.join(root, name))
-        )
-        hint = f" The engine checkpoints inside it can be read: {', '.join(map(repr, inside))}." if inside else ""
-        raise CheckpointError(
-            f"{path!r} is a tpu_embedding_shim checkpoint directory, not a TensorFlow checkpoint: restore it with "
-            f"tf.train.Checkpoint(...).restore(path) (or engine.checkpoint.load_checkpoint).{hint}"
-        )
     if not is_bundle(path):
         raise NotFoundError(
             f"Unsuccessful TensorSliceReader constructor: Failed to find any matching files for "

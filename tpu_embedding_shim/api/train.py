@@ -20,8 +20,7 @@ and object graph TensorFlow 2.15 writes for its own `TPUEmbedding`:
 
 So TensorFlow's `tf.train.Checkpoint(embedding=TPUEmbeddingForServing(...))
 .restore(path)` loads the tables saved here, and a checkpoint TensorFlow
-wrote restores here. Saves of this module's earlier versions (a directory
-holding `checkpoint.json`) keep restoring.
+wrote restores here.
 
 Restoring is all-or-nothing: every object's values are found, checked
 (shape, dtype) and read with their checksums verified before the first
@@ -74,7 +73,6 @@ import contextlib
 import logging
 import os
 import re
-import shutil
 import time
 import weakref
 from collections.abc import Callable
@@ -82,7 +80,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import CheckpointError, agree, discard_directory, write_collectively
+from ..engine import CheckpointError, agree, write_collectively
 from ..engine.tf_bundle import (
     OBJECT_GRAPH_KEY,
     DataLossError,
@@ -104,7 +102,7 @@ from ..engine.tf_bundle import (
 from . import replicas
 from .checkpoint_objects import Plan, adapter_for
 from .checkpoint_reader import latest_checkpoint
-from .checkpoint_sources import LEGACY_MANIFEST, open_source
+from .object_graph_checkpoint import ObjectGraphCheckpoint, open_object_graph_checkpoint
 
 __all__ = ["Checkpoint", "CheckpointManager", "CheckpointLoadStatus", "latest_checkpoint"]
 
@@ -182,14 +180,14 @@ def _save_files(prefix: str, tensors: dict[str, Any], checkpoint_names: str, the
                 error = caught
         agree(comm, error, what, collective=True)  # a replica that would write alone fails the agreement too
         write_collectively(comm, prefix, mine)
-        return replicas.on_chief(lambda: _written(prefix, then), f"{what}: record")
+        return replicas.on_chief(then, f"{what}: record")
 
 
 def _write_locked(prefix: str, tensors: dict[str, Any], checkpoint_names: str, then: Callable[[], Any]) -> Any:
     """Writes the bundle as a live writer of its directory (after removing killed saves' debris); `then()`."""
     with _holding(prefix, checkpoint_names):
         write_bundle(prefix, tensors)
-        return _written(prefix, then)
+        return then()
 
 
 @contextlib.contextmanager
@@ -201,29 +199,9 @@ def _holding(prefix: str, checkpoint_names: str) -> Any:
         yield
 
 
-def _written(prefix: str, then: Callable[[], Any]) -> Any:
-    """After the bundle: an older-format checkpoint of the same name is replaced; then `then()`."""
-    if os.path.isfile(os.path.join(prefix, LEGACY_MANIFEST)):
-        _delete_directory(prefix)
-    return then()
-
-
 def _clean(directory: str, checkpoint_names: str) -> None:
-    """Removes the debris of killed saves: temporaries, incomplete checkpoints, and this module's older ones."""
+    """Removes the debris of killed saves: temporaries and incomplete checkpoints."""
     removed = remove_debris(directory, checkpoint_names)
-    for name in sorted(os.listdir(directory)):
-        path = os.path.join(directory, name)
-        if re.fullmatch(rf"\.({checkpoint_names})\.tmp-.+", name) and os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)  # a killed save (or deletion) of the older format
-            removed.append(name)
-        moved = re.fullmatch(rf"({checkpoint_names})\.old-\d+", name)
-        if moved and os.path.isdir(path):  # the older format's replaced checkpoint, moved aside
-            final = os.path.join(directory, moved.group(1))
-            if os.path.lexists(final) or is_bundle(final):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.rename(path, final)
-            removed.append(name)
     if removed:
         log.info("Removed what killed saves left in %s: %s", directory, removed)
 
@@ -401,9 +379,9 @@ class Checkpoint:
         unmatched = sorted(set(source.keys()) - set(plan.bound))
         return CheckpointLoadStatus(restored, unmatched, plan.missing)
 
-    def _plan(self, path: str) -> tuple[Any, Plan, list[str], tuple[str, int] | None]:
+    def _plan(self, path: str) -> tuple[ObjectGraphCheckpoint, Plan, list[str], tuple[str, int] | None]:
         """Reads and checks everything to restore from `path` (local: no collective); changes nothing."""
-        source = open_source(path)
+        source = open_object_graph_checkpoint(path)
         plan = Plan()
         restored = []
         if self._root is not None:
@@ -425,11 +403,8 @@ class Checkpoint:
         return f"<Checkpoint of {sorted(self._objects)}{root}, save_counter={self._counter}>"
 
 
-def _saved_counter(source: Any) -> tuple[str, int] | None:
+def _saved_counter(source: ObjectGraphCheckpoint) -> tuple[str, int] | None:
     """(key, value) of the checkpoint's save_counter, or None."""
-    if hasattr(source, "save_counter"):  # this module's older format
-        value = source.save_counter
-        return (f"{source.where}: save_counter", int(value)) if isinstance(value, int) else None
     saved = source.lookup((SAVE_COUNTER,), SAVE_COUNTER)
     if saved is None:
         return None
@@ -443,23 +418,6 @@ def _saved_counter(source: Any) -> tuple[str, int] | None:
 
 
 # CheckpointManager ---------------------------------------------------------------------------
-
-
-def _exists(path: str) -> bool:
-    """A complete checkpoint at `path`: TensorFlow's format, or this module's older one."""
-    return is_bundle(path) or os.path.isfile(os.path.join(path, LEGACY_MANIFEST))
-
-
-def _delete(path: str) -> None:
-    """Deletes a checkpoint so that it is never seen half deleted (its index goes first)."""
-    delete_bundle(path)
-    if os.path.isfile(os.path.join(path, LEGACY_MANIFEST)):
-        _delete_directory(path)
-
-
-def _delete_directory(path: str) -> None:
-    """Removes an older-format checkpoint directory: out of sight at once (a rename), then deleted."""
-    discard_directory(path, f".{os.path.basename(path)}.tmp-deleted-")  # `_clean` knows the aside name
 
 
 def _evaluate(counter: Any) -> int:
@@ -584,10 +542,10 @@ class CheckpointManager:
             for path, stamp in zip(state.all_model_checkpoint_paths, times):
                 if min(stamp, now) > self._last_preserved:
                     self._maybe_delete[path] = min(stamp, now)
-        gone = [p for p in self._maybe_delete if not _exists(p)]
+        gone = [p for p in self._maybe_delete if not is_bundle(p)]
         for path in gone:
             del self._maybe_delete[path]
-        if self._latest is None or not _exists(self._latest):
+        if self._latest is None or not is_bundle(self._latest):
             newest = self._newest_on_disk()
             if newest is not None:
                 log.warning(
@@ -603,8 +561,8 @@ class CheckpointManager:
         return self._bookkeeping()
 
     def _newest_on_disk(self) -> str | None:
-        """The complete `<checkpoint_name>-<n>` of highest n in the directory (either format), or None."""
-        return newest_complete(self._directory, self._name, _exists)
+        """The complete `<checkpoint_name>-<n>` of highest n in the directory, or None."""
+        return newest_complete(self._directory, self._name)
 
     @property
     def directory(self) -> str:
@@ -694,7 +652,7 @@ class CheckpointManager:
             if self._keep_hours and stamp - self._keep_hours * 3600.0 >= self._last_preserved:
                 self._last_preserved = stamp
                 continue
-            _delete(path)
+            delete_bundle(path)
 
     def sync(self) -> None:
         """Nothing to wait for: saves are synchronous."""
@@ -713,9 +671,7 @@ class CheckpointManager:
 
 
 def _mtime(path: str) -> float:
-    for candidate in (f"{path}.index", os.path.join(path, LEGACY_MANIFEST)):
-        try:
-            return os.path.getmtime(candidate)
-        except OSError:
-            continue
-    return time.time()
+    try:
+        return os.path.getmtime(f"{path}.index")
+    except OSError:
+        return time.time()

@@ -3,7 +3,7 @@ read one without running a program.
 
 - `program_checkpoint.py`: the files of a model_dir (`model.ckpt-<N>` in
   TensorFlow's format, the `checkpoint` state file) and one checkpoint
-  opened as named tensors (`open_source`), whoever wrote it: TensorFlow's
+  opened as named tensors (`open_program_checkpoint`), whoever wrote it: TensorFlow's
   TPUEstimator or the runner (with its JSON state tensor);
 - `tf_names.py`: TensorFlow's names for a program's tables and slots, and
   the row order of a TPU job's `mod` layout;

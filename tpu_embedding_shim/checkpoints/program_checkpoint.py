@@ -1,4 +1,4 @@
-"""The runner's checkpoint files: TensorFlow's format in `model_dir`, and the checkpoints it restores from.
+"""A TPUEstimator program's checkpoint files: TensorFlow's format in `model_dir`, and one opened as named tensors.
 
 A save writes `model_dir/model.ckpt-<step>.index` + `.data-00000-of-00001`
 (atomically: temporary names, fsync, rename, the index last), then the
@@ -7,16 +7,13 @@ and only then deletes the checkpoints beyond `keep_checkpoint_max` -- so
 the state file never names a deleted checkpoint and a crash at any point
 leaves the previous latest checkpoint readable.
 
-A `Source` is any checkpoint the runner can read, whatever wrote it:
+A `ProgramCheckpoint` is one such checkpoint opened for reading
+(`open_program_checkpoint`), whatever wrote it; its `kind` says which:
 
-- 'ours': a TensorFlow checkpoint this runner wrote (it holds the tensor
+- 'ours': one the runner wrote (it holds the tensor
   `_TPU_EMBEDDING_SHIM_STATE`, a JSON string: which tensor is which table
   and the dense state's structure);
-- 'tf': one TensorFlow wrote (a TPUEstimator on a CPU or a TPU, a Saver);
-- 'legacy': the runner's earlier format, an engine checkpoint directory
-  (`ckpt-<step>/`) with its `dense-<step>.npz`, or a `dense-<step>.npz`
-  alone. It is read as if it were a TensorFlow checkpoint of the program
-  (the caller names its tables), so everything downstream sees one kind.
+- 'tf': one TensorFlow wrote (a TPUEstimator on a CPU or a TPU, a Saver).
 """
 
 from __future__ import annotations
@@ -25,13 +22,11 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..engine import CheckpointError, shard_sizes
-from ..engine import checkpoint as legacy_lib
 from ..engine.tf_bundle import (
     FULL,
     BundleReader,
@@ -49,10 +44,19 @@ from ..engine.tf_bundle import (
     write_state,
     writing,
 )
-from .state import dense_file_name, dense_steps, read_dense
 from .tf_names import to_mod_layout
 
-__all__ = ["BASENAME", "METADATA", "FORMAT", "Source", "open_source", "latest", "step_of", "save", "write_for_tpu"]
+__all__ = [
+    "BASENAME",
+    "METADATA",
+    "FORMAT",
+    "ProgramCheckpoint",
+    "open_program_checkpoint",
+    "latest",
+    "step_of",
+    "save",
+    "write_for_tpu",
+]
 
 BASENAME = "model.ckpt"
 METADATA = "_TPU_EMBEDDING_SHIM_STATE"
@@ -60,33 +64,28 @@ FORMAT = "tpu_embedding_shim.tpu_estimator"
 FORMAT_VERSION = 1
 _STEP_RE = re.compile(r"ckpt-(\d+)$")
 log = logging.getLogger(__name__)
-_DENSE_RE = re.compile(r"dense-(\d+)\.npz$")
 
 
 def step_of(path: str) -> int:
-    """The step of a checkpoint path: `model.ckpt-<N>`, `ckpt-<N>/`, `dense-<N>.npz`, else its `global_step`."""
+    """The step of a checkpoint prefix: `model.ckpt-<N>` (any `...ckpt-<N>`), else its `global_step`."""
     base = os.path.basename(os.path.normpath(path))
-    match = _STEP_RE.search(base) or _DENSE_RE.search(base)
+    match = _STEP_RE.search(base)
     if match is not None:
         return int(match.group(1))
     if is_bundle(path):
         reader = BundleReader(path)
         if "global_step" in reader:
             return int(reader.read("global_step"))
-    raise ValueError(
-        f"{path!r} is not a checkpoint of this runner (model.ckpt-<step>, ckpt-<step> or "
-        "dense-<step>.npz) and holds no global_step."
-    )
+    raise ValueError(f"{path!r} is not a TPUEstimator checkpoint (model.ckpt-<step>) and holds no global_step.")
 
 
-def latest(model_dir: str, *, uses_engine: bool) -> str | None:
-    """The latest checkpoint of `model_dir`: the one its state file names, or an older-format one with a higher step.
+def latest(model_dir: str) -> str | None:
+    """The latest checkpoint of `model_dir`: the one its state file names, else the newest complete one on disk.
 
     Raises:
       CheckpointError: the state file can't be parsed, or names a
         checkpoint whose index is missing (starting afresh would overwrite it).
     """
-    found: list[tuple[int, int, str]] = []
     state = read_state(model_dir)
     if state is not None:
         path = state.model_checkpoint_path
@@ -96,24 +95,16 @@ def latest(model_dir: str, *, uses_engine: bool) -> str | None:
                 f"but {index_file(path)} does not exist. Restore the file or fix the state file; "
                 "training would start afresh and overwrite the checkpoints."
             )
-        found.append((step_of(path), 1, path))
-    else:  # no state file, or an empty one: the newest complete checkpoint on disk, not a fresh start over it
-        newest = newest_complete(model_dir, BASENAME)
-        if newest is not None:
-            log.warning(
-                "%s has no checkpoint state naming a checkpoint; the newest complete one on disk, %s, is the latest.",
-                model_dir,
-                newest,
-            )
-            found.append((step_of(newest), 1, newest))
-    if uses_engine:
-        legacy = legacy_lib.latest_checkpoint(model_dir)
-    else:
-        steps = dense_steps(model_dir)
-        legacy = os.path.join(model_dir, dense_file_name(steps[-1])) if steps else None
-    if legacy is not None:
-        found.append((step_of(legacy), 0, legacy))
-    return max(found)[2] if found else None
+        return path
+    # no state file, or an empty one: the newest complete checkpoint on disk, not a fresh start over it
+    newest = newest_complete(model_dir, BASENAME)
+    if newest is not None:
+        log.warning(
+            "%s has no checkpoint state naming a checkpoint; the newest complete one on disk, %s, is the latest.",
+            model_dir,
+            newest,
+        )
+    return newest
 
 
 def save(model_dir: str, step: int, tensors: dict[str, Any], *, keep: int | None) -> str:
@@ -162,40 +153,34 @@ def record(model_dir: str, prefix: str, keep: int | None) -> str:
     return prefix
 
 
-class Source:
-    """One checkpoint to read: its tensors by name, their slices, and what wrote it (see the module)."""
+class ProgramCheckpoint:
+    """One checkpoint of a TPUEstimator program to read: its tensors by name, their slices, and what wrote it."""
 
     def __init__(
         self,
         path: str,
         kind: str,
         *,
-        reader: BundleReader | None = None,
-        tensors: dict[str, np.ndarray] | None = None,
+        reader: BundleReader,
         meta: dict | None = None,
-        dense_bytes: bytes | None = None,
-        step: int | None = None,
     ):
         self.path = path
         self.kind = kind
         self._reader = reader
-        self._tensors = tensors or {}
+        self._tensors: dict[str, np.ndarray] = {}  # the ones read, cached
         self.meta = meta
-        self.dense_bytes = dense_bytes
-        self.names = set(reader.names()) if reader is not None else set(self._tensors)  # read ones are cached
+        self.names = set(reader.names())
         self.names.discard(METADATA)
-        self._step = step
+        self._step: int | None = None
 
     def __repr__(self):
-        return f"Source({self.path!r}, {self.kind})"
+        return f"ProgramCheckpoint({self.path!r}, {self.kind})"
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return self._reader.shape(name) if self._reader is not None else tuple(np.shape(self._tensors[name]))
+        return self._reader.shape(name)
 
     def is_numeric(self, name: str) -> bool:
-        if self._reader is not None:
-            return self._reader.dtype_name(name) != "string"
-        return np.asarray(self._tensors[name]).dtype.kind in "biufc"
+        return self._reader.dtype_name(name) != "string"
 
     def read(self, name: str) -> np.ndarray:
         """The tensor `name` (CRC-checked; a partitioned one assembled). NotFoundError if there is none."""
@@ -210,8 +195,6 @@ class Source:
 
         Raises ValueError when the slices cut another dimension too.
         """
-        if self._reader is None:
-            return None
         entry = self._reader.entry(name)
         if not entry.slices:
             return None
@@ -236,10 +219,10 @@ class Source:
         return self._step
 
 
-def _bundle_source(prefix: str) -> Source:
+def _open_bundle(prefix: str) -> ProgramCheckpoint:
     reader = BundleReader(prefix)
     if METADATA not in reader:
-        return Source(prefix, "tf", reader=reader)
+        return ProgramCheckpoint(prefix, "tf", reader=reader)
     raw = reader.read(METADATA)  # a missing or corrupt file raises here, naming it
     try:
         meta = json.loads(np.asarray(raw).reshape(()).item().decode("utf-8"))
@@ -254,37 +237,11 @@ def _bundle_source(prefix: str) -> Source:
             f"Checkpoint {prefix!r} was written by a newer tpu_embedding_shim (format version "
             f"{meta['version']}; this one reads {FORMAT_VERSION})."
         )
-    return Source(prefix, "ours", reader=reader, meta=meta)
+    return ProgramCheckpoint(prefix, "ours", reader=reader, meta=meta)
 
 
-def _legacy_source(
-    path: str, legacy_tensors: Callable[[dict[str, dict[str, np.ndarray]]], dict[str, np.ndarray]]
-) -> Source:
-    if os.path.isfile(path):  # dense-<step>.npz of a model without engine tables
-        return Source(
-            path,
-            "legacy",
-            tensors={},
-            dense_bytes=read_dense(os.path.dirname(path), os.path.basename(path), None),
-            step=step_of(path),
-        )
-    state, step, manifest = legacy_lib.load_checkpoint(path)
-    extra = manifest.get("extra", {})
-    dense = None
-    if "dense_state_file" in extra:
-        dense = read_dense(
-            os.path.dirname(os.path.normpath(path)), extra["dense_state_file"], extra.get("dense_state_sha256")
-        )
-    return Source(path, "legacy", tensors=legacy_tensors(state), dense_bytes=dense, step=step)
-
-
-def open_source(
-    path: Any, *, uses_engine: bool, legacy_tensors: Callable[[dict[str, dict[str, np.ndarray]]], dict[str, np.ndarray]]
-) -> Source:
-    """The checkpoint `path` means: a prefix, a directory (its latest), a SavedModel, an older-format checkpoint.
-
-    `legacy_tensors` names an older-format engine state's arrays as
-    TensorFlow checkpoint tensors (the program's names).
+def open_program_checkpoint(path: Any) -> ProgramCheckpoint:
+    """The checkpoint `path` means: a prefix, a model_dir (its latest) or a SavedModel directory.
 
     Raises:
       NotFoundError: no checkpoint there.
@@ -294,22 +251,16 @@ def open_source(
     if os.path.isdir(path):
         saved_model = os.path.join(path, "variables", "variables")
         if is_bundle(saved_model):
-            return _bundle_source(saved_model)
-        if os.path.isfile(os.path.join(path, legacy_lib.MANIFEST)):
-            return _legacy_source(path, legacy_tensors)
-        found = latest(path, uses_engine=uses_engine)
+            return _open_bundle(saved_model)
+        found = latest(path)
         if found is None:
             raise NotFoundError(
-                f"No checkpoint in {path!r}: no 'checkpoint' state file naming a model.ckpt-<step>, "
-                "and no checkpoint of this runner's earlier format."
+                f"No checkpoint in {path!r}: no 'checkpoint' state file naming a model.ckpt-<step>, and no "
+                "complete model.ckpt-<step> (a TensorFlow checkpoint, its .index and data files)."
             )
         path = found
     if is_bundle(path):
-        return _bundle_source(path)
-    if os.path.isdir(path) or _DENSE_RE.search(os.path.basename(path)):
-        if not os.path.exists(path):
-            raise NotFoundError(f"No checkpoint at {path!r}: the file does not exist.")
-        return _legacy_source(path, legacy_tensors)
+        return _open_bundle(path)
     raise NotFoundError(
         f"No checkpoint at {path!r}: {index_file(path)} does not exist (a checkpoint is a prefix "
         f"such as model_dir/model.ckpt-100, or a directory holding a 'checkpoint' file).{index_suffix_hint(path)}"
@@ -331,7 +282,7 @@ def write_for_tpu(checkpoint: str, prefix: str, *, num_hosts: int) -> str:
     """
     if isinstance(num_hosts, bool) or not isinstance(num_hosts, int) or num_hosts < 1:
         raise ValueError(f"Argument `num_hosts` must be an int >= 1. Received: {num_hosts!r}.")
-    source = open_source(checkpoint, uses_engine=True, legacy_tensors=dict)
+    source = open_program_checkpoint(checkpoint)
     if source.kind != "ours":
         raise ValueError(
             f"{source.path!r} was not written by this runner (no {METADATA!r}): its tables are not "

@@ -1,7 +1,7 @@
 """From a checkpoint to the runner's state: what to restore (resume) or take (warm start), checked whole first.
 
 `resume_plan` and `warm_start_plan` read and check everything they need
-from a `checkpoints.Source` -- every table, slot, the step, the dense state
+from a `ProgramCheckpoint` -- every table, slot, the step, the dense state
 -- and return a `Plan`; only then does the runner assign it. A missing or
 corrupt file, a missing tensor or a shape that does not fit raises an
 error naming the checkpoint and the tensor, and nothing is restored.
@@ -36,8 +36,8 @@ import numpy as np
 
 from ..api.warm_start import WarmStartSettings, selects
 from ..engine import CheckpointError, initial_slots, shard_sizes
-from .program_checkpoint import Source
-from .state import decode_bytes, decode_tensors
+from .program_checkpoint import ProgramCheckpoint
+from .state import decode_tensors
 from .tf_names import CHECKPOINT, LAYER, SOURCE, ProgramNames, from_mod_layout, slot_suffixes
 
 __all__ = ["Program", "Plan", "resume_plan", "warm_start_plan"]
@@ -75,7 +75,7 @@ class Plan:
 class _Reading:
     """Reads tables and slots of one source, checked against the program, in id order."""
 
-    def __init__(self, source: Source, program: Program, *, strategy: str, num_hosts: int | None = None):
+    def __init__(self, source: ProgramCheckpoint, program: Program, *, strategy: str, num_hosts: int | None = None):
         self.source = source
         self.program = program
         self.strategy = strategy
@@ -149,7 +149,7 @@ class _Reading:
         return None, ""
 
 
-def _find_table(source: Source, program: Program, table: str) -> str | None:
+def _find_table(source: ProgramCheckpoint, program: Program, table: str) -> str | None:
     """The tensor of `source` that is `table`: this runner's record, the program's name, else its column's."""
     if source.meta is not None:
         recorded = source.meta.get("tables", {}).get(table)
@@ -170,16 +170,14 @@ def _find_table(source: Source, program: Program, table: str) -> str | None:
     return candidates[0] if candidates else None
 
 
-def _certainty(source: Source, program: Program, table: str) -> int:
-    """How sure the name of `table` in `source` is: as this runner recorded it, TensorFlow's, or (older format) ours."""
+def _certainty(source: ProgramCheckpoint, program: Program, table: str) -> int:
+    """How sure the name of `table` in `source` is: as the runner recorded it, else TensorFlow's."""
     if source.meta is not None:
         return int(source.meta.get("tables", {}).get(table, {}).get("certainty", CHECKPOINT))
-    if source.kind == "legacy":  # named here, by this program's current names
-        return program.names.certainty(table)
     return CHECKPOINT
 
 
-def _missing(source: Source, program: Program, table: str) -> CheckpointError:
+def _missing(source: ProgramCheckpoint, program: Program, table: str) -> CheckpointError:
     entry = program.names.tables[table]
     look = (
         f"{entry.shared!r}"
@@ -193,7 +191,7 @@ def _missing(source: Source, program: Program, table: str) -> CheckpointError:
     )
 
 
-def _dense_entries(source: Source) -> dict[str, tuple[str, Any]] | None:
+def _dense_entries(source: ProgramCheckpoint) -> dict[str, tuple[str, Any]] | None:
     """The dense state this runner saved in `source` (None for a TensorFlow-written one)."""
     if source.meta is not None:
         structure = source.meta["dense_state"]
@@ -201,22 +199,7 @@ def _dense_entries(source: Source) -> dict[str, tuple[str, Any]] | None:
             return decode_tensors(structure, {name: source.read(name) for name in structure["tensors"]})
         except (KeyError, TypeError, ValueError) as error:
             raise CheckpointError(f"Checkpoint {source.path!r}: the dense state can't be read ({error}).") from None
-    if source.kind == "legacy":
-        if source.dense_bytes is None:
-            return {}
-        return decode_bytes(source.dense_bytes, where=f"the dense state of {source.path!r}")
     return None
-
-
-def _legacy_tensor_core(source: Source, entries: dict | None, table: str, shape: tuple[int, int]) -> np.ndarray:
-    """A tensor-core table of an older-format checkpoint, which kept them in the dense state."""
-    kind, value = (entries or {}).get(table, (None, None))
-    if kind != "array" or np.shape(value) != tuple(shape):
-        raise CheckpointError(
-            f"Checkpoint {source.path!r} holds no tensor-core table {table} of shape {list(shape)} "
-            f"(found {None if value is None else list(np.shape(value))})."
-        )
-    return value
 
 
 def _belongs_to(name: str, tables: list[str]) -> bool:
@@ -224,13 +207,13 @@ def _belongs_to(name: str, tables: list[str]) -> bool:
     return any(name == table or name.startswith(table + "/") for table in tables)
 
 
-def _dense_tensor_names(source: Source) -> set:
+def _dense_tensor_names(source: ProgramCheckpoint) -> set:
     if source.meta is not None:
         return set(source.meta["dense_state"]["tensors"])
     return set()
 
 
-def resume_plan(source: Source, program: Program) -> Plan:
+def resume_plan(source: ProgramCheckpoint, program: Program) -> Plan:
     """Everything of `source` the program resumes from (see the module); raises before anything is assigned."""
     reading = _Reading(source, program, strategy=program.partition_strategy)
     notes: list[str] = []
@@ -263,9 +246,6 @@ def resume_plan(source: Source, program: Program) -> Plan:
     entries = _dense_entries(source)
     tensor_core = {}
     for table, shape in program.tensor_core.items():
-        if source.kind == "legacy":
-            tensor_core[table] = _legacy_tensor_core(source, entries, table, shape)
-            continue
         variable = _find_table(source, program, table)
         if variable is None:
             raise _missing(source, program, table)
@@ -298,7 +278,7 @@ def resume_plan(source: Source, program: Program) -> Plan:
 
 
 def warm_start_plan(
-    source: Source,
+    source: ProgramCheckpoint,
     program: Program,
     settings: WarmStartSettings,
     fresh: Mapping[str, Mapping[str, np.ndarray]],
@@ -384,10 +364,7 @@ def warm_start_plan(
         tables_there.append(prev)
         viable.append(current)
         tensor_core[table] = fresh_tensor_core[table]
-        if selects(settings, current, trainable=True) and source.kind == "legacy":
-            tensor_core[table] = _legacy_tensor_core(source, entries, table, shape)
-            count += 1
-        elif selects(settings, current, trainable=True):
+        if selects(settings, current, trainable=True):
             tensor_core[table] = take(current, prev, shape, f"tensor-core table {table}")
     step = 0
     viable.append("global_step")

@@ -36,19 +36,12 @@ for the model_fn to set its key, as an object's state dict does: then
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
-import os
-import re
 from typing import Any
 
 import numpy as np
 
-from ..engine import replace_file
-
-_DENSE_PREFIX = "dense-"
-_DENSE_RE = re.compile(r"^dense-(\d{10,})\.npz$")
 _INDEX_KEY = "__index__"
 
 
@@ -277,39 +270,3 @@ def _decode(tree: Any, arrays: dict[str, np.ndarray]) -> Any:
             return {"float": float, "int": int, "bool": bool}[tree["py"]](array)
         return array
     return tree["v"]
-
-
-# The runner's earlier format: a `dense-<step>.npz` beside each engine checkpoint (still read) ------------
-
-
-def dense_file_name(step: int) -> str:
-    return f"{_DENSE_PREFIX}{step:010d}.npz"
-
-
-def write_dense(directory: str, step: int, state: DenseState) -> tuple[str, str]:
-    """Writes `<directory>/dense-<step>.npz` atomically; returns (file name, sha256 of its bytes)."""
-    data = state.to_bytes()
-    os.makedirs(directory, exist_ok=True)
-    name = dense_file_name(step)
-    replace_file(os.path.join(directory, name), data)
-    return name, hashlib.sha256(data).hexdigest()
-
-
-def read_dense(directory: str, name: str, sha256: str | None) -> bytes:
-    path = os.path.join(directory, name)
-    if not os.path.isfile(path):
-        raise ValueError(f"The dense state {path!r} of this checkpoint is missing.")
-    with open(path, "rb") as handle:
-        data = handle.read()
-    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
-        raise ValueError(f"The dense state {path!r} does not match its checkpoint's checksum (corrupt or overwritten).")
-    return data
-
-
-def dense_steps(directory: str) -> list[int]:
-    """Steps with a dense state file in `directory`, ascending."""
-    try:
-        names = os.listdir(directory)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return sorted(int(m.group(1)) for m in map(_DENSE_RE.match, names) if m)

@@ -27,7 +27,7 @@ from typing import Any
 from ..progress import ProgressLine
 from .migration import Migration
 from .report import CONVERTED, EXACT, IMPOSSIBLE, LossyMigrationError, Report, Row
-from .source import Source, load_source, resolve_object
+from .source import MigrationInput, load_source, resolve_object
 
 __all__ = [
     "TARGETS",
@@ -41,7 +41,7 @@ __all__ = [
     "Report",
     "Row",
     "LossyMigrationError",
-    "Source",
+    "MigrationInput",
     "load_source",
     "resolve_object",
     "EXACT",

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..spec import FeatureSpec, TableSpec
 from ..spec import initializers as spec_initializers
-from .source import Source
+from .source import MigrationInput
 
 __all__ = [
     "importable_name",
@@ -118,7 +118,7 @@ def sparsecore_table_lines(
     return call_lines(variable, call, arguments, indent="    ")
 
 
-def feature_lines(source: Source, features: Sequence[FeatureSpec], template: str) -> list[str]:
+def feature_lines(source: MigrationInput, features: Sequence[FeatureSpec], template: str) -> list[str]:
     """`    return {` the features' configs `}`: `template` formats each from its `name`, its table's `variable`
     and its `dim`."""
     variables = table_variables(source.tables)
@@ -138,7 +138,7 @@ def initializer_call(initializer: Any, namespace: str) -> str | None:
     return f"{namespace}.{name}({arguments})"
 
 
-def weights_constants(source: Source) -> list[str]:
+def weights_constants(source: MigrationInput) -> list[str]:
     """`WEIGHTS` (weights.npz beside model.py), `GLOBAL_BATCH_SIZE` and `STEP` of a SparseCore model.py."""
     batch = "None" if source.batch_size is None else str(source.batch_size)
     return [

@@ -19,33 +19,33 @@ from .migration import Migration, write_npz_weights
 from .options import Option, options
 from .report import EXACT, Report, Row
 from .rows import make_row
-from .source import Source, load_source
+from .source import MigrationInput, load_source
 
 __all__ = ["Target", "convert", "common_row", "report_for"]
 
 
-def _no_notes(source: Source) -> list[str]:
+def _no_notes(source: MigrationInput) -> list[str]:
     return []
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Target:
-    """What converts a `Source` to one library; each target module ends with `TARGET = Target(...)`."""
+    """What converts a `MigrationInput` to one library; each target module ends with `TARGET = Target(...)`."""
 
     name: str
     """The CLI's `--to` value."""
     title: str
     """The library and version the mapping was written against."""
-    map_option: Callable[[Option, Source], Row]
+    map_option: Callable[[Option, MigrationInput], Row]
     """One report row for every `Option` but those that change nothing anywhere (`common_row`: an unset option,
     and `clipping_limit`, which TensorFlow never applies)."""
-    weights: Callable[[Source], dict[str, np.ndarray]]
+    weights: Callable[[MigrationInput], dict[str, np.ndarray]]
     """Tables and optimizer state under the target's names and in its layout."""
-    code: Callable[[Source], str]
+    code: Callable[[MigrationInput], str]
     """Python source that builds the target's config and loads the weights."""
-    build: Callable[[Source], Any]
+    build: Callable[[MigrationInput], Any]
     """The target's config objects, made with its library (ImportError when it is not installed)."""
-    notes: Callable[[Source], list[str]] = _no_notes
+    notes: Callable[[MigrationInput], list[str]] = _no_notes
     """Notes for the report, after the source's."""
     write_weights: Callable[..., list[str]] = write_npz_weights
     """`(migration, directory, progress) -> names written`: `weights.npz`, or a format of the target's own."""
@@ -60,7 +60,7 @@ def common_row(option: Option) -> Row | None:
     return None
 
 
-def report_for(target: Target, source: Source) -> Report:
+def report_for(target: Target, source: MigrationInput) -> Report:
     """Every option of `source` mapped by `target`, as a report."""
     rows = []
     for option in options(source):

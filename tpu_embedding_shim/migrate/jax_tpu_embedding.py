@@ -51,7 +51,7 @@ from .convert import Target
 from .options import Option
 from .report import CONVERTED, EXACT, Row
 from .rows import Rule, converted, impossible, make_row, row_of
-from .source import Source
+from .source import MigrationInput
 from .sparsecore import (
     SHARED_FIELDS,
     SLOTS,
@@ -120,7 +120,7 @@ _SPEC_ROWS: dict[str, Rule] = {
 _FEATURE_ROWS = feature_rows("preprocess_sparse_dense_matmul_input(features, features_weights)")
 
 
-def map_option(option: Option, source: Source) -> Row:
+def map_option(option: Option, source: MigrationInput) -> Row:
     if option.where == "spec":
         return row_of(_SPEC_ROWS, option, source, NAME)
     if option.feature is not None:
@@ -151,7 +151,7 @@ def _class_of(optimizer: OptimizerSpec | None) -> str | None:
     return None if optimizer is None else _SPECS.get(optimizer.kind, (None,))[0]
 
 
-def weights(source: Source) -> dict[str, np.ndarray]:
+def weights(source: MigrationInput) -> dict[str, np.ndarray]:
     """`<table>` -> the table, `<table>/<slot>` -> its slots (jax-tpu-embedding's names), every table."""
     out: dict[str, np.ndarray] = {}
     for table in source.tables:
@@ -199,7 +199,7 @@ def _arguments(optimizer: OptimizerSpec) -> list[str]:
     return arguments
 
 
-def code(source: Source) -> str:
+def code(source: MigrationInput) -> str:
     spec = source.spec
     imports: list[str] = []
     rates = learning_rates_code(source, imports)
@@ -300,7 +300,7 @@ def code(source: Source) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build(source: Source) -> dict[str, Any]:
+def build(source: MigrationInput) -> dict[str, Any]:
     """The generated code's objects, made in-process (the functions themselves as learning rates):
     {'feature_specs': {feature: FeatureSpec}, 'variables': {table: EmbeddingVariables}, 'tensor_core': {...}}."""
     if importlib.util.find_spec("jax_tpu_embedding") is None:
@@ -314,7 +314,7 @@ def build(source: Source) -> dict[str, Any]:
     }
 
 
-def notes(source: Source) -> list[str]:
+def notes(source: MigrationInput) -> list[str]:
     return [
         "Weights: weights.npz, `<table>` (the table) and `<table>/<slot>` (jax-tpu-embedding's slot names, TF's "
         f"values, global step {source.step}); model.py's embedding_variables() reads them.",

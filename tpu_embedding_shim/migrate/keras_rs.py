@@ -44,7 +44,7 @@ from .options import Option
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
 from .rows import Rule, converted, impossible, make_row, row_of
 from .runtime import embedded
-from .source import Source
+from .source import MigrationInput
 
 __all__ = ["TARGET", "NAME", "TITLE", "SLOTS", "map_option", "weights", "code", "build", "notes"]
 
@@ -103,7 +103,7 @@ _DROPPED = {
 """Optimizer fields keras-rs drops once they are set (unset, they change nothing: `convert.common_row`)."""
 
 
-def map_option(option: Option, source: Source) -> Row:
+def map_option(option: Option, source: MigrationInput) -> Row:
     if option.where == "spec":
         return row_of(_SPEC_ROWS, option, source, NAME)
     if option.feature is not None:
@@ -129,7 +129,7 @@ def map_option(option: Option, source: Source) -> Row:
     return row or sparsecore.table_row(option, source, _class_of, _keras_initializer, _STEPS)
 
 
-def _keras_field_row(option: Option, source: Source) -> Row | None:
+def _keras_field_row(option: Option, source: MigrationInput) -> Row | None:
     """The optimizer fields where keras-rs differs from jax-tpu-embedding itself; None for the others."""
     field, value = option.name.removeprefix("optimizer."), option.value
     if field in _DROPPED:
@@ -162,7 +162,7 @@ def _keras_field_row(option: Option, source: Source) -> Row | None:
 # The weights ---------------------------------------------------------------------------------------
 
 
-def weights(source: Source) -> dict[str, np.ndarray]:
+def weights(source: MigrationInput) -> dict[str, np.ndarray]:
     """`<table>` -> the table; `<table>/<slot>` -> its SparseCore slots (jax-tpu-embedding's names)."""
     out: dict[str, np.ndarray] = {}
     for table in source.tables:
@@ -184,7 +184,7 @@ def _keras_initializer(initializer: Any, dim: int) -> str | None:
     return initializer_call(initializer, "keras.initializers")
 
 
-def _optimizer_code(source: Source, table: str) -> str:
+def _optimizer_code(source: MigrationInput, table: str) -> str:
     """`optimizer=...,` of a TableConfig, with a comment when it is not TF's optimizer."""
     if source.is_tensor_core(table):
         return "optimizer=keras.optimizers.SGD(),  # unused on default_device: the model's optimizer trains it"
@@ -210,7 +210,7 @@ def _arguments(optimizer: OptimizerSpec) -> list[str]:
     return []
 
 
-def code(source: Source) -> str:
+def code(source: MigrationInput) -> str:
     imports: list[str] = []
     rates = sparsecore.learning_rates_code(source, imports)
     tables = [t.name for t in source.tables]
@@ -281,7 +281,7 @@ def code(source: Source) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build(source: Source) -> Any:
+def build(source: MigrationInput) -> Any:
     """The generated code's `build_layer()`, run in-process with the functions themselves as learning rates:
     a built `DistributedEmbedding` holding the weights. Needs keras-rs on Keras' JAX backend."""
     if importlib.util.find_spec("keras_rs") is None:
@@ -297,7 +297,7 @@ def build(source: Source) -> Any:
     return namespace["build_layer"](weights(source), sparsecore.learning_rates(source))
 
 
-def notes(source: Source) -> list[str]:
+def notes(source: MigrationInput) -> list[str]:
     return [
         "Every TableConfig sets its optimizer: keras-rs' default is Adam.",
         "The optimizer rows describe SparseCore (JAX backend), where keras-rs runs jax-tpu-embedding's kernels. On "

@@ -1,4 +1,4 @@
-"""Every option of a `Source`, one `Option` each: what each target must say something about.
+"""Every option of a `MigrationInput`, one `Option` each: what each target must say something about.
 
 The spec-wide options first, then each table (its shape, initializer,
 combiner, placement, the features sharing it, its optimizer and every
@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
-from .source import Source
+from .source import MigrationInput
 
 __all__ = ["Option", "options", "NotInConfig", "SPEC_OPTIONS", "TABLE_OPTIONS", "FEATURE_OPTIONS", "UNSET", "describe"]
 
@@ -99,7 +99,7 @@ class NotInConfig:
         return f"not in the EmbeddingConfigSpec ({self.holder} sets it)"
 
 
-def options(source: Source) -> Iterator[Option]:
+def options(source: MigrationInput) -> Iterator[Option]:
     spec = source.spec
     for name in SPEC_OPTIONS:
         value: Any = getattr(spec, name)

@@ -15,7 +15,7 @@ from typing import Any
 
 from .options import Option
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
-from .source import Source
+from .source import MigrationInput
 
 __all__ = [
     "Rule",
@@ -29,7 +29,7 @@ __all__ = [
     "row_of",
 ]
 
-Rule = Callable[[Option, Source], Row]
+Rule = Callable[[Option, MigrationInput], Row]
 """An option's report row, from the option and the source it belongs to."""
 Text = str | Callable[[Option], str]
 """A row's target or how: fixed, or written from the option (its value, its table or feature)."""
@@ -63,7 +63,7 @@ def when_on(off: str, status: str, target: str, how: Text, *, on: Callable[[Any]
     """Exact while the option is off (`off` says what the target does then); once `on(value)` (by default: a true
     value), a `status` row (converted or impossible) with `target` and `how`."""
 
-    def rule(option: Option, source: Source) -> Row:
+    def rule(option: Option, source: MigrationInput) -> Row:
         if not on(option.value):
             return make_row(option, EXACT, off)
         return make_row(option, status, target, _text(how, option))
@@ -80,7 +80,7 @@ def follows_weight_decay(how: str) -> Rule:
     """multiply_weight_decay_factor_by_learning_rate: exact without weight decay (nothing to scale); else
     impossible (`how`), as the target has no weight decay to scale."""
 
-    def rule(option: Option, source: Source) -> Row:
+    def rule(option: Option, source: MigrationInput) -> Row:
         optimizer = source.optimizer_for(option.table or "")
         if not getattr(optimizer, "weight_decay_factor", None):
             return make_row(option, EXACT, "(no weight decay)")
@@ -89,7 +89,7 @@ def follows_weight_decay(how: str) -> Rule:
     return rule
 
 
-def row_of(rules: Mapping[str, Rule], option: Option, source: Source, target: str) -> Row:
+def row_of(rules: Mapping[str, Rule], option: Option, source: MigrationInput, target: str) -> Row:
     """The row the rule of `option` in `rules` gives (KeyError naming the target and the option without one)."""
     rule = rules.get(option.name)
     if rule is None:

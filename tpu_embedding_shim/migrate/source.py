@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -31,17 +30,17 @@ from ..api.embedding_config_spec import EmbeddingConfigSpec
 from ..checkpoints import program_checkpoint
 from ..checkpoints.restore import Program, resume_plan
 from ..checkpoints.tf_names import ProgramNames
-from ..engine import CheckpointError, Engine
+from ..engine import Engine
 from ..engine import checkpoint as engine_checkpoint
 from ..spec import EmbeddingSpec, FeatureSpec, OptimizerSpec, TableSpec
 
-__all__ = ["Source", "load_source", "resolve_object"]
+__all__ = ["MigrationInput", "load_source", "resolve_object"]
 
 State = dict[str, dict[str, np.ndarray]]
 
 
 @dataclasses.dataclass(frozen=True)
-class Source:
+class MigrationInput:
     """A model's embeddings, ready to convert.
 
     Attributes:
@@ -130,8 +129,8 @@ def resolve_object(reference: str) -> Any:
 
 def load_source(
     config: Any, checkpoint: str | os.PathLike | None = None, *, seed: int = 0, batch_size: int | None = None
-) -> Source:
-    """The `Source` of `config` (an EmbeddingConfigSpec or EmbeddingSpec) with the weights of `checkpoint`.
+) -> MigrationInput:
+    """The `MigrationInput` of `config` (an EmbeddingConfigSpec or EmbeddingSpec) with the weights of `checkpoint`.
 
     Without a checkpoint the tables are drawn by their initializers (the
     engine's, seeded with `seed`) and the slots hold their initial values.
@@ -172,7 +171,7 @@ def load_source(
         state, step, origin, notes = _fresh(spec, tensor_core_tables, seed)
     else:
         state, step, origin, notes = _read(config, spec, tensor_core_tables, os.fspath(checkpoint))
-    return Source(
+    return MigrationInput(
         spec,
         tensor_core_tables,
         tensor_core_features,
@@ -228,7 +227,7 @@ def _read(
         {t.name: (t.vocabulary_size, t.dim) for t in tensor_core},
         spec.partition_strategy,
     )
-    source = program_checkpoint.open_source(path, uses_engine=bool(spec.tables), legacy_tensors=_no_legacy(path))
+    source = program_checkpoint.open_program_checkpoint(path)
     plan = resume_plan(source, program)
     state = {table: dict(arrays) for table, arrays in plan.tables.items()}
     for table, values in plan.tensor_core.items():
@@ -243,10 +242,3 @@ def _engine_checkpoint(path: str) -> str | None:
     if os.path.isdir(path):
         return engine_checkpoint.latest_checkpoint(path)
     return None
-
-
-def _no_legacy(path: str) -> Any:
-    def refuse(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        raise CheckpointError(f"Checkpoint {path!r} is an engine checkpoint: read it as one.")
-
-    return refuse

@@ -24,7 +24,7 @@ from .codegen import importable_name, literal
 from .options import Option
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
 from .rows import Rule, converted, exact, follows_weight_decay, from_tokens, impossible, make_row, when_on
-from .source import Source
+from .source import MigrationInput
 
 __all__ = [
     "SLOTS",
@@ -120,7 +120,7 @@ def adam_learning_rate(learning_rate, beta_1, beta_2):
 def sharding(library: str, where: str) -> Rule:
     """partition_strategy / num_shards: the target shards mod by its own device count; the weights are whole."""
 
-    def rule(option: Option, source: Source) -> Row:
+    def rule(option: Option, source: MigrationInput) -> Row:
         if option.name == "partition_strategy" and option.value == "mod":
             return make_row(option, EXACT, "MOD sharding (the only strategy)")
         target = "MOD sharding" if option.name == "partition_strategy" else "one shard per SparseCore"
@@ -145,7 +145,7 @@ def multiplier(how: str) -> Rule:
     return converted("your training step", where)
 
 
-def _default_value_row(option: Option, source: Source) -> Row:
+def _default_value_row(option: Option, source: MigrationInput) -> Row:
     feature = source.feature(option.feature or "")
     if feature.id_source != "identity":
         unknown = "are dropped (TF's -1)" if option.value == -1 else f"get id {option.value}"
@@ -183,7 +183,7 @@ def feature_rows(inputs: str) -> dict[str, Rule]:
 
 def table_row(
     option: Option,
-    source: Source,
+    source: MigrationInput,
     class_of: Callable[[OptimizerSpec | None], str | None],
     initializer_code: Callable[[Any, int], str | None],
     steps: str = "",
@@ -268,7 +268,7 @@ the optimizer class)."""
 def optimizer_field_row(
     option: Option,
     optimizer: OptimizerSpec | None,
-    source: Source,
+    source: MigrationInput,
     class_of: Callable[[OptimizerSpec | None], str | None],
     steps: str = "",
 ) -> Row:
@@ -293,7 +293,7 @@ def optimizer_field_row(
     return make_row(option, EXACT, f"{target}({argument(optimizer, field)}={value!r})")
 
 
-def learning_rate_row(option: Option, target: str, source: Source, steps: str = "") -> Row:
+def learning_rate_row(option: Option, target: str, source: MigrationInput, steps: str = "") -> Row:
     """A number is exact; a function of the step is imported by the code when it can be, else impossible.
     `steps` says which step counter calls it."""
     value = option.value
@@ -321,21 +321,23 @@ def learning_rate_row(option: Option, target: str, source: Source, steps: str = 
 # The weights ---------------------------------------------------------------------------------------
 
 
-def slot_arrays(source: Source, table: str, slots: dict[str, tuple[tuple[str, str], ...]]) -> dict[str, np.ndarray]:
+def slot_arrays(
+    source: MigrationInput, table: str, slots: dict[str, tuple[tuple[str, str], ...]]
+) -> dict[str, np.ndarray]:
     """`<table>/<slot>` -> TF's slot values, for an optimizer the target takes (else nothing)."""
     optimizer = source.optimizer_for(table)
     pairs = slots.get(optimizer.kind, ()) if optimizer is not None else ()
     return {f"{table}/{slot}": source.state[table][tf_slot] for tf_slot, slot in pairs}
 
 
-def adam_code(source: Source) -> list[str]:
+def adam_code(source: MigrationInput) -> list[str]:
     """`adam_learning_rate`'s definition when a table trains with Adam (its learning rate calls it), else nothing."""
     if not any((o := source.optimizer_for(t.name)) is not None and o.kind == "adam" for t in source.spec.tables):
         return []
     return ["", "", *inspect.getsource(adam_learning_rate).rstrip().splitlines()]
 
 
-def learning_rates(source: Source) -> dict[str, Any]:
+def learning_rates(source: MigrationInput) -> dict[str, Any]:
     """table -> TF's learning rate (a number or the function itself), for tables with an optimizer."""
     out = {}
     for table in source.spec.tables:
@@ -345,7 +347,7 @@ def learning_rates(source: Source) -> dict[str, Any]:
     return out
 
 
-def learning_rates_code(source: Source, imports: list[str]) -> list[str]:
+def learning_rates_code(source: MigrationInput, imports: list[str]) -> list[str]:
     """`LEARNING_RATES = {...}`: numbers, imported functions, or a local function's value at the checkpoint's step."""
     lines = ["LEARNING_RATES = {"]
     for table, rate in learning_rates(source).items():
@@ -365,7 +367,7 @@ def learning_rates_code(source: Source, imports: list[str]) -> list[str]:
     return lines
 
 
-def vocabularies_code(source: Source) -> list[str]:
+def vocabularies_code(source: MigrationInput) -> list[str]:
     """`VOCABULARIES = {feature: tokens in id order}` for the features whose ids came from a vocabulary."""
     vocabularies = {f.name: f.vocabulary or () for f in source.features if f.id_source != "identity"}
     if not vocabularies:
@@ -400,7 +402,7 @@ def optimizer_code(
     return f"{cls}({', '.join([f'learning_rate={rate}', *arguments(optimizer)])}),"
 
 
-def batch_size_notes(source: Source, shapes: str) -> list[str]:
+def batch_size_notes(source: MigrationInput, shapes: str) -> list[str]:
     """The note of a conversion without a global batch size, which SparseCore's fixed shapes need (`shapes` says
     what holds None in the target's configs and who takes it); nothing when it was given."""
     if source.batch_size is not None:

@@ -46,7 +46,7 @@ from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
 from .rows import Rule, converted, exact, from_tokens, impossible, make_row, row_of, when_on
 from .runtime import embedded
 from .runtime.tf_midlevel_model import _StepCounter
-from .source import Source
+from .source import MigrationInput
 
 NAME = "tf-midlevel"
 TITLE = "TensorFlow's mid-level API (tf.tpu.experimental.embedding, TF 2.15)"
@@ -93,7 +93,7 @@ def _argument(cls: str, field: str) -> str:
 # The report ----------------------------------------------------------------------------------------
 
 
-def map_option(option: Option, source: Source) -> Row:
+def map_option(option: Option, source: MigrationInput) -> Row:
     name, value = option.name, option.value
     if option.where == "spec":
         return row_of(_SPEC_ROWS, option, source, NAME)
@@ -174,7 +174,7 @@ _SPEC_ROWS: dict[str, Rule] = {
 }
 
 
-def _default_value_row(option: Option, source: Source) -> Row:
+def _default_value_row(option: Option, source: MigrationInput) -> Row:
     feature = source.feature(option.feature or "")
     if feature.id_source != "identity":
         return make_row(option, CONVERTED, "your input pipeline", _PREPROCESS)
@@ -211,7 +211,7 @@ _FEATURE_ROWS: dict[str, Rule] = {
 }
 
 
-def _optimizer_row(option: Option, optimizer: OptimizerSpec | None, source: Source) -> Row:
+def _optimizer_row(option: Option, optimizer: OptimizerSpec | None, source: MigrationInput) -> Row:
     field = option.name.removeprefix("optimizer.")
     value = option.value
     cls = _v2_class(optimizer)
@@ -266,7 +266,7 @@ def _arguments(optimizer: OptimizerSpec, step: int) -> dict[str, Any]:
     return arguments
 
 
-def build(source: Source) -> dict[str, Any]:
+def build(source: MigrationInput) -> dict[str, Any]:
     """`TPUEmbedding`'s arguments, made with this project's mid-level API (TensorFlow's classes):
     {'feature_config': {feature: FeatureConfig}, 'optimizer': ..., 'pipeline_execution_with_tensor_core': ...}."""
     spec = source.spec
@@ -305,7 +305,7 @@ def _slot_key(table: str, slot: str) -> str:
     return f"embedding/{table}.S{slot}/.ATTRIBUTES/VARIABLE_VALUE"
 
 
-def weights(source: Source) -> dict[str, np.ndarray]:
+def weights(source: MigrationInput) -> dict[str, np.ndarray]:
     """The checkpoint's arrays under TensorFlow's keys; tensor-core tables as `tensor_core/<table>`."""
     out: dict[str, np.ndarray] = {}
     for table in source.spec.tables:
@@ -376,7 +376,7 @@ def _initializer_code(initializer: Any) -> str | None:
     return initializer_call(initializer, "tf.initializers")
 
 
-def _optimizer_code(optimizer: OptimizerSpec, source: Source, imports: list[str], indent: int) -> str:
+def _optimizer_code(optimizer: OptimizerSpec, source: MigrationInput, imports: list[str], indent: int) -> str:
     """`tf.tpu.experimental.embedding.<Class>(...)`, one argument a line, those at TF's defaults left out."""
     cls = _v2_class(optimizer)
     assert cls is not None
@@ -400,7 +400,7 @@ def _optimizer_code(optimizer: OptimizerSpec, source: Source, imports: list[str]
     return f"tf.tpu.experimental.embedding.{cls}({inner}\n{pad})"
 
 
-def code(source: Source) -> str:
+def code(source: MigrationInput) -> str:
     spec = source.spec
     imports: list[str] = []
     body = ["", "", "# Tables: each with its optimizer (the EmbeddingConfigSpec's, or the column's own)."]
@@ -485,7 +485,7 @@ def code(source: Source) -> str:
     return "\n".join(lines + body) + "\n"
 
 
-def notes(source: Source) -> list[str]:
+def notes(source: MigrationInput) -> list[str]:
     return [
         f"Weights: {CHECKPOINT_DIR}/ckpt-1, a TensorFlow object-based checkpoint of a TPUEmbedding saved as "
         f"`embedding=` (global step {source.step}); restore it with tf.train.Checkpoint(embedding=...).restore()."

@@ -59,7 +59,7 @@ from .options import Option
 from .report import CONVERTED, EXACT, IMPOSSIBLE, Row
 from .rows import Rule, converted, exact, from_tokens, impossible, make_row, row_of, when_on
 from .runtime import embedded
-from .source import Source
+from .source import MigrationInput
 
 NAME = "torchrec"
 TITLE = "TorchRec 1.9.2 + FBGEMM (fbgemm-gpu 1.8.0)"
@@ -90,12 +90,12 @@ class Fused:
     exact: bool
 
 
-def in_ec(source: Source, table: str) -> bool:
+def in_ec(source: MigrationInput, table: str) -> bool:
     """True when a sequence feature reads `table`: it goes to the EmbeddingCollection."""
     return any(f.is_sequence for f in source.features_of(table))
 
 
-def is_weighted(source: Source) -> bool:
+def is_weighted(source: MigrationInput) -> bool:
     """True when a pooled table of the EmbeddingBagCollection needs per-id weights (weights given, or sqrtn)."""
     return any(
         f.weight_key is not None or source.table(f.table).combiner == "sqrtn"
@@ -109,19 +109,19 @@ def padded_dim(dim: int) -> int:
     return -(-dim // 4) * 4
 
 
-def pooling(source: Source, table: str) -> str:
+def pooling(source: MigrationInput, table: str) -> str:
     """The PoolingType of a table of the EmbeddingBagCollection: MEAN for an unweighted mean, else SUM."""
     if source.table(table).combiner == "mean" and not is_weighted(source):
         return "MEAN"
     return "SUM"
 
 
-def weight_key(source: Source, table: str) -> str:
+def weight_key(source: MigrationInput, table: str) -> str:
     """The table's key in its collection's state_dict (and in weights.npz)."""
     return f"embeddings.{table}.weight" if in_ec(source, table) else f"embedding_bags.{table}.weight"
 
 
-def fused(source: Source, table: str) -> Fused | None:
+def fused(source: MigrationInput, table: str) -> Fused | None:
     """The table's fused optimizer (None: a tensor-core table, or no optimizer)."""
     optimizer = source.optimizer_for(table)
     if optimizer is None:
@@ -140,7 +140,7 @@ def fused(source: Source, table: str) -> Fused | None:
 # The report ------------------------------------------------------------------------------------------------
 
 
-def map_option(option: Option, source: Source) -> Row:
+def map_option(option: Option, source: MigrationInput) -> Row:
     if option.where == "spec":
         return row_of(_SPEC_ROWS, option, source, NAME)
     if option.feature is not None:
@@ -177,7 +177,7 @@ def _callable_note(function: Any) -> str:
     return f"model.py imports {reference[0]}.{reference[1]}"
 
 
-def _table_row_shape(option: Option, source: Source) -> Row:
+def _table_row_shape(option: Option, source: MigrationInput) -> Row:
     target = "num_embeddings" if option.name == "vocabulary_size" else "embedding_dim"
     table = source.table(option.table or "")
     if option.name == "dim" and table.dim % 4:
@@ -191,7 +191,7 @@ def _table_row_shape(option: Option, source: Source) -> Row:
     return make_row(option, EXACT, target)
 
 
-def _table_row_initializer(option: Option, source: Source) -> Row:
+def _table_row_initializer(option: Option, source: MigrationInput) -> Row:
     table = source.table(option.table or "")
     drawn = "TF's initializer's draws" if source.origin.startswith("fresh") else "the checkpoint's values"
     if _init_fn_code(table) is None:
@@ -211,7 +211,7 @@ def _table_row_initializer(option: Option, source: Source) -> Row:
     )
 
 
-def _table_row_combiner(option: Option, source: Source) -> Row:
+def _table_row_combiner(option: Option, source: MigrationInput) -> Row:
     table = option.table or ""
     combiner = option.value
     pooled = [f for f in source.features_of(table) if not f.is_sequence]
@@ -239,7 +239,7 @@ def _table_row_combiner(option: Option, source: Source) -> Row:
     )
 
 
-def _table_row_placement(option: Option, source: Source) -> Row:
+def _table_row_placement(option: Option, source: MigrationInput) -> Row:
     if option.value == "tensor_core":
         return make_row(
             option,
@@ -250,11 +250,11 @@ def _table_row_placement(option: Option, source: Source) -> Row:
     return make_row(option, EXACT, "table_wise, FBGEMM's fused kernel")
 
 
-def _table_row_features(option: Option, source: Source) -> Row:
+def _table_row_features(option: Option, source: MigrationInput) -> Row:
     return make_row(option, EXACT, "feature_names")
 
 
-def _table_row_optimizer(option: Option, source: Source) -> Row:
+def _table_row_optimizer(option: Option, source: MigrationInput) -> Row:
     table = option.table or ""
     if option.value == _MODEL_OPTIMIZER:
         return make_row(option, CONVERTED, "the model's optimizer", "a tensor-core table: no fused optimizer")
@@ -303,7 +303,7 @@ _TABLE_ROWS = {
 }
 
 
-def _optimizer_field_row(option: Option, source: Source) -> Row:
+def _optimizer_field_row(option: Option, source: MigrationInput) -> Row:
     field = option.name.removeprefix("optimizer.")
     table = option.table or ""
     value = option.value
@@ -378,7 +378,7 @@ def _stand_in_argument(setting: Fused, field: str) -> str:
 # Feature rows ----------------------------------------------------------------------------------------------
 
 
-def _default_value_row(option: Option, source: Source) -> Row:
+def _default_value_row(option: Option, source: MigrationInput) -> Row:
     feature = source.feature(option.feature or "")
     value = option.value
     if feature.id_source == "identity":
@@ -393,7 +393,7 @@ def _default_value_row(option: Option, source: Source) -> Row:
     return make_row(option, CONVERTED, "token_ids()", f"token_ids() maps unknown tokens to {value}, as TF")
 
 
-def _safe_lookup_row(option: Option, source: Source) -> Row:
+def _safe_lookup_row(option: Option, source: MigrationInput) -> Row:
     feature = source.feature(option.feature or "")
     weighted_pool = (
         not feature.is_sequence and feature.weight_key is not None and source.table(feature.table).combiner != "sum"
@@ -410,7 +410,7 @@ def _safe_lookup_row(option: Option, source: Source) -> Row:
     return make_row(option, CONVERTED, "coefficients(..., safe=...)", f"coefficients() {rule}, as TF")
 
 
-def _weight_key_row(option: Option, source: Source) -> Row:
+def _weight_key_row(option: Option, source: MigrationInput) -> Row:
     feature = source.feature(option.feature or "")
     combiner = source.table(feature.table).combiner
     if feature.is_sequence:
@@ -481,7 +481,7 @@ _FEATURE_ROWS: dict[str, Rule] = {
 }
 
 
-def notes(source: Source) -> list[str]:
+def notes(source: MigrationInput) -> list[str]:
     out = [
         "Train through shard(build()) (a DistributedModelParallel, inside a torch.distributed process group): "
         "the fused optimizers run there, inside the backward; build() alone only looks up.",
@@ -506,7 +506,7 @@ def _padded(values: np.ndarray, dim: int, fill: float) -> np.ndarray:
     return out
 
 
-def weights(source: Source) -> dict[str, np.ndarray]:
+def weights(source: MigrationInput) -> dict[str, np.ndarray]:
     """Tables under their state_dict keys and fused optimizer states under `<key>/<table>.<state>`, padded to D4."""
     out: dict[str, np.ndarray] = {}
     for table in source.tables:
@@ -553,7 +553,7 @@ def _init_fn_code(table: TableSpec) -> str | None:
     return f"functools.partial(torch.nn.init.{function}, {arguments})"
 
 
-def _config_line(source: Source, table: TableSpec, sequence: bool) -> str:
+def _config_line(source: MigrationInput, table: TableSpec, sequence: bool) -> str:
     features = [f.name for f in source.features_of(table.name)]
     arguments = [
         f"name={table.name!r}",
@@ -570,7 +570,7 @@ def _config_line(source: Source, table: TableSpec, sequence: bool) -> str:
     return f"    {cls}({', '.join(arguments)}),"
 
 
-def _feature_entry(source: Source, name: str) -> str:
+def _feature_entry(source: MigrationInput, name: str) -> str:
     feature = source.feature(name)
     table = source.table(feature.table)
     entry = {
@@ -587,7 +587,7 @@ def _feature_entry(source: Source, name: str) -> str:
     return f"    {name!r}: {{{', '.join(f'{k!r}: {literal(v)}' for k, v in entry.items())}}},"
 
 
-def _optimizer_lines(source: Source) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+def _optimizer_lines(source: MigrationInput) -> tuple[list[str], list[str], list[tuple[str, str]]]:
     """(FUSED_OPTIMIZERS entries, LEARNING_RATE_FNS entries, (module, name) of the learning-rate functions)."""
     fused_lines: list[str] = []
     rate_lines: list[str] = []
@@ -632,7 +632,7 @@ def _token(token: Any) -> str | int:
     return str(token) if isinstance(token, str) else int(token)
 
 
-def code(source: Source) -> str:
+def code(source: MigrationInput) -> str:
     """model.py: the configs, the fused optimizers, and the functions that load, shard and look up."""
     ebc_tables = [t for t in source.tables if not in_ec(source, t.name)]
     ec_tables = [t for t in source.tables if in_ec(source, t.name)]
@@ -721,7 +721,7 @@ def _function_lines(function: Any, name: str, what: str) -> tuple[list[tuple[str
     return [reference], [f"{name} = {reference[1]}"]
 
 
-def build(source: Source) -> types.ModuleType:
+def build(source: MigrationInput) -> types.ModuleType:
     """The generated model.py run in-process (TorchRec imported), its `embeddings` built with the weights loaded.
 
     The module's attributes are the configs (`TABLES`, `SEQUENCE_TABLES`, `FUSED_OPTIMIZERS`, ...) and the

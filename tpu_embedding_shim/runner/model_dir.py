@@ -9,7 +9,7 @@ restore.py plans what a checkpoint gives to whom):
 
     ensure(mode)   the state of the latest checkpoint, or a fresh (warm-started) one for training
     save()         model.ckpt-<step> in TensorFlow's format, under TensorFlow's names
-    restore(path)  any checkpoint the runner reads: its own, TensorFlow's, an older format
+    restore(path)  any checkpoint the runner reads: its own or TensorFlow's
 
 A model without engine tables keeps its global step here (`step`).
 """
@@ -146,27 +146,9 @@ class ModelState:
             tensor_core = {name: (t.vocabulary_size, t.dim) for name, t in self._tensor_core.tables.items()}
         return Program(copy.deepcopy(self.names), tables, optimizers, tensor_core, self._partition_strategy())
 
-    def _open(self, path: Any) -> program_checkpoint.Source:
-        return program_checkpoint.open_source(path, uses_engine=self.uses_engine, legacy_tensors=self._legacy_tensors)
-
-    def _legacy_tensors(self, state: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        """An engine checkpoint of the earlier format, as tensors under this program's TensorFlow names."""
-        tensors = {}
-        for table, arrays in state.items():
-            if table not in self.names.tables:
-                tensors[table] = arrays["embedding"]
-                continue
-            name = self.names.variable(table)
-            tensors[name] = arrays["embedding"]
-            slots = [slot for slot in arrays if slot != "embedding"]
-            optimizer = self.engine.spec.optimizer_for(table) if self.engine is not None else None
-            for slot, suffix in slot_suffixes(optimizer.kind if optimizer else None, slots).items():
-                tensors[f"{name}/{suffix}"] = arrays[slot]
-        return tensors
-
     def restore(self, path: str) -> None:
-        """Resumes from the checkpoint `path` (a prefix or directory; this runner's, TensorFlow's, or older)."""
-        source = self._open(path)
+        """Resumes from the checkpoint `path` (a prefix or directory; the runner's or TensorFlow's)."""
+        source = program_checkpoint.open_program_checkpoint(path)
         plan = resume_plan(source, self._program())
         self._apply(plan, resume=True)
         self.loaded_step = plan.step
@@ -174,7 +156,7 @@ class ModelState:
 
     def warm_start(self, settings: WarmStartSettings) -> None:
         """Takes what `settings` asks for from another run's checkpoint into this fresh state."""
-        source = self._open(settings.ckpt_to_initialize_from)
+        source = program_checkpoint.open_program_checkpoint(settings.ckpt_to_initialize_from)
         fresh = self.engine.state() if self.engine is not None else {}
         program = self._program()
         fresh_tensor_core = {name: self.dense_state[name] for name in program.tensor_core}
@@ -312,8 +294,8 @@ class ModelState:
             )
 
     def latest_checkpoint(self) -> str | None:
-        """The latest checkpoint of model_dir (`<model_dir>/model.ckpt-<step>`, or an older-format one), or None."""
-        return program_checkpoint.latest(self.model_dir, uses_engine=self.uses_engine)
+        """The latest checkpoint of model_dir (`<model_dir>/model.ckpt-<step>`), or None."""
+        return program_checkpoint.latest(self.model_dir)
 
     # Variables by name -------------------------------------------------------------------------
 

@@ -219,7 +219,7 @@ class TPUEstimator:
         return self._state.save(keep=self._config.keep_checkpoint_max or None)
 
     def latest_checkpoint(self) -> str | None:
-        """The latest checkpoint of model_dir (`<model_dir>/model.ckpt-<step>`, or an older-format one), or None."""
+        """The latest checkpoint of model_dir (`<model_dir>/model.ckpt-<step>`), or None."""
         return self._state.latest_checkpoint()
 
     def get_variable_names(self) -> list[str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import glob
 import os
 import re
-from collections.abc import Callable
 
 __all__ = ["index_file", "data_file", "data_files", "is_bundle", "index_suffix_hint", "newest_complete"]
 
@@ -48,8 +47,8 @@ def index_suffix_hint(path: str) -> str:
     return ""
 
 
-def newest_complete(directory: str, basename: str, complete: Callable[[str], bool] = is_bundle) -> str | None:
-    """The `<directory>/<basename>-<n>` of highest n for which `complete(path)` holds, or None.
+def newest_complete(directory: str, basename: str) -> str | None:
+    """The complete checkpoint `<directory>/<basename>-<n>` (its index and data files there) of highest n, or None.
 
     What a reader falls back to when a checkpoint state file is missing, empty,
     or names a checkpoint that is not there (an interrupted save, a hand edit).
@@ -62,6 +61,6 @@ def newest_complete(directory: str, basename: str, complete: Callable[[str], boo
     numbers = {int(match.group(1)) for match in map(pattern.fullmatch, names) if match}
     for number in sorted(numbers, reverse=True):
         path = os.path.join(directory, f"{basename}-{number}")
-        if complete(path):
+        if is_bundle(path):
             return path
     return None
