@@ -350,10 +350,10 @@ def test_what_has_no_place_in_tensorflows_format_is_announced(tmp_path, capsys):
         step=1,
         spec_structure={"t": {"vocabulary_size": 2, "dim": 2, "slots": []}},
         fingerprint="x",
-        extra={"dense_state_file": "dense-1.npz", "epoch": 2},
+        extra={"dataset": "movielens", "epoch": 2},
     )
     assert run("convert", path, tmp_path / "tf" / "m") == 0
-    assert "not converted: the manifest's `extra` (dense_state_file, epoch)" in capsys.readouterr().err
+    assert "not converted: the manifest's `extra` (dataset, epoch)" in capsys.readouterr().err
 
 
 def test_slot_names_are_the_engines_optimizers():

@@ -447,8 +447,8 @@ class CheckpointManager:
       init_fn: called by `restore_or_initialize` when there is no checkpoint.
 
     The state file records the kept checkpoints with their times, as
-    TensorFlow's does. If it names a checkpoint that is not on disk (a save
-    interrupted by an earlier version, files deleted by hand), or is
+    TensorFlow's does. If it names a checkpoint that is not on disk (an interrupted
+    save, files deleted by hand), or is
     missing while checkpoints are there, the newest complete
     `<checkpoint_name>-<n>` on disk is the latest (a warning says so).
 
