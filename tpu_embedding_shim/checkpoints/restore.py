@@ -170,7 +170,7 @@ def _find_table(source: ProgramCheckpoint, program: Program, table: str) -> str 
     return candidates[0] if candidates else None
 
 
-def _certainty(source: ProgramCheckpoint, program: Program, table: str) -> int:
+def _certainty(source: ProgramCheckpoint, table: str) -> int:
     """How sure the name of `table` in `source` is: as the runner recorded it, else TensorFlow's."""
     if source.meta is not None:
         return int(source.meta.get("tables", {}).get(table, {}).get("certainty", CHECKPOINT))
@@ -223,7 +223,7 @@ def resume_plan(source: ProgramCheckpoint, program: Program) -> Plan:
         variable = _find_table(source, program, table)
         if variable is None:
             raise _missing(source, program, table)
-        names[table] = (variable, _certainty(source, program, table))
+        names[table] = (variable, _certainty(source, table))
         arrays = {"embedding": reading.rows(variable, shape, f"table {table}")}
         slots, flavour = reading.slot_names(table, variable)
         if slots is None:
@@ -249,7 +249,7 @@ def resume_plan(source: ProgramCheckpoint, program: Program) -> Plan:
         variable = _find_table(source, program, table)
         if variable is None:
             raise _missing(source, program, table)
-        names[table] = (variable, _certainty(source, program, table))
+        names[table] = (variable, _certainty(source, table))
         tensor_core[table] = reading.rows(variable, shape, f"tensor-core table {table}")
     step = source.step
     if step is None:
