@@ -66,12 +66,12 @@ from tpu_embedding_shim.engine.engine import Engine
 from tpu_embedding_shim.spec import AdagradSpec, EmbeddingSpec, FeatureSpec, RowIdInitializer, TableSpec
 
 memmap.BLOCK_ROWS = 100
-blocks = memmap._block_initializer
-def block_then_die(initializer, start, *args):
-    if start >= 300:  # three blocks of the table written, then killed as by `kill -9`
+rows_of = memmap.initial_rows
+def block_then_die(table, initializer, rows):
+    if table.name == "t" and rows.start >= 300:  # three blocks of the table written, then killed as by `kill -9`
         os.kill(os.getpid(), signal.SIGKILL)
-    return blocks(initializer, start, *args)
-memmap._block_initializer = block_then_die
+    return rows_of(table, initializer, rows)
+memmap.initial_rows = block_then_die
 spec = EmbeddingSpec(tables=(TableSpec(name="t", vocabulary_size=1000, dim=4, combiner="sum",
                                        initializer=RowIdInitializer()),),
                      features=(FeatureSpec(name="f", table="t", num_buckets=1000),),

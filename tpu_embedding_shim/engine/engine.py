@@ -45,11 +45,12 @@ from typing import Any
 import numpy as np
 
 from ..spec import EmbeddingSpec, TableSpec
-from . import aligned, fast
+from . import fast
 from .checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
+from .initialization import initial_rows, seeded_initializers
 from .interface import describe_spec, warn_clipping_limit
 from .kernels import Kernels, Lookup, NumpyKernels, Update
-from .memmap import open_table
+from .memmap import check_table_files, open_table
 from .optimizers import apply_update, initial_slots, touches_all_rows
 from .ragged import Ragged
 from .sharding import ShardedTable
@@ -128,14 +129,14 @@ class Engine:
         self._pending: _PendingUpdate | None = None
         self._tables: dict[str, ShardedTable] = {}
         self._slots: dict[str, dict[str, ShardedTable]] = {}
-        rng = np.random.default_rng(seed)
+        initializers = seeded_initializers(spec, seed)
         self._table_files = table_files
         for table in spec.tables:
             optimizer = spec.optimizer_for(table.name)
             if table.name in table_files:
-                full, slots = open_table(table_files[table.name], table, optimizer, rng)
+                full, slots = open_table(table_files[table.name], table, optimizer, initializers[table.name])
             else:
-                full = initial_table(table, rng)
+                full = initial_rows(table, initializers[table.name])
                 slots = initial_slots(optimizer, full.shape)
             self._tables[table.name] = ShardedTable(full, spec.num_shards, spec.partition_strategy, copy=False)
             self._slots[table.name] = {
@@ -464,47 +465,17 @@ _NUMPY_KERNELS = NumpyKernels()
 
 
 def _check_table_files(spec: EmbeddingSpec, table_files: Mapping[str, str] | None) -> dict[str, str]:
-    if table_files is None:
-        return {}
-    if not isinstance(table_files, Mapping):
-        raise TypeError(
-            f"Argument `table_files` must be a dict of table name -> .npy path. Received: {type(table_files).__name__}."
-        )
-    names = [t.name for t in spec.tables]
-    unknown = sorted(set(table_files) - set(names))
-    if unknown:
-        raise ValueError(f"Argument `table_files` names unknown tables {unknown}; tables are {names}.")
+    table_files = check_table_files(spec, table_files)
     if table_files and spec.num_shards != 1 and spec.partition_strategy != "div":
         raise ValueError(
             f"Argument `table_files` needs the table stored in id order (num_shards == 1, or "
             f"partition_strategy 'div'): one file per table. Received: num_shards="
             f"{spec.num_shards} with partition_strategy {spec.partition_strategy!r}."
         )
-    return {name: str(path) for name, path in table_files.items()}
+    return table_files
 
 
 def initial_table(table: TableSpec, rng: np.random.Generator) -> np.ndarray:
-    """The table's initial values, checked: [V, D], finite, float32."""
-    initializer = table.seeded_initializer(rng)
-    values = np.asarray(initializer((table.vocabulary_size, table.dim), np.float32), dtype=np.float32)
-    if values.shape != (table.vocabulary_size, table.dim):
-        raise ValueError(
-            f"The initializer of table {table.name!r} returned shape {values.shape}; expected "
-            f"{(table.vocabulary_size, table.dim)}."
-        )
-    if not np.all(np.isfinite(values)):
-        raise ValueError(f"The initializer of table {table.name!r} returned NaN or infinite values.")
-    if (
-        type(initializer).__module__ == _BUILTIN_INITIALIZERS
-        and values.flags.owndata
-        and values.flags.c_contiguous
-        and values.flags.writeable
-        and aligned.is_aligned(values)
-    ):
-        return values  # a fresh aligned array made for us: no copy (a 10M-row table is gigabytes)
-    # A cache-line aligned copy (aligned.py). For a built-in initializer its peak memory stays
-    # below the initializer's own (it draws float64, twice the table, then casts).
-    return aligned.aligned_copy(values, np.float32)
-
-
-_BUILTIN_INITIALIZERS = "tpu_embedding_shim.spec.initializers"
+    """The table's initial values, checked: [V, D], finite, float32 (a seedless random initializer
+    seeded from `rng`, as `Engine` seeds it; `initialization.py` draws it)."""
+    return initial_rows(table, table.seeded_initializer(rng))

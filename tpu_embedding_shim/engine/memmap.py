@@ -19,12 +19,9 @@ writes them back to the file); `Engine.save` still writes a checkpoint.
   `<path>`; the slots first, the table last. So a table file that exists is
   complete, and a creation that was killed leaves only `.partial` files,
   which the next open removes (saying so) before it builds the table anew.
-  A `RowIdInitializer` gives the same values as in memory; a constant one
-  too (a number, or an array of V * D values, each block taking its rows'
-  values). A random initializer is called once per block with a seed
-  derived from (its seed, block index): the values have the same
-  distribution, not the same numbers as an in-memory table built from the
-  same seed.
+  The values are those of an in-memory table built with the same seed
+  (`initialization.py` draws any rows alone: random ones block by block,
+  each from its own stream).
 
 Needs the table in id order (one shard, or `div` shards: their storage is
 the id order); one file per table.
@@ -32,24 +29,47 @@ the id order); one file per table.
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
-from ..spec import OptimizerSpec, RowIdInitializer, TableSpec
+from ..spec import EmbeddingSpec, OptimizerSpec, TableSpec
 from ..spec.initializers import Constant
 from .files import not_a_regular_file, read_npy_header
+from .initialization import initial_rows
 
-__all__ = ["open_table", "slot_path", "BLOCK_ROWS"]
+__all__ = ["open_table", "slot_path", "rank_file", "check_table_files", "BLOCK_ROWS"]
 
 log = logging.getLogger(__name__)
 
 BLOCK_ROWS = 1 << 18
 """Rows initialized per block (64 MiB at D = 64)."""
+
+
+def check_table_files(spec: EmbeddingSpec, table_files: Mapping[str, str] | None) -> dict[str, str]:
+    """`table_files` checked against the spec's tables: table name -> path (None: no file tables)."""
+    if table_files is None:
+        return {}
+    if not isinstance(table_files, Mapping):
+        raise TypeError(
+            f"Argument `table_files` must be a dict of table name -> .npy path. Received: {type(table_files).__name__}."
+        )
+    names = [t.name for t in spec.tables]
+    unknown = sorted(set(table_files) - set(names))
+    if unknown:
+        raise ValueError(f"Argument `table_files` names unknown tables {unknown}; tables are {names}.")
+    return {name: str(path) for name, path in table_files.items()}
+
+
+def rank_file(path: str, rank: int, world_size: int) -> str:
+    """Where rank `rank` of `world_size` keeps its rows of the table given as `path`:
+    `/data/big.npy` -> `/data/big.rank-00001-of-00002.npy` (a file per rank, on its host's disk)."""
+    root, extension = os.path.splitext(path)
+    return f"{root}.rank-{rank:05d}-of-{world_size:05d}{extension or '.npy'}"
 
 
 def slot_path(path: str, slot: str) -> str:
@@ -148,32 +168,19 @@ def _remove_partials(paths: list[str]) -> None:
             os.remove(_partial(path))
 
 
-def _values_per_entry(initializer) -> np.ndarray | None:
-    """The flat values of a `Constant` initializer given as an array of many values, else None."""
-    if isinstance(initializer, Constant) and isinstance(initializer.value, np.ndarray) and initializer.value.size > 1:
-        return initializer.value.reshape(-1)
-    return None
-
-
-def _block_initializer(initializer, start: int, stop: int, block: int, dim: int, rng: np.random.Generator):
-    """The initializer of rows start..stop: the same values the whole table would get, where they are defined."""
-    if isinstance(initializer, RowIdInitializer):
-        return dataclasses.replace(initializer, offset=initializer.offset + start)
-    flat = _values_per_entry(initializer)
-    if flat is not None:
-        return Constant(flat[start * dim : stop * dim])
-    seed = getattr(initializer, "seed", "absent")
-    if seed == "absent":
-        return initializer
-    base = int(rng.integers(2**31)) if seed is None else int(seed)
-    return dataclasses.replace(initializer, seed=int(np.random.SeedSequence([base, block]).generate_state(1)[0]))
-
-
 def open_table(
-    path: str, table: TableSpec, optimizer: OptimizerSpec | None, rng: np.random.Generator
+    path: str,
+    table: TableSpec,
+    optimizer: OptimizerSpec | None,
+    initializer: Callable[..., Any],
+    rows: slice = slice(None),
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """(table, slot name -> slot): arrays backed by files, created and initialized if missing."""
-    shape = (table.vocabulary_size, table.dim)
+    """(table, slot name -> slot): arrays backed by files, created and initialized if missing
+    (`initializer`: the table's, seeded as the engine seeds it). `rows`: the rows of the table the
+    files hold (a rank's rows under mpiexec: `slice(start, stop)` or `slice(rank, V, W)`), default all."""
+    start, stop, step = rows.indices(table.vocabulary_size)
+    owned = range(start, stop, step)
+    shape = (len(owned), table.dim)
     initial_slots = optimizer.slot_initial_values() if optimizer is not None else {}
     _remove_partials([path] + [slot_path(path, name) for name in initial_slots])
     if os.path.exists(path):  # a complete table; a slot it lacks (the optimizer changed) starts anew
@@ -184,12 +191,11 @@ def open_table(
             for name, initial in initial_slots.items()
         }
         return _open_existing(path, shape), slots
-    constant = table.effective_initializer()
-    if isinstance(constant, Constant) and _values_per_entry(constant) is not None:
-        constant.check_shape(shape)  # a wrong size raises here, before any file is created
+    if isinstance(initializer, Constant):
+        initializer.check_shape((table.vocabulary_size, table.dim))  # a wrong size raises before any file exists
     # A new table: slot files left from an older one are replaced; the table file comes last.
     slots = {name: _create(slot_path(path, name), shape, _filler(initial)) for name, initial in initial_slots.items()}
-    full = _create(path, shape, lambda array: _initialize(array, table, rng))
+    full = _create(path, shape, lambda array: _initialize(array, table, initializer, owned))
     return full, slots
 
 
@@ -201,13 +207,9 @@ def _filler(value: float) -> Callable[[np.ndarray], None]:
     return fill
 
 
-def _initialize(full: np.ndarray, table: TableSpec, rng: np.random.Generator) -> None:
-    """The table's initial values, block by block (no full-table temporary)."""
-    base_rng = np.random.default_rng(int(rng.integers(2**31)))
-    for block, start in enumerate(range(0, full.shape[0], BLOCK_ROWS)):
-        stop = min(start + BLOCK_ROWS, full.shape[0])
-        init = _block_initializer(table.effective_initializer(), start, stop, block, full.shape[1], base_rng)
-        values = np.asarray(init((stop - start, full.shape[1]), np.float32), dtype=np.float32)
-        if values.shape != (stop - start, full.shape[1]) or not np.all(np.isfinite(values)):
-            raise ValueError(f"The initializer of table {table.name!r} returned bad values for rows {start}..{stop}.")
-        full[start:stop] = values
+def _initialize(full: np.ndarray, table: TableSpec, initializer: Callable[..., Any], owned: range) -> None:
+    """The initial values of the rows `owned`, block by block (no full-table temporary for the built-in
+    initializers)."""
+    for start in range(0, full.shape[0], BLOCK_ROWS):
+        block = owned[start : start + BLOCK_ROWS]
+        full[start : start + len(block)] = initial_rows(table, initializer, slice(block.start, block.stop, block.step))

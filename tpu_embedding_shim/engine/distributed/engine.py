@@ -57,10 +57,12 @@ from typing import Any
 import numpy as np
 
 from ...spec import EmbeddingSpec, FeatureSpec
-from ..engine import LookupResult, initial_table
+from ..engine import LookupResult
+from ..initialization import initial_rows, seeded_initializers
 from ..interface import describe_spec, warn_clipping_limit
 from ..kernels import Lookup, NumpyKernels
 from ..lookup import pooled_coefficients
+from ..memmap import check_table_files, open_table, rank_file
 from ..optimizers import apply_update, initial_slots, touches_all_rows
 from ..ragged import Ragged
 from ..step_checks import check_state, check_trainable, checked_gradient, feature_batch, gradient_multiplier
@@ -119,6 +121,11 @@ class DistributedEngine:
         pooled features (sequence features take the exact path): traffic
         shrinks by the bag length, activations equal one process's to float
         tolerance (docs/distributed.md, "Owner-pooled mode").
+      table_files: table name -> path of a `.npy` file: each rank keeps its
+        rows of the table (and its slots) memory-mapped in a file of its own,
+        `memmap.rank_file(path, rank, W)` (`big.npy` -> `big.rank-00001-of-
+        00002.npy`), on its host's disk; an existing file of the right shape
+        is the rank's rows (a job resumed on as many ranks). See `memmap.py`.
 
     Raises:
       ValueError: `num_shards` is not a multiple of the world size; the
@@ -135,6 +142,7 @@ class DistributedEngine:
         seed: int | None = None,
         check_numerics: bool = True,
         pooling: str = "exact",
+        table_files: Mapping[str, str] | None = None,
     ):
         comm = communicator() if comm is None else comm
         if not isinstance(comm, Communicator):
@@ -151,6 +159,7 @@ class DistributedEngine:
         self._kept: dict[int, tuple[int, Kept]] = {}  # owner mode: lookup -> (its step, what its backward needs)
         error: Exception | None = None
         views: tuple[str, dict[str, str], str, int | None] = ("", {}, "", seed)
+        files: dict[str, str] = {}
         try:
             if not isinstance(spec, EmbeddingSpec):
                 raise TypeError(f"DistributedEngine needs an EmbeddingSpec. Received: {spec!r}.")
@@ -163,13 +172,15 @@ class DistributedEngine:
                 t.name: Ownership(t.vocabulary_size, spec.num_shards, spec.partition_strategy, self.world_size)
                 for t in spec.tables
             }
+            files = check_table_files(spec, table_files)
             views = (spec.fingerprint(), _options(spec), self.pooling, None if seed is None else int(seed))
         except Exception as caught:
             error = caught
         seed = self._agree_on_build(error, views)
         error = None
         try:
-            self._build(seed)
+            self._files = files
+            self._build(seed, files)
         except Exception as caught:
             error = caught
         agree(comm, error, "DistributedEngine")
@@ -211,17 +222,24 @@ class DistributedEngine:
             seed = self.comm.bcast_object(fresh)
         return int(seed)
 
-    def _build(self, seed: int) -> None:
-        """This rank's rows of every table (drawn as one process draws them) and their slots."""
-        rng = np.random.default_rng(seed)
+    def _build(self, seed: int, table_files: dict[str, str]) -> None:
+        """This rank's rows of every table and their slots, and nothing more: its rows drawn alone, with the
+        values one process draws there (`initialization.py`); in a file of its own for the tables of
+        `table_files` (`memmap.py`)."""
+        initializers = seeded_initializers(self.spec, seed)
         self._tables: dict[str, np.ndarray] = {}
         self._slots: dict[str, dict[str, np.ndarray]] = {}
         for table in self.spec.tables:
-            full = initial_table(table, rng)  # the whole table, as Engine draws it; this rank keeps its rows
-            mine = self._owners[table.name].take(full, self.rank)
-            del full
+            rows = self._owners[table.name].owned(self.rank)
+            optimizer = self.spec.optimizer_for(table.name)
+            if table.name in table_files:
+                path = rank_file(table_files[table.name], self.rank, self.world_size)
+                mine, slots = open_table(path, table, optimizer, initializers[table.name], rows)
+            else:
+                mine = initial_rows(table, initializers[table.name], rows)
+                slots = initial_slots(optimizer, mine.shape)
             self._tables[table.name] = mine
-            self._slots[table.name] = initial_slots(self.spec.optimizer_for(table.name), mine.shape)
+            self._slots[table.name] = slots
 
     def _warn_unsupported(self) -> None:
         if self.spec.profile_data_directory:
@@ -601,9 +619,19 @@ class DistributedEngine:
             error = caught
         agree(self.comm, error, "load_state", step=None if error is not None or step is None else int(step))
         self._pending = None
-        self._tables, self._slots = tables, slots
+        self._replace_rows(tables, slots)
         if step is not None:
             self.global_step = int(step)
+
+    def _replace_rows(self, tables: dict[str, np.ndarray], slots: dict[str, dict[str, np.ndarray]]) -> None:
+        """This rank's rows and slots replaced; a table kept in a file (`table_files`) is written in place."""
+        for name, rows in tables.items():
+            if name in self._files:
+                self._tables[name][...] = rows
+                for slot, values in slots[name].items():
+                    self._slots[name][slot][...] = values
+            else:
+                self._tables[name], self._slots[name] = rows, slots[name]
 
     def _rows_of_state(self, state: Mapping[str, Mapping[str, np.ndarray]]) -> tuple[dict, dict]:
         tables, slots = {}, {}

@@ -17,8 +17,8 @@ A rank keeps its rows in id order: row `id` is local row `id - start[r]`
 >>> own = Ownership(10, num_shards=3, strategy="div", world_size=3)
 >>> own.sizes, own.locate(np.array([0, 4, 9]))[0].tolist()
 ([4, 3, 3], [0, 1, 2])
->>> Ownership(10, 3, "mod", 3).owned_ids(1).tolist()
-[1, 4, 7]
+>>> Ownership(10, 3, "mod", 3).owned_ids(1).tolist(), Ownership(10, 3, "mod", 3).owned(1)
+([1, 4, 7], slice(1, 10, 3))
 >>> Ownership(10, 6, "div", 3).sizes  # six shards [2 2 2 2 1 1], two per rank
 [4, 4, 2]
 """
@@ -72,6 +72,12 @@ class Ownership:
         if self.strategy == "mod":
             return np.arange(rank, self.vocabulary_size, self.world_size, dtype=np.int64)
         return np.arange(self.starts[rank], self.starts[rank + 1], dtype=np.int64)
+
+    def owned(self, rank: int) -> slice:
+        """Rank `rank`'s rows as a slice of the full table (`div`: a range; `mod`: every W-th id)."""
+        if self.strategy == "mod":
+            return slice(rank, self.vocabulary_size, self.world_size)
+        return slice(int(self.starts[rank]), int(self.starts[rank + 1]))
 
     def take(self, full: np.ndarray, rank: int) -> np.ndarray:
         """Rank `rank`'s rows of the full table (a new C-contiguous array)."""
