@@ -10,6 +10,11 @@ if sys.argv[1:2] == ["distributed"]:  # `python -m benchmarks distributed ...`: 
 
     sys.exit(main(sys.argv[2:]))
 
+if sys.argv[1:2] == ["distributed-memory"]:  # each rank's peak memory under mpiexec: build, step, save, restore
+    from .distributed_memory import main
+
+    sys.exit(main(sys.argv[2:]))
+
 if sys.argv[1:2] == ["api"]:  # `python -m benchmarks api ...`: the public API (TPUEmbedding) against the kernels
     from .public_api import main
 

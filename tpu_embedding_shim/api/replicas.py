@@ -301,9 +301,10 @@ def _take(leaf: Any, start: int, stop: int) -> Any:
 # Writing on one replica ----------------------------------------------------------------------------
 
 
-def on_chief(action: Callable[[], Any], what: str) -> Any:
+def on_chief(action: Callable[[], Any], what: str, *, meanwhile: Callable[[], Any] | None = None) -> Any:
     """Runs `action()` on replica 0 only, every replica waiting for it (collective); returns its result
-    on every replica (pickled, so keep it small: a path).
+    on every replica (pickled, so keep it small: a path). `meanwhile()` runs on the other replicas while
+    replica 0 acts: their side of collectives that `action` runs (sending the rows it writes).
 
     Raises:
       The chief's error on the chief and `PeerFailedError` naming it on the
@@ -311,10 +312,12 @@ def on_chief(action: Callable[[], Any], what: str) -> Any:
     """
     comm = world()
     result, error = None, None
-    if comm.rank == 0:
-        try:
+    try:
+        if comm.rank == 0:
             result = action()
-        except Exception as caught:
-            error = caught
+        elif meanwhile is not None:
+            meanwhile()
+    except Exception as caught:
+        error = caught
     agree(comm, error, what)
     return result if comm.size == 1 else comm.bcast_object(result)

@@ -15,7 +15,9 @@ lookup needs (table, combiner, max_sequence_length, vocabulary, default
 value, OOV buckets, weight key), so `load_exported(dir).lookup(features)`
 serves the same activations the model_fn saw in PREDICT mode, with numpy
 only. Files are written to a temporary directory, fsynced and renamed
-(`engine/files.py`).
+(`engine/files.py`). Under mpiexec, replica 0 writes each table as its
+rows arrive from the replicas, a block at a time (`StreamedTable`): no
+replica holds a whole table.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -56,22 +58,55 @@ def _file_stem(name: str) -> str:
     return (stem or "table") + "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
 
 
+class StreamedTable:
+    """A table written as its rows arrive: its shape, and its rows in id order from a collective generator
+    (`DistributedEngine.table_blocks`: arrays on the replica that writes, None on the others).
+
+    `blocks()` is one generator, made at the first call: a writer that fails half-way and then `drain()`s
+    goes on where it stopped, so every replica runs each block's collective exactly once.
+    """
+
+    def __init__(self, shape: tuple[int, int], blocks: Callable[[], Iterator[np.ndarray | None]]):
+        self.shape = shape
+        self._make = blocks
+        self._blocks: Iterator[np.ndarray | None] | None = None
+
+    def blocks(self) -> Iterator[np.ndarray | None]:
+        if self._blocks is None:
+            self._blocks = self._make()
+        return self._blocks
+
+    def drain(self) -> None:
+        """Runs the collective to its end without writing."""
+        for _ in self.blocks():
+            pass
+
+
 @dataclasses.dataclass
 class ServedTables:
     """What a served model looks up: each table whole and in id order, what trained it, its combiner; the features."""
 
-    tables: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    tables: dict[str, np.ndarray | StreamedTable] = dataclasses.field(default_factory=dict)
     trained_by: dict[str, str] = dataclasses.field(default_factory=dict)
     combiners: dict[str, str] = dataclasses.field(default_factory=dict)
     features: list[FeatureSpec] = dataclasses.field(default_factory=list)
 
 
-def served_tables(engine: Any, tensor_core: Any = None, dense_state: Any = None) -> ServedTables:
-    """The engine's tables (if any), then those of the tensor-core columns (if any), read from `dense_state`."""
+def served_tables(
+    engine: Any, tensor_core: Any = None, dense_state: Any = None, *, streamed: bool = False
+) -> ServedTables:
+    """The engine's tables (if any), then those of the tensor-core columns (if any), read from `dense_state`.
+
+    `streamed`: the engine's tables as `StreamedTable`s, gathered while they are written (an engine with
+    `table_blocks`, over several processes); else whole arrays (a collective gather under mpiexec)."""
     served = ServedTables()
     if engine is not None:
         for table in engine.spec.tables:
-            served.tables[table.name] = engine.table(table.name)
+            if streamed:
+                shape = (table.vocabulary_size, table.dim)
+                served.tables[table.name] = StreamedTable(shape, lambda name=table.name: engine.table_blocks(name))
+            else:
+                served.tables[table.name] = engine.table(table.name)
             served.trained_by[table.name] = "embedding engine"
             served.combiners[table.name] = table.combiner
         served.features += list(engine.spec.features)
@@ -98,6 +133,15 @@ def write_export(
     export_dir: str, served: ServedTables, *, dense_state: DenseState, global_step: int, extra: dict | None = None
 ) -> str:
     """Writes an export directory (must not exist yet); returns its path."""
+    try:
+        return _write_export(export_dir, served, dense_state=dense_state, global_step=global_step, extra=extra)
+    finally:
+        drain_streams(served)  # what a failure left of the streamed tables' collectives: the other replicas run them
+
+
+def _write_export(
+    export_dir: str, served: ServedTables, *, dense_state: DenseState, global_step: int, extra: dict | None
+) -> str:
     export_dir = os.fspath(export_dir)
     if os.path.exists(export_dir):
         raise FileExistsError(f"Export directory {export_dir!r} already exists; exports are never overwritten.")
@@ -107,15 +151,19 @@ def write_export(
         os.makedirs(os.path.join(tmp, "tables"))
         entries = []
         for name, array in served.tables.items():
-            array = np.ascontiguousarray(array, dtype=np.float32)
             relative = f"tables/{_file_stem(name)}.npy"
-            np.save(os.path.join(tmp, relative), array, allow_pickle=False)
+            if isinstance(array, StreamedTable):
+                shape = _save_streamed(os.path.join(tmp, relative), array)
+            else:
+                array = np.ascontiguousarray(array, dtype=np.float32)
+                np.save(os.path.join(tmp, relative), array, allow_pickle=False)
+                shape = array.shape
             entries.append(
                 {
                     "name": name,
                     "file": relative,
-                    "shape": list(array.shape),
-                    "dtype": array.dtype.str,
+                    "shape": list(shape),
+                    "dtype": np.dtype(np.float32).str,
                     "sha256": _sha256(os.path.join(tmp, relative)),
                     "combiner": served.combiners[name],
                     "trained_by": served.trained_by[name],
@@ -136,6 +184,23 @@ def write_export(
             json.dump(manifest, handle, indent=2, sort_keys=True)
             handle.write("\n")
     return export_dir
+
+
+def _save_streamed(path: str, table: StreamedTable) -> tuple[int, int]:
+    """`table` as a `.npy` file, written block by block as its rows arrive; its shape."""
+    with open(path, "wb") as handle:
+        header = {"descr": np.dtype(np.float32).str, "fortran_order": False, "shape": table.shape}
+        np.lib.format.write_array_header_1_0(handle, header)
+        for block in table.blocks():
+            handle.write(np.ascontiguousarray(block, dtype=np.float32).tobytes())
+    return table.shape
+
+
+def drain_streams(served: ServedTables) -> None:
+    """Runs every streamed table's collective to its end (the replicas that do not write)."""
+    for table in served.tables.values():
+        if isinstance(table, StreamedTable):
+            table.drain()
 
 
 def _feature_to_json(feature: FeatureSpec) -> dict[str, Any]:

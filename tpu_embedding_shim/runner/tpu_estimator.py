@@ -36,7 +36,7 @@ from .announce import announce
 from .arguments import check_constructor, check_hooks, check_steps, model_dir_of
 from .context import TensorCoreColumns
 from .evaluation import EvalMetrics
-from .export import served_tables, timestamped_dir, write_export
+from .export import drain_streams, served_tables, timestamped_dir, write_export
 from .inputs import BatchStream, call_input_fn
 from .model_dir import ModelState
 from .model_fn import EstimatorSpec, ModeKeys, TPUEstimatorSpec, call_model_fn
@@ -450,16 +450,19 @@ class TPUEstimator:
     def export_embeddings(self, export_dir: str, checkpoint_path: str | None = None) -> str:
         """Writes the unsharded tables, the dense state and a manifest to `export_dir` (see export.py)."""
         self._ensure_state(ModeKeys.PREDICT, checkpoint_path)
-        served = served_tables(self._state.engine, self._tensor_core, self._state.dense_state)  # collective
+        engine = self._state.engine
+        streamed = getattr(engine, "world_size", 1) > 1  # under mpiexec: rows stream to replica 0 as it writes
+        served = served_tables(engine, self._tensor_core, self._state.dense_state, streamed=streamed)
         extra = {
             "partition_strategy": getattr(self._embedding_config_spec, "partition_strategy", None),
             "num_shards": self._num_shards,
         }
-        path = replicas.on_chief(  # under mpiexec: replica 0 writes the full tables
+        path = replicas.on_chief(  # under mpiexec: replica 0 writes the tables, each block as it arrives
             lambda: write_export(
                 export_dir, served, dense_state=self._state.dense_state, global_step=self.global_step, extra=extra
             ),
             "TPUEstimator: export",
+            meanwhile=lambda: drain_streams(served),
         )
         log.info("Exported the model at global step %d to %s.", self.global_step, path)
         return path

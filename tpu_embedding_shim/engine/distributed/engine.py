@@ -51,7 +51,7 @@ import json
 import logging
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -70,6 +70,7 @@ from ..tf_bundle import FULL, SlicedTensor
 from .agreement import PeerFailedError, agree
 from .communicator import Communicator, communicator
 from .exchange import Segments, distinct, pack, send_ids, send_values
+from .gather import blocks_on_root
 from .owner_pooling import Bag, Kept, expand, pool
 from .ownership import Ownership
 
@@ -273,6 +274,16 @@ class DistributedEngine:
     def table(self, name: str) -> np.ndarray:
         """The full table `name` in id order, on every rank (a collective gather), pending updates applied."""
         return self._gather(name)["embedding"]
+
+    def table_blocks(self, name: str, key: str = "embedding") -> Iterator[np.ndarray | None]:
+        """Table `name` (or its slot `key`) in id order, `gather.BLOCK_ROWS` rows at a time, on rank 0;
+        None on the other ranks, at the same pace (collective: every rank draws every block). An export
+        that writes each block as it comes never holds the whole table anywhere."""
+        if name not in self._tables:
+            raise UnknownTableError(name, list(self._tables))
+        self.flush()
+        local = self._tables[name] if key == "embedding" else self._slots[name][key]
+        return blocks_on_root(self.comm, self._owners[name], local)
 
     def slots(self, name: str) -> dict[str, np.ndarray]:
         """Slot name -> the full slot array of table `name`, on every rank (a collective gather)."""
