@@ -47,7 +47,8 @@ def input_fn_for(count, seed, seen):
     return input_fn
 
 
-def estimator(model_dir, batch, nan_at=None, strategy="div", num_shards=6):
+def estimator(model_dir, batch, nan_at=None, strategy="div", num_shards=6, **run_config):
+    """`run_config`: more RunConfig arguments (hosts_program.py saves every 2 steps)."""
     columns = [
         tpu.embedding_column(fc.categorical_column_with_identity("a", 11), 3, combiner="mean"),
         tpu.embedding_column(fc.categorical_column_with_identity("b", 7), 2, combiner="sqrtn"),
@@ -82,7 +83,10 @@ def estimator(model_dir, batch, nan_at=None, strategy="div", num_shards=6):
         )
 
     config = tf.estimator.tpu.RunConfig(
-        model_dir=model_dir, tf_random_seed=3, tpu_config=tf.estimator.tpu.TPUConfig(num_shards=num_shards)
+        model_dir=model_dir,
+        tf_random_seed=3,
+        tpu_config=tf.estimator.tpu.TPUConfig(num_shards=num_shards),
+        **run_config,
     )
     spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
         feature_columns=columns,
