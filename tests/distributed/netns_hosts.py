@@ -28,6 +28,7 @@ error. Needs root and `ip` (iproute2), `unshare` and `nsenter` (util-linux).
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -83,14 +84,30 @@ def _run(*args: str) -> None:
     subprocess.run(args, check=True, capture_output=True, text=True)
 
 
-def _hold(name: str, etc_hosts: Path, boot_id: Path) -> subprocess.Popen:
-    """A `sleep` in network namespace `name` and new UTS, IPC and mount namespaces, once they are set up."""
+def _under_tmp(paths: list[str]) -> list[str]:
+    """The paths under /tmp, less those inside another one."""
+    found = sorted({os.path.realpath(p) for p in paths if os.path.realpath(p).startswith("/tmp/")})
+    return [p for p in found if not any(p.startswith(q + "/") for q in found)]
+
+
+def _hold(name: str, directory: Path, etc_hosts: Path, shared: list[str]) -> subprocess.Popen:
+    """A `sleep` in network namespace `name` and new UTS, IPC and mount namespaces, once they are set up.
+
+    `shared`: paths under /tmp the host must still see (a checkout or venv there): bound aside before the
+    private /tmp is mounted, then back in it."""
+    boot_id = directory / f"boot_id-{name}"
     boot_id.write_text(str(uuid.uuid4()) + "\n")
-    setup = (
-        f"hostname {name} && mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm"
-        f" && mount --bind {etc_hosts} /etc/hosts && mount --bind {boot_id} /proc/sys/kernel/random/boot_id"
-        " && echo ready && exec sleep 86400"
-    )
+    aside = [directory / f"aside-{name}-{i}" for i in range(len(shared))]
+    for path in aside:
+        path.mkdir()
+    steps = [f"hostname {name}"]
+    steps += [f"mount --bind {shlex.quote(p)} {a}" for p, a in zip(shared, aside, strict=True)]
+    steps += ["mount -t tmpfs tmpfs /tmp", "mount -t tmpfs tmpfs /dev/shm"]
+    steps += [
+        f"mkdir -p {shlex.quote(p)} && mount --bind {a} {shlex.quote(p)}" for p, a in zip(shared, aside, strict=True)
+    ]
+    steps += [f"mount --bind {etc_hosts} /etc/hosts", f"mount --bind {boot_id} /proc/sys/kernel/random/boot_id"]
+    setup = " && ".join(steps) + " && echo ready && exec sleep 86400"
     holder = subprocess.Popen(
         ["ip", "netns", "exec", name, "unshare", "--uts", "--ipc", "--mount", "--propagation", "private"]
         + ["sh", "-c", setup],
@@ -118,9 +135,10 @@ exec nsenter -t "$pid" -n -u -i -m --wd=/root -- env -i HOME=/root PATH=/usr/bin
 
 
 @contextlib.contextmanager
-def two_hosts(directory: Path, slots: int = 2):
-    """Two hosts (`Hosts`) for the time of the `with`; `directory` (on the shared file system) gets the
-    launcher, the host file and /etc/hosts."""
+def two_hosts(directory: Path, shared: list[str] = (), slots: int = 2):
+    """Two hosts (`Hosts`) for the time of the `with`; `directory` (on the shared file system, outside /tmp)
+    gets the launcher, the host file and /etc/hosts. `shared`: paths both hosts must see as this process does
+    (the checkout, the venv), even those under /tmp."""
     tag = uuid.uuid4().hex[:6]
     names = [f"tes{tag}-h{i}" for i in range(2)]
     veths = [f"tes{tag}v{i}" for i in range(2)]
@@ -140,7 +158,7 @@ def two_hosts(directory: Path, slots: int = 2):
             _run("ip", "-n", name, "link", "set", "lo", "up")
         hosts = []
         for name, veth, address in zip(names, veths, ADDRESSES, strict=True):
-            holders.append(_hold(name, etc_hosts, directory / f"boot_id-{name}"))
+            holders.append(_hold(name, directory, etc_hosts, _under_tmp(shared)))
             hosts.append(Host(name, address, veth, holders[-1]))
         cases = "\n".join(f"  {h.address}|{h.name}) pid={h.holder.pid} ;;" for h in hosts)
         launcher = directory / "ssh-into-netns"

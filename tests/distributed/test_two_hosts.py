@@ -48,7 +48,8 @@ def hosts():
         pytest.skip(reason)
     directory = Path(tempfile.mkdtemp(prefix="two-hosts-", dir=SHARED))
     try:
-        with two_hosts(directory) as made:
+        shared = [str(ROOT), sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))]
+        with two_hosts(directory, shared) as made:
             made.directory = directory
             yield made
     finally:
