@@ -31,6 +31,7 @@ from .test_estimator import assert_same_model
 pytestmark = requires_mpi
 
 PROGRAM = HERE / "hosts_program.py"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
 SHARED = os.environ.get("NETNS_HOSTS_SHARED_DIR", "/var/tmp")  # outside /tmp: both hosts see it
 
 
@@ -188,3 +189,22 @@ def test_the_movielens_job_across_two_hosts(hosts):
     results = json.loads((hosts.directory / "movielens" / "results.json").read_text())
     assert results["replicas"] == 2 and results["test_auc"][-1] >= 0.78, results
     assert hosts.hosts[1].veth_bytes() - before > 1_000_000
+
+
+def test_the_hosts_are_apart(hosts):
+    """Each host has its own hostname, /tmp, /dev/shm and boot id, and names the other by its address."""
+    first, second = hosts.hosts
+
+    def on(host, code):
+        done = subprocess.run(host.command(sys.executable, "-c", code), capture_output=True, text=True, check=True)
+        return done.stdout.strip()
+
+    on(first, "open('/tmp/mine', 'w').close(); open('/dev/shm/mine', 'w').close()")
+    seen = "import os; print(os.path.exists('/tmp/mine'), os.path.exists('/dev/shm/mine'))"
+    assert on(first, seen) == "True True" and on(second, seen) == "False False"
+    facts = (
+        f"import socket; print(socket.gethostname(), socket.gethostbyname({second.name!r}), open('{BOOT_ID}').read())"
+    )
+    mine, theirs = on(first, facts).split(), on(second, facts).split()
+    assert mine[:2] == [first.name, second.address] and theirs[:2] == [second.name, second.address]
+    assert mine[2] != theirs[2] and open(BOOT_ID).read().strip() not in (mine[2], theirs[2])
