@@ -1,6 +1,6 @@
 """A TPUEstimator program, run by test_estimator.py alone or under `mpiexec -n W`.
 
-`python estimator_program.py MODEL_DIR OUT.json ACTION [BATCH [STRATEGY]]`, ACTION one of
+`python estimator_program.py MODEL_DIR OUT.json ACTION [BATCH [STRATEGY]]` (MODEL_DIR `none`: None), ACTION one of
 `train` (6 steps of global batch BATCH, then evaluate), `evaluate` (the
 checkpoint in MODEL_DIR, nothing trained) or `train-nan` (replica 1's loss is
 NaN at the third step). Replica 0 writes OUT.json: the variables, the eval
@@ -105,6 +105,7 @@ def estimator(model_dir, batch, nan_at=None, strategy="div", num_shards=6, **run
 
 def main(model_dir, out, action, batch="12", strategy="div", num_shards="6"):
     """`num_shards` "none": TPUConfig's default, one shard per replica."""
+    model_dir = None if model_dir == "none" else model_dir
     batch = int(batch)
     num_shards = None if num_shards == "none" else int(num_shards)
     record = {"replicas": replicas.num_replicas(), "seen": []}
