@@ -177,18 +177,27 @@ def test_a_job_killed_on_one_host_restores_on_three_ranks_over_two_hosts(hosts):
 
 def test_the_movielens_job_across_two_hosts(hosts):
     """The README's job, `tpu-embedding-shim movielens --no-plot`, on one rank per host: the AUC target of one
-    process. The data is fetched here first (the hosts have no other network): the cache in $HOME, which
-    both hosts see, as replica 0's download is read by the others."""
+    process. Each host's data cache is its own (in its /tmp), and only the first host's holds the data (the
+    hosts have no other network, so it is fetched here first): replica 0 sends it to the other host."""
     from tpu_embedding_shim.movielens import data
 
-    data.fetch()
+    wheel = data.fetch()
+    cache = "/tmp/tpu-embedding-shim-cache"
+    first, second = hosts.hosts
+    subprocess.run(first.command("sh", "-c", f"mkdir -p {cache} && cp {wheel} {cache}/"), check=True)
     script = Path(sys.executable).parent / "tpu-embedding-shim"
-    before = hosts.hosts[1].veth_bytes()
-    job = mpiexec(hosts, 2, 1, script, "movielens", "--no-plot", "--output-dir", hosts.directory / "movielens")
-    finished(job, timeout=600)
+    before = second.veth_bytes()
+    job = mpiexec(
+        hosts,
+        *[2, 1, script, "movielens", "--no-plot", "--output-dir", hosts.directory / "movielens"],
+        env={"TPU_EMBEDDING_SHIM_CACHE": cache},
+    )
+    output = finished(job, timeout=600)
     results = json.loads((hosts.directory / "movielens" / "results.json").read_text())
-    assert results["replicas"] == 2 and results["test_auc"][-1] >= 0.78, results
-    assert hosts.hosts[1].veth_bytes() - before > 1_000_000
+    assert results["replicas"] == 2 and results["test_auc"][-1] >= 0.78, output
+    assert second.veth_bytes() - before > 2_000_000  # the data (2 MB), then the steps' exchanges
+    copied = subprocess.run(second.command("ls", cache), capture_output=True, text=True, check=True).stdout
+    assert copied.split() == [Path(wheel).name]
 
 
 def test_the_hosts_are_apart(hosts):
