@@ -47,6 +47,9 @@ def why_not_available() -> str | None:
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
         return f"needs {', '.join(missing)} (apt-get install iproute2 util-linux)"
+    probe = subprocess.run(["unshare", "--net", "--uts", "--ipc", "--mount", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:  # root without CAP_SYS_ADMIN, as in an unprivileged container
+        return f"cannot make namespaces here: unshare says {probe.stderr.strip()!r}"
     return None
 
 
