@@ -81,6 +81,7 @@ class Hosts:
     hosts: list[Host]
     launcher: Path  # the ssh stand-in for hydra's `-launcher-exec`
     hostfile: Path  # hydra's `-f`: one `address:slots` line per host
+    directory: Path  # on the shared file system: these files, and the tests' own
 
 
 def _run(*args: str) -> None:
@@ -169,7 +170,7 @@ def two_hosts(directory: Path, shared: list[str] = (), slots: int = 2):
         launcher.chmod(0o755)
         hostfile = directory / "hosts"
         hostfile.write_text("".join(f"{h.address}:{slots}\n" for h in hosts))
-        yield Hosts(hosts, launcher, hostfile)
+        yield Hosts(hosts, launcher, hostfile, directory)
     finally:
         for name in names:  # what still runs in a host (ranks, proxies) ends with it
             found = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout.split()

@@ -47,7 +47,6 @@ def hosts():
     try:
         shared = [str(ROOT), sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))]
         with two_hosts(directory, shared) as made:
-            made.directory = directory
             yield made
     finally:
         shutil.rmtree(directory, ignore_errors=True)
