@@ -1,6 +1,6 @@
 """A TPUEstimator program, run by test_estimator.py alone or under `mpiexec -n W`.
 
-`python estimator_program.py MODEL_DIR OUT.json ACTION [BATCH [STRATEGY]]`, ACTION one of
+`python estimator_program.py MODEL_DIR OUT.json ACTION [BATCH [STRATEGY]]` (MODEL_DIR `none`: None), ACTION one of
 `train` (6 steps of global batch BATCH, then evaluate), `evaluate` (the
 checkpoint in MODEL_DIR, nothing trained) or `train-nan` (replica 1's loss is
 NaN at the third step). Replica 0 writes OUT.json: the variables, the eval
@@ -47,7 +47,8 @@ def input_fn_for(count, seed, seen):
     return input_fn
 
 
-def estimator(model_dir, batch, nan_at=None, strategy="div", num_shards=6):
+def estimator(model_dir, batch, nan_at=None, strategy="div", num_shards=6, **run_config):
+    """`run_config`: more RunConfig arguments (hosts_program.py saves every 2 steps)."""
     columns = [
         tpu.embedding_column(fc.categorical_column_with_identity("a", 11), 3, combiner="mean"),
         tpu.embedding_column(fc.categorical_column_with_identity("b", 7), 2, combiner="sqrtn"),
@@ -82,7 +83,10 @@ def estimator(model_dir, batch, nan_at=None, strategy="div", num_shards=6):
         )
 
     config = tf.estimator.tpu.RunConfig(
-        model_dir=model_dir, tf_random_seed=3, tpu_config=tf.estimator.tpu.TPUConfig(num_shards=num_shards)
+        model_dir=model_dir,
+        tf_random_seed=3,
+        tpu_config=tf.estimator.tpu.TPUConfig(num_shards=num_shards),
+        **run_config,
     )
     spec = tf.estimator.tpu.experimental.EmbeddingConfigSpec(
         feature_columns=columns,
@@ -101,6 +105,7 @@ def estimator(model_dir, batch, nan_at=None, strategy="div", num_shards=6):
 
 def main(model_dir, out, action, batch="12", strategy="div", num_shards="6"):
     """`num_shards` "none": TPUConfig's default, one shard per replica."""
+    model_dir = None if model_dir == "none" else model_dir
     batch = int(batch)
     num_shards = None if num_shards == "none" else int(num_shards)
     record = {"replicas": replicas.num_replicas(), "seen": []}

@@ -101,3 +101,18 @@ def test_a_global_batch_that_does_not_split_is_refused_on_every_replica(tmp_path
         ]
         * 2
     )
+
+
+def test_no_model_dir_is_refused_on_every_replica(tmp_path):
+    """One process trains in a temporary folder; several replicas would each make their own (on their own
+    hosts), and a checkpoint's files would be split over them."""
+    result = under_mpi(2, "none", tmp_path / "out.json", "train")
+    assert (
+        result["errors"]
+        == [
+            "ValueError: `model_dir` is None on 2 replicas (mpiexec): each would use a temporary folder of its own, "
+            "and no checkpoint could be written or read whole. Pass a model_dir that every replica's host sees (a "
+            "shared file system)."
+        ]
+        * 2
+    )

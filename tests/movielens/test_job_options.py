@@ -105,3 +105,16 @@ def test_a_corrupt_cached_download_is_fetched_again(tmp_path, monkeypatch, caplo
         data = ml_data.load()
     assert fetched == [str(cached)] and len(data.train) > 0 and os.path.exists(cached)
     assert "Downloading it again" in caplog.text
+
+
+def test_a_wheel_fetched_on_another_host_is_kept_in_this_hosts_cache(tmp_path, monkeypatch):
+    """What replica 0 sends to a host whose cache lacks the data: written whole, then found as a download."""
+    monkeypatch.setenv("TPU_EMBEDDING_SHIM_CACHE", str(tmp_path / "cache"))
+    assert ml_data.cached() is None
+    wheel = make_wheel(tmp_path / "recbole-1.2.1-py3-none-any.whl")
+    kept = ml_data.keep(
+        (tmp_path / "recbole-1.2.1-py3-none-any.whl").read_bytes(), "/elsewhere/" + os.path.basename(wheel)
+    )
+    assert kept == str(tmp_path / "cache" / "recbole-1.2.1-py3-none-any.whl") == ml_data.cached() == ml_data.fetch()
+    assert os.listdir(tmp_path / "cache") == ["recbole-1.2.1-py3-none-any.whl"]  # no temporary left
+    assert len(ml_data.load().train) > 0

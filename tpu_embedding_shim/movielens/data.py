@@ -61,12 +61,30 @@ def cache_dir() -> str:
     return os.environ.get("TPU_EMBEDDING_SHIM_CACHE", default)
 
 
+def cached(directory: str | None = None) -> str | None:
+    """The path of the cached recbole wheel, or None: nothing downloaded yet."""
+    found = glob.glob(os.path.join(directory or cache_dir(), "recbole-1.2.1-*.whl"))
+    return found[0] if found else None
+
+
+def keep(content: bytes, name: str) -> str:
+    """Writes a wheel fetched elsewhere (another host's download) into this cache; returns its path. Written
+    under a temporary name, then renamed: another process may be reading the cache."""
+    os.makedirs(cache_dir(), exist_ok=True)
+    path = os.path.join(cache_dir(), os.path.basename(name))
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with open(temporary, "wb") as handle:
+        handle.write(content)
+    os.replace(temporary, path)
+    return path
+
+
 def fetch(directory: str | None = None, *, quiet: bool = True) -> str:
     """The path of the recbole wheel, downloading it (about 2 MB) if it is not cached yet."""
     directory = directory or cache_dir()
-    found = glob.glob(os.path.join(directory, "recbole-1.2.1-*.whl"))
+    found = cached(directory)
     if found:
-        return found[0]
+        return found
     os.makedirs(directory, exist_ok=True)
     command = [
         sys.executable,
@@ -82,7 +100,7 @@ def fetch(directory: str | None = None, *, quiet: bool = True) -> str:
     if quiet:
         command.append("-q")
     done = subprocess.run(command, capture_output=quiet, text=True)
-    found = glob.glob(os.path.join(directory, "recbole-1.2.1-*.whl"))
+    found = cached(directory)
     if done.returncode != 0 or not found:
         detail = (done.stderr or "").strip().splitlines()[-1:] if quiet else []
         raise DataError(
@@ -90,7 +108,7 @@ def fetch(directory: str | None = None, *, quiet: bool = True) -> str:
             f"(exit code {done.returncode}: {' '.join(detail) or 'see the lines above'}). Without pip or a network, "
             f"download {WHEEL_FILE} from {WHEEL_URL} elsewhere and pass it: --wheel PATH."
         )
-    return found[0]
+    return found
 
 
 def read_tables(wheel: str, *, cached: bool = False) -> dict[str, list[list[str]]]:

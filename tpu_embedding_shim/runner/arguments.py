@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..api import replicas
 from ..api.embedding_config_spec import EmbeddingConfigSpec
 from .model_fn import verify_model_fn
 from .run_config import InputPipelineConfig, TPURunConfig, check_positive_integer
@@ -97,13 +98,20 @@ def _check_batch_sizes(config: Any, use_tpu: bool, batch_sizes: tuple[Any, Any, 
 
 def model_dir_of(model_dir: Any, config: Any) -> str:
     """The estimator's model directory: the argument or the config's (both set and different: ValueError), else a
-    new temporary directory."""
+    new temporary directory (one process only: ValueError under several replicas)."""
     if model_dir is not None and config.model_dir is not None and model_dir != config.model_dir:
         raise ValueError(
             "`model_dir` are set both in constructor and `RunConfig`, but with different values. "
             f"In constructor: '{model_dir}', in `RunConfig`: '{config.model_dir}' "
         )
     model_dir = model_dir or config.model_dir
+    if model_dir is None and replicas.num_replicas() > 1:
+        # each replica would make its own temporary folder, on its own host: the checkpoint's files split over them
+        raise ValueError(
+            f"`model_dir` is None on {replicas.num_replicas()} replicas (mpiexec): each would use a temporary "
+            "folder of its own, and no checkpoint could be written or read whole. Pass a model_dir that every "
+            "replica's host sees (a shared file system)."
+        )
     if model_dir is None:
         model_dir = tempfile.mkdtemp()
         log.warning("Using temporary folder as model directory: %s", model_dir)
