@@ -51,7 +51,8 @@ def test_training_on_w_replicas_gives_the_numbers_of_one_process(tmp_path, world
 
 
 @pytest.mark.parametrize(
-    "written_by, read_by, strategy", [(2, 1, "div"), (1, 3, "div"), (3, 2, "div"), (2, 1, "mod"), (3, 2, "mod")]
+    "written_by, read_by, strategy",
+    [(2, 1, "div"), (1, 3, "div"), (3, 2, "div"), (2, 1, "mod"), (3, 2, "mod"), (1, 3, "mod"), (2, 3, "mod")],
 )
 def test_a_checkpoint_written_by_n_replicas_restores_on_m(tmp_path, written_by, read_by, strategy):
     """Each replica writes its rows of every table to a data file of its own, as one row slice of the table (a
