@@ -94,6 +94,7 @@ class _Reading:
         self.strategy = strategy
         self.num_hosts = num_hosts
         self.consumed: set[str] = set()
+        self._stored_rows: dict[tuple[str, int], slice | np.ndarray] = {}
 
     def rows(self, name: str, shape: tuple[int, int], what: str, table: str | None = None) -> np.ndarray:
         """Tensor `name` of shape `shape` in id order: whole, or only the rows of `program.row_ids[table]`
@@ -112,8 +113,10 @@ class _Reading:
         hosts = self._hosts(name, shape[0], what)
         self.consumed.add(name)
         if table is not None and self.program.row_ids is not None:
-            stored = mod_layout_rows(self.program.row_ids[table], shape[0], hosts)
-            return source.read_rows(name, _as_run(stored))
+            key = (table, hosts)
+            if key not in self._stored_rows:  # where this replica's ids are stored: once per table and layout
+                self._stored_rows = {key: _as_run(mod_layout_rows(self.program.row_ids[table], shape[0], hosts))}
+            return source.read_rows(name, self._stored_rows[key])
         array = source.read(name)
         return from_mod_layout(array, hosts) if hosts > 1 else array
 
@@ -170,7 +173,7 @@ class _Reading:
 def _as_run(rows: np.ndarray) -> slice | np.ndarray:
     """`rows` as a slice when they are one run (a `div` replica's rows, or a `mod` one's of a checkpoint
     its own host count wrote): read without an index array."""
-    if len(rows) and int(rows[-1]) - int(rows[0]) == len(rows) - 1 and bool((np.diff(rows) == 1).all()):
+    if len(rows) and int(rows[-1]) - int(rows[0]) == len(rows) - 1 and bool((rows[1:] > rows[:-1]).all()):
         return slice(int(rows[0]), int(rows[-1]) + 1)
     return rows
 

@@ -227,7 +227,9 @@ def mod_layout_rows(ids: np.ndarray, vocabulary_size: int, num_hosts: int) -> np
     if hosts == 1:
         return ids
     starts = np.concatenate([[0], np.cumsum(shard_sizes(vocabulary_size, hosts, "mod"))]).astype(np.int64)
-    return starts[ids % hosts] + ids // hosts
+    rows = ids // hosts
+    rows += starts[ids % hosts]
+    return rows
 
 
 def from_mod_layout(stored: np.ndarray, num_hosts: int) -> np.ndarray:
