@@ -1,6 +1,7 @@
 """Run under `mpiexec -n W`: each replica restores its rows of a large table from a TPUEstimator checkpoint
-(checkpoints.restore's resume plan, then `DistributedEngine.load_rows`) and records, in `<out>.<rank>.json`,
-the peak of what it allocated meanwhile (tracemalloc tracks numpy's arrays) and its share's bytes.
+(checkpoints.restore's resume plan, agreed on as the runner does, then `DistributedEngine.load_rows`) and
+records, in `<out>.<rank>.json`, the peak of what it allocated meanwhile (tracemalloc tracks numpy's arrays),
+its share's bytes, and the error of a failed restore (whether its rows stayed as they were).
 
     restore_memory_program.py <prefix> <vocabulary_size> <dim> <strategy> <out>
 """
@@ -14,7 +15,7 @@ import numpy as np
 from tpu_embedding_shim.checkpoints.program_checkpoint import open_program_checkpoint
 from tpu_embedding_shim.checkpoints.restore import Program, resume_plan
 from tpu_embedding_shim.checkpoints.tf_names import ProgramNames
-from tpu_embedding_shim.engine import DistributedEngine, communicator
+from tpu_embedding_shim.engine import DistributedEngine, agree, communicator
 from tpu_embedding_shim.spec import AdagradSpec, EmbeddingSpec, FeatureSpec, TableSpec
 
 
@@ -38,10 +39,22 @@ def main(prefix: str, vocabulary_size: str, dim: str, strategy: str, out: str) -
     )
     share = sum(a.nbytes for a in engine.local_state()["t"].values())
     # The engine's built rows were allocated before tracing starts: only what the restore allocates counts.
+    before = {key: value.copy() for key, value in engine.local_state()["t"].items()}
     tracemalloc.start()
-    source = open_program_checkpoint(prefix)
-    plan = resume_plan(source, program)
-    engine.load_rows(plan.tables, step=plan.step)
+    plan, error = None, None
+    try:
+        plan = resume_plan(open_program_checkpoint(prefix), program)
+    except Exception as caught:
+        error = caught
+    try:
+        agree(comm, error, "restore")  # as the runner does: a replica's error raises on every replica
+        engine.load_rows(plan.tables, step=plan.step)
+    except Exception as caught:
+        unchanged = all(np.array_equal(value, before[key]) for key, value in engine.local_state()["t"].items())
+        record = {"error": f"{type(caught).__name__}: {caught}", "unchanged": unchanged, "step": engine.global_step}
+        with open(f"{out}.{comm.rank}.json", "w") as handle:
+            json.dump(record, handle)
+        return
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     del plan

@@ -13,7 +13,7 @@ from tpu_embedding_shim.checkpoints.program_checkpoint import FORMAT, FORMAT_VER
 from tpu_embedding_shim.checkpoints.state import DenseState
 from tpu_embedding_shim.checkpoints.tf_names import to_mod_layout
 from tpu_embedding_shim.engine import shard_sizes
-from tpu_embedding_shim.engine.tf_bundle import FULL, ROW_BUFFER, SlicedTensor, write_bundle
+from tpu_embedding_shim.engine.tf_bundle import FULL, ROW_BUFFER, BundleReader, SlicedTensor, data_file, write_bundle
 
 from .launch import HERE, requires_mpi, run_program
 
@@ -79,3 +79,23 @@ def test_a_replica_reads_only_its_rows(tmp_path, world_size, layout, hosts, stra
         assert record["peak"] <= 1.25 * record["share"] + 2 * ROW_BUFFER, (rank, record)
         assert record["peak"] < whole / world_size + whole / 4  # its share, never near the whole table
     assert not any(name.endswith(".tempstate") for name in os.listdir(tmp_path))
+
+
+def test_a_corrupt_slice_read_by_one_replica_fails_the_restore_on_every_replica(tmp_path):
+    """Replica 1 alone reads the second `div` slice: its CRC error raises there, `PeerFailedError` on replica
+    0, and no replica changes a row or its step."""
+    prefix = str(tmp_path / "model.ckpt-7")
+    write_checkpoint(prefix, "div", 2)
+    entry = BundleReader(prefix).slice_entry("t", ((VOCABULARY // 2, VOCABULARY // 2), (0, FULL)))
+    path = data_file(prefix, entry.shard_id, 2)
+    with open(path, "r+b") as handle:
+        handle.seek(entry.offset + entry.size - 1)
+        last = handle.read(1)
+        handle.seek(entry.offset + entry.size - 1)
+        handle.write(bytes([last[0] ^ 1]))
+    out = str(tmp_path / "out")
+    run_program(2, PROGRAM, prefix, VOCABULARY, DIM, "div", out)
+    records = [json.loads(open(f"{out}.{rank}.json").read()) for rank in range(2)]
+    assert records[1]["error"].startswith("DataLossError: ") and "checksum does not match" in records[1]["error"]
+    assert records[0]["error"].startswith("PeerFailedError: ") and "Rank 1 failed" in records[0]["error"]
+    assert all(record["unchanged"] and record["step"] == 0 for record in records)
