@@ -307,7 +307,7 @@ class BundleReader:
                 offset = entry.offset + (first + lo) * row_bytes
                 size = (hi - lo) * row_bytes
                 data = chunk_buffer[:size]
-                got = os.preadv(fd, [memoryview(data)], offset)
+                got = os.preadv(fd, [data.data], offset)
                 if got != size:
                     raise DataLossError(
                         f"{path}: {where} needs bytes [{offset}, {offset + size}), the file has "
@@ -324,7 +324,7 @@ class BundleReader:
                 ]
                 if entry.dtype == BFLOAT16:
                     values = from_bfloat16(values)
-                out[(positions, *columns)] = values
+                out[(positions,) + columns] = values
                 del chunk, values
         finally:
             os.close(fd)
