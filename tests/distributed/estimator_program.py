@@ -2,8 +2,9 @@
 
 `python estimator_program.py MODEL_DIR OUT.json ACTION [BATCH [STRATEGY]]` (MODEL_DIR `none`: None), ACTION one of
 `train` (6 steps of global batch BATCH, then evaluate), `evaluate` (the
-checkpoint in MODEL_DIR, nothing trained) or `train-nan` (replica 1's loss is
-NaN at the third step). Replica 0 writes OUT.json: the variables, the eval
+checkpoint in MODEL_DIR, nothing trained), `train-nan` (replica 1's loss is
+NaN at the third step) or `warm:<checkpoint>` (a fresh MODEL_DIR warm-started
+from every variable of <checkpoint>, then 2 steps and evaluate). Replica 0 writes OUT.json: the variables, the eval
 metrics, what the model_fn saw, or the error each replica raised.
 
 The model: two TPU embedding columns (mean and sqrtn, multivalent ids), a
@@ -47,7 +48,7 @@ def input_fn_for(count, seed, seen):
     return input_fn
 
 
-def estimator(model_dir, batch, nan_at=None, strategy="div", num_shards=6, **run_config):
+def estimator(model_dir, batch, nan_at=None, strategy="div", num_shards=6, warm_start_from=None, **run_config):
     """`run_config`: more RunConfig arguments (hosts_program.py saves every 2 steps)."""
     columns = [
         tpu.embedding_column(fc.categorical_column_with_identity("a", 11), 3, combiner="mean"),
@@ -100,6 +101,7 @@ def estimator(model_dir, batch, nan_at=None, strategy="div", num_shards=6, **run
         eval_batch_size=batch,
         predict_batch_size=batch,
         embedding_config_spec=spec,
+        warm_start_from=warm_start_from,
     )
 
 
@@ -110,11 +112,19 @@ def main(model_dir, out, action, batch="12", strategy="div", num_shards="6"):
     num_shards = None if num_shards == "none" else int(num_shards)
     record = {"replicas": replicas.num_replicas(), "seen": []}
     try:
+        warm = action[len("warm:") :] if action.startswith("warm:") else None
         est = estimator(
-            model_dir, batch, nan_at=2 if action == "train-nan" else None, strategy=strategy, num_shards=num_shards
+            model_dir,
+            batch,
+            nan_at=2 if action == "train-nan" else None,
+            strategy=strategy,
+            num_shards=num_shards,
+            warm_start_from=warm,
         )
         if action in ("train", "train-nan"):
             est.train(input_fn_for(6, seed=0, seen=record["seen"]))
+        elif warm is not None:
+            est.train(input_fn_for(2, seed=2, seen=record["seen"]))
         metrics = est.evaluate(input_fn_for(2, seed=1, seen=record["seen"]))
         record_model(record, est, metrics)
         record["checkpoint"] = est.latest_checkpoint()

@@ -51,7 +51,8 @@ def test_training_on_w_replicas_gives_the_numbers_of_one_process(tmp_path, world
 
 
 @pytest.mark.parametrize(
-    "written_by, read_by, strategy", [(2, 1, "div"), (1, 3, "div"), (3, 2, "div"), (2, 1, "mod"), (3, 2, "mod")]
+    "written_by, read_by, strategy",
+    [(2, 1, "div"), (1, 3, "div"), (3, 2, "div"), (2, 1, "mod"), (3, 2, "mod"), (1, 3, "mod"), (2, 3, "mod")],
 )
 def test_a_checkpoint_written_by_n_replicas_restores_on_m(tmp_path, written_by, read_by, strategy):
     """Each replica writes its rows of every table to a data file of its own, as one row slice of the table (a
@@ -73,6 +74,22 @@ def test_a_checkpoint_written_by_n_replicas_restores_on_m(tmp_path, written_by, 
     assert restored["errors"] == [None] * read_by
     assert restored["variables"] == trained["variables"]  # the same bits: read back, nothing trained
     assert restored["metrics"] == pytest.approx(trained["metrics"], rel=1e-6)
+
+
+@pytest.mark.parametrize("written_by, read_by, strategy", [(2, 3, "mod"), (3, 2, "div")])
+def test_a_warm_start_under_mpiexec_takes_the_rows_one_process_takes(tmp_path, written_by, read_by, strategy):
+    """Each replica warm-starts its rows from a checkpoint of another replica count (reading only them); two
+    more steps give the model one process gives from the same checkpoint."""
+    source = tmp_path / "source"
+    if written_by == 1:
+        alone(source, tmp_path / "source.json", "train", strategy=strategy)
+    else:
+        under_mpi(written_by, source, tmp_path / "source.json", "train", strategy=strategy)
+    action = f"warm:{source}"
+    one = alone(tmp_path / "one", tmp_path / "one.json", action, strategy=strategy)
+    many = under_mpi(read_by, tmp_path / "many", tmp_path / "many.json", action, strategy=strategy)
+    assert one["errors"] == [None] and many["errors"] == [None] * read_by
+    assert_same_model(one, many)
 
 
 @pytest.mark.parametrize("world_size", [1, 2])

@@ -52,6 +52,25 @@ def test_table_slots_state_and_load_state():
     assert engine.global_step == 4 and engine.table("t").tolist() == state["t"]["embedding"].tolist()
 
 
+def test_row_ids_local_state_and_load_rows():
+    """One rank owns every id; `load_rows` takes its rows in `row_ids` order, checked before anything changes."""
+    engine = DistributedEngine(spec(num_shards=2, partition_strategy="mod"), seed=3)
+    assert engine.row_ids("t").tolist() == list(range(6))
+    rows = np.arange(12, dtype=np.float32).reshape(6, 2)
+    engine.load_rows({"t": {"embedding": rows}}, step=5)
+    assert engine.global_step == 5 and engine.table("t").tolist() == rows.tolist()
+    assert engine.local_state()["t"]["embedding"] is rows  # a float32 C-contiguous array is taken, not copied
+    with pytest.raises(ValueError, match=r"Table 't', 'embedding': shape \(5, 2\), expected \(6, 2\)"):
+        engine.load_rows({"t": {"embedding": np.zeros((5, 2), np.float32)}}, step=1)
+    with pytest.raises(ValueError, match=r"the state holds \['embedding', 'extra'\]"):
+        engine.load_rows({"t": {"embedding": rows, "extra": rows}})
+    with pytest.raises(ValueError, match="Argument `step` must be an int >= 0. Received: -1"):
+        engine.load_rows({"t": {"embedding": np.zeros((6, 2))}}, step=-1)
+    with pytest.raises(KeyError, match=r"Argument `name` must be one of the tables \['t'\]. Received: 'u'"):
+        engine.row_ids("u")
+    assert engine.global_step == 5 and engine.table("t").tolist() == rows.tolist()
+
+
 def test_communicator_defaults_to_this_process():
     """Without an MPI launcher, `comm=None` is the one-process world; the seed is drawn when None."""
     engine = DistributedEngine(spec())

@@ -349,7 +349,8 @@ class _Embedding:
                     missing.append(checkpoint_key(path + (local,)))
                     continue
                 _check(saved, shape, np.dtype(np.float32), where)
-                updates.setdefault(table.name, {})[slot] = saved.read()
+                rows = embedding.replica_rows(str(table.name))  # replicated: this replica's rows only
+                updates.setdefault(table.name, {})[slot] = saved.read() if rows is None else saved.read_rows(rows)
                 plan.bound.append(saved.key)
         step = None
         saved_step = source.extra(path, "global_step")
@@ -372,11 +373,18 @@ class _Embedding:
         if not updates and step is None:
             return
 
+        rows_only = any(embedding.replica_rows(name) is not None for name in structure)  # replicated
+
         def assign() -> None:
-            state = embedding.engine.state() if missing else {}
+            state: dict[str, dict[str, np.ndarray]] = {}
+            if missing:  # they keep their current values
+                engine = embedding.engine
+                replicated = rows_only and isinstance(engine, DistributedEngine)
+                current = engine.local_state() if replicated else engine.state()
+                state = {name: dict(arrays) for name, arrays in current.items()}
             for name, arrays in updates.items():
                 state.setdefault(name, {}).update(arrays)
-            embedding.restore_state(state, step)
+            embedding.restore_state(state, step, local=rows_only)
 
         plan.assign.append(assign)
 

@@ -31,7 +31,16 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import CheckpointError, DistributedEngine, EmbeddingEngine, Engine, LookupResult, agree, check_batch
+from ..engine import (
+    CheckpointError,
+    DistributedEngine,
+    EmbeddingEngine,
+    Engine,
+    LookupResult,
+    agree,
+    check_batch,
+    shard_sizes,
+)
 from ..spec import EmbeddingSpec, FeatureSpec
 from ..spec.checks import is_int
 from . import distribute, lowering, replicas
@@ -427,13 +436,26 @@ class MidLevelBase:
 
     # Checkpoints (tf.train.Checkpoint, the TF bridge's, migrate/) -------------------------------------
 
-    def restore_state(self, state: Mapping[str, Mapping[str, np.ndarray]], step: int) -> None:
+    def replica_rows(self, table: str) -> slice | None:
+        """The run of ids of `table` this replica holds when replicated (`div`: one range per replica), else
+        None (one process holds every row). Known without building the engine."""
+        if self._replicas == 1:
+            return None
+        spec = self._engine_spec
+        sizes = shard_sizes(spec.table(table).vocabulary_size, spec.num_shards, "div")
+        per = spec.num_shards // self._replicas
+        rank = replicas.world().rank
+        start = sum(sizes[: rank * per])
+        return slice(start, start + sum(sizes[rank * per : (rank + 1) * per]))
+
+    def restore_state(self, state: Mapping[str, Mapping[str, np.ndarray]], step: int, *, local: bool = False) -> None:
         """Loads `{table name: {'embedding' | slot: array}}` and the engine's step, as a restore does.
 
         Every table needs its embedding and the slots this object's
         optimizer has (`CheckpointError` otherwise); extra slots are ignored.
         `state` holds full arrays; replicated, every replica passes them and
-        keeps its rows (collective)."""
+        keeps its rows (collective). `local`: replicated, `state` holds only
+        this replica's rows (`replica_rows`): no replica reads a whole table."""
         engine = self._build_engine()
         wanted = {}
         for name, info in engine.spec.structure().items():
@@ -447,7 +469,10 @@ class MidLevelBase:
                     f"{sorted(state[name])}). Was it saved with another optimizer?"
                 )
             wanted[name] = {k: state[name][k] for k in keys}
-        engine.load_state(wanted, step=step)
+        if local and isinstance(engine, DistributedEngine):
+            engine.load_rows(wanted, step=step)
+        else:
+            engine.load_state(wanted, step=step)
         self._built = True
         self._forget_lookup()
 

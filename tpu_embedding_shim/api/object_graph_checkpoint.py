@@ -53,11 +53,22 @@ def shim_key(path: Path, name: str) -> str:
 class Saved:
     """One saved tensor: its key, stored shape and TensorFlow dtype name, and how to read (and check) it."""
 
-    def __init__(self, key: str, shape: tuple[int, ...], dtype: str, read: Callable[[], np.ndarray]):
-        self.key, self.shape, self.dtype, self._read = key, tuple(shape), dtype, read
+    def __init__(
+        self,
+        key: str,
+        shape: tuple[int, ...],
+        dtype: str,
+        read: Callable[[], np.ndarray],
+        read_rows: Callable[[slice | np.ndarray], np.ndarray] | None = None,
+    ):
+        self.key, self.shape, self.dtype, self._read, self._read_rows = key, tuple(shape), dtype, read, read_rows
 
     def read(self) -> np.ndarray:
         return self._read()
+
+    def read_rows(self, rows: slice | np.ndarray) -> np.ndarray:
+        """Rows `rows` of the tensor (its first axis), without reading the rest when the source can."""
+        return self._read()[rows] if self._read_rows is None else self._read_rows(rows)
 
 
 class ObjectGraphCheckpoint:
@@ -78,7 +89,13 @@ class ObjectGraphCheckpoint:
     def _saved(self, key: str) -> Saved | None:
         if key not in self.reader:
             return None
-        return Saved(key, self.reader.shape(key), self.reader.dtype_name(key), lambda: self.reader.read(key))
+        return Saved(
+            key,
+            self.reader.shape(key),
+            self.reader.dtype_name(key),
+            lambda: self.reader.read(key),
+            lambda rows: self.reader.read_rows(key, rows),
+        )
 
     def lookup(self, path: Path, full_name: str | None = None) -> Saved | None:
         """The variable at `path` (by `full_name` in a checkpoint without an object graph), or None."""

@@ -47,10 +47,11 @@ failed write on any replica raises on every replica (its error there,
 directory (its writer lock, the removal of killed saves' debris), and the
 manager's bookkeeping (reading and writing the state file, deleting old
 checkpoints) runs on replica 0, which tells the others. Restoring reads the
-checkpoint on every replica (a filesystem all of them see): the replicas
-agree that every one has read and checked it, then each keeps its rows. A
-checkpoint's tables are whole once read (slices joined), so one written by
-N replicas restores on M, 1 included, and the reverse.
+checkpoint on every replica (a filesystem all of them see), each replica only
+its rows of every table and slot (`BundleReader.read_rows`, from whichever
+slices hold them): the replicas agree that every one has read and checked
+its part, then each loads its rows (`DistributedEngine.load_rows`). So a
+checkpoint written by N replicas restores on M, 1 included, and the reverse.
 
 >>> import os, tempfile, numpy as np
 >>> model = {"w": np.ones(3, np.float32)}

@@ -190,6 +190,14 @@ class ProgramCheckpoint:
             self._tensors[name] = self._reader.read(name)
         return self._tensors[name]
 
+    def read_rows(self, name: str, rows: slice | np.ndarray) -> np.ndarray:
+        """Rows `rows` of tensor `name` (`BundleReader.read_rows`: CRC-checked, the rest never read; not cached)."""
+        if name not in self.names:
+            raise NotFoundError(f"Key {name!r} not found in checkpoint {self.path!r}.")
+        if name in self._tensors:
+            return self._tensors[name][rows]
+        return self._reader.read_rows(name, rows)
+
     def row_slices(self, name: str) -> list[tuple[int, int]] | None:
         """(start, length) of each row slice of a partitioned tensor, by start; None if stored whole.
 

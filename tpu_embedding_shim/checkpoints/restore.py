@@ -24,6 +24,12 @@ A table of a TPU job with `partition_strategy='mod'` and several hosts is
 stored permuted (see `tf_names`); it is put back in id order, the host
 count being its number of row slices (TPU saves keep one per host) or
 `WarmStartSettings(num_hosts=...)`.
+
+A replica under `mpiexec` (`Program.row_ids`: the ids it owns of each
+engine table) reads only its rows: it computes where its ids are stored
+(in id order, or in a `mod` job's hosts' order) and reads those rows of
+each table and slot (`BundleReader.read_rows`), never a whole table; the
+plan then holds its rows only (`Plan.local`).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from ..api.warm_start import WarmStartSettings, selects
 from ..engine import CheckpointError, initial_slots, shard_sizes
 from .program_checkpoint import ProgramCheckpoint
 from .state import decode_tensors
-from .tf_names import CHECKPOINT, LAYER, SOURCE, ProgramNames, from_mod_layout, slot_suffixes
+from .tf_names import CHECKPOINT, LAYER, SOURCE, ProgramNames, from_mod_layout, mod_layout_rows, slot_suffixes
 
 __all__ = ["Program", "Plan", "resume_plan", "warm_start_plan"]
 
@@ -52,6 +58,12 @@ class Program:
     optimizers: dict[str, Any]  # engine table -> its OptimizerSpec (or None)
     tensor_core: dict[str, tuple[int, int]]  # tensor-core table (a dense_state key) -> shape
     partition_strategy: str
+    row_ids: dict[str, np.ndarray] | None = None  # engine table -> the ids this replica owns; None: every row
+
+    def local_shape(self, table: str) -> tuple[int, int]:
+        """The shape of the rows of `table` a plan holds: the whole table, or this replica's rows."""
+        rows, dim = self.tables[table]
+        return (rows if self.row_ids is None else len(self.row_ids[table]), dim)
 
     def slot_names(self, table: str) -> list[str]:
         return sorted(self.optimizers[table].slot_initial_values()) if self.optimizers[table] else []
@@ -70,6 +82,7 @@ class Plan:
     dense: tuple[str, Any]  # ('replace', entries) | ('update', entries) | ('pending', {key: (array, where)})
     names: dict[str, tuple[str, int]]  # table -> (checkpoint name, certainty) to adopt
     notes: list[str]
+    local: bool = False  # tables hold this replica's rows only (Program.row_ids), for DistributedEngine.load_rows
 
 
 class _Reading:
@@ -81,8 +94,11 @@ class _Reading:
         self.strategy = strategy
         self.num_hosts = num_hosts
         self.consumed: set[str] = set()
+        self._stored_rows: dict[tuple[str, int], slice | np.ndarray] = {}
 
-    def rows(self, name: str, shape: tuple[int, int], what: str) -> np.ndarray:
+    def rows(self, name: str, shape: tuple[int, int], what: str, table: str | None = None) -> np.ndarray:
+        """Tensor `name` of shape `shape` in id order: whole, or only the rows of `program.row_ids[table]`
+        (an engine table's, on a replica that owns those ids)."""
         source = self.source
         if name not in source.names:
             raise CheckpointError(f"Checkpoint {source.path!r} holds no tensor {name!r} ({what}).")
@@ -95,8 +111,13 @@ class _Reading:
         if not source.is_numeric(name):
             raise CheckpointError(f"Checkpoint {source.path!r}: tensor {name!r} ({what}) is not numeric.")
         hosts = self._hosts(name, shape[0], what)
-        array = source.read(name)
         self.consumed.add(name)
+        if table is not None and self.program.row_ids is not None:
+            key = (table, hosts)
+            if key not in self._stored_rows:  # where this replica's ids are stored: once per table and layout
+                self._stored_rows = {key: _as_run(mod_layout_rows(self.program.row_ids[table], shape[0], hosts))}
+            return source.read_rows(name, self._stored_rows[key])
+        array = source.read(name)
         return from_mod_layout(array, hosts) if hosts > 1 else array
 
     def _hosts(self, name: str, rows: int, what: str) -> int:
@@ -147,6 +168,14 @@ class _Reading:
             if all(name in self.source.names for name in names.values()):
                 return names, flavour
         return None, ""
+
+
+def _as_run(rows: np.ndarray) -> slice | np.ndarray:
+    """`rows` as a slice when they are one run (a `div` replica's rows, or a `mod` one's of a checkpoint
+    its own host count wrote): read without an index array."""
+    if len(rows) and int(rows[-1]) - int(rows[0]) == len(rows) - 1 and bool((rows[1:] > rows[:-1]).all()):
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows
 
 
 def _find_table(source: ProgramCheckpoint, program: Program, table: str) -> str | None:
@@ -224,7 +253,7 @@ def resume_plan(source: ProgramCheckpoint, program: Program) -> Plan:
         if variable is None:
             raise _missing(source, program, table)
         names[table] = (variable, _certainty(source, table))
-        arrays = {"embedding": reading.rows(variable, shape, f"table {table}")}
+        arrays = {"embedding": reading.rows(variable, shape, f"table {table}", table)}
         slots, flavour = reading.slot_names(table, variable)
         if slots is None:
             found = sorted(n[len(variable) + 1 :] for n in source.names if n.startswith(variable + "/"))
@@ -233,7 +262,7 @@ def resume_plan(source: ProgramCheckpoint, program: Program) -> Plan:
                 f"(found {found or 'none'}); its slots {program.slot_names(table)} start from their initial "
                 "values."
             )
-            arrays.update(initial_slots(program.optimizers[table], shape))
+            arrays.update(initial_slots(program.optimizers[table], program.local_shape(table)))
         else:
             if flavour == "CPU" and slots:
                 notes.append(
@@ -241,7 +270,7 @@ def resume_plan(source: ProgramCheckpoint, program: Program) -> Plan:
                     f"read as the EmbeddingConfigSpec optimizer's {sorted(slots)}."
                 )
             for slot, name in slots.items():
-                arrays[slot] = reading.rows(name, shape, f"slot {slot!r} of table {table}")
+                arrays[slot] = reading.rows(name, shape, f"slot {slot!r} of table {table}", table)
         tables[table] = arrays
     entries = _dense_entries(source)
     tensor_core = {}
@@ -274,7 +303,7 @@ def resume_plan(source: ProgramCheckpoint, program: Program) -> Plan:
                 if source.is_numeric(name) and not _belongs_to(name, tables_there)
             },
         )
-    return Plan(tables, int(step), tensor_core, dense, names, notes)
+    return Plan(tables, int(step), tensor_core, dense, names, notes, local=program.row_ids is not None)
 
 
 def warm_start_plan(
@@ -284,7 +313,8 @@ def warm_start_plan(
     fresh: Mapping[str, Mapping[str, np.ndarray]],
     fresh_tensor_core: Mapping[str, np.ndarray],
 ) -> Plan:
-    """What `settings` takes from `source`; `fresh` (the new engine's state) is kept for the rest."""
+    """What `settings` takes from `source`; `fresh` (the new engine's state: this replica's rows when
+    `program.row_ids` is set) is kept for the rest."""
     mapping = dict(settings.var_name_to_prev_var_name)
     inverse = {prev: current for current, prev in mapping.items()}
     used = set()
@@ -304,7 +334,7 @@ def warm_start_plan(
             return mapping[current]
         return default
 
-    def take(current: str, prev: str, shape: tuple[int, int], what: str) -> np.ndarray:
+    def take(current: str, prev: str, shape: tuple[int, int], what: str, table: str | None = None) -> np.ndarray:
         nonlocal count
         if prev not in source.names:
             raise ValueError(
@@ -312,7 +342,7 @@ def warm_start_plan(
                 f"(warm-starting {current}, {what})."
             )
         count += 1
-        return reading.rows(prev, shape, what)
+        return reading.rows(prev, shape, what, table)
 
     def name_table(table: str) -> tuple[str, str]:
         """(the table's name here, its name in the source): known or mapped, else as the source names its column."""
@@ -339,7 +369,7 @@ def warm_start_plan(
         viable.append(current)
         arrays = {key: value for key, value in fresh[table].items()}
         if selects(settings, current, trainable=True):
-            arrays["embedding"] = take(current, prev_table, shape, f"table {table}")
+            arrays["embedding"] = take(current, prev_table, shape, f"table {table}", table)
         suffixes = slot_suffixes(program.kind(table), program.slot_names(table))
         known, _ = reading.slot_names(table, prev_table)
         fresh_slots = []
@@ -348,7 +378,7 @@ def warm_start_plan(
             viable.append(slot_current)
             if selects(settings, slot_current, trainable=False):
                 prev = previous(slot_current, (known or {}).get(slot, f"{prev_table}/{suffix}"))
-                arrays[slot] = take(slot_current, prev, shape, f"slot {slot!r} of table {table}")
+                arrays[slot] = take(slot_current, prev, shape, f"slot {slot!r} of table {table}", table)
             else:
                 fresh_slots.append(slot_current)
         if fresh_slots:
@@ -415,4 +445,4 @@ def warm_start_plan(
             f"{viable}"
         )
     notes.insert(0, f"Warm-started {count} variables from {source.path}.")
-    return Plan(tables, step, tensor_core, dense, names, notes)
+    return Plan(tables, step, tensor_core, dense, names, notes, local=program.row_ids is not None)

@@ -65,6 +65,7 @@ __all__ = [
     "slot_suffixes",
     "to_mod_layout",
     "from_mod_layout",
+    "mod_layout_rows",
     "DEFAULT",
     "SOURCE",
     "LAYER",
@@ -212,6 +213,23 @@ def to_mod_layout(table: np.ndarray, num_hosts: int) -> np.ndarray:
     if hosts == 1 or len(table) == 0:
         return np.asarray(table)
     return np.concatenate(split_table(np.asarray(table), hosts, "mod"), axis=0)
+
+
+def mod_layout_rows(ids: np.ndarray, vocabulary_size: int, num_hosts: int) -> np.ndarray:
+    """Where ids `ids` (int64) are stored in a table of `vocabulary_size` rows that a `mod` job with
+    `num_hosts` hosts saved: host h = id % H holds its ids after the rows of hosts 0..h-1, in id order.
+
+    >>> mod_layout_rows(np.arange(5), 5, 2).tolist()  # stored as [0 2 4 | 1 3]
+    [0, 3, 1, 4, 2]
+    """
+    hosts = _check_hosts(num_hosts)
+    ids = np.asarray(ids, np.int64)
+    if hosts == 1:
+        return ids
+    starts = np.concatenate([[0], np.cumsum(shard_sizes(vocabulary_size, hosts, "mod"))]).astype(np.int64)
+    rows = ids // hosts
+    rows += starts[ids % hosts]
+    return rows
 
 
 def from_mod_layout(stored: np.ndarray, num_hosts: int) -> np.ndarray:

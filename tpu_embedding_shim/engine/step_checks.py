@@ -116,9 +116,10 @@ def checked_gradient(
     return array
 
 
-def check_state(spec: EmbeddingSpec, state: Any) -> dict[str, list[str]]:
+def check_state(spec: EmbeddingSpec, state: Any, rows: Mapping[str, int] | None = None) -> dict[str, list[str]]:
     """Table -> its slot names, once `state` ({table: {'embedding': [V, D], slot: [V, D]}}) matches `spec`
-    whole: the same tables, each with the spec's slots, every array of the table's shape."""
+    whole: the same tables, each with the spec's slots, every array of the table's shape (`rows[table]`
+    rows instead of V when given: one rank's share)."""
     structure = spec.structure()
     if not isinstance(state, Mapping) or set(state) != set(structure):
         received = sorted(state) if isinstance(state, Mapping) else type(state).__name__
@@ -132,7 +133,7 @@ def check_state(spec: EmbeddingSpec, state: Any) -> dict[str, list[str]]:
                 f"Table {name!r}: the state holds {sorted(arrays)}, the spec expects "
                 f"['embedding'] + {expected['slots']}."
             )
-        shape = (expected["vocabulary_size"], expected["dim"])
+        shape = (expected["vocabulary_size"] if rows is None else rows[name], expected["dim"])
         for key, value in arrays.items():
             if np.shape(value) != shape:
                 raise ValueError(f"Table {name!r}, {key!r}: shape {np.shape(value)}, expected {shape}.")

@@ -144,12 +144,28 @@ class ModelState:
                 optimizers[table.name] = self.engine.spec.optimizer_for(table.name)
         if self._tensor_core is not None:
             tensor_core = {name: (t.vocabulary_size, t.dim) for name, t in self._tensor_core.tables.items()}
-        return Program(copy.deepcopy(self.names), tables, optimizers, tensor_core, self._partition_strategy())
+        row_ids = None
+        if isinstance(self.engine, DistributedEngine):  # each replica reads its own rows of the tables
+            row_ids = {name: self.engine.row_ids(name) for name in tables}
+        return Program(copy.deepcopy(self.names), tables, optimizers, tensor_core, self._partition_strategy(), row_ids)
+
+    def _planned(self, plan_of: Any) -> Any:
+        """`plan_of()`, agreed on by every replica when each reads only its rows (a corrupt slice fails only
+        on the replicas that read it): a failure anywhere raises everywhere, before anything changes."""
+        if not isinstance(self.engine, DistributedEngine):
+            return plan_of()
+        plan, error = None, None
+        try:
+            plan = plan_of()
+        except Exception as caught:
+            error = caught
+        agree(self.engine.comm, error, "TPUEstimator: read a checkpoint")
+        return plan
 
     def restore(self, path: str) -> None:
         """Resumes from the checkpoint `path` (a prefix or directory; the runner's or TensorFlow's)."""
         source = program_checkpoint.open_program_checkpoint(path)
-        plan = resume_plan(source, self._program())
+        plan = self._planned(lambda: resume_plan(source, self._program()))
         self._apply(plan, resume=True)
         self.loaded_step = plan.step
         log.info("Restored the model from %s (global step %d).", source.path, plan.step)
@@ -157,15 +173,22 @@ class ModelState:
     def warm_start(self, settings: WarmStartSettings) -> None:
         """Takes what `settings` asks for from another run's checkpoint into this fresh state."""
         source = program_checkpoint.open_program_checkpoint(settings.ckpt_to_initialize_from)
-        fresh = self.engine.state() if self.engine is not None else {}
+        fresh: Mapping[str, Mapping[str, np.ndarray]] = {}
+        if isinstance(self.engine, DistributedEngine):  # this replica's rows: no table is gathered
+            fresh = self.engine.local_state()
+        elif self.engine is not None:
+            fresh = self.engine.state()
         program = self._program()
         fresh_tensor_core = {name: self.dense_state[name] for name in program.tensor_core}
-        plan = warm_start_plan(source, program, settings, fresh, fresh_tensor_core)
+        plan = self._planned(lambda: warm_start_plan(source, program, settings, fresh, fresh_tensor_core))
         self._apply(plan, resume=False)
 
     def _apply(self, plan, *, resume: bool) -> None:
         """Assigns a checked plan: engine tables and step, tensor-core tables, dense state, table names."""
-        if self.engine is not None:
+        if plan.local:
+            assert isinstance(self.engine, DistributedEngine)  # only a replica's program asks for its rows
+            self.engine.load_rows(plan.tables, step=plan.step)
+        elif self.engine is not None:
             self.engine.load_state(plan.tables, step=plan.step)
         else:
             self.step = plan.step

@@ -644,6 +644,53 @@ class DistributedEngine:
             else:
                 self._tables[name], self._slots[name] = rows, slots[name]
 
+    def row_ids(self, name: str) -> np.ndarray:
+        """The ids of this rank's rows of table `name`, in its local order (local: no communication): a
+        run of ids under `div`, ids rank, rank + W, ... under `mod`. `load_rows` takes the rows of these
+        ids, in this order."""
+        if name not in self._owners:
+            raise UnknownTableError(name, list(self._owners))
+        return self._owners[name].owned_ids(self.rank)
+
+    def local_state(self) -> dict[str, dict[str, np.ndarray]]:
+        """Table -> {'embedding': this rank's rows, slot: its rows of the slot}, in `row_ids` order, pending
+        updates applied (local: no communication; the engine's own arrays, not copies)."""
+        self.flush()
+        return {name: {"embedding": rows, **self._slots[name]} for name, rows in self._tables.items()}
+
+    def load_rows(self, rows: Mapping[str, Mapping[str, np.ndarray]], *, step: int | None = None) -> None:
+        """Replaces every table and slot from this rank's rows only (collective): a restore where each rank
+        reads its own rows of a checkpoint, never a whole table.
+
+        Args:
+          rows: table -> {'embedding': [n, D], slot: [n, D]}, n = len(row_ids(table)), the rows of
+            `row_ids(table)` in that order; every table and slot of the spec.
+          step: the global step to set (the same on every rank), or None to keep it.
+
+        A writable, C-contiguous float32 array is kept as it is, not copied (the restore's peak memory
+        is one copy of the rows): the caller hands it over.
+
+        Checked on every rank (names, shapes, real values, the step), and the ranks agree before anything
+        changes: a bad argument on any rank raises on every rank and changes nothing.
+        """
+        error: Exception | None = None
+        tables: dict[str, np.ndarray] = {}
+        slots: dict[str, dict[str, np.ndarray]] = {}
+        try:
+            sizes = {name: owner.sizes[self.rank] for name, owner in self._owners.items()}
+            for name, names in check_state(self.spec, rows, sizes).items():
+                tables[name] = _own(rows[name]["embedding"])
+                slots[name] = {slot: _own(rows[name][slot]) for slot in names}
+            if step is not None and (isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0):
+                raise ValueError(f"Argument `step` must be an int >= 0. Received: {step!r}.")
+        except Exception as caught:
+            error = caught
+        agree(self.comm, error, "load_rows", step=None if error is not None or step is None else int(step))
+        self._pending = None
+        self._replace_rows(tables, slots)
+        if step is not None:
+            self.global_step = int(step)
+
     def _rows_of_state(self, state: Mapping[str, Mapping[str, np.ndarray]]) -> tuple[dict, dict]:
         tables, slots = {}, {}
         for name, names in check_state(self.spec, state).items():
@@ -652,6 +699,11 @@ class DistributedEngine:
             tables[name] = owner.take(np.asarray(arrays["embedding"], np.float32), self.rank)
             slots[name] = {slot: owner.take(np.asarray(arrays[slot], np.float32), self.rank) for slot in names}
         return tables, slots
+
+
+def _own(value: Any) -> np.ndarray:
+    """`value` as a writable C-contiguous float32 array: itself when it is one (no second copy of the rows)."""
+    return np.require(value, np.float32, ["C_CONTIGUOUS", "WRITEABLE"])
 
 
 def _by_position(batch: Ragged) -> Ragged:

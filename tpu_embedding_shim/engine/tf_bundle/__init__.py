@@ -42,7 +42,7 @@ from .object_graph import (
     escape_local_name,
 )
 from .protos import FULL, BundleEntry, BundleHeader
-from .reader import BundleReader, list_bundle, read_bundle
+from .reader import ROW_BUFFER, BundleReader, list_bundle, read_bundle
 from .state import STATE_FILE, CheckpointState, read_state, record_latest, write_state
 from .wire import WireError
 from .writer import SlicedTensor, delete_bundle, write_bundle
@@ -65,6 +65,7 @@ __all__ = [
     "BundleEntry",
     "BundleHeader",
     "BundleReader",
+    "ROW_BUFFER",
     "list_bundle",
     "read_bundle",
     "STATE_FILE",

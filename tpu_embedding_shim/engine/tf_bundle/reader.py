@@ -13,6 +13,14 @@ block's CRC), then reads tensors on demand:
   overlap and must cover the tensor;
 - bfloat16 as float32, strings as an object array of `bytes`.
 
+`read_rows(name, rows)` reads only some rows (first-axis entries) of a
+numeric tensor, plain or partitioned: a range or an index array. It holds
+the rows asked for and one buffer of `ROW_BUFFER` bytes (or one row, if
+larger), never the whole tensor: each touched entry is streamed in chunks
+(`os.pread`), its CRC-32C checked over every chunk when `verify` is on,
+and the rows asked for are copied out of the chunks as they pass. A
+replica restoring its share of a table reads it this way.
+
 Errors name the checkpoint, the file and the tensor: `NotFoundError` (no
 index, no data file, no such tensor), `DataLossError` (truncated or corrupt
 file, CRC mismatch, a bad entry), `UnimplementedError` (a dtype this
@@ -40,6 +48,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 import numpy as np
 
@@ -54,13 +63,16 @@ from .strings import decode_strings
 from .table import read_table
 from .wire import WireError
 
-__all__ = ["BundleReader", "read_bundle", "list_bundle", "MMAP_THRESHOLD", "CONSUMER_VERSION"]
+__all__ = ["BundleReader", "read_bundle", "list_bundle", "MMAP_THRESHOLD", "ROW_BUFFER", "CONSUMER_VERSION"]
 
 MMAP_THRESHOLD = 1 << 20
 """Numeric tensors of at least this many bytes are memory-mapped (1 MiB)."""
 
 CONSUMER_VERSION = 1
 """The bundle format version this reader is (TensorFlow's kTensorBundleVersion)."""
+
+ROW_BUFFER = 1 << 22
+"""`read_rows` streams an entry in chunks of about this many bytes (4 MiB; at least one row)."""
 
 _CRC_CHUNK = 1 << 26  # bytes checksummed per call when streaming over a mapping
 _MAX_ELEMENTS = 1 << 59  # more elements than this fit no array (numpy's limit is 2**63 bytes)
@@ -209,6 +221,115 @@ class BundleReader:
         if entry.slices:
             return self._assemble(name, entry, mmap)
         return self._read_entry(entry, f"tensor {name!r}", mmap)
+
+    def read_rows(
+        self, name: str, rows: slice | range | np.ndarray | list[int], *, buffer: int = ROW_BUFFER
+    ) -> np.ndarray:
+        """Rows `rows` of tensor `name` (its first axis), equal to `read(name)[rows]`, read without the rest.
+
+        Args:
+          name: the tensor's name: numeric, of rank >= 1, stored whole or
+            as slices (any boxes: row slices of a multi-host save, or
+            slices that cut other dimensions too).
+          rows: a `slice` / `range` with step 1 (a contiguous run), or
+            int row indices in any order, repeats allowed.
+          buffer: bytes per chunk read (at least one row is read at once).
+
+        Memory: the result plus one chunk. Only the entries holding a row
+        asked for are touched; with `verify`, each of them is read whole,
+        chunk by chunk, to check its CRC-32C; without it, only the chunks
+        holding rows asked for. A string tensor is read whole (`read`).
+
+        Raises:
+          NotFoundError, DataLossError, UnimplementedError: as `read`.
+          ValueError: a rank-0 tensor, a row out of range, a
+            slice with a step other than 1, rows that are not integers.
+        """
+        entry = self.entry(name)
+        self._check_dtype(name, entry)
+        shape = tuple(entry.shape)
+        self._check_shape(entry, f"tensor {name!r}")
+        selection = _Selection.of(rows, shape, f"Checkpoint {self.prefix!r}: tensor {name!r}")
+        if entry.dtype == STRING:
+            whole = self.read(name, mmap=False)
+            return whole[selection.first : selection.stop] if selection.ids is None else whole[selection.ids]
+        out = np.empty((selection.count, *shape[1:]), dtype=numpy_dtype(entry.dtype))
+        if entry.slices:
+            parts = self._check_slices(name, entry)
+        else:
+            parts = [(tuple((0, n) for n in shape), entry, f"tensor {name!r}")]
+        for box, part, label in parts:
+            start, length = box[0]
+            if selection.touches(start, start + length):
+                self._rows_of_entry(part, label, box, selection, out, buffer)
+        return out
+
+    def _rows_of_entry(
+        self,
+        entry: BundleEntry,
+        where: str,
+        box: tuple[tuple[int, int], ...],
+        selection: _Selection,
+        out: np.ndarray,
+        buffer: int,
+    ) -> None:
+        """Copies the selected rows of one stored entry (the box `box` of the tensor) into `out`, chunk by
+        chunk; with `verify`, reads the entry whole and checks its CRC-32C."""
+        self._check_shape(entry, where)
+        stored = stored_dtype(entry.dtype, self.byteorder)
+        count = math.prod(entry.shape)
+        if entry.size != count * stored.itemsize:
+            raise DataLossError(
+                f"{self.index_path}: {where} ({name_of(entry.dtype)} {list(entry.shape)}) has a stored size "
+                f"of {entry.size} bytes, expected {count * stored.itemsize}: the index is corrupt."
+            )
+        start, length = box[0]
+        inner = tuple(n for _, n in box[1:])
+        row_bytes = math.prod(inner) * stored.itemsize
+        if count == 0:
+            self._check_crc(entry, 0, where, None)
+            return
+        path = self._check_extent(entry, where)
+        per_chunk = max(1, buffer // row_bytes)
+        columns = tuple(slice(a, a + n) for a, n in box[1:])
+        crc = 0
+        chunk_buffer = np.empty(min(per_chunk, length) * row_bytes, np.uint8)  # one buffer, read into again and again
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for first in range(0, length, per_chunk):
+                last = min(first + per_chunk, length)
+                wanted = selection.within(start + first, start + last)
+                if wanted is None and not self.verify:
+                    continue
+                # rows [lo, hi) of the chunk: all of it with `verify` (every byte goes into the CRC), else
+                # from the first row asked for to the last
+                lo, hi = (0, last - first) if self.verify or wanted is None else (wanted[2], wanted[3])
+                offset = entry.offset + (first + lo) * row_bytes
+                size = (hi - lo) * row_bytes
+                data = chunk_buffer[:size]
+                got = os.preadv(fd, [data.data], offset)
+                if got != size:
+                    raise DataLossError(
+                        f"{path}: {where} needs bytes [{offset}, {offset + size}), the file has "
+                        f"{offset + got}: the data file is truncated."
+                    )
+                if self.verify:
+                    crc = crc32c(data, crc)
+                if wanted is None:
+                    continue
+                positions, local = wanted[0], wanted[1]
+                chunk = data.view(stored).reshape((hi - lo, *inner))
+                values = chunk[
+                    local - lo if isinstance(local, np.ndarray) else slice(local.start - lo, local.stop - lo)
+                ]
+                if entry.dtype == BFLOAT16:
+                    values = from_bfloat16(values)
+                out[(positions,) + columns] = values
+                del chunk, values
+        finally:
+            os.close(fd)
+        if self.verify:
+            self._check_crc(entry, crc, where, path)
 
     def read_all(self) -> dict[str, np.ndarray]:
         return {name: self.read(name) for name in self._names}
@@ -400,6 +521,75 @@ class BundleReader:
                 f"files hold ({data_bytes}): the index is corrupt."
             )
         return parts
+
+
+class _Selection:
+    """The rows `read_rows` was asked for: a run [first, stop), or ids (sorted once, with where each goes)."""
+
+    def __init__(self, count: int, first: int, stop: int, ids: np.ndarray | None):
+        self.count, self.first, self.stop, self.ids = count, first, stop, ids
+        self.order: np.ndarray | None = None
+        if ids is not None and ids.size > 1 and bool((ids[1:] < ids[:-1]).any()):
+            self.order = np.argsort(ids, kind="stable")  # out[order[k]] is the k-th smallest id
+            self.sorted = ids[self.order]
+        elif ids is not None:  # in order already (a rank's ids): no copy
+            self.sorted = ids
+
+    @classmethod
+    def of(cls, rows: Any, shape: tuple[int, ...], where: str) -> _Selection:
+        if not shape:
+            raise ValueError(f"{where} is a scalar: it has no rows to read (read it with read()).")
+        total = shape[0]
+        if isinstance(rows, (slice, range)):
+            if rows.step not in (None, 1):
+                raise ValueError(
+                    f"{where}: argument `rows` must be a run of rows (step 1) or an array of row indices. "
+                    f"Received a step of {rows.step}."
+                )
+            first = 0 if rows.start is None else rows.start
+            stop = total if rows.stop is None else rows.stop
+            if not (isinstance(first, (int, np.integer)) and isinstance(stop, (int, np.integer))):
+                raise ValueError(f"{where}: argument `rows` must have int bounds. Received: {rows!r}.")
+            if not 0 <= first <= stop <= total:
+                raise ValueError(
+                    f"{where}: argument `rows` must lie in [0, {total}] (the tensor has {total} rows). "
+                    f"Received: [{first}, {stop})."
+                )
+            return cls(int(stop - first), int(first), int(stop), None)
+        ids = np.asarray(rows)
+        if ids.size == 0:
+            ids = ids.astype(np.int64)
+        if ids.ndim != 1 or ids.dtype.kind not in "iu":
+            raise ValueError(
+                f"{where}: argument `rows` must be a slice or a 1-D array of int row indices. Received: "
+                f"{ids.dtype} of shape {ids.shape}."
+            )
+        ids = ids.astype(np.int64, copy=False)
+        if ids.size and (ids.min() < 0 or ids.max() >= total):
+            bad = ids[(ids < 0) | (ids >= total)][0]
+            raise ValueError(
+                f"{where}: argument `rows` must hold row indices in [0, {total}) (the tensor has {total} rows). "
+                f"Received: {int(bad)}."
+            )
+        return cls(int(ids.size), 0, 0, ids)
+
+    def touches(self, start: int, stop: int) -> bool:
+        return self.within(start, stop) is not None
+
+    def within(self, start: int, stop: int) -> tuple[Any, Any, int, int] | None:
+        """For the tensor's rows [start, stop): (positions in the result, rows from `start`, the first and the
+        stop of the rows asked for, from `start`), or None when none is asked for."""
+        if self.ids is None:
+            lo, hi = max(start, self.first), min(stop, self.stop)
+            if lo >= hi:
+                return None
+            return slice(lo - self.first, hi - self.first), range(lo - start, hi - start), lo - start, hi - start
+        i, j = np.searchsorted(self.sorted, [start, stop])
+        if i == j:
+            return None
+        local = self.sorted[i:j] - start
+        positions = slice(i, j) if self.order is None else self.order[i:j]
+        return positions, local, int(local[0]), int(local[-1]) + 1
 
 
 def read_bundle(prefix: str | os.PathLike[str], *, verify: bool = True) -> dict[str, np.ndarray]:
