@@ -16,6 +16,7 @@ from tpu_embedding_shim.checkpoints.program_checkpoint import open_program_check
 from tpu_embedding_shim.checkpoints.restore import Program, resume_plan
 from tpu_embedding_shim.checkpoints.tf_names import ProgramNames
 from tpu_embedding_shim.engine import DistributedEngine, agree, communicator
+from tpu_embedding_shim.engine.tf_bundle import crc32c
 from tpu_embedding_shim.spec import AdagradSpec, EmbeddingSpec, FeatureSpec, TableSpec
 
 
@@ -40,6 +41,7 @@ def main(prefix: str, vocabulary_size: str, dim: str, strategy: str, out: str) -
     share = sum(a.nbytes for a in engine.local_state()["t"].values())
     # The engine's built rows were allocated before tracing starts: only what the restore allocates counts.
     before = {key: value.copy() for key, value in engine.local_state()["t"].items()}
+    crc32c(b"warm")  # loads the CRC kernel (numba, where installed) before tracing: its import is not the restore's
     tracemalloc.start()
     plan, error = None, None
     try:
