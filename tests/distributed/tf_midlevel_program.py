@@ -43,7 +43,39 @@ def global_batches():
         "users": tensorflow.constant(users, tensorflow.int64),
     }
     labels = tensorflow.constant(labels, tensorflow.float32)[:, None]
-    return tensorflow.data.Dataset.from_tensor_slices((features, labels)).batch(GLOBAL_BATCH)
+    return tensorflow.data.Dataset.from_tensor_slices((features, labels)).batch(GLOBAL_BATCH, drop_remainder=True)
+
+
+def custom_loop(tf, strategy):
+    """The mid-level API in a `tf.function` loop: enqueue, `strategy.run(dequeue, apply_gradients)`, the
+    activations of the global batch gathered. The gradient of each example depends on that example alone, so
+    the tables and activations are one process's bits."""
+    embedding = tf.tpu.experimental.embedding
+    items = embedding.TableConfig(
+        vocabulary_size=16, dim=4, combiner="sum", name="loop_items",
+        initializer=tf.constant_initializer(np.linspace(-1.0, 1.0, 64)),
+    )  # fmt: skip
+    with strategy.scope():
+        mid_level = embedding.TPUEmbedding(
+            feature_config={"items": embedding.FeatureConfig(table=items)},
+            optimizer=embedding.Adagrad(0.25),
+        )
+
+    @tf.function
+    def train(iterator):
+        features, labels = next(iterator)
+        mid_level.enqueue({"items": features["items"]}, training=True)
+
+        def step(labels):
+            activations = mid_level.dequeue()
+            mid_level.apply_gradients({"items": activations["items"] * labels / GLOBAL_BATCH})
+            return activations["items"]
+
+        return strategy.gather(strategy.run(step, args=(labels,)), axis=0)
+
+    iterator = iter(strategy.experimental_distribute_dataset(global_batches()))
+    activations = [train(iterator).numpy().tolist() for _ in range(STEPS)]
+    return {"loop_activations": activations, "loop_table": np.asarray(mid_level.embedding_tables[items]).tolist()}
 
 
 def main(out):
@@ -80,7 +112,9 @@ def main(out):
                 model = tf.keras.Model(inputs, tf.keras.layers.Dense(1)(hidden))
                 model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
             tf.keras.utils.set_random_seed(0)  # the dense weights: the same on every replica
-            model.set_weights([np.linspace(-0.5, 0.5, w.size, dtype=np.float32).reshape(w.shape) for w in model.get_weights()])
+            model.set_weights(
+                [np.linspace(-0.5, 0.5, w.size, dtype=np.float32).reshape(w.shape) for w in model.get_weights()]
+            )
             model.fit(global_batches(), epochs=2, verbose=0)
             record["fit_tables"] = {t.name: np.asarray(layer.embedding_tables[t]).tolist() for t in (items, users)}
             record["fit_dense"] = [w.tolist() for w in model.get_weights()]
@@ -102,7 +136,10 @@ def main(out):
                 rows, total, mean = examples_and_sum(features, labels)
                 seen.append([int(rows), float(total), float(mean[0])])
             record["seen"] = seen
-            record["local_rows"] = [int(labels.shape[0]) for _, labels in strategy.experimental_distribute_dataset(global_batches())]
+            record["local_rows"] = [
+                int(labels.shape[0]) for _, labels in strategy.experimental_distribute_dataset(global_batches())
+            ]
+            record.update(custom_loop(tf, strategy))
     except Exception as error:  # every replica's error reaches the report
         traceback.print_exc()
         record["error"] = f"{type(error).__name__}: {error}"

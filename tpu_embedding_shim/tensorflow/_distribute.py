@@ -267,7 +267,9 @@ class TPUStrategy(stand_in.TPUStrategy, tf.distribute.Strategy):
         return tf.distribute.Strategy.gather(self, value, axis)
 
     def __repr__(self) -> str:
-        return f"<TPUStrategy: in-process CPU emulation, {stand_in._replicas_text(self.num_replicas_in_sync)}, no TPU>"
+        count = self.num_replicas_in_sync
+        replicas_text = "1 replica" if count == 1 else f"{count} replicas (one per process)"
+        return f"<TPUStrategy: in-process CPU emulation, {replicas_text}, no TPU>"
 
 
 def experimental_connect_to_cluster(cluster_spec_or_resolver: Any = None, *args: Any, **kwargs: Any) -> Any:

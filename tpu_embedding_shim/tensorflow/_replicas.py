@@ -78,7 +78,11 @@ def all_gather(tensors: Sequence[Any], axis: int) -> list[tf.Tensor]:
     return _convert.call(gather, leaves, [t.dtype for t in tensors], shapes, "all_gather")
 
 
-def _rows(value: Any) -> tf.Tensor:
+def _rows(value: Any) -> Any:
+    """The number of rows: an int when TensorFlow knows it statically (`batch(..., drop_remainder=True)`)."""
+    static = value.shape[0] if value.shape.rank else None
+    if static is not None:
+        return int(static)
     if isinstance(value, tf.SparseTensor):
         return value.dense_shape[0]
     if isinstance(value, tf.RaggedTensor):
@@ -86,25 +90,33 @@ def _rows(value: Any) -> tf.Tensor:
     return tf.shape(value, out_type=tf.int64)[0]
 
 
-def _take(value: Any, start: tf.Tensor, stop: tf.Tensor) -> Any:
+def _take(value: Any, start: Any, stop: Any) -> Any:
     if isinstance(value, tf.SparseTensor):
-        size = tf.concat([[stop - start], value.dense_shape[1:]], 0)
-        begin = tf.concat([[start], tf.zeros_like(value.dense_shape[1:])], 0)
-        return tf.sparse.slice(value, begin, size)
+        tail = value.dense_shape[1:]
+        size = tf.concat([tf.cast([stop - start], tf.int64), tail], 0)  # static rows when `start` is an int
+        sliced = tf.sparse.slice(value, tf.concat([tf.cast([start], tf.int64), tf.zeros_like(tail)], 0), size)
+        return tf.SparseTensor(sliced.indices, sliced.values, size)
     return value[start:stop]
 
 
 def replica_batch(element: Any, replica: int | None = None, count: int | None = None) -> Any:
-    """This replica's rows of a global batch (a nest of tensors sharing their first dimension)."""
+    """This replica's rows of a global batch (a nest of tensors sharing their first dimension).
+
+    With a static batch size (a dataset batched with `drop_remainder=True`,
+    as TPU programs batch) the slices keep static shapes: `[B / N, ...]`.
+    """
     replica = replicas.replica_id() if replica is None else replica
     count = replicas.num_replicas() if count is None else count
     leaves = tf.nest.flatten(element)
     if not leaves:
         return element
     batch = _rows(leaves[0])
-    per_replica = (batch + count - 1) // count
-    start = tf.minimum(replica * per_replica, batch)
-    stop = tf.minimum(start + per_replica, batch)
+    if isinstance(batch, int):
+        start, stop = replicas.replica_rows(batch, replica, count)
+    else:
+        per_replica = (batch + count - 1) // count
+        start = tf.minimum(replica * per_replica, batch)
+        stop = tf.minimum(start + per_replica, batch)
     return tf.nest.map_structure(lambda leaf: _take(leaf, start, stop), element)
 
 
