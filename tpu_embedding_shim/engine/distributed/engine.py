@@ -50,7 +50,6 @@ import dataclasses
 import json
 import logging
 import re
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -70,6 +69,7 @@ from .communicator import Communicator, communicator
 from .exchange import Segments, distinct, pack, send_ids, send_values
 from .owner_pooling import Bag, Kept, expand, pool
 from .ownership import Ownership
+from .statistics import DistributedStatistics
 
 __all__ = ["DistributedEngine", "DistributedLookupResult", "POOLING"]
 
@@ -173,6 +173,8 @@ class DistributedEngine:
         except Exception as caught:
             error = caught
         agree(comm, error, "DistributedEngine")
+        if spec.profile_data_directory:
+            self.statistics = DistributedStatistics(spec.profile_data_directory, spec, comm)
         self._features = {f.name: i for i, f in enumerate(spec.features)}
         self._dims = np.array([spec.table(f.table).dim for f in spec.features], dtype=np.int64)
         # The features each rank pools where the rows live (owner mode), and those whose rows move (the rest).
@@ -180,7 +182,6 @@ class DistributedEngine:
         self._exact = [f for f in spec.features if f.name not in {p.name for p in self._pooled}]
         if self.rank == 0:
             warn_clipping_limit(spec)
-            self._warn_unsupported()
         for line in self.describe():
             log.info(line)
 
@@ -222,14 +223,6 @@ class DistributedEngine:
             del full
             self._tables[table.name] = mine
             self._slots[table.name] = initial_slots(self.spec.optimizer_for(table.name), mine.shape)
-
-    def _warn_unsupported(self) -> None:
-        if self.spec.profile_data_directory:
-            warnings.warn(
-                "profile_data_directory: the distributed engine records no lookup statistics yet.",
-                UserWarning,
-                stacklevel=3,
-            )
 
     # Introspection ------------------------------------------------------------------
 
@@ -360,6 +353,8 @@ class DistributedEngine:
             activations.update((f.name, value) for f, value in zip(self._pooled, pooled))
             activations = {f.name: activations[f.name] for f in self.spec.features}  # spec order
         if training:
+            if self.statistics is not None:
+                self.statistics.record_step(batches)
             lookup = self._lookups
             self._lookups += 1
             if self._pooled:  # only this step's lookups can still be applied
