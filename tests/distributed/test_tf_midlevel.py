@@ -34,7 +34,9 @@ def test_keras_fit_with_the_tfrs_layer_on_n_replicas_trains_one_process_numbers(
     got = run(world_size, tmp_path)
     assert one_process["errors"] == [None] and got["errors"] == [None] * world_size
     assert got["replicas"] == world_size and one_process["replicas"] == 1
-    assert got["engine_step"] == one_process["engine_step"] == 8  # 2 epochs of 4 global batches
+    assert got["engine_step"] == one_process["engine_step"] == 8  # 2 epochs of 4 global batches; evaluate: none
+    # evaluate and predict run their lookups on every replica; each replica predicts its rows.
+    assert got["predict_rows"] == 48 // world_size and one_process["predict_rows"] == 48
     # Each replica read its 12 / N rows of every global batch, and the sums over replicas saw all 12.
     assert got["local_rows"] == [12 // world_size] * 4
     np.testing.assert_allclose(got["seen"], one_process["seen"], rtol=1e-6, atol=1e-6)

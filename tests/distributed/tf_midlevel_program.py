@@ -8,7 +8,8 @@ TFRS's `tf.distribute.TPUStrategy` and `tf.tpu.experimental.embedding` are
 the bridge's): a `TPUStrategy`, TFRS's `TPUEmbedding` layer and a Keras
 model made in its scope, `model.fit` on a `tf.data` dataset of global
 batches of 12 examples (a pooled feature of ragged ids and a sequence-less
-dense one), the loss Keras's mean squared error. Then a custom loop:
+dense one), the loss Keras's mean squared error, then `evaluate` and `predict` (each replica's rows). Then a
+custom loop:
 `strategy.experimental_distribute_dataset`, `strategy.run`, the replica
 context's `all_reduce` and `strategy.reduce`. Nothing in it depends on the
 number of processes.
@@ -118,6 +119,8 @@ def main(out):
             model.fit(global_batches(), epochs=2, verbose=0)
             record["fit_tables"] = {t.name: np.asarray(layer.embedding_tables[t]).tolist() for t in (items, users)}
             record["fit_dense"] = [w.tolist() for w in model.get_weights()]
+            record["evaluate_loss"] = float(model.evaluate(global_batches(), verbose=0))  # this replica's rows
+            record["predict_rows"] = int(model.predict(global_batches(), verbose=0).shape[0])
             record["engine_step"] = int(layer._tpu_embedding.engine.global_step)
             record["replicas"] = strategy.num_replicas_in_sync
 
