@@ -35,6 +35,8 @@ def test_keras_fit_with_the_tfrs_layer_on_n_replicas_trains_one_process_numbers(
     assert one_process["errors"] == [None] and got["errors"] == [None] * world_size
     assert got["replicas"] == world_size and one_process["replicas"] == 1
     assert got["engine_step"] == one_process["engine_step"] == 8  # 2 epochs of 4 global batches; evaluate: none
+    # A tf.train.Checkpoint saved as multi-worker TensorFlow programs save one restores the tables on every replica.
+    assert got["restored_equal"] is True and one_process["restored_equal"] is True
     # evaluate and predict run their lookups on every replica; each replica predicts its rows.
     assert got["predict_rows"] == 48 // world_size and one_process["predict_rows"] == 48
     # Each replica read its 12 / N rows of every global batch, and the sums over replicas saw all 12.

@@ -8,8 +8,8 @@ TFRS's `tf.distribute.TPUStrategy` and `tf.tpu.experimental.embedding` are
 the bridge's): a `TPUStrategy`, TFRS's `TPUEmbedding` layer and a Keras
 model made in its scope, `model.fit` on a `tf.data` dataset of global
 batches of 12 examples (a pooled feature of ragged ids and a sequence-less
-dense one), the loss Keras's mean squared error, then `evaluate` and `predict` (each replica's rows). Then a
-custom loop:
+dense one), the loss Keras's mean squared error; a `tf.train.Checkpoint` saved, one more epoch, restored;
+then `evaluate` and `predict` (each replica's rows). Then a custom loop:
 `strategy.experimental_distribute_dataset`, `strategy.run`, the replica
 context's `all_reduce` and `strategy.reduce`. Nothing in it depends on the
 number of processes.
@@ -18,7 +18,9 @@ Replica 0 writes OUT.json: the tables, the dense weights, what the strategy
 reported and every replica's error (`report.write_record`).
 """
 
+import os
 import sys
+import tempfile
 import traceback
 
 import numpy as np
@@ -26,6 +28,7 @@ import tensorflow
 from report import write_record  # a sibling module: this file runs as a script
 
 import tpu_embedding_shim.tensorflow as shim
+from tpu_embedding_shim.api import replicas
 
 GLOBAL_BATCH = 12  # 6 per replica with 2 processes, 4 with 3
 STEPS = 4
@@ -45,6 +48,22 @@ def global_batches():
     }
     labels = tensorflow.constant(labels, tensorflow.float32)[:, None]
     return tensorflow.data.Dataset.from_tensor_slices((features, labels)).batch(GLOBAL_BATCH, drop_remainder=True)
+
+
+def save_train_restore(tf, model, layer, tables, directory):
+    """TensorFlow's checkpoint of the model, as multi-worker TensorFlow programs write one: every replica
+    saves (the tables are gathered collectively), replica 0 into the model directory, the others into a
+    temporary directory of their own. One more epoch moves the tables; every replica restores replica 0's
+    checkpoint: whether the tables are the saved ones again."""
+    checkpoint = tf.train.Checkpoint(model=model)
+    with tempfile.TemporaryDirectory() as scratch:
+        saved = checkpoint.save(os.path.join(directory if replicas.is_chief() else scratch, "ckpt"))
+    before = [np.asarray(layer.embedding_tables[t]) for t in tables]
+    model.fit(global_batches(), epochs=1, verbose=0)
+    moved = not all(np.array_equal(np.asarray(layer.embedding_tables[t]), b) for t, b in zip(tables, before))
+    tf.train.Checkpoint(model=model).restore(os.path.join(directory, os.path.basename(saved))).assert_consumed()
+    after = [np.asarray(layer.embedding_tables[t]) for t in tables]
+    return moved and all(np.array_equal(a, b) for a, b in zip(after, before))
 
 
 def custom_loop(tf, strategy):
@@ -119,6 +138,7 @@ def main(out):
             model.fit(global_batches(), epochs=2, verbose=0)
             record["fit_tables"] = {t.name: np.asarray(layer.embedding_tables[t]).tolist() for t in (items, users)}
             record["fit_dense"] = [w.tolist() for w in model.get_weights()]
+            record["restored_equal"] = save_train_restore(tf, model, layer, (items, users), os.path.dirname(out))
             record["evaluate_loss"] = float(model.evaluate(global_batches(), verbose=0))  # this replica's rows
             record["predict_rows"] = int(model.predict(global_batches(), verbose=0).shape[0])
             record["engine_step"] = int(layer._tpu_embedding.engine.global_step)
