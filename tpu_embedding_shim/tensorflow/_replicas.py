@@ -50,7 +50,7 @@ def all_reduce(reduce_op: str, tensors: Sequence[Any]) -> list[tf.Tensor]:
         return tensors
 
     def reduce(*arrays: np.ndarray) -> list[np.ndarray]:
-        reduced = replicas.cross_replica_sum(list(arrays))
+        reduced = replicas.cross_replica_sum(tuple(arrays))  # a tuple: always structure, never rows
         if reduce_op == "MEAN":
             reduced = [np.asarray(r / replicas.num_replicas()).astype(a.dtype) for r, a in zip(reduced, arrays)]
         return reduced
@@ -66,7 +66,7 @@ def all_gather(tensors: Sequence[Any], axis: int) -> list[tf.Tensor]:
         return tensors
 
     def gather(*arrays: np.ndarray) -> list[np.ndarray]:
-        return replicas.all_gather(list(arrays), axis)
+        return list(replicas.all_gather(tuple(arrays), axis))
 
     shapes = []
     for t in tensors:
