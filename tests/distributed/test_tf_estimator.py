@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from .launch import HERE, mpirun, requires_mpi, run_program
+from .launch import HERE, requires_mpi, run_program
 
 pytest.importorskip("tensorflow", reason="needs TensorFlow: the `tensorflow` extra (CI's TF venv has it and MPI)")
 pytestmark = requires_mpi
@@ -37,20 +37,3 @@ def test_without_cross_shard_optimizer_every_replica_refuses_to_train(tmp_path):
     assert all(
         error.startswith("ValueError: Under mpiexec -n 2 each process is a replica") for error in result["errors"]
     )
-
-
-def test_the_tensorflow_programs_tpu_strategy_refuses_to_span_processes_yet(tmp_path):
-    """Rather than hand every replica the whole tf.data batch (wrong numbers), it says what runs instead."""
-    code = (
-        "import os, sys\n"
-        "import tpu_embedding_shim.tensorflow as tf\n"
-        "try:\n"
-        "    tf.distribute.TPUStrategy()\n"
-        "except NotImplementedError as error:\n"
-        "    open(os.path.join(sys.argv[1], 'rank' + os.environ['PMI_RANK']), 'w').write(str(error))\n"
-    )
-    job = mpirun(2, "-c", code, tmp_path, timeout=180)
-    assert job.returncode == 0, job.stderr
-    for rank in (0, 1):
-        message = (tmp_path / f"rank{rank}").read_text()
-        assert message.startswith("The TPUStrategy of TensorFlow programs does not span the 2 processes of mpiexec")

@@ -172,6 +172,20 @@ def test_sampling_rate_is_respected_and_seeded(tmp_path):
     assert run(1, tmp_path / "c")["steps_sampled"] != first["steps_sampled"]
 
 
+def test_will_sample_foretells_each_records_draw_without_taking_it(tmp_path):
+    """The processes of mpiexec ask before they gather a step's counts: asking changes nothing."""
+    asked = LookupStatistics(str(tmp_path / "asked"), make_spec(), sample_rate=0.3, seed=4)
+    plain = LookupStatistics(str(tmp_path / "plain"), make_spec(), sample_rate=0.3, seed=4)
+    foretold = []
+    for _ in range(200):
+        foretold.append(asked.will_sample("users") and asked.will_sample("users"))
+        asked.record("users", **step_inputs())
+        plain.record("users", **step_inputs())
+    asked_data, plain_data = read_statistics(asked.flush()[0]), read_statistics(plain.flush()[0])
+    assert asked_data["steps_sampled"] == plain_data["steps_sampled"] == sum(foretold)
+    assert foretold[0] and 20 < sum(foretold) < 120  # the first step always; about 30% of the rest
+
+
 def test_a_tables_samples_do_not_depend_on_other_tables(tmp_path):
     def sampled(record_items):
         stats = LookupStatistics(str(tmp_path / str(record_items)), make_spec(), sample_rate=0.2, seed=3)

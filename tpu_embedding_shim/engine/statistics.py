@@ -132,6 +132,20 @@ class LookupStatistics:
             rng = self._rngs[table] = np.random.default_rng([self.seed & (2**64 - 1), key])
         return rng
 
+    def will_sample(self, table: str) -> bool:
+        """Whether the next `record` of `table` profiles its step (the draw stays for `record` to make).
+
+        The processes of `mpiexec` (engine/distributed/statistics.py) ask it
+        before gathering a step's counts: with the same seed they agree.
+        """
+        rng = self._rngs.get(table)
+        if rng is None:
+            return True
+        state = rng.bit_generator.state
+        draw = rng.random()
+        rng.bit_generator.state = state
+        return draw < self.sample_rate
+
     def record(
         self, table: str, *, ids_per_example: np.ndarray, unique_ids: np.ndarray, shard_load: np.ndarray
     ) -> None:

@@ -1,22 +1,27 @@
 """The TPUStrategy stand-in (`api/distribute.py`) for TensorFlow programs: a TensorFlow strategy too.
 
-The stand-in runs one replica in this process. For TensorFlow programs it is
+The stand-in runs one replica in this process: the only one, or under
+`mpiexec -n N` one of N (docs/distributed.md). For TensorFlow programs it is
 a `tf.distribute.Strategy` (TensorFlow's one-device implementation on the
-CPU), so Keras `fit` / `evaluate` / `predict`, Keras optimizers and
-TensorFlow's own `tf.distribute.get_strategy()` treat it as any strategy;
+CPU, its reductions across the processes), so Keras `fit` / `evaluate` /
+`predict`, Keras optimizers and TensorFlow's own
+`tf.distribute.get_strategy()` treat it as any strategy;
 `extended.tpu_hardware_feature` reports the embedding feature V1. It also:
 
-- hands a `tf.data.Dataset` back as it is from
-  `experimental_distribute_dataset` and the dataset-function variants (one
-  replica: the global batch is the per-replica batch), so `iter()`, `next()`
-  and `for` work inside `tf.function` as on any dataset; a dataset function
-  gets TensorFlow's `tf.distribute.InputContext()`;
+- hands a `tf.data.Dataset` from `experimental_distribute_dataset` back as
+  a `tf.data.Dataset` of this replica's rows of each global batch (one
+  replica: the dataset as it is), so `iter()`, `next()` and `for` work
+  inside `tf.function` as on any dataset; a dataset function gets
+  TensorFlow's `tf.distribute.InputContext` of this replica, and its
+  batches are per-replica batches;
 - takes TensorFlow's `tf.distribute.InputOptions` (recorded, as the
   stand-in's own are), which here also accept TF 2.3's name
   `experimental_prefetch_to_device` (the mid-level API's pages use it);
 - converts the step function of `strategy.run` with autograph inside
   `tf.function`, as TensorFlow's strategies do;
-- reduces TensorFlow tensors with TensorFlow ops.
+- reduces and gathers TensorFlow tensors as TensorFlow's strategies do,
+  summing over the processes in replica order (`_replicas.py`), so Keras
+  optimizers sum the replicas' dense gradients.
 
 The resolver's `cluster_spec()` is a `tf.train.ClusterSpec` (empty: one
 local task), which TensorFlow's own utilities read. `experimental_connect_to_cluster`
@@ -36,6 +41,7 @@ from tensorflow.python.tpu import tpu_hardware_feature
 
 from ..api import distribute as stand_in
 from ..api import replicas
+from . import _replicas
 
 # TensorFlow's own, bound now: while the drop-in mode is on (`_mode.py`), `tf.distribute`'s names are this module's.
 _TF_INPUT_OPTIONS = tf.distribute.InputOptions
@@ -117,15 +123,39 @@ def _reduce_op_name(reduce_op: Any) -> str:
 
 
 class _TPUExtended(one_device_strategy.OneDeviceExtended):
-    """`TPUStrategy.extended`: TensorFlow's one-device implementation on the CPU, with what TPU code reads.
+    """`TPUStrategy.extended`: TensorFlow's one-device implementation on the CPU, with what TPU code reads, its
+    reductions across the processes of mpiexec.
 
     `tpu_hardware_feature` reports the embedding feature V1 (the mid-level
     `TPUEmbedding`, which is what the engine runs): TensorFlow Recommenders
-    reads it to choose its TPU path.
+    reads it to choose its TPU path. Under `mpiexec -n N` there are N
+    replicas, one per process: `reduce_to` / `batch_reduce_to` (what Keras
+    optimizers sum their gradients with, what `strategy.reduce` and the
+    replica context's `all_reduce` reach) and `gather` run across them
+    (`_replicas.py`); one process, they are TensorFlow's identities.
     """
 
-    num_hosts = 1
     num_replicas_per_host = 1
+
+    @property
+    def num_hosts(self) -> int:
+        return replicas.num_replicas()
+
+    @property
+    def _num_replicas_in_sync(self) -> int:
+        return replicas.num_replicas()
+
+    def _reduce_to(self, reduce_op: Any, value: Any, destinations: Any, options: Any) -> Any:
+        return self._batch_reduce_to(reduce_op, [(value, destinations)], options)[0]
+
+    def _batch_reduce_to(self, reduce_op: Any, value_destination_pairs: Any, options: Any) -> Any:
+        values = [value for value, _ in value_destination_pairs]
+        if replicas.num_replicas() == 1:
+            return values
+        return _replicas.all_reduce(_reduce_op_name(reduce_op), values)
+
+    def _gather_to_implementation(self, value: Any, destinations: Any, axis: Any, options: Any) -> Any:
+        return value if replicas.num_replicas() == 1 else _replicas.all_gather([value], int(axis))[0]
 
     @property
     def tpu_hardware_feature(self) -> Any:
@@ -137,7 +167,8 @@ class _TPUExtended(one_device_strategy.OneDeviceExtended):
         return tpu_hardware_feature.HardwareFeature(proto)
 
     def __repr__(self) -> str:
-        return "<TPUStrategy.extended: in-process CPU emulation, 1 host, 1 replica on the CPU>"
+        count = replicas.num_replicas()
+        return f"<TPUStrategy.extended: in-process CPU emulation, {count} host(s), 1 replica each on the CPU>"
 
 
 class TPUStrategy(stand_in.TPUStrategy, tf.distribute.Strategy):
@@ -160,17 +191,13 @@ class TPUStrategy(stand_in.TPUStrategy, tf.distribute.Strategy):
         experimental_spmd_xla_partitioning: bool = False,
         **kwargs: Any,
     ):
-        if replicas.num_replicas() > 1:
-            raise NotImplementedError(
-                f"The TPUStrategy of TensorFlow programs does not span the {replicas.num_replicas()} processes of "
-                "mpiexec yet: it would hand every replica the whole tf.data batch, and Keras optimizers would not "
-                "sum their gradients over the processes. Run one process, or use the numpy-world API "
-                "(tpu_embedding_shim.api) or TPUEstimator, which do (docs/distributed.md)."
-            )
         tf.distribute.Strategy.__init__(self, _TPUExtended(self, "/cpu:0"))
         self._resolver = tpu_cluster_resolver
         self.device_assignment = experimental_device_assignment
-        stand_in.log.info("TPUStrategy: in-process CPU emulation; steps run in this process, 1 replica.")
+        stand_in.log.info(
+            "TPUStrategy: in-process CPU emulation; steps run in this process, 1 replica of %d.",
+            replicas.num_replicas(),
+        )
 
     @property
     def cluster_resolver(self) -> Any:
@@ -196,32 +223,53 @@ class TPUStrategy(stand_in.TPUStrategy, tf.distribute.Strategy):
         return stand_in.Strategy.run(self, in_replica, args=args, kwargs=kwargs)
 
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
-        """A `tf.data.Dataset` as it is (one replica); any other iterable of batches as the stand-in wraps it."""
+        """A `tf.data.Dataset` of global batches as this replica's: as it is with one replica, else each element
+        cut to this replica's rows (`_replicas.replica_batch`); any other iterable of batches as the stand-in
+        distributes it."""
         _check_options(options)
+        if isinstance(dataset, tf.data.Dataset):
+            if replicas.num_replicas() == 1:
+                return dataset
+            return dataset.map(_replicas.replica_batch_of_components)
+        per_replica = replicas.replica_slice if replicas.num_replicas() > 1 else None
+        distributed = stand_in.DistributedDataset(dataset, per_replica=per_replica)
+        distributed.options = options
+        return distributed
+
+    def distribute_datasets_from_function(self, dataset_fn: Callable[[Any], Any], options: Any = None) -> Any:
+        """Calls `dataset_fn` with this replica's `tf.distribute.InputContext` (one input pipeline per process)
+        and hands its per-replica batches as they are."""
+        if not callable(dataset_fn):
+            raise ValueError(f"Argument `dataset_fn` must be callable. Received: {dataset_fn!r}.")
+        _check_options(options)
+        count = replicas.num_replicas()
+        dataset = dataset_fn(tf.distribute.InputContext(count, replicas.replica_id(), count))
         if isinstance(dataset, tf.data.Dataset):
             return dataset
         distributed = stand_in.DistributedDataset(dataset)
         distributed.options = options
         return distributed
 
-    def distribute_datasets_from_function(self, dataset_fn: Callable[[Any], Any], options: Any = None) -> Any:
-        """Calls `dataset_fn(tf.distribute.InputContext())` (one pipeline, one replica) and distributes the result."""
-        if not callable(dataset_fn):
-            raise ValueError(f"Argument `dataset_fn` must be callable. Received: {dataset_fn!r}.")
-        _check_options(options)
-        return self.experimental_distribute_dataset(dataset_fn(tf.distribute.InputContext()), options)
-
     experimental_distribute_datasets_from_function = distribute_datasets_from_function
 
     def reduce(self, reduce_op: Any, value: Any, axis: int | None = None) -> Any:
-        """Across one replica a reduction is the value itself; `axis` reduces within it (TensorFlow ops for tensors)."""
+        """`value` (this replica's) reduced across the replicas, `axis` also within each: TensorFlow's reduction
+        for tensors (its ops, ours across the processes: `_TPUExtended`), the stand-in's for numpy values."""
         name = _reduce_op_name(reduce_op)
-        if axis is None or not tf.is_tensor(value):
+        if not any(tf.is_tensor(leaf) for leaf in tf.nest.flatten(value)):
             return stand_in.Strategy.reduce(self, name, value, axis)
-        return tf.reduce_sum(value, axis=axis) if name == "SUM" else tf.reduce_mean(value, axis=axis)
+        return tf.distribute.Strategy.reduce(self, name, value, axis)
+
+    def gather(self, value: Any, axis: int) -> Any:
+        """Every replica's `value` joined along `axis` in replica order (TensorFlow's for tensors)."""
+        if not any(tf.is_tensor(leaf) for leaf in tf.nest.flatten(value)):
+            return stand_in.Strategy.gather(self, value, axis)
+        return tf.distribute.Strategy.gather(self, value, axis)
 
     def __repr__(self) -> str:
-        return "<TPUStrategy: in-process CPU emulation, 1 replica, no TPU>"
+        count = self.num_replicas_in_sync
+        replicas_text = "1 replica" if count == 1 else f"{count} replicas (one per process)"
+        return f"<TPUStrategy: in-process CPU emulation, {replicas_text}, no TPU>"
 
 
 def experimental_connect_to_cluster(cluster_spec_or_resolver: Any = None, *args: Any, **kwargs: Any) -> Any:

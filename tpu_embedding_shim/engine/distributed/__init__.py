@@ -13,6 +13,7 @@ docs/distributed.md.
 - `exchange.py`: the all-to-all exchanges of a step;
 - `agreement.py`: every rank checks, then all agree before anything is written;
 - `bundle.py`: a TensorFlow checkpoint written by every rank at once (its rows each);
+- `statistics.py`: lookup statistics of the global batch, written by rank 0;
 - `engine.py`: `DistributedEngine`.
 """
 

@@ -50,7 +50,6 @@ import dataclasses
 import json
 import logging
 import re
-import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -73,6 +72,7 @@ from .exchange import Segments, distinct, pack, send_ids, send_values
 from .gather import blocks_on_root
 from .owner_pooling import Bag, Kept, expand, pool
 from .ownership import Ownership
+from .statistics import DistributedStatistics
 
 __all__ = ["DistributedEngine", "DistributedLookupResult", "POOLING"]
 
@@ -185,6 +185,8 @@ class DistributedEngine:
         except Exception as caught:
             error = caught
         agree(comm, error, "DistributedEngine")
+        if spec.profile_data_directory:
+            self.statistics = DistributedStatistics(spec.profile_data_directory, spec, comm)
         self._features = {f.name: i for i, f in enumerate(spec.features)}
         self._dims = np.array([spec.table(f.table).dim for f in spec.features], dtype=np.int64)
         # The features each rank pools where the rows live (owner mode), and those whose rows move (the rest).
@@ -192,7 +194,6 @@ class DistributedEngine:
         self._exact = [f for f in spec.features if f.name not in {p.name for p in self._pooled}]
         if self.rank == 0:
             warn_clipping_limit(spec)
-            self._warn_unsupported()
         for line in self.describe():
             log.info(line)
 
@@ -241,14 +242,6 @@ class DistributedEngine:
                 slots = initial_slots(optimizer, mine.shape)
             self._tables[table.name] = mine
             self._slots[table.name] = slots
-
-    def _warn_unsupported(self) -> None:
-        if self.spec.profile_data_directory:
-            warnings.warn(
-                "profile_data_directory: the distributed engine records no lookup statistics yet.",
-                UserWarning,
-                stacklevel=3,
-            )
 
     # Introspection ------------------------------------------------------------------
 
@@ -389,6 +382,8 @@ class DistributedEngine:
             activations.update((f.name, value) for f, value in zip(self._pooled, pooled))
             activations = {f.name: activations[f.name] for f in self.spec.features}  # spec order
         if training:
+            if self.statistics is not None:
+                self.statistics.record_step(batches)
             lookup = self._lookups
             self._lookups += 1
             if self._pooled:  # only this step's lookups can still be applied
