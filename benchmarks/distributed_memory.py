@@ -2,8 +2,8 @@
 
 Runs `mpiexec -n N` of this module's worker on one table (Adagrad: rows +
 one slot), whose rows a rank holds 1/N of. Each rank, after loading the
-kernels with a tiny step of its own (their code is the process's, not the
-step's), reads its resident set (`base`, VmRSS), then per phase resets the
+kernels with a tiny step of its own and the checkpoints' CRC kernel (their
+code is the process's, not a phase's), reads its resident set (`base`, VmRSS), then per phase resets the
 high-water mark (`/proc/self/clear_refs` 5) and reads VmHWM after it:
 
 - `build`: `DistributedEngine(spec)`, its rows and slot drawn alone;
@@ -60,11 +60,13 @@ def worker(vocabulary: int, dim: int, batch: int, bag: int, prefix: str, phase: 
     import numpy as np
 
     from tpu_embedding_shim.engine.distributed import DistributedEngine, communicator, write_collectively
+    from tpu_embedding_shim.engine.tf_bundle import crc32c
 
     comm = communicator()
     tiny = DistributedEngine(_spec(1000, dim, comm.size), comm, seed=0)  # the kernels and MPI loaded
     tiny.apply_gradients(tiny.forward({"history": np.zeros((2, 1), np.int64)}), {"history": np.zeros((2, dim))})
     del tiny
+    crc32c(b"warm")  # the checkpoint's CRC kernel loaded (numba, where installed): the process's, not a phase's
     gc.collect()
     base = _status_kb("VmRSS") * 1024
     holder: dict = {}
