@@ -8,7 +8,10 @@ first (`swap_counts`), then gets the row indices (`send_ids`).
 
 Rows and gradients travel as one flat float32 buffer laid out in the same
 segments: segment (rank, f) holds its n entries as an [n, dims[f]] block
-(`Segments.block`), so tables of different widths share a buffer.
+(`Segments.block`), so tables of different widths share a buffer. A
+feature's segments over every rank are read (`Segments.rows`) and written
+(`Segments.put`) at once, with one index array: no loop over the W x F
+segments on a step's path.
 
 Nothing here does arithmetic on the values: they are only moved, so a
 number is the same bits on the rank that reads it as on the rank that
@@ -41,13 +44,27 @@ import numpy as np
 
 from .communicator import Communicator
 
-__all__ = ["Segments", "Outbox", "pack", "distinct", "swap_counts", "send_ids", "send_values"]
+__all__ = ["Segments", "Outbox", "pack", "distinct", "ranges", "swap_counts", "send_ids", "send_values"]
 
 
 def _starts(sizes: np.ndarray) -> np.ndarray:
     """Where each of the [W, F] segments of `sizes` starts, laid out rank-major."""
     flat = sizes.reshape(-1)
     return (np.cumsum(flat) - flat).reshape(sizes.shape)
+
+
+def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """`starts[i], starts[i] + 1, ..., starts[i] + lengths[i] - 1` for each i, laid end to end (int64).
+
+    >>> ranges(np.array([5, 0, 9]), np.array([2, 0, 3])).tolist()
+    [5, 6, 9, 10, 11]
+    """
+    lengths = np.asarray(lengths, np.int64).reshape(-1)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    shift = np.asarray(starts, np.int64).reshape(-1) - (np.cumsum(lengths) - lengths)
+    return np.repeat(shift, lengths) + np.arange(total, dtype=np.int64)
 
 
 class Segments:
@@ -60,6 +77,8 @@ class Segments:
         self.entry_starts = _starts(counts)  # where each segment starts in the list of entries
         self.value_starts = _starts(counts * dims)  # and in the flat buffer of values
         self.size = int((counts * dims).sum())  # the flat buffer's length
+        # every value start is a multiple of `unit`: the buffer is an [size / unit, unit] array of rows
+        self.unit = int(np.gcd.reduce(dims)) if dims.shape[0] and dims.min() > 0 else 1
 
     def values_per_rank(self) -> np.ndarray:
         """int64 [W]: how many values go to (or come from) each rank."""
@@ -74,6 +93,29 @@ class Segments:
         """Segment (rank, feature) of the flat buffer, as an [n, dims[feature]] view."""
         start, n, dim = int(self.value_starts[rank, feature]), int(self.counts[rank, feature]), int(self.dims[feature])
         return flat[start : start + n * dim].reshape(n, dim)
+
+    def entries(self, feature: int) -> np.ndarray:
+        """The positions, in the list of entries, of feature's segments over every rank (rank by rank)."""
+        return ranges(self.entry_starts[:, feature], self.counts[:, feature])
+
+    def _units(self, feature: int) -> np.ndarray:
+        """The `unit`-wide rows of the flat buffer that feature's segments cover, rank by rank."""
+        width = int(self.dims[feature]) // self.unit
+        return ranges(self.value_starts[:, feature] // self.unit, self.counts[:, feature] * width)
+
+    def rows(self, flat: np.ndarray, feature: int) -> tuple[np.ndarray, np.ndarray]:
+        """(table [R, D], index [n]): `table[index]` are the entries of feature's segments, rank by rank.
+
+        A view of `flat` when D is the buffer's unit (no copy), else a copy."""
+        dim = int(self.dims[feature])
+        if dim == self.unit:
+            return flat.reshape(-1, dim), ranges(self.value_starts[:, feature] // dim, self.counts[:, feature])
+        table = flat.reshape(-1, self.unit)[self._units(feature)].reshape(-1, dim)
+        return table, np.arange(table.shape[0], dtype=np.int64)
+
+    def put(self, flat: np.ndarray, feature: int, values: np.ndarray) -> None:
+        """Writes [n, D] `values` into feature's segments, rank by rank."""
+        flat.reshape(-1, self.unit)[self._units(feature)] = values.reshape(-1, self.unit)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +142,10 @@ class Outbox:
         start = int(self.starts[rank, feature])
         return self.order[start : start + int(self.counts[rank, feature])] - self.bases[feature]
 
+    def sent(self, feature: int) -> np.ndarray:
+        """Indices, within `feature`'s own entries, of its entries in send order (rank by rank)."""
+        return self.order[ranges(self.starts[:, feature], self.counts[:, feature])] - self.bases[feature]
+
 
 def pack(owners: Sequence[np.ndarray], locals_: Sequence[np.ndarray], world_size: int) -> Outbox:
     """Orders every feature's entries destination-major, feature-minor, keeping each feature's entry order.
@@ -115,7 +161,8 @@ def pack(owners: Sequence[np.ndarray], locals_: Sequence[np.ndarray], world_size
     feature = np.repeat(np.arange(num_features, dtype=np.int64), sizes)
     owner = np.concatenate(owners).astype(np.int64) if num_features else np.zeros(0, np.int64)
     key = owner * num_features + feature
-    order = np.argsort(key, kind="stable")
+    small = key.astype(np.uint16) if world_size * num_features <= 1 << 16 else key  # numpy: radix sort, O(n)
+    order = np.argsort(small, kind="stable")
     counts = np.bincount(key, minlength=world_size * num_features).reshape(world_size, num_features)
     local = np.concatenate(locals_).astype(np.int64)[order] if num_features else np.zeros(0, np.int64)
     counts = counts.astype(np.int64)
