@@ -360,7 +360,7 @@ class DistributedEngine:
         lookup = -1
         if self._pooled:
             bags = [self._bag(f, batches[f.name]) for f in self._pooled]
-            pooled, kept = pool(self.comm, bags, [self._tables[f.table] for f in self._pooled])
+            pooled, kept = pool(self.comm, bags, [self._tables[f.table] for f in self._pooled], self.kernels)
             activations.update((f.name, value) for f, value in zip(self._pooled, pooled))
             activations = {f.name: activations[f.name] for f in self.spec.features}  # spec order
         if training:
@@ -375,9 +375,16 @@ class DistributedEngine:
         )
 
     def _bag(self, feature: FeatureSpec, batch: Ragged) -> Bag:
-        """A pooled feature's kept entries with their owners and float32 coefficients (owner mode)."""
+        """A pooled feature's kept entries with their owners and float32 coefficients (owner mode), as the
+        kernels compute them for one process."""
         combiner = self.spec.table(feature.table).combiner
-        example, ids, coef, _ = pooled_coefficients(batch, combiner, safe=feature.safe_lookup)
+        if isinstance(self.kernels, NumpyKernels):
+            example, ids, coef, _ = pooled_coefficients(batch, combiner, safe=feature.safe_lookup)
+        else:
+            dim = self.spec.table(feature.table).dim
+            ids, _, example, coef = self.kernels.coefficients(batch, combiner, feature.safe_lookup, dim)
+            example = batch.row_ids() if example is None else example
+            coef = np.ones(ids.shape[0], np.float32) if coef.shape[0] == 0 else coef
         owner, local = self._owners[feature.table].locate(ids.astype(np.int64, copy=False))
         return Bag(example.astype(np.int64), owner, local, coef.astype(np.float32), batch.batch_size)
 
@@ -406,7 +413,7 @@ class DistributedEngine:
         asked, sent = Segments(received, dims), Segments(outbox.counts, dims)
         answer = np.empty(asked.size, np.float32)
         for index, name in enumerate(tables):  # this rank answers for its rows, every source at once
-            asked.put(answer, index, self._tables[name][local[asked.entries(index)]])
+            asked.gather(answer, index, self._tables[name], local[asked.entries(index)])
         flat = send_values(self.comm, answer, asked, sent)
         out = {}
         for index, name in enumerate(tables):
@@ -515,23 +522,17 @@ class DistributedEngine:
         result: DistributedLookupResult,
         entries: dict[str, Any],
         grads: dict[str, np.ndarray],
-    ) -> dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
-        """Table -> per feature (spec order), the (local rows, gradient rows, index) this rank owns: entry k
-        adds `gradient rows[index[k]]` to local row k, in the one-process order (collective): feature by
-        feature, then source rank by source rank, each in its entry order."""
-        pieces: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # feature index -> its entries
+    ) -> dict[str, list[tuple[np.ndarray, ...]]]:
+        """Table -> per feature (spec order), the entries this rank owns (`_entries_of`), in the one-process
+        order (collective): feature by feature, then source rank by source rank, each in its entry order."""
+        pieces: dict[int, tuple[np.ndarray, ...]] = {}  # feature index -> its entries
         if self._exact:
             pieces.update(self._send_entries(result, entries))
         if self._pooled:
             _, kept = self._kept[result.lookup]
             expanded = expand(self.comm, kept, [grads.get(f.name) for f in self._pooled])
-            for feature, per_source in zip(self._pooled, expanded):
-                rows = np.concatenate([piece[1] for piece in per_source])
-                pieces[self._features[feature.name]] = (
-                    np.concatenate([piece[0] for piece in per_source]),
-                    rows,
-                    np.arange(rows.shape[0], dtype=np.int64),
-                )
+            for feature, piece in zip(self._pooled, expanded):
+                pieces[self._features[feature.name]] = piece
         return {table.name: [pieces[index] for index in self._indices_of(table.name)] for table in self.spec.tables}
 
     def _send_entries(self, result: DistributedLookupResult, entries: dict[str, Any]) -> dict[int, tuple]:
@@ -554,18 +555,19 @@ class DistributedEngine:
         flat = np.empty(sent.size, np.float32)
         for index, feature in enumerate(features):  # every destination at once
             if feature.name in entries:
-                sent.put(flat, index, _entry_gradients(entries[feature.name], outbox.sent(index)))
+                _put_gradients(sent, flat, index, entries[feature.name], outbox.sent(index))
         values = send_values(self.comm, flat, sent, got)
         return {index: (local[got.entries(index)], *got.rows(values, index)) for index in range(len(features))}
 
-    def _entries_of(self, piece: tuple[np.ndarray, np.ndarray, np.ndarray]) -> Any:
-        """(local rows, gradient rows, index) as entries of this engine's kernels, for `sum_tables`."""
-        ids, rows, index = piece
+    def _entries_of(self, piece: tuple[np.ndarray, ...]) -> Any:
+        """(local rows, gradient rows, index[, coefficients]) as entries of this engine's kernels, for
+        `sum_tables`: entry k adds `rows[index[k]] * coef[k]` (the float32 product) to local row k."""
+        ids, rows, index, coef = piece if len(piece) == 4 else (*piece, _NO_COEF)
         if isinstance(self.kernels, NumpyKernels):
-            return ids, rows[index]
+            return ids, (rows[index] * coef[:, None] if coef.shape[0] else rows[index])
         from ..fast.kernels import Entries  # numba is there: the kernels are numba's
 
-        return Entries(ids, index, _NO_COEF, rows)
+        return Entries(ids, index, coef, rows)
 
     def _plan_update(
         self, name: str, optimizer: Any, step: int, unique: np.ndarray, row_grads: np.ndarray, pending: _Pending
@@ -627,15 +629,14 @@ class DistributedEngine:
 _NO_COEF = np.zeros(0, np.float32)
 
 
-def _entry_gradients(entries: Any, at: np.ndarray) -> np.ndarray:
-    """The float32 gradients [n, D] of the kept entries `at` (indices into `entries`), as one process
-    computes them: numpy's (positions, gradients) or numba's `Entries` (`coef[k] * grads[src[k]]`)."""
+def _put_gradients(sent: Segments, flat: np.ndarray, feature: int, entries: Any, at: np.ndarray) -> None:
+    """Writes the float32 gradients of the kept entries `at` (indices into `entries`) into feature's
+    segments of `flat`, as one process computes them: numpy's (positions, gradients), or numba's
+    `Entries` (`grads[src[k]] * coef[k]`)."""
     if len(entries) == 2:
-        return entries[1][at]
-    out = entries.grads[entries.src[at]]
-    if entries.coef.shape[0]:
-        out *= entries.coef[at][:, None]
-    return out
+        sent.gather(flat, feature, entries[1], at)
+    else:
+        sent.gather(flat, feature, entries.grads, entries.src[at], entries.coef[at] if entries.coef.shape[0] else None)
 
 
 def _by_position(batch: Ragged) -> Ragged:

@@ -117,6 +117,19 @@ class Segments:
         """Writes [n, D] `values` into feature's segments, rank by rank."""
         flat.reshape(-1, self.unit)[self._units(feature)] = values.reshape(-1, self.unit)
 
+    def gather(self, flat: np.ndarray, feature: int, source: np.ndarray, index: np.ndarray, coef=None) -> None:
+        """`put(flat, feature, source[index] * coef[:, None])` (no `coef`: `source[index]`), gathering
+        straight into the buffer when it holds one feature (no copy in between)."""
+        if self.counts.shape[1] != 1:
+            values = source[index]
+        else:
+            values = flat.reshape(-1, int(self.dims[0]))
+            np.take(source, index, axis=0, out=values)
+        if coef is not None:
+            values *= coef[:, None]
+        if self.counts.shape[1] != 1:
+            self.put(flat, feature, values)
+
 
 @dataclasses.dataclass(frozen=True)
 class Outbox:
