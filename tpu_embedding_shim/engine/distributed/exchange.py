@@ -79,6 +79,7 @@ class Segments:
         self.size = int((counts * dims).sum())  # the flat buffer's length
         # every value start is a multiple of `unit`: the buffer is an [size / unit, unit] array of rows
         self.unit = int(np.gcd.reduce(dims)) if dims.shape[0] and dims.min() > 0 else 1
+        self._by_feature: tuple[np.ndarray, ...] | None = None
 
     def values_per_rank(self) -> np.ndarray:
         """int64 [W]: how many values go to (or come from) each rank."""
@@ -94,14 +95,28 @@ class Segments:
         start, n, dim = int(self.value_starts[rank, feature]), int(self.counts[rank, feature]), int(self.dims[feature])
         return flat[start : start + n * dim].reshape(n, dim)
 
+    def _feature_major(self) -> tuple[np.ndarray, ...]:
+        """Every feature's entries and `unit` rows, feature by feature, rank by rank, with where each
+        feature's start: computed once for all features (no work per segment)."""
+        if self._by_feature is None:
+            widths = self.counts * (self.dims // self.unit)
+            self._by_feature = (
+                ranges(self.entry_starts.T, self.counts.T),
+                np.concatenate([[0], np.cumsum(self.counts.sum(axis=0))]),
+                ranges(self.value_starts.T // self.unit, widths.T),
+                np.concatenate([[0], np.cumsum(widths.sum(axis=0))]),
+            )
+        return self._by_feature
+
     def entries(self, feature: int) -> np.ndarray:
         """The positions, in the list of entries, of feature's segments over every rank (rank by rank)."""
-        return ranges(self.entry_starts[:, feature], self.counts[:, feature])
+        order, bounds, _, _ = self._feature_major()
+        return order[bounds[feature] : bounds[feature + 1]]
 
     def _units(self, feature: int) -> np.ndarray:
         """The `unit`-wide rows of the flat buffer that feature's segments cover, rank by rank."""
-        width = int(self.dims[feature]) // self.unit
-        return ranges(self.value_starts[:, feature] // self.unit, self.counts[:, feature] * width)
+        _, _, units, bounds = self._feature_major()
+        return units[bounds[feature] : bounds[feature + 1]]
 
     def rows(self, flat: np.ndarray, feature: int) -> tuple[np.ndarray, np.ndarray]:
         """(table [R, D], index [n]): `table[index]` are the entries of feature's segments, rank by rank.
@@ -109,7 +124,7 @@ class Segments:
         A view of `flat` when D is the buffer's unit (no copy), else a copy."""
         dim = int(self.dims[feature])
         if dim == self.unit:
-            return flat.reshape(-1, dim), ranges(self.value_starts[:, feature] // dim, self.counts[:, feature])
+            return flat.reshape(-1, dim), self._units(feature)
         table = flat.reshape(-1, self.unit)[self._units(feature)].reshape(-1, dim)
         return table, np.arange(table.shape[0], dtype=np.int64)
 
@@ -149,6 +164,7 @@ class Outbox:
     bases: np.ndarray
     local: np.ndarray
     starts: np.ndarray
+    _sent: list = dataclasses.field(default_factory=list, repr=False, compare=False)
 
     def entries(self, rank: int, feature: int) -> np.ndarray:
         """Indices, within `feature`'s own entries, of the entries of segment (rank, feature), in order."""
@@ -157,7 +173,12 @@ class Outbox:
 
     def sent(self, feature: int) -> np.ndarray:
         """Indices, within `feature`'s own entries, of its entries in send order (rank by rank)."""
-        return self.order[ranges(self.starts[:, feature], self.counts[:, feature])] - self.bases[feature]
+        if not self._sent:  # every feature's at once (no work per segment)
+            per_feature = self.counts.sum(axis=0)
+            within = self.order[ranges(self.starts.T, self.counts.T)] - np.repeat(self.bases[:-1], per_feature)
+            self._sent.append((within, np.concatenate([[0], np.cumsum(per_feature)])))
+        within, bounds = self._sent[0]
+        return within[bounds[feature] : bounds[feature + 1]]
 
 
 def pack(owners: Sequence[np.ndarray], locals_: Sequence[np.ndarray], world_size: int) -> Outbox:
