@@ -136,10 +136,10 @@ class Segments:
         """`put(flat, feature, source[index] * coef[:, None])` (no `coef`: `source[index]`), gathering
         straight into the buffer when it holds one feature (no copy in between)."""
         if self.counts.shape[1] != 1:
-            values = source[index]
+            values = np.take(source, index, axis=0)  # rows: faster than `source[index]`
         else:
             values = flat.reshape(-1, int(self.dims[0]))
-            np.take(source, index, axis=0, out=values)
+            np.take(source, index, axis=0, out=values, mode="clip")  # in range; "raise" would buffer `out`
         if coef is not None:
             values *= coef[:, None]
         if self.counts.shape[1] != 1:
