@@ -11,11 +11,12 @@ between its computations. The assumptions, each one a function here:
 - **compute** per rank stays what was measured: with ids spread evenly over
   the owners (uniform ids, `div` or `mod`), each rank looks up, pools and
   sums as many entries at any N, as requester and as owner. Skewed ids
-  (Zipf) load the owners of hot rows more: not modelled. One part grows:
-  the engine visits each of the N x F segments of an exchange (one per
-  rank and feature) in a Python loop, so the calls of its per-segment
-  helpers, counted at the measured N, grow as N (`loops_at`), each at the
-  measured cost of one call.
+  (Zipf) load the owners of hot rows more: not modelled. One part would
+  grow: an engine that visits each of the N x F segments of an exchange
+  (one per rank and feature) in a Python loop makes calls of its
+  per-segment helpers that, counted at the measured N, grow as N
+  (`loops_at`), each at the measured cost of one call (this engine makes
+  none: its exchange indexes a feature's segments over every rank at once).
 - **bytes** per rank per step (`traffic_at`): the row indices, rows and
   gradients of the entries whose row lives on another rank, a fraction
   (N - 1) / N of the entries (`remote_fraction`), so the measured bytes at

@@ -158,10 +158,11 @@ def pooling_modes() -> list[str]:
 class SegmentCounter:
     """Counts calls of the exchange's per-segment helpers (`Segments.block`, `Segments.span`, `Outbox.entries`).
 
-    The engine touches each of the W x F segments of an exchange in a
-    Python loop: work that grows with the number of ranks at a fixed batch
-    per rank. Counted while the context is open (the methods are wrapped
-    on their classes, then restored).
+    An engine that touched each of the W x F segments of an exchange in a
+    Python loop would do work that grows with the number of ranks at a
+    fixed batch per rank; this one indexes a feature's segments over every
+    rank at once, so it counts 0. Counted while the context is open (the
+    methods are wrapped on their classes, then restored).
     """
 
     NAMES = (("Segments", "block"), ("Segments", "span"), ("Outbox", "entries"))

@@ -16,9 +16,20 @@ from .test_equivalence import assert_same_bits
 @given(recipe=recipes(1))
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_one_rank_gives_the_engines_bits_and_errors(recipe):
+    check_one_rank(recipe, "auto")
+
+
+@given(recipe=recipes(1))
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_one_rank_on_the_numpy_kernels_gives_the_same_bits(recipe):
+    check_one_rank(recipe, "numpy")
+
+
+def check_one_rank(recipe, kernels):
     spec = cases.build_spec(recipe, 1)
     want, want_errors = cases.run(Engine(spec, seed=recipe["seed"], kernels="numpy"), recipe, spec)
-    got, errors = cases.run(DistributedEngine(spec, SingleProcess(), seed=recipe["seed"]), recipe, spec, rank=0)
+    engine = DistributedEngine(spec, SingleProcess(), seed=recipe["seed"], kernels=kernels)
+    got, errors = cases.run(engine, recipe, spec, rank=0)
     assert sorted(got) == sorted(want)
     for key, value in want.items():
         assert_same_bits(got[key], value, key)
@@ -100,6 +111,14 @@ def test_describe_says_what_each_rank_holds():
     assert lines[0].startswith("Distributed CPU embedding engine, rank 0 of 1 (SingleProcess()): 1 table(s)")
     assert "rows per rank [6] (this rank: 6)" in lines[1]
     assert any("pipeline_execution_with_tensor_core" in line for line in lines)
+    numpy_lines = DistributedEngine(spec(), SingleProcess(), seed=0, kernels="numpy").describe()
+    assert numpy_lines[-1].startswith("  kernels: numpy reference (kernels=numpy)")
+    assert numpy_lines[-1].endswith("(owners and requesters alike).")
+
+
+def test_kernels_must_be_a_known_choice():
+    with pytest.raises(ValueError, match=r"Argument `kernels` must be one of 'auto', 'numpy', 'fast'. Received: 'gpu'"):
+        DistributedEngine(spec(), SingleProcess(), seed=0, kernels="gpu")
 
 
 @pytest.mark.parametrize(

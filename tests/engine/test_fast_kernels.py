@@ -757,3 +757,12 @@ def test_fast_dense_conversion_copies_every_training_batch():
         np.testing.assert_array_equal(got.values, ids.reshape(-1))
         assert not np.shares_memory(got.values, ids)
         np.testing.assert_array_equal(FastKernels.ragged_ids(ids, feature, copy=False).values, ids.reshape(-1))
+
+
+def test_sequence_entries_of_an_empty_batch_are_empty():
+    """No examples: no entries, with the gradient's width (the reference's `sequence_entries` gives the same)."""
+    batch = Ragged(np.zeros(0, np.int64), np.zeros(1, np.int64), None)
+    grad = np.zeros((0, 3, 4), np.float32)
+    entries = FastKernels().sequence_entries(batch, 3, grad)
+    ids, want = lookup.sequence_entries(batch, 3, grad)
+    assert entries.ids.tolist() == ids.tolist() == [] and entries.grads.shape == (0, 4) and want.shape == (0, 4)

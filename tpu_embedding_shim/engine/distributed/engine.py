@@ -7,7 +7,7 @@ of every table and slot (model parallel: `ownership.py`, TensorFlow's `div`
 1. forward: convert and check its features; the ranks agree (`agreement.py`);
    each distinct row of a table goes to the rank that owns it, once
    (`exchange.py`: counts, then local rows); owners answer with the rows;
-   the rank expands them to its entries and pools them with the reference
+   the rank pools its entries from the rows it got with the engine's
    kernels, exactly as `Engine` pools the same ids;
 2. apply_gradients: check the gradients; the ranks agree; each kept entry's
    gradient (`pooled_entries` / `sequence_entries`, the one-process
@@ -20,9 +20,9 @@ of every table and slot (model parallel: `ownership.py`, TensorFlow's `div`
 Every sum is the same running sum over the same terms in the same order as
 in one process, so activations, tables and slots are the same bits as
 `Engine(spec, kernels="numpy")` running the global batch (rank 0's examples,
-then rank 1's, ...). The owners' math is the numpy reference
-(`NumpyKernels`, `optimizers.apply_update`); the fast kernels are a later
-step.
+then rank 1's, ...). Owners and requesters run the kernels `Engine` runs
+(`kernels=`: numba's `FastKernels` when numba imports, else the numpy
+reference), which give the same bits.
 
 `pooling="owner"` pools the pooled features where the rows live instead
 (`owner_pooling.py`): less traffic, activations equal to float tolerance.
@@ -56,10 +56,10 @@ from typing import Any
 import numpy as np
 
 from ...spec import EmbeddingSpec, FeatureSpec
-from ..engine import LookupResult
+from ..engine import LookupResult, _choose_kernels
 from ..initialization import initial_rows, seeded_initializers
 from ..interface import describe_spec, warn_clipping_limit
-from ..kernels import Lookup, NumpyKernels
+from ..kernels import Lookup, NumpyKernels, Update
 from ..lookup import pooled_coefficients
 from ..memmap import check_table_files, open_table, rank_file
 from ..optimizers import apply_update, initial_slots, touches_all_rows
@@ -122,6 +122,8 @@ class DistributedEngine:
         pooled features (sequence features take the exact path): traffic
         shrinks by the bag length, activations equal one process's to float
         tolerance (docs/distributed.md, "Owner-pooled mode").
+      kernels: as `Engine(kernels=...)`: 'auto' (numba's when it imports,
+        else numpy's), 'numpy' or 'fast'; the same bits either way.
       table_files: table name -> path of a `.npy` file: each rank keeps its
         rows of the table (and its slots) memory-mapped in a file of its own,
         `memmap.rank_file(path, rank, W)` (`big.npy` -> `big.rank-00001-of-
@@ -144,6 +146,7 @@ class DistributedEngine:
         check_numerics: bool = True,
         pooling: str = "exact",
         table_files: Mapping[str, str] | None = None,
+        kernels: str = "auto",
     ):
         comm = communicator() if comm is None else comm
         if not isinstance(comm, Communicator):
@@ -167,6 +170,7 @@ class DistributedEngine:
             if not isinstance(pooling, str) or pooling not in POOLING:
                 raise ValueError(f"Argument `pooling` must be one of {list(POOLING)}. Received: {pooling!r}.")
             self.pooling = str(pooling)
+            self.kernels = _choose_kernels(kernels)
             if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
                 raise ValueError(f"Argument `seed` must be an int >= 0 or None. Received: {seed!r}.")
             self._owners = {
@@ -261,7 +265,7 @@ class DistributedEngine:
             )
         else:
             lines.append("  pooling: exact (owners send rows; the bits of one process).")
-        lines.append("  kernels: numpy reference (owners and requesters alike).")
+        lines.append(self.kernels.describe(spec).rstrip(".") + " (owners and requesters alike).")
         return lines
 
     def table(self, name: str) -> np.ndarray:
@@ -360,8 +364,8 @@ class DistributedEngine:
         rows = self._fetch_rows(routes)
         requests = [
             Lookup(
-                rows[f.name],
-                _by_position(batches[f.name]),
+                rows[f.name][0],
+                dataclasses.replace(batches[f.name], values=rows[f.name][1]),
                 self.spec.table(f.table).combiner,
                 f.safe_lookup,
                 f.max_sequence_length if f.is_sequence else None,
@@ -378,7 +382,7 @@ class DistributedEngine:
         lookup = -1
         if self._pooled:
             bags = [self._bag(f, batches[f.name]) for f in self._pooled]
-            pooled, kept = pool(self.comm, bags, [self._tables[f.table] for f in self._pooled])
+            pooled, kept = pool(self.comm, bags, [self._tables[f.table] for f in self._pooled], self.kernels)
             activations.update((f.name, value) for f, value in zip(self._pooled, pooled))
             activations = {f.name: activations[f.name] for f in self.spec.features}  # spec order
         if training:
@@ -395,19 +399,26 @@ class DistributedEngine:
         )
 
     def _bag(self, feature: FeatureSpec, batch: Ragged) -> Bag:
-        """A pooled feature's kept entries with their owners and float32 coefficients (owner mode)."""
+        """A pooled feature's kept entries with their owners and float32 coefficients (owner mode), as the
+        kernels compute them for one process."""
         combiner = self.spec.table(feature.table).combiner
-        example, ids, coef, _ = pooled_coefficients(batch, combiner, safe=feature.safe_lookup)
+        if isinstance(self.kernels, NumpyKernels):
+            example, ids, coef, _ = pooled_coefficients(batch, combiner, safe=feature.safe_lookup)
+        else:
+            dim = self.spec.table(feature.table).dim
+            ids, _, example, coef = self.kernels.coefficients(batch, combiner, feature.safe_lookup, dim)
+            example = batch.row_ids() if example is None else example
+            coef = np.ones(ids.shape[0], np.float32) if coef.shape[0] == 0 else coef
         owner, local = self._owners[feature.table].locate(ids.astype(np.int64, copy=False))
         return Bag(example.astype(np.int64), owner, local, coef.astype(np.float32), batch.batch_size)
 
-    def _fetch_rows(self, routes: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
-        """Feature -> [N, D] rows of its entries, in entry order (collective).
+    def _fetch_rows(self, routes: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Feature -> (rows [R, D], index [N]): `rows[index]` are the rows of its entries, in entry order
+        (collective).
 
         Per table, each distinct row goes to its owner once (`distinct`: over
         every routed feature of the table); the owners answer with the rows,
-        and each entry gets a copy of its row here."""
-        ranks = range(self.world_size)
+        which the lookup reads where they arrived (no copy per entry)."""
         tables = list(dict.fromkeys(f.table for f in self._exact))
         if not tables:
             return {}
@@ -425,20 +436,19 @@ class DistributedEngine:
         received, local = send_ids(self.comm, outbox)
         asked, sent = Segments(received, dims), Segments(outbox.counts, dims)
         answer = np.empty(asked.size, np.float32)
-        for index, name in enumerate(tables):  # this rank answers for its rows
-            for source in ranks:
-                asked.block(answer, source, index)[...] = self._tables[name][local[asked.span(source, index)]]
+        for index, name in enumerate(tables):  # this rank answers for its rows, every source at once
+            asked.gather(answer, index, self._tables[name], local[asked.entries(index)])
         flat = send_values(self.comm, answer, asked, sent)
         out = {}
         for index, name in enumerate(tables):
-            owners, _, inverse = wanted[name]
-            rows = np.empty((owners.shape[0], int(dims[index])), np.float32)
-            for owner in ranks:
-                rows[outbox.entries(owner, index)] = sent.block(flat, owner, index)
+            inverse = wanted[name][2]
+            rows, arrived = sent.rows(flat, index)
+            where = np.empty(wanted[name][0].shape[0], np.int64)
+            where[outbox.sent(index)] = arrived  # distinct row j is rows[where[j]]
             start = 0
-            for feature in features[name]:  # each entry's copy of its row
+            for feature in features[name]:  # each entry's row
                 end = start + routes[feature.name][0].shape[0]
-                out[feature.name] = rows[inverse[start:end]]
+                out[feature.name] = (rows, where[inverse[start:end]])
                 start = end
         return out
 
@@ -464,17 +474,29 @@ class DistributedEngine:
         facts = {"lookup": getattr(result, "lookup", None)} if self._pooled else {}  # the owners kept its coefficients
         agree(self.comm, error, "apply_gradients", **facts)
         received = self._send_gradients(result, entries, grads)  # type: ignore[arg-type]
-        error, pending = None, _Pending({})
+        error, pending, in_place = None, _Pending({}), []
         try:
-            for table in self.spec.tables:
-                optimizer = self.spec.optimizer_for(table.name)
-                if optimizer is not None:
-                    self._plan_update(table.name, optimizer, step, *received[table.name], pending)
+            trained = [(t, o) for t in self.spec.tables if (o := self.spec.optimizer_for(t.name)) is not None]
+            all_summed = self.kernels.sum_tables(
+                [
+                    (t.name, self._tables[t.name].shape[0], t.dim, [self._entries_of(p) for p in received[t.name]])
+                    for t, _ in trained
+                ]
+            )
+            for (table, optimizer), summed in zip(trained, all_summed):
+                name = table.name
+                if self.kernels.fuses(optimizer) and not self.spec.pipeline_execution_with_tensor_core:
+                    lr = optimizer.learning_rate_at(step)
+                    in_place.append(Update(optimizer, lr, self._tables[name], self._slots[name], summed))
+                else:
+                    self._plan_update(name, optimizer, step, *summed.compact(), pending)
         except Exception as caught:
             error = caught
         agree(self.comm, error, "apply_gradients: update")
         # Every rank has checked and computed everything: from here on, nothing fails.
         self.flush()
+        if in_place:
+            self.kernels.apply_all(in_place)
         self._pending = pending
         self._kept.clear()
         self.global_step += 1
@@ -522,71 +544,60 @@ class DistributedEngine:
     def _send_gradients(
         self,
         result: DistributedLookupResult,
-        entries: dict[str, tuple[np.ndarray, np.ndarray]],
+        entries: dict[str, Any],
         grads: dict[str, np.ndarray],
-    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """Table -> (local rows, gradients) this rank owns, in the one-process order (collective): feature
-        by feature (spec order), then source rank by source rank, each in its entry order."""
-        pieces: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # (feature index, source) -> entries
+    ) -> dict[str, list[tuple[np.ndarray, ...]]]:
+        """Table -> per feature (spec order), the entries this rank owns (`_entries_of`), in the one-process
+        order (collective): feature by feature, then source rank by source rank, each in its entry order."""
+        pieces: dict[int, tuple[np.ndarray, ...]] = {}  # feature index -> its entries
         if self._exact:
             pieces.update(self._send_entries(result, entries))
         if self._pooled:
             _, kept = self._kept[result.lookup]
             expanded = expand(self.comm, kept, [grads.get(f.name) for f in self._pooled])
-            for feature, per_source in zip(self._pooled, expanded):
-                for source, piece in enumerate(per_source):
-                    pieces[self._features[feature.name], source] = piece
-        by_table = {}
-        for table in self.spec.tables:
-            order = [(index, source) for index in self._indices_of(table.name) for source in range(self.world_size)]
-            if not order:
-                by_table[table.name] = (np.zeros(0, np.int64), np.zeros((0, table.dim), np.float32))
-                continue
-            by_table[table.name] = (
-                np.concatenate([pieces[key][0] for key in order]),
-                np.concatenate([pieces[key][1] for key in order]),
-            )
-        return by_table
+            for feature, piece in zip(self._pooled, expanded):
+                pieces[self._features[feature.name]] = piece
+        return {table.name: [pieces[index] for index in self._indices_of(table.name)] for table in self.spec.tables}
 
-    def _send_entries(
-        self, result: DistributedLookupResult, entries: dict[str, tuple[np.ndarray, np.ndarray]]
-    ) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
-        """(feature index, source rank) -> (local rows, gradients) this rank owns, of the exact path's
-        entries: each kept entry's gradient goes to its row's owner with the row (collective)."""
+    def _send_entries(self, result: DistributedLookupResult, entries: dict[str, Any]) -> dict[int, tuple]:
+        """Feature index -> (local rows, gradient rows, index) this rank owns, of the exact path's entries,
+        source by source: each kept entry's gradient goes to its row's owner with the row (collective)."""
         features = self.spec.features
-        owners, rows, grads = [], [], []
-        for index, feature in enumerate(features):
+        owners, rows = [], []
+        for feature in features:
             if feature.name in entries:
-                kept, grad = entries[feature.name]
+                kept = entries[feature.name][0]  # the kept entries' positions, for either kernels' entries
                 owner_of, row_of = result.routes[feature.name]
                 owners.append(owner_of[kept])
                 rows.append(row_of[kept])
-                grads.append(grad)
             else:
                 owners.append(np.zeros(0, np.int64))
                 rows.append(np.zeros(0, np.int64))
-                grads.append(np.zeros((0, int(self._dims[index])), np.float32))
         outbox = pack(owners, rows, self.world_size)
         received, local = send_ids(self.comm, outbox)
         sent, got = Segments(outbox.counts, self._dims), Segments(received, self._dims)
         flat = np.empty(sent.size, np.float32)
-        for index in range(len(features)):
-            for owner in range(self.world_size):
-                sent.block(flat, owner, index)[...] = grads[index][outbox.entries(owner, index)]
+        for index, feature in enumerate(features):  # every destination at once
+            if feature.name in entries:
+                _put_gradients(sent, flat, index, entries[feature.name], outbox.sent(index))
         values = send_values(self.comm, flat, sent, got)
-        return {
-            (index, source): (local[got.span(source, index)], got.block(values, source, index))
-            for index in range(len(features))
-            for source in range(self.world_size)
-        }
+        return {index: (local[got.entries(index)], *got.rows(values, index)) for index in range(len(features))}
+
+    def _entries_of(self, piece: tuple[np.ndarray, ...]) -> Any:
+        """(local rows, gradient rows, index[, coefficients]) as entries of this engine's kernels, for
+        `sum_tables`: entry k adds `rows[index[k]] * coef[k]` (the float32 product) to local row k."""
+        ids, rows, index, coef = piece if len(piece) == 4 else (*piece, _NO_COEF)
+        if isinstance(self.kernels, NumpyKernels):
+            return ids, (rows[index] * coef[:, None] if coef.shape[0] else rows[index])
+        from ..fast.kernels import Entries  # numba is there: the kernels are numba's
+
+        return Entries(ids, index, coef, rows)
 
     def _plan_update(
-        self, name: str, optimizer: Any, step: int, rows: np.ndarray, grads: np.ndarray, pending: _Pending
+        self, name: str, optimizer: Any, step: int, unique: np.ndarray, row_grads: np.ndarray, pending: _Pending
     ) -> None:
-        """Sums the gradients of each local row (`sum_tables`, one process's order) and computes its update."""
+        """Computes the update of the local rows `unique` from their summed gradients, into `pending`."""
         mine = self._tables[name]
-        summed = self.kernels.sum_tables([(name, mine.shape[0], mine.shape[1], [(rows, grads)])])[0]
-        unique, row_grads = summed.compact()
         if touches_all_rows(optimizer):  # non-lazy Adam: every row of this rank, untouched ones with zeros
             every_row = np.zeros(mine.shape, np.float32)
             every_row[unique] = row_grads
@@ -699,6 +710,19 @@ class DistributedEngine:
 def _own(value: Any) -> np.ndarray:
     """`value` as a writable C-contiguous float32 array: itself when it is one (no second copy of the rows)."""
     return np.require(value, np.float32, ["C_CONTIGUOUS", "WRITEABLE"])
+
+
+_NO_COEF = np.zeros(0, np.float32)
+
+
+def _put_gradients(sent: Segments, flat: np.ndarray, feature: int, entries: Any, at: np.ndarray) -> None:
+    """Writes the float32 gradients of the kept entries `at` (indices into `entries`) into feature's
+    segments of `flat`, as one process computes them: numpy's (positions, gradients), or numba's
+    `Entries` (`grads[src[k]] * coef[k]`)."""
+    if len(entries) == 2:
+        sent.gather(flat, feature, entries[1], at)
+    else:
+        sent.gather(flat, feature, entries.grads, entries.src[at], entries.coef[at] if entries.coef.shape[0] else None)
 
 
 def _by_position(batch: Ragged) -> Ragged:

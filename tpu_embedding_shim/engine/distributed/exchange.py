@@ -8,7 +8,10 @@ first (`swap_counts`), then gets the row indices (`send_ids`).
 
 Rows and gradients travel as one flat float32 buffer laid out in the same
 segments: segment (rank, f) holds its n entries as an [n, dims[f]] block
-(`Segments.block`), so tables of different widths share a buffer.
+(`Segments.block`), so tables of different widths share a buffer. A
+feature's segments over every rank are read (`Segments.rows`) and written
+(`Segments.put`) at once, with one index array: no loop over the W x F
+segments on a step's path.
 
 Nothing here does arithmetic on the values: they are only moved, so a
 number is the same bits on the rank that reads it as on the rank that
@@ -41,13 +44,27 @@ import numpy as np
 
 from .communicator import Communicator
 
-__all__ = ["Segments", "Outbox", "pack", "distinct", "swap_counts", "send_ids", "send_values"]
+__all__ = ["Segments", "Outbox", "pack", "distinct", "ranges", "swap_counts", "send_ids", "send_values"]
 
 
 def _starts(sizes: np.ndarray) -> np.ndarray:
     """Where each of the [W, F] segments of `sizes` starts, laid out rank-major."""
     flat = sizes.reshape(-1)
     return (np.cumsum(flat) - flat).reshape(sizes.shape)
+
+
+def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """`starts[i], starts[i] + 1, ..., starts[i] + lengths[i] - 1` for each i, laid end to end (int64).
+
+    >>> ranges(np.array([5, 0, 9]), np.array([2, 0, 3])).tolist()
+    [5, 6, 9, 10, 11]
+    """
+    lengths = np.asarray(lengths, np.int64).reshape(-1)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    shift = np.asarray(starts, np.int64).reshape(-1) - (np.cumsum(lengths) - lengths)
+    return np.repeat(shift, lengths) + np.arange(total, dtype=np.int64)
 
 
 class Segments:
@@ -60,6 +77,9 @@ class Segments:
         self.entry_starts = _starts(counts)  # where each segment starts in the list of entries
         self.value_starts = _starts(counts * dims)  # and in the flat buffer of values
         self.size = int((counts * dims).sum())  # the flat buffer's length
+        # every value start is a multiple of `unit`: the buffer is an [size / unit, unit] array of rows
+        self.unit = int(np.gcd.reduce(dims)) if dims.shape[0] and dims.min() > 0 else 1
+        self._by_feature: tuple[np.ndarray, ...] | None = None
 
     def values_per_rank(self) -> np.ndarray:
         """int64 [W]: how many values go to (or come from) each rank."""
@@ -74,6 +94,56 @@ class Segments:
         """Segment (rank, feature) of the flat buffer, as an [n, dims[feature]] view."""
         start, n, dim = int(self.value_starts[rank, feature]), int(self.counts[rank, feature]), int(self.dims[feature])
         return flat[start : start + n * dim].reshape(n, dim)
+
+    def _feature_major(self) -> tuple[np.ndarray, ...]:
+        """Every feature's entries and `unit` rows, feature by feature, rank by rank, with where each
+        feature's start: computed once for all features (no work per segment)."""
+        if self._by_feature is None:
+            widths = self.counts * (self.dims // self.unit)
+            self._by_feature = (
+                ranges(self.entry_starts.T, self.counts.T),
+                np.concatenate([[0], np.cumsum(self.counts.sum(axis=0))]),
+                ranges(self.value_starts.T // self.unit, widths.T),
+                np.concatenate([[0], np.cumsum(widths.sum(axis=0))]),
+            )
+        return self._by_feature
+
+    def entries(self, feature: int) -> np.ndarray:
+        """The positions, in the list of entries, of feature's segments over every rank (rank by rank)."""
+        order, bounds, _, _ = self._feature_major()
+        return order[bounds[feature] : bounds[feature + 1]]
+
+    def _units(self, feature: int) -> np.ndarray:
+        """The `unit`-wide rows of the flat buffer that feature's segments cover, rank by rank."""
+        _, _, units, bounds = self._feature_major()
+        return units[bounds[feature] : bounds[feature + 1]]
+
+    def rows(self, flat: np.ndarray, feature: int) -> tuple[np.ndarray, np.ndarray]:
+        """(table [R, D], index [n]): `table[index]` are the entries of feature's segments, rank by rank.
+
+        A view of `flat` when D is the buffer's unit (no copy), else a copy."""
+        dim = int(self.dims[feature])
+        if dim == self.unit:
+            return flat.reshape(-1, dim), self._units(feature)
+        table = flat.reshape(-1, self.unit)[self._units(feature)].reshape(-1, dim)
+        return table, np.arange(table.shape[0], dtype=np.int64)
+
+    def put(self, flat: np.ndarray, feature: int, values: np.ndarray) -> None:
+        """Writes [n, D] `values` into feature's segments, rank by rank."""
+        flat.reshape(-1, self.unit)[self._units(feature)] = values.reshape(-1, self.unit)
+
+    def gather(self, flat: np.ndarray, feature: int, source: np.ndarray, index: np.ndarray, coef=None) -> None:
+        """`put(flat, feature, source[index] * coef[:, None])` (no `coef`: `source[index]`), gathering
+        straight into the buffer when it holds one feature (no copy in between)."""
+        if self.counts.shape[1] != 1:
+            values = np.take(source, index, axis=0)  # rows: faster than `source[index]`
+        else:
+            values = flat.reshape(-1, int(self.dims[0]))
+            np.take(source, index, axis=0, out=values, mode="clip")  # in range; "raise" would buffer `out`
+        if coef is not None:
+            values *= coef[:, None]
+        if self.counts.shape[1] != 1:
+            self.put(flat, feature, values)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,11 +164,21 @@ class Outbox:
     bases: np.ndarray
     local: np.ndarray
     starts: np.ndarray
+    _sent: list = dataclasses.field(default_factory=list, repr=False, compare=False)
 
     def entries(self, rank: int, feature: int) -> np.ndarray:
         """Indices, within `feature`'s own entries, of the entries of segment (rank, feature), in order."""
         start = int(self.starts[rank, feature])
         return self.order[start : start + int(self.counts[rank, feature])] - self.bases[feature]
+
+    def sent(self, feature: int) -> np.ndarray:
+        """Indices, within `feature`'s own entries, of its entries in send order (rank by rank)."""
+        if not self._sent:  # every feature's at once (no work per segment)
+            per_feature = self.counts.sum(axis=0)
+            within = self.order[ranges(self.starts.T, self.counts.T)] - np.repeat(self.bases[:-1], per_feature)
+            self._sent.append((within, np.concatenate([[0], np.cumsum(per_feature)])))
+        within, bounds = self._sent[0]
+        return within[bounds[feature] : bounds[feature + 1]]
 
 
 def pack(owners: Sequence[np.ndarray], locals_: Sequence[np.ndarray], world_size: int) -> Outbox:
@@ -115,7 +195,8 @@ def pack(owners: Sequence[np.ndarray], locals_: Sequence[np.ndarray], world_size
     feature = np.repeat(np.arange(num_features, dtype=np.int64), sizes)
     owner = np.concatenate(owners).astype(np.int64) if num_features else np.zeros(0, np.int64)
     key = owner * num_features + feature
-    order = np.argsort(key, kind="stable")
+    small = key.astype(np.uint16) if world_size * num_features <= 1 << 16 else key  # numpy: radix sort, O(n)
+    order = np.argsort(small, kind="stable")
     counts = np.bincount(key, minlength=world_size * num_features).reshape(world_size, num_features)
     local = np.concatenate(locals_).astype(np.int64)[order] if num_features else np.zeros(0, np.int64)
     counts = counts.astype(np.int64)

@@ -31,8 +31,8 @@ it equals one process's to float tolerance, not bit for bit.
 >>> [activations], kept = pool(SingleProcess(), [bag], [table])
 >>> activations.tolist()  # example 0: the mean of rows 1 and 3; example 1: no entry
 [[4.0, 5.0], [0.0, 0.0], [6.0, 7.0]]
->>> [[(rows, grads)]] = expand(SingleProcess(), kept, [np.ones((3, 2), np.float32)])
->>> rows.tolist(), grads.tolist()
+>>> [(rows, table, index, coefs)] = expand(SingleProcess(), kept, [np.ones((3, 2), np.float32)])
+>>> rows.tolist(), (table[index] * coefs[:, None]).tolist()
 ([1, 3, 3], [[0.5, 0.5], [0.5, 0.5], [1.0, 1.0]])
 """
 
@@ -43,7 +43,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..lookup import running_sums
+from ..kernels import Kernels, Lookup, NumpyKernels
+from ..ragged import Ragged
 from .communicator import Communicator
 from .exchange import Segments, pack, swap_counts
 
@@ -90,25 +91,29 @@ class Kept:
     group: np.ndarray
 
 
-def _runs(examples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, lengths) of the runs of equal values in a non-decreasing int array."""
-    if examples.shape[0] == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    starts = np.flatnonzero(np.concatenate([[True], examples[1:] != examples[:-1]]))
-    return starts, np.diff(np.append(starts, examples.shape[0]))
+def _pooled(kernels: Kernels, table: np.ndarray, ids: np.ndarray, counts: np.ndarray, coef: np.ndarray | None):
+    """Per group g of `counts[g]` consecutive entries: the running sum of `coef_k * table[ids_k]` over them
+    (1 for no `coef`), in entry order, zeros for an empty group: a weighted `sum` lookup of the kernels."""
+    splits = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    batch = Ragged(np.ascontiguousarray(ids, np.int64), splits, coef)
+    return kernels.lookups([Lookup(table, batch, "sum", safe=False)])[0]
 
 
-def pool(comm: Communicator, bags: Sequence[Bag], tables: Sequence[np.ndarray]) -> tuple[list[np.ndarray], Kept]:
+def pool(
+    comm: Communicator, bags: Sequence[Bag], tables: Sequence[np.ndarray], kernels: Kernels | None = None
+) -> tuple[list[np.ndarray], Kept]:
     """Each bag's activations [B, D], pooled by the owners (collective).
 
     Args:
       comm: the ranks.
       bags: per pooled feature (the same features on every rank), this rank's entries.
       tables: per pooled feature, this rank's rows of its table [V_r, D].
+      kernels: the engine's kernels (None: numpy's); they give the same bits.
 
     Returns:
       (activations per feature, what the backward needs).
     """
+    kernels = NumpyKernels() if kernels is None else kernels
     world, num = comm.size, len(bags)
     dims = np.array([t.shape[1] for t in tables], np.int64)
     ones = np.ones(num, np.int64)
@@ -122,51 +127,48 @@ def pool(comm: Communicator, bags: Sequence[Bag], tables: Sequence[np.ndarray]) 
     coefs = comm.alltoallv(coef, sent_n, got_n)
 
     # As an owner: one partial sum per run of equal examples in each (source, feature) segment.
-    entries = Segments(received, ones)
-    answered = np.zeros((world, num), np.int64)
-    group = np.empty(rows.shape[0], np.int64)
-    runs = {}
-    for source in range(world):
-        for p in range(num):
-            span = entries.span(source, p)
-            starts, lengths = runs[source, p] = _runs(examples_got[span])
-            answered[source, p] = starts.shape[0]
-            group[span] = np.repeat(np.arange(starts.shape[0]), lengths)
+    answered, group, _, runs = _groups(received, examples_got)
     answers = Segments(answered, dims)
     answer = np.empty(answers.size, np.float32)
-    for source in range(world):
-        for p in range(num):
-            span = entries.span(source, p)
-            products = tables[p][rows[span]] * coefs[span][:, None]  # one process's float32 products
-            answers.block(answer, source, p)[...] = running_sums(products, *runs[source, p])
+    entries, by_run = Segments(received, ones), Segments(answered, ones)
+    for p in range(num):  # every source at once
+        at = entries.entries(p)
+        answers.put(answer, p, _pooled(kernels, tables[p], rows[at], runs[by_run.entries(p)], coefs[at]))
 
     # As a requester: which example each partial sum it gets back belongs to.
-    asked = np.zeros((world, num), np.int64)
-    wanted = []
-    for owner in range(world):
-        for p in range(num):
-            start = int(outbox.starts[owner, p])
-            mine = example[start : start + int(outbox.counts[owner, p])]
-            starts, _ = _runs(mine)
-            asked[owner, p] = starts.shape[0]
-            wanted.append(mine[starts])
-    examples = np.concatenate(wanted) if wanted else np.zeros(0, np.int64)
+    asked, _, first, _ = _groups(outbox.counts, example)
+    examples = example[first]
     parts = Segments(asked, dims)
     partial = comm.alltoallv(answer, answers.values_per_rank(), parts.values_per_rank())
     groups = Segments(asked, ones)
     activations = []
     for p, bag in enumerate(bags):  # each example's partial sums, owner by owner, added in that order
-        of = np.concatenate([examples[groups.span(owner, p)] for owner in range(world)])
-        values = np.concatenate([parts.block(partial, owner, p) for owner in range(world)])
+        of = examples[groups.entries(p)]
+        values, index = parts.rows(partial, p)
         order = np.argsort(of, kind="stable")
-        out = np.zeros((bag.batch_size, int(dims[p])), np.float32)
-        starts, lengths = _runs(of[order])
-        out[of[order][starts]] = running_sums(values[order], starts, lengths)
-        activations.append(out)
+        counts = np.bincount(of, minlength=bag.batch_size)
+        activations.append(_pooled(kernels, values, index[order], counts, None))
     return activations, Kept(dims, asked, examples, answered, received, rows, coefs, group)
 
 
-def expand(comm: Communicator, kept: Kept, grads: Sequence[np.ndarray | None]) -> list[list[tuple]]:
+def _groups(counts: np.ndarray, examples: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The runs of equal examples within each of the [W, P] segments of `counts` (entries laid out as
+    `Segments`): (runs per segment [W, P], each entry's run index within its segment, each run's first
+    entry, each run's length), runs in entry order."""
+    n = examples.shape[0]
+    segment = np.repeat(np.arange(counts.size, dtype=np.int64), counts.reshape(-1))
+    new = np.ones(n, bool)
+    new[1:] = (segment[1:] != segment[:-1]) | (examples[1:] != examples[:-1])
+    first = np.flatnonzero(new)
+    per_segment = np.bincount(segment[first], minlength=counts.size).reshape(counts.shape).astype(np.int64)
+    run = np.cumsum(new) - 1  # each entry's run, counted over all segments
+    before = np.cumsum(per_segment.reshape(-1)) - per_segment.reshape(-1)  # runs in the earlier segments
+    group = run - before[segment] if n else np.zeros(0, np.int64)
+    lengths = np.diff(np.append(first, n)).astype(np.int64)
+    return per_segment, group, first, lengths
+
+
+def expand(comm: Communicator, kept: Kept, grads: Sequence[np.ndarray | None]) -> list[tuple[np.ndarray, ...]]:
     """The entries each owner gets from a pooled backward (collective).
 
     Args:
@@ -176,37 +178,39 @@ def expand(comm: Communicator, kept: Kept, grads: Sequence[np.ndarray | None]) -
         its activations (multiplier applied), or None (no gradient).
 
     Returns:
-      per pooled feature, per source rank: (local rows int64 [n], entry
-      gradients float32 [n, D]) of the entries this rank owns, in that
-      source's entry order: `c_k * G[b_k]`, one process's entries.
+      per pooled feature: (local rows int64 [n], gradient rows G float32
+      [R, D], index b int64 [n], coefficients c float32 [n]) of the entries
+      this rank owns, source rank by source rank, each in that source's
+      entry order: entry k's gradient is `G[b_k] * c_k`, one process's
+      float32 product (none from a source that sent no gradient for the
+      feature).
     """
     world, num = kept.asked.shape
     ones = np.ones(num, np.int64)
     counts = kept.asked * np.array([g is not None for g in grads], np.int64)
     sent, groups = Segments(counts, kept.dims), Segments(kept.asked, ones)
     flat = np.empty(sent.size, np.float32)
-    for owner in range(world):
-        for p, grad in enumerate(grads):
-            if grad is not None:
-                sent.block(flat, owner, p)[...] = grad[kept.examples[groups.span(owner, p)]]
+    for p, grad in enumerate(grads):  # every owner at once
+        if grad is not None:
+            sent.put(flat, p, grad[kept.examples[groups.entries(p)]])
     received = swap_counts(comm, counts)
+    wrong = (received != 0) & (received != kept.answered)
+    if wrong.any():
+        source, p = (int(i) for i in np.argwhere(wrong)[0])
+        raise RuntimeError(
+            f"Rank {source} sent {received[source, p]} gradient rows for pooled feature {p}, not the "
+            f"{kept.answered[source, p]} of the lookup: the ranks applied different lookups."
+        )
     got = Segments(received, kept.dims)
     values = comm.alltoallv(flat, sent.values_per_rank(), got.values_per_rank())
     entries = Segments(kept.received, ones)
     out = []
     for p in range(num):
-        per_source = []
-        for source in range(world):
-            span = entries.span(source, p)
-            if received[source, p] == 0:  # no gradient for this feature from that rank
-                per_source.append((np.zeros(0, np.int64), np.zeros((0, int(kept.dims[p])), np.float32)))
-                continue
-            if received[source, p] != kept.answered[source, p]:
-                raise RuntimeError(
-                    f"Rank {source} sent {received[source, p]} gradient rows for pooled feature {p}, not the "
-                    f"{kept.answered[source, p]} of the lookup: the ranks applied different lookups."
-                )
-            rows_g = got.block(values, source, p)[kept.group[span]]
-            per_source.append((kept.rows[span], rows_g * kept.coefs[span][:, None]))
-        out.append(per_source)
+        at = entries.entries(p)
+        sources = np.repeat(np.arange(world), kept.received[:, p])
+        keep = received[sources, p] != 0  # a source that sent no gradient for p: its entries get none
+        table, index = got.rows(values, p)
+        before = np.cumsum(received[:, p]) - received[:, p]  # each source's first gradient row
+        src = index[before[sources[keep]] + kept.group[at[keep]]]
+        out.append((kept.rows[at[keep]], table, src, kept.coefs[at[keep]]))
     return out

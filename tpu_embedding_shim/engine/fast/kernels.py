@@ -341,7 +341,7 @@ class FastKernels:
         length = int(max_sequence_length)
         keep = batch.row_positions() < length
         src = batch.row_ids()[keep] * length + batch.row_positions()[keep]
-        grads = np.ascontiguousarray(grad, dtype=_F32).reshape(batch.batch_size * length, -1)
+        grads = np.ascontiguousarray(grad, dtype=_F32).reshape(batch.batch_size * length, grad.shape[-1])
         return Entries(np.ascontiguousarray(batch.values[keep]), src, _NO_COEF, grads)
 
     def sum_rows(self, table: str, num_rows: int, dim: int, entries: list[Entries]) -> tuple[np.ndarray, np.ndarray]:
