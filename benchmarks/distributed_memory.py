@@ -4,14 +4,16 @@ Runs `mpiexec -n N` of this module's worker on one table (Adagrad: rows +
 one slot), whose rows a rank holds 1/N of. Each rank, after loading the
 kernels with a tiny step of its own and the checkpoints' CRC kernel (their
 code is the process's, not a phase's), reads its resident set (`base`, VmRSS), then per phase resets the
-high-water mark (`/proc/self/clear_refs` 5) and reads VmHWM after it:
+high-water mark (`/proc/self/clear_refs` 5) and reads VmHWM after it, the
+phase's peak above `base` (what the rank holds included):
 
 - `build`: `DistributedEngine(spec)`, its rows and slot drawn alone;
 - `step`: three training steps on its slice of the global batch;
 - `save`: a collective TensorFlow checkpoint (`write_collectively`), each
   rank writing its rows;
 - `restore`: a new engine restored from that checkpoint on M ranks
-  (`--restore-ranks`, another job), each reading only its rows.
+  (`--restore-ranks`, another job), each reading only its rows; built
+  with `initialize=False` first, as TPUEstimator builds one it restores.
 
 `peak - base` is compared with the rank's budget: its rows + slot + 2 x
 the step's working set (activations, ids, and a gradient row per entry),
@@ -46,13 +48,12 @@ def _spec(vocabulary: int, dim: int, ranks: int):
     )
 
 
-def _phase(action) -> int:
-    """Bytes the resident set's high-water mark rose above the current set while `action()` ran."""
+def _phase(action, base: int) -> int:
+    """The resident set's high-water mark while `action()` ran, in bytes above `base` (the process's own)."""
     gc.collect()
-    before = _status_kb("VmRSS")
     reset_peak()
     action()
-    return (_status_kb("VmHWM") - before) * 1024
+    return _status_kb("VmHWM") * 1024 - base
 
 
 def worker(vocabulary: int, dim: int, batch: int, bag: int, prefix: str, phase: str) -> None:
@@ -72,7 +73,10 @@ def worker(vocabulary: int, dim: int, batch: int, bag: int, prefix: str, phase: 
     holder: dict = {}
     record: dict = {"rank": comm.rank, "base": base}
     spec = _spec(vocabulary, dim, comm.size)
-    record["build"] = _phase(lambda: holder.update(engine=DistributedEngine(spec, comm, seed=0)))
+    initialize = phase == "train"  # a restore builds as the runner does for one: rows allocated, not drawn
+    record["build"] = _phase(
+        lambda: holder.update(engine=DistributedEngine(spec, comm, seed=0, initialize=initialize)), base
+    )
     engine = holder["engine"]
     mine = engine.row_slices()["big"]
     record["held"] = sum(part.nbytes for tensor in mine.values() for _, part in tensor.parts)
@@ -85,10 +89,10 @@ def worker(vocabulary: int, dim: int, batch: int, bag: int, prefix: str, phase: 
             for ids in batches:
                 engine.apply_gradients(engine.forward({"history": ids}), {"history": grad})
 
-        record["step"] = _phase(steps)
+        record["step"] = _phase(steps, base)
         record["working_set"] = batch * dim * 4 + batch * bag * 8 + batch * bag * dim * 4  # activations, ids, entries
         tensors = {f"big/{key}": value for key, value in engine.row_slices()["big"].items()}
-        record["save"] = _phase(lambda: write_collectively(comm, prefix, tensors))
+        record["save"] = _phase(lambda: write_collectively(comm, prefix, tensors), base)
     else:
         from tpu_embedding_shim.engine.tf_bundle import BundleReader
 
@@ -101,7 +105,7 @@ def worker(vocabulary: int, dim: int, batch: int, bag: int, prefix: str, phase: 
             }
             engine.load_rows(rows)
 
-        record["restore"] = _phase(restore)
+        record["restore"] = _phase(restore, base)
     records = comm.allgather_object(record)
     if comm.rank == 0:
         print(json.dumps(records))
@@ -122,19 +126,19 @@ def report(train: list[dict], restored: list[dict], vocabulary: int, dim: int, o
         f"table {vocabulary:,} x {dim} + one slot: {full / MB:,.0f} MB in all; {len(train)} ranks train and save, "
         f"{len(restored)} restore"
     )
-    out("| rank | holds, MB | build | step | save | budget, MB | restore on M (holds, MB) |")
-    out("|---|---:|---:|---:|---:|---:|---:|")
+    out(f"{len(train)} ranks: | rank | holds, MB | budget, MB | build | step | save |")
+    out("|---|---:|---:|---:|---:|---:|")
     for r in train:
         budget = r["held"] + 2 * r["working_set"]
         cells = [f"{r[k] / MB:.0f} ({r[k] / budget:.2f})" for k in ("build", "step", "save")]
-        back = restored[r["rank"]] if r["rank"] < len(restored) else None
-        restore = (
-            f"{back['restore'] / MB:.0f} ({back['restore'] / back['held']:.2f}x of {back['held'] / MB:.0f})"
-            if back
-            else ""
-        )
-        out(f"| {r['rank']} | {r['held'] / MB:.0f} | {' | '.join(cells)} | {budget / MB:.0f} | {restore} |")
-    out("Cells: MB above the rank's resident set before the phase (peak RSS), and its ratio to the budget.")
+        out(f"| {r['rank']} | {r['held'] / MB:.0f} | {budget / MB:.0f} | {' | '.join(cells)} |")
+    out(f"restored on {len(restored)} ranks: | rank | holds, MB | build (not drawn) | restore |")
+    out("|---|---:|---:|---:|")
+    for r in restored:
+        cells = [f"{r[k] / MB:.0f} ({r[k] / r['held']:.2f})" for k in ("build", "restore")]
+        out(f"| {r['rank']} | {r['held'] / MB:.0f} | {' | '.join(cells)} |")
+    out("Cells: the phase's peak RSS in MB above the rank's base (its process before the engine), and its ratio to")
+    out("the budget (rows + slots + 2 x the step's working set; for a restore, rows + slots).")
 
 
 def main(argv: list[str] | None = None) -> int:

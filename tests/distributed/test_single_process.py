@@ -139,3 +139,11 @@ def test_load_state_refuses_what_float32_cannot_hold_as_engine_does(values, mess
             target.load_state({"t": {"embedding": values}}, step=9)
     assert engine.global_step == 0 and engine.table("t").tolist() == before.tolist()
     assert reference.global_step == 0 and reference.table("t").tolist() == before.tolist()
+
+
+def test_an_engine_built_for_a_restore_draws_nothing_and_takes_the_rows():
+    """`initialize=False`: rows allocated, not drawn; `load_rows` then makes them the restored ones."""
+    engine = DistributedEngine(spec(), SingleProcess(), seed=3, initialize=False)
+    rows = {"t": {"embedding": np.arange(12, dtype=np.float32).reshape(6, 2)}}
+    engine.load_rows(rows, step=2)
+    assert engine.global_step == 2 and engine.table("t").tolist() == rows["t"]["embedding"].tolist()

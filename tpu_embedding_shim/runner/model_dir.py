@@ -95,12 +95,15 @@ class ModelState:
 
     # Build, restore, warm-start --------------------------------------------------------------
 
-    def build(self) -> None:
-        """A fresh state: new tables from the seed, step 0, an empty dense state (and the tensor-core tables)."""
+    def build(self, *, restoring: bool = False) -> None:
+        """A fresh state: new tables from the seed, step 0, an empty dense state (and the tensor-core tables).
+
+        `restoring`: a checkpoint replaces the tables next, so a replicated engine's rows are not drawn (a
+        restore then holds one copy of them); `ensure` builds again if that restore fails."""
         self._seed = replicated.common_seed(self._seed)  # under mpiexec: one seed for every replica
         if self.uses_engine:
             spec = self._embedding_config_spec.to_spec(num_shards=self._num_shards)
-            self.engine = replicated.new_engine(spec, self._seed)
+            self.engine = replicated.new_engine(spec, self._seed, initialize=not restoring)
         self.step = 0
         self.dense_state = DenseState()
         if self._tensor_core is not None:
@@ -112,9 +115,7 @@ class ModelState:
     def ensure(self, mode: str, checkpoint_path: str | None = None) -> None:
         """Makes the in-memory state the latest checkpoint's (or `checkpoint_path`'s), or a fresh one."""
         if checkpoint_path is not None:
-            if not self._initialized:
-                self.build()
-            self.restore(checkpoint_path)
+            self._build_and_restore(checkpoint_path)
             return
         latest = self.latest_checkpoint()
         if latest is None:
@@ -131,9 +132,20 @@ class ModelState:
             return
         step = program_checkpoint.step_of(latest)
         if not self._initialized or step != self.loaded_step or step != self.global_step:
-            if not self._initialized:
-                self.build()
-            self.restore(latest)
+            self._build_and_restore(latest)
+
+    def _build_and_restore(self, path: str) -> None:
+        """The checkpoint `path`'s state, on the state there is or on a new one built for it (whose tables
+        are not drawn; a failed restore leaves the fresh state a plain build makes)."""
+        if self._initialized:
+            self.restore(path)
+            return
+        self.build(restoring=True)
+        try:
+            self.restore(path)
+        except BaseException:
+            self.build()
+            raise
 
     def _program(self) -> Program:
         """The program as a restore sees it (with a copy of the table names: a failed restore changes none)."""

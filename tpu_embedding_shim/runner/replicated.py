@@ -83,11 +83,12 @@ def common_seed(seed: int | None) -> int | None:
     return int(replicas.world().bcast_object(drawn))
 
 
-def new_engine(spec: EmbeddingSpec, seed: int | None) -> EmbeddingEngine:
-    """`Engine(spec)` in one process; under N replicas a `DistributedEngine` over them."""
+def new_engine(spec: EmbeddingSpec, seed: int | None, *, initialize: bool = True) -> EmbeddingEngine:
+    """`Engine(spec)` in one process; under N replicas a `DistributedEngine` over them (`initialize`: False
+    when a restore replaces its rows next; see `DistributedEngine`)."""
     if replicas.num_replicas() == 1:
         return Engine(spec, seed=seed)
-    return DistributedEngine(spec, replicas.world(), seed=seed)
+    return DistributedEngine(spec, replicas.world(), seed=seed, initialize=initialize)
 
 
 def while_every_replica_has(batches: Iterable[Any]) -> Iterator[Any]:

@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from ...spec import EmbeddingSpec, FeatureSpec
+from .. import aligned
 from ..engine import LookupResult, _choose_kernels
 from ..initialization import initial_rows, seeded_initializers
 from ..interface import describe_spec, warn_clipping_limit
@@ -129,6 +130,11 @@ class DistributedEngine:
         `memmap.rank_file(path, rank, W)` (`big.npy` -> `big.rank-00001-of-
         00002.npy`), on its host's disk; an existing file of the right shape
         is the rank's rows (a job resumed on as many ranks). See `memmap.py`.
+      initialize: False: this rank's rows and slots are allocated but not
+        drawn or filled (their memory pages untouched), for a state that
+        `load_rows` replaces next: a restore then holds one copy of the rows,
+        not the drawn ones beside the read ones. Until then the tables hold
+        garbage. Tables in `table_files` are always initialized.
 
     Raises:
       ValueError: `num_shards` is not a multiple of the world size; the
@@ -146,6 +152,7 @@ class DistributedEngine:
         check_numerics: bool = True,
         pooling: str = "exact",
         table_files: Mapping[str, str] | None = None,
+        initialize: bool = True,
         kernels: str = "auto",
     ):
         comm = communicator() if comm is None else comm
@@ -185,7 +192,7 @@ class DistributedEngine:
         error = None
         try:
             self._files = files
-            self._build(seed, files)
+            self._build(seed, files, bool(initialize))
         except Exception as caught:
             error = caught
         agree(comm, error, "DistributedEngine")
@@ -228,7 +235,7 @@ class DistributedEngine:
             seed = self.comm.bcast_object(fresh)
         return int(seed)
 
-    def _build(self, seed: int, table_files: dict[str, str]) -> None:
+    def _build(self, seed: int, table_files: dict[str, str], initialize: bool) -> None:
         """This rank's rows of every table and their slots, and nothing more: its rows drawn alone, with the
         values one process draws there (`initialization.py`); in a file of its own for the tables of
         `table_files` (`memmap.py`)."""
@@ -241,6 +248,10 @@ class DistributedEngine:
             if table.name in table_files:
                 path = rank_file(table_files[table.name], self.rank, self.world_size)
                 mine, slots = open_table(path, table, optimizer, initializers[table.name], rows)
+            elif not initialize:  # allocated, never written: no page is touched before `load_rows` replaces them
+                count = len(range(*rows.indices(table.vocabulary_size)))
+                mine = aligned.empty((count, table.dim), np.float32)
+                slots = {name: aligned.empty(mine.shape, np.float32) for name in initial_slots(optimizer, (0, 0))}
             else:
                 mine = initial_rows(table, initializers[table.name], rows)
                 slots = initial_slots(optimizer, mine.shape)
