@@ -23,6 +23,7 @@ replica holds a whole table.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -91,6 +92,13 @@ class ServedTables:
     combiners: dict[str, str] = dataclasses.field(default_factory=dict)
     features: list[FeatureSpec] = dataclasses.field(default_factory=list)
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every table as a whole array (a SavedModel's variables): none may be streamed."""
+        streamed = [name for name, table in self.tables.items() if isinstance(table, StreamedTable)]
+        if streamed:
+            raise TypeError(f"Tables {streamed} are streamed; a SavedModel needs them whole (served_tables()).")
+        return {name: table for name, table in self.tables.items() if isinstance(table, np.ndarray)}
+
 
 def served_tables(
     engine: Any, tensor_core: Any = None, dense_state: Any = None, *, streamed: bool = False
@@ -104,7 +112,7 @@ def served_tables(
         for table in engine.spec.tables:
             if streamed:
                 shape = (table.vocabulary_size, table.dim)
-                served.tables[table.name] = StreamedTable(shape, lambda name=table.name: engine.table_blocks(name))
+                served.tables[table.name] = StreamedTable(shape, functools.partial(engine.table_blocks, table.name))
             else:
                 served.tables[table.name] = engine.table(table.name)
             served.trained_by[table.name] = "embedding engine"

@@ -192,7 +192,7 @@ def export(
         serving_input_receiver_fn=serving_input_receiver_fn,
         call_model_fn=call,
         features=served.features,
-        tables=served.tables,
+        tables=served.arrays(),
         combiners=served.combiners,
         **saved_model,
     )

@@ -60,7 +60,7 @@ from .. import aligned
 from ..engine import LookupResult, _choose_kernels
 from ..initialization import initial_rows, seeded_initializers
 from ..interface import describe_spec, warn_clipping_limit
-from ..kernels import Lookup, NumpyKernels, Update
+from ..kernels import Kernels, Lookup, NumpyKernels, Update
 from ..lookup import pooled_coefficients
 from ..memmap import check_table_files, open_table, rank_file
 from ..optimizers import apply_update, initial_slots, touches_all_rows
@@ -162,7 +162,7 @@ class DistributedEngine:
         self.rank, self.world_size = comm.rank, comm.size
         self.spec = spec
         self.check_numerics = check_numerics
-        self.kernels = NumpyKernels()
+        self.kernels: Kernels = NumpyKernels()
         self.global_step = 0
         self.statistics = None
         self._pending: _Pending | None = None
@@ -417,7 +417,8 @@ class DistributedEngine:
             example, ids, coef, _ = pooled_coefficients(batch, combiner, safe=feature.safe_lookup)
         else:
             dim = self.spec.table(feature.table).dim
-            ids, _, example, coef = self.kernels.coefficients(batch, combiner, feature.safe_lookup, dim)
+            fast: Any = self.kernels  # FastKernels' own coefficients (not part of the Kernels protocol)
+            ids, _, example, coef = fast.coefficients(batch, combiner, feature.safe_lookup, dim)
             example = batch.row_ids() if example is None else example
             coef = np.ones(ids.shape[0], np.float32) if coef.shape[0] == 0 else coef
         owner, local = self._owners[feature.table].locate(ids.astype(np.int64, copy=False))
@@ -500,7 +501,8 @@ class DistributedEngine:
                     lr = optimizer.learning_rate_at(step)
                     in_place.append(Update(optimizer, lr, self._tables[name], self._slots[name], summed))
                 else:
-                    self._plan_update(name, optimizer, step, *summed.compact(), pending)
+                    unique, row_grads = summed.compact()
+                    self._plan_update(name, optimizer, step, unique, row_grads, pending)
         except Exception as caught:
             error = caught
         agree(self.comm, error, "apply_gradients: update")

@@ -204,7 +204,7 @@ def expand(comm: Communicator, kept: Kept, grads: Sequence[np.ndarray | None]) -
     got = Segments(received, kept.dims)
     values = comm.alltoallv(flat, sent.values_per_rank(), got.values_per_rank())
     entries = Segments(kept.received, ones)
-    out = []
+    out: list[tuple[np.ndarray, ...]] = []
     for p in range(num):
         at = entries.entries(p)
         sources = np.repeat(np.arange(world), kept.received[:, p])
