@@ -638,16 +638,21 @@ class DistributedEngine:
 
         Each rank keeps its rows. Checked whole, on every rank, before anything changes.
         """
+        self._load("load_state", lambda: self._rows_of_state(state), step)
+
+    def _load(self, what: str, checked_rows: Any, step: int | None) -> None:
+        """Every rank checks its rows (`checked_rows()` -> (tables, slots)) and the step; the ranks agree;
+        then each replaces its rows and the step. A failure anywhere raises everywhere, changing nothing."""
         error: Exception | None = None
         tables: dict[str, np.ndarray] = {}
         slots: dict[str, dict[str, np.ndarray]] = {}
         try:
-            tables, slots = self._rows_of_state(state)
+            tables, slots = checked_rows()
             if step is not None and (isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0):
                 raise ValueError(f"Argument `step` must be an int >= 0. Received: {step!r}.")
         except Exception as caught:
             error = caught
-        agree(self.comm, error, "load_state", step=None if error is not None or step is None else int(step))
+        agree(self.comm, error, what, step=None if error is not None or step is None else int(step))
         self._pending = None
         self._replace_rows(tables, slots)
         if step is not None:
@@ -692,23 +697,16 @@ class DistributedEngine:
         Checked on every rank (names, shapes, real values, the step), and the ranks agree before anything
         changes: a bad argument on any rank raises on every rank and changes nothing.
         """
-        error: Exception | None = None
-        tables: dict[str, np.ndarray] = {}
-        slots: dict[str, dict[str, np.ndarray]] = {}
-        try:
-            sizes = {name: owner.sizes[self.rank] for name, owner in self._owners.items()}
-            for name, names in check_state(self.spec, rows, sizes).items():
-                tables[name] = _own(rows[name]["embedding"])
-                slots[name] = {slot: _own(rows[name][slot]) for slot in names}
-            if step is not None and (isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0):
-                raise ValueError(f"Argument `step` must be an int >= 0. Received: {step!r}.")
-        except Exception as caught:
-            error = caught
-        agree(self.comm, error, "load_rows", step=None if error is not None or step is None else int(step))
-        self._pending = None
-        self._replace_rows(tables, slots)
-        if step is not None:
-            self.global_step = int(step)
+        self._load("load_rows", lambda: self._own_rows(rows), step)
+
+    def _own_rows(self, rows: Mapping[str, Mapping[str, np.ndarray]]) -> tuple[dict, dict]:
+        """(tables, slots) of this rank's rows, checked against its share; kept without a copy where they can be."""
+        tables, slots = {}, {}
+        sizes = {name: owner.sizes[self.rank] for name, owner in self._owners.items()}
+        for name, names in check_state(self.spec, rows, sizes).items():
+            tables[name] = _own(rows[name]["embedding"])
+            slots[name] = {slot: _own(rows[name][slot]) for slot in names}
+        return tables, slots
 
     def _rows_of_state(self, state: Mapping[str, Mapping[str, np.ndarray]]) -> tuple[dict, dict]:
         tables, slots = {}, {}
