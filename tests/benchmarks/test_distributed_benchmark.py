@@ -94,7 +94,7 @@ def test_the_per_segment_loops_grow_with_the_number_of_ranks(n):
     )
 
 
-def test_the_segment_counter_counts_the_engines_loops_and_restores_the_helpers():
+def test_the_engine_makes_no_per_segment_calls_and_the_counter_restores_the_helpers():
     from tpu_embedding_shim.engine import DistributedEngine
     from tpu_embedding_shim.engine.distributed import exchange
 
@@ -104,7 +104,10 @@ def test_the_segment_counter_counts_the_engines_loops_and_restores_the_helpers()
     features, weights, grads = rank_slice(make_batches(w, 1)[0], 0, 1)
     with SegmentCounter() as counter:
         engine.apply_gradients(engine.forward(features, weights or None), grads)
-    assert counter.calls >= 3  # at least one call per feature: W x F = 1 x 3 segments, several passes
+    assert counter.calls == 0  # the exchange indexes a feature's segments over every rank at once
+    with SegmentCounter() as counter:
+        exchange.Segments(np.ones((1, 3), np.int64), np.ones(3, np.int64)).span(0, 1)
+    assert counter.calls == 1  # it counts the helpers when they are called
     assert exchange.Segments.block is before
     assert segment_call_seconds(repeats=1) > 0
 
