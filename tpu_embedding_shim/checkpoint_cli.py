@@ -16,7 +16,9 @@ directory of them: the latest), whoever wrote it:
   (keys `<table>`, `<table>/<slot>`, `global_step` as int64; DST is a prefix,
   or a directory that gets `model.ckpt-<step>`; the `checkpoint` state file
   names it as the latest), and a TensorFlow checkpoint whose keys have that
-  form back as an engine checkpoint (`DST/ckpt-<step>`).
+  form back as an engine checkpoint (`DST/ckpt-<step>`); so is a SparseCore
+  checkpoint (a TPUEmbeddingV2's stacked tables with their layouts,
+  `checkpoints/sparsecore.py`), its tables unstacked.
 
 A bad checkpoint (missing, truncated or corrupt file, CRC mismatch, a dtype
 this reader does not read) or a bad argument prints one line naming the
@@ -39,6 +41,7 @@ import numpy as np
 from .api.checkpoint_reader import latest_checkpoint, load_checkpoint
 from .api.engine_checkpoint_reader import GLOBAL_STEP, EngineCheckpoint
 from .checkpoints.program_checkpoint import METADATA
+from .checkpoints.sparsecore import find_sparsecore, tables_of
 from .engine import EMBEDDING, CheckpointError
 from .engine import checkpoint as engine_checkpoint
 from .engine.tf_bundle import BundleReader, data_files, index_file, index_suffix_hint, is_bundle, write_bundle
@@ -488,6 +491,9 @@ def _engine_to_tensorflow(source: EngineCheckpoint, dst: str, progress: Progress
 
 
 def _tensorflow_to_engine(source: BundleReader, dst: str, src: str, progress: ProgressLine) -> str:
+    sparsecore = find_sparsecore(source)
+    if sparsecore:
+        return _sparsecore_to_engine(source, dst, sparsecore, progress)
     tables, step_name, problems = split_engine_names(source)
     if problems or not tables:
         raise CheckpointError(_not_convertible(source, src, problems))
@@ -498,6 +504,17 @@ def _tensorflow_to_engine(source: BundleReader, dst: str, src: str, progress: Pr
             raise CheckpointError(f"{source.prefix}: tensor {step_name!r} is {step}; a step must be >= 0.")
     else:
         print("note: no global_step in the checkpoint: the engine checkpoint gets step 0", file=sys.stderr)
+    _check_destination(dst, step)
+    state: dict[str, dict[str, np.ndarray]] = {table: {} for table in tables}
+    items = [(table, slot, name) for table, arrays in tables.items() for slot, name in arrays.items()]
+    sizes = {name: _nbytes(source, name) for _, _, name in items}
+    for name in progress.items("reading and checking tensor", [(name, sizes[name]) for _, _, name in items]):
+        table, slot, _ = next(item for item in items if item[2] == name)
+        state[table][slot] = source.read(name, mmap=True)  # all read and checked first
+    return _write_engine(source, dst, state, step, progress)
+
+
+def _check_destination(dst: str, step: int) -> None:
     final = os.path.join(dst, engine_checkpoint.checkpoint_name(step))
     if os.path.lexists(final):
         raise CheckpointError(
@@ -505,12 +522,29 @@ def _tensorflow_to_engine(source: BundleReader, dst: str, src: str, progress: Pr
         )
     if os.path.lexists(dst) and not os.path.isdir(dst):
         raise CheckpointError(f"{dst!r} is a file; the destination of an engine checkpoint is a directory.")
-    state: dict[str, dict[str, np.ndarray]] = {table: {} for table in tables}
-    items = [(table, slot, name) for table, arrays in tables.items() for slot, name in arrays.items()]
-    sizes = {name: _nbytes(source, name) for _, _, name in items}
-    for name in progress.items("reading and checking tensor", [(name, sizes[name]) for _, _, name in items]):
-        table, slot, _ = next(item for item in items if item[2] == name)
-        state[table][slot] = source.read(name, mmap=True)  # all read and checked first
+
+
+def _sparsecore_to_engine(source: BundleReader, dst: str, found: list, progress: ProgressLine) -> str:
+    """A SparseCore checkpoint (TPUEmbeddingV2 on SparseCore, checkpoints/sparsecore.py): its stacked tables
+    and slots unstacked into plain ones."""
+    if len(found) > 1:
+        raise CheckpointError(
+            f"{source.prefix} holds {len(found)} SparseCore embeddings ({', '.join(repr(f.path) for f in found)}); "
+            "`convert` takes a checkpoint of one (read the others with checkpoints.sparsecore.tables_of)."
+        )
+    print(
+        "note: a SparseCore checkpoint keeps no step of the embedding's own: the engine checkpoint gets step 0",
+        file=sys.stderr,
+    )
+    _check_destination(dst, 0)
+    progress.status("reading, checking and unstacking the stacked tables")
+    return _write_engine(source, dst, tables_of(source, found[0]), 0, progress)
+
+
+def _write_engine(
+    source: BundleReader, dst: str, state: dict[str, dict[str, np.ndarray]], step: int, progress: ProgressLine
+) -> str:
+    final = os.path.join(dst, engine_checkpoint.checkpoint_name(step))
     progress.status(f"writing {final}")
     structure = {
         table: {

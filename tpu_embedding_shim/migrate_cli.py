@@ -90,7 +90,8 @@ def add_parser(commands: Any) -> None:
         metavar="PATH",
         type=_checkpoint,
         help="the weights: a TPUEstimator model_dir or checkpoint prefix (TensorFlow's or this project's), or an "
-        "engine checkpoint; omitted: fresh values drawn by each table's initializer (see --seed)",
+        "engine checkpoint, or a SparseCore checkpoint (TPUEmbeddingV2's stacked tables); omitted: fresh values "
+        "drawn by each table's initializer (see --seed)",
     )
     parser.add_argument(
         "--out",

@@ -11,7 +11,11 @@ read one without running a program.
   dense value, for a resume or a warm start (`resume_plan`,
   `warm_start_plan`);
 - `state.py`: the dense part's state (`DenseState`) and its encoding in
-  the runner's state tensor.
+  the runner's state tensor;
+- `sparsecore_layout.py`: how SparseCore stacks and shards tables
+  (TensorFlow's layouts and stacker), rows moved between plain and stacked
+  tables; `sparsecore.py`: a SparseCore checkpoint read as plain tables and
+  slots, and written.
 
 docs/architecture.md ("Checkpoint formats") lists every format the project
 reads and writes, and the module for each.

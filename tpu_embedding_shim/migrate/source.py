@@ -11,7 +11,10 @@ TensorFlow's initializers (what the program would start from):
   back in id order, TensorFlow's CPU slot names;
 - an engine checkpoint (`ckpt-<step>`, or a directory of them);
 - a checkpoint of `tpu-embedding-shim checkpoint convert` (keys `<table>`
-  and `<table>/<slot>`), for an `EmbeddingSpec`.
+  and `<table>/<slot>`), for an `EmbeddingSpec`;
+- a SparseCore checkpoint (TensorFlow 2.21's `TPUEmbeddingV2` on a TPU:
+  stacked, sharded tables with their layouts), unstacked by
+  `checkpoints/sparsecore.py`, for an `EmbeddingSpec` of the same tables.
 
 Tables are whole, in id order; slots keep TensorFlow's names (`accumulators`,
 `momenta`, `velocities`, `linears`, `ms`, `mom`).
@@ -26,12 +29,15 @@ from typing import Any
 import numpy as np
 
 from ..api import lowering
+from ..api.checkpoint_reader import latest_checkpoint
 from ..api.embedding_config_spec import EmbeddingConfigSpec
 from ..checkpoints import program_checkpoint
 from ..checkpoints.restore import Program, resume_plan
+from ..checkpoints.sparsecore import find_sparsecore, tables_of
 from ..checkpoints.tf_names import ProgramNames
-from ..engine import Engine
+from ..engine import CheckpointError, Engine
 from ..engine import checkpoint as engine_checkpoint
+from ..engine.tf_bundle import BundleReader, is_bundle
 from ..spec import EmbeddingSpec, FeatureSpec, OptimizerSpec, TableSpec
 
 __all__ = ["MigrationInput", "load_source", "resolve_object"]
@@ -214,6 +220,9 @@ def _read(
                 "their initializers (seed 0)."
             )
         return dict(state), step, f"engine checkpoint {engine_path} (step {step})", notes
+    sparsecore = _sparsecore(spec, path)
+    if sparsecore is not None:
+        return sparsecore
     if isinstance(config, EmbeddingConfigSpec):
         names = ProgramNames(
             config.feature_columns or (), config.tensor_core_feature_columns or (), tables=[t.name for t in spec.tables]
@@ -233,6 +242,43 @@ def _read(
     for table, values in plan.tensor_core.items():
         state[table] = {"embedding": np.asarray(values, dtype=np.float32)}
     return state, plan.step, f"checkpoint {source.path} (step {plan.step})", list(plan.notes)
+
+
+def _sparsecore(spec: EmbeddingSpec, path: str) -> tuple[State, int, str, list[str]] | None:
+    """The spec's tables from the SparseCore checkpoint at `path` (a prefix or a directory's latest), or None when
+    `path` is no SparseCore checkpoint. Every table of the spec must be there with its shape and slots."""
+    prefix = path if is_bundle(path) else (latest_checkpoint(path) if os.path.isdir(path) else None)
+    if prefix is None or not is_bundle(prefix):
+        return None
+    reader = BundleReader(prefix)
+    found = find_sparsecore(reader)
+    if not found:
+        return None
+    if len(found) > 1:
+        raise CheckpointError(
+            f"{prefix} holds {len(found)} SparseCore embeddings ({', '.join(repr(f.path) for f in found)}); "
+            "a migration reads one."
+        )
+    held = {layout.table_name: tuple(layout.unsharded_shape) for layout in found[0].layouts}
+    state = {}
+    for name, wanted in spec.structure().items():
+        shape = (wanted["vocabulary_size"], wanted["dim"])
+        if held.get(name) != shape:
+            what = f"is {list(held[name])}" if name in held else "is missing"
+            raise CheckpointError(
+                f"{prefix}: table {name!r} {what} in the SparseCore checkpoint; the spec has it {list(shape)} "
+                f"(the checkpoint's tables: {sorted(held)})."
+            )
+    tables = tables_of(reader, found[0])
+    for name, wanted in spec.structure().items():
+        slots = sorted(set(tables[name]) - {"embedding"})
+        if slots != wanted["slots"]:
+            raise CheckpointError(
+                f"{prefix}: table {name!r} has the slots {slots} in the SparseCore checkpoint; its optimizer in the "
+                f"spec has {wanted['slots']}."
+            )
+        state[name] = tables[name]
+    return state, 0, f"SparseCore checkpoint {prefix}", ["A SparseCore checkpoint keeps no step: the step is 0."]
 
 
 def _engine_checkpoint(path: str) -> str | None:

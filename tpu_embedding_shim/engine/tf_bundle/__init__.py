@@ -40,11 +40,12 @@ from .object_graph import (
     build_graph,
     checkpoint_key,
     escape_local_name,
+    unescape_local_name,
 )
 from .protos import FULL, BundleEntry, BundleHeader
 from .reader import ROW_BUFFER, BundleReader, list_bundle, read_bundle
 from .state import STATE_FILE, CheckpointState, read_state, record_latest, write_state
-from .wire import WireError
+from .wire import WireError, decode_varint, encode_varint, field_bytes, field_varint, iter_fields
 from .writer import SlicedTensor, delete_bundle, write_bundle
 
 __all__ = [
@@ -91,5 +92,11 @@ __all__ = [
     "build_graph",
     "checkpoint_key",
     "escape_local_name",
+    "unescape_local_name",
     "WireError",
+    "decode_varint",
+    "encode_varint",
+    "field_bytes",
+    "field_varint",
+    "iter_fields",
 ]
