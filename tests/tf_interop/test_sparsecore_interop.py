@@ -27,7 +27,9 @@ adapter = pytest.importorskip(
 )
 from tensorflow.core.tpu.kernels import sparse_core_layout_pb2  # noqa: E402
 from tensorflow.python.tpu import _pywrap_sparse_core_layout, tpu_embedding_v3_utils  # noqa: E402
+from tensorflow.python.tpu.tpu_embedding_v3 import TPUEmbeddingShardedSaveable  # noqa: E402
 from tensorflow.python.trackable import autotrackable  # noqa: E402
+from tensorflow.python.trackable import base as trackable_base  # noqa: E402
 
 from tpu_embedding_shim.checkpoint_cli import convert  # noqa: E402
 from tpu_embedding_shim.checkpoints.sparsecore import read_sparsecore, write_sparsecore  # noqa: E402
@@ -40,6 +42,7 @@ from tpu_embedding_shim.checkpoints.sparsecore_layout import (  # noqa: E402
     unstack,
 )
 from tpu_embedding_shim.engine import checkpoint as engine_checkpoint  # noqa: E402
+from tpu_embedding_shim.engine.tf_bundle import BundleReader  # noqa: E402
 
 requests = st.lists(
     st.builds(
@@ -127,17 +130,37 @@ def test_stacking_and_rows_agree_with_tensorflow(reqs, partitions, per_chip, sta
             assert back.tobytes() == unstack(mine, our_layout).tobytes() == tables[our_layout.table_name].tobytes()
 
 
+class _ShardedStackedTable(trackable_base.Trackable):
+    """A stacked table saved as a TPU saves it: one row slice per chip (TensorFlow's own
+    `TPUEmbeddingShardedSaveable`, which `TPUEmbeddingShardedVariable` saves through)."""
+
+    def __init__(self, value, num_partitions):
+        rows = value.shape[0] // num_partitions
+        self.shards = [tf.Variable(value[p * rows : (p + 1) * rows]) for p in range(num_partitions)]
+
+    def _gather_saveables_for_checkpoint(self):
+        def factory(name):
+            n = len(self.shards)
+            return [TPUEmbeddingShardedSaveable(v, i, n, 0, name) for i, v in enumerate(self.shards)]
+
+        return {trackable_base.VARIABLE_VALUE_KEY: factory}
+
+
 class _TPUEmbeddingV2Variables(autotrackable.AutoTrackable):
     """What a TPUEmbeddingV2 tracks for its checkpoint, as TensorFlow 2.21 tracks it (`_create_variables`:
-    `_add_variable_with_custom_getter(<stacked>)` and `(<stacked>/<slot>)`, then `_variables`, then
-    `_track_restore_info_for_cpu`'s layouts)."""
+    `<stacked>` and `<stacked>/<slot>`, then `_variables`, then `_track_restore_info_for_cpu`'s layouts);
+    `num_partitions`: each stacked table in row slices per chip, as on a TPU (None: whole variables)."""
 
-    def __init__(self, stacked, layouts):
+    def __init__(self, stacked, layouts, num_partitions=None):
         variables = {}
         for name, arrays in stacked.items():
             variables[name] = {}
             for what, value in arrays.items():
                 local = name if what == "parameters" else f"{name}/{what}"
+                if num_partitions:
+                    variables[name][what] = _ShardedStackedTable(value, num_partitions)
+                    self._track_trackable(variables[name][what], local)
+                    continue
                 variables[name][what] = self._add_variable_with_custom_getter(
                     name=local,
                     initializer=lambda shape, dtype, value=value: value,
@@ -148,7 +171,8 @@ class _TPUEmbeddingV2Variables(autotrackable.AutoTrackable):
                     ),
                     trainable=False,
                 )
-        self._variables = variables
+        if not num_partitions:
+            self._variables = variables
         self._track_trackable(
             tpu_embedding_v3_utils.SparseCoreLayoutsTrackable(tf.constant(layouts.SerializeToString())),
             tpu_embedding_v3_utils.SPARSECORE_LAYOUTS_CHECKPOINT_KEY,
@@ -164,7 +188,8 @@ def plain_state(seed):
     return {name: {"embedding": t, "accumulators": np.abs(t) + 0.1} for name, t in tables.items()}
 
 
-def test_a_checkpoint_tensorflows_adapter_makes_reads_back_to_the_original_tables(tmp_path):
+@pytest.mark.parametrize("num_partitions", [None, 2], ids=["whole", "sliced-per-chip"])
+def test_a_checkpoint_tensorflows_adapter_makes_reads_back_to_the_original_tables(tmp_path, num_partitions):
     layouts = tf_layouts(REQUESTS, partitions=2, per_chip=4)
     state = plain_state(1)
     stacked = {
@@ -174,7 +199,11 @@ def test_a_checkpoint_tensorflows_adapter_makes_reads_back_to_the_original_table
         }
         for name, members in by_stack(layouts.tables).items()
     }
-    prefix = tf.train.Checkpoint(embedding=_TPUEmbeddingV2Variables(stacked, layouts)).save(str(tmp_path / "tf" / "c"))
+    embedding = _TPUEmbeddingV2Variables(stacked, layouts, num_partitions)
+    prefix = tf.train.Checkpoint(embedding=embedding).save(str(tmp_path / "tf" / "c"))
+    if num_partitions:  # saved as a TPU saves it: row slices of one key
+        key = "embedding/items_users/.ATTRIBUTES/VARIABLE_VALUE"
+        assert BundleReader(prefix).entry(key).slices
     back = read_sparsecore(prefix)
     assert sorted(back) == sorted(state)
     for table, arrays in state.items():
@@ -186,10 +215,11 @@ def test_a_checkpoint_tensorflows_adapter_makes_reads_back_to_the_original_table
     assert all(converted[t][w].tobytes() == v.tobytes() for t, arrays in state.items() for w, v in arrays.items())
 
 
-def test_a_checkpoint_written_here_is_read_by_tensorflow(tmp_path):
+@pytest.mark.parametrize("sliced", [True, False], ids=["sliced-per-chip", "whole"])
+def test_a_checkpoint_written_here_is_read_by_tensorflow(tmp_path, sliced):
     layouts = stack_tables(REQUESTS, num_partitions=2)
     state = plain_state(2)
-    prefix = write_sparsecore(str(tmp_path / "ours" / "ckpt-1"), state, layouts)
+    prefix = write_sparsecore(str(tmp_path / "ours" / "ckpt-1"), state, layouts, sliced=sliced)
     theirs = adapter.TpuEmbeddingV3CheckpointAdapter.create_from_checkpoint(prefix)
     expected = tf_layouts(REQUESTS, partitions=2, per_chip=4)
     assert {name: x.SerializeToString() for name, x in theirs._checkpoint_layouts.items()} == {

@@ -37,6 +37,7 @@ from ..engine.tf_bundle import (
     VARIABLE_VALUE,
     BundleReader,
     Node,
+    SlicedTensor,
     WireError,
     build_graph,
     escape_local_name,
@@ -172,18 +173,27 @@ def tables_of(reader: BundleReader, embedding: SparseCoreEmbedding) -> dict[str,
     return out
 
 
+def _by_partition(stacked: np.ndarray, layout: TableLayout) -> SlicedTensor:
+    """`stacked` as the row slices of each partition (TensorFlow's `TPUEmbeddingShardedSaveable`)."""
+    rows = stacked.shape[0] // layout.num_partitions
+    parts = [(((p * rows, rows), (0, -1)), stacked[p * rows : (p + 1) * rows]) for p in range(layout.num_partitions)]
+    return SlicedTensor(tuple(stacked.shape), parts)
+
+
 def write_sparsecore(
     prefix: str | os.PathLike[str],
     state: Mapping[str, Mapping[str, np.ndarray]],
     layouts: Sequence[TableLayout],
     *,
     object_name: str = "embedding",
+    sliced: bool = True,
     update_state: bool = False,
 ) -> str:
     """Writes `state` (table -> {'embedding': rows, slot: rows}) as a SparseCore checkpoint at `prefix`, as
     `tf.train.Checkpoint(<object_name>=embedding).write(prefix)` of a TensorFlow 2.21 `TPUEmbeddingV2` with these
-    `layouts` writes it (padding zeros); returns `prefix`. `update_state` also names it the latest in the
-    directory's `checkpoint` state file (as `save` does).
+    `layouts` writes it (padding zeros); returns `prefix`. `sliced`: each stacked table as one row slice per
+    partition (chip) of its key, as a TPU job saves it (False: one whole tensor). `update_state` also names it
+    the latest in the directory's `checkpoint` state file (as `save` does).
 
     Raises:
       ValueError: a table of the layouts missing from `state` (or the other way), tables of one stack with
@@ -216,7 +226,7 @@ def write_sparsecore(
         for what in (_PARAMETERS, *slots):
             values = stack({layout.table_name: state[layout.table_name][what] for layout in members}, members)
             name = stacked if what == _PARAMETERS else f"{stacked}/{what}"
-            variable = embedding.add(name, Node.variable(name, values))
+            variable = embedding.add(name, Node.variable(name, _by_partition(values, members[0]) if sliced else values))
             per_stack.add("parameters" if what == _PARAMETERS else what, variable)
     embedding.add("_variables", dict_node)
     embedding.add(LAYOUTS_NAME, Node.variable(LAYOUTS_NAME, np.array(encode_layouts(layouts), dtype=object)))
