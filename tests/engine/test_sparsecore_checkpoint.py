@@ -34,17 +34,19 @@ from tpu_embedding_shim.spec import AdagradSpec, EmbeddingSpec, FeatureSpec, Tab
 requests = st.lists(
     st.builds(
         StackRequest,
-        name=st.sampled_from("abcdefgh"),
-        rows=st.integers(1, 300),
-        dim=st.integers(1, 20),
-        group=st.sampled_from(["adagrad", "sgd"]),
-        output_samples=st.sampled_from([8, 64, 4096, 2**16, 2**17]),
+        name=st.text("abcxyz_", min_size=1, max_size=4),
+        rows=st.integers(1, 400),
+        dim=st.integers(1, 24),
+        group=st.sampled_from(["g1", "g2"]),
+        output_samples=st.sampled_from([8, 64, 4096, 2**16, 2**16 + 4, 2**17]),
         num_features=st.integers(0, 3),
     ),
     min_size=1,
     max_size=6,
     unique_by=lambda r: r.name,
 )
+"""Tables to stack: names that sort in every order, widths on both sides of a multiple of 8, activations on both
+sides of the 2 MiB limit (also used by tests/tf_interop/test_sparsecore_interop.py)."""
 
 
 def tables_for(reqs, seed=0):

@@ -31,6 +31,7 @@ from tensorflow.python.tpu.tpu_embedding_v3 import TPUEmbeddingShardedSaveable  
 from tensorflow.python.trackable import autotrackable  # noqa: E402
 from tensorflow.python.trackable import base as trackable_base  # noqa: E402
 
+from tests.engine.test_sparsecore_checkpoint import requests, tables_for  # noqa: E402
 from tpu_embedding_shim.checkpoint_cli import convert  # noqa: E402
 from tpu_embedding_shim.checkpoints.sparsecore import read_sparsecore, write_sparsecore  # noqa: E402
 from tpu_embedding_shim.checkpoints.sparsecore_layout import (  # noqa: E402
@@ -43,21 +44,6 @@ from tpu_embedding_shim.checkpoints.sparsecore_layout import (  # noqa: E402
 )
 from tpu_embedding_shim.engine import checkpoint as engine_checkpoint  # noqa: E402
 from tpu_embedding_shim.engine.tf_bundle import BundleReader  # noqa: E402
-
-requests = st.lists(
-    st.builds(
-        StackRequest,
-        name=st.text("abcxyz_", min_size=1, max_size=4),
-        rows=st.integers(1, 400),
-        dim=st.integers(1, 24),
-        group=st.sampled_from(["g1", "g2"]),
-        output_samples=st.sampled_from([8, 64, 4096, 2**16, 2**16 + 4, 2**17]),
-        num_features=st.integers(0, 3),
-    ),
-    min_size=1,
-    max_size=6,
-    unique_by=lambda r: r.name,
-)
 
 
 def tf_layouts(reqs, partitions, per_chip, stacking=True):
@@ -81,11 +67,6 @@ def by_stack(layouts):
     for layout in layouts:
         out.setdefault(layout.stacked_table_name, []).append(layout)
     return {name: sorted(ls, key=lambda x: x.sparse_core_shard_row_offset) for name, ls in out.items()}
-
-
-def tables_for(reqs, seed=0):
-    rng = np.random.default_rng(seed)
-    return {r.name: rng.standard_normal((r.rows, r.dim)).astype(np.float32) for r in reqs}
 
 
 def adapter_stacked(tables, layouts, partition=None):
