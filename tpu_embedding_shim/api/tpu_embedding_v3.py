@@ -52,8 +52,10 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import LookupResult, pooled_coefficients, split_table
+from ..engine import LookupResult, pooled_coefficients, split_table, to_ragged
+from ..spec.checks import check_bool, check_int
 from . import distribute
+from . import sparse_core_limits as limits
 from . import tpu_embedding_v2_utils as v2_utils
 from .midlevel_base import MidLevelBase
 from .midlevel_inputs import ConvertedInput
@@ -86,9 +88,41 @@ w^2) for sqrtn); `sample_count` (prod(output_shape) summed over the features of 
 """
 
 
+def _check_limit_table(name: str, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise TypeError(
+            f"Argument `{name}` of SparseCoreEmbeddingConfig must be None or a dict {{table name: int >= 1}}. "
+            f"Received: {value!r}."
+        )
+    for table, limit in value.items():
+        check_int(f"{name}[{table!r}]", limit, minimum=1, owner="SparseCoreEmbeddingConfig")
+
+
 @dataclasses.dataclass(frozen=True)
 class SparseCoreEmbeddingConfig:
-    """`tf.tpu.experimental.embedding.SparseCoreEmbeddingConfig`: accepted and recorded; layout only."""
+    """`tf.tpu.experimental.embedding.SparseCoreEmbeddingConfig` (TensorFlow 2.21's fields and defaults).
+
+    Attributes:
+      disable_table_stacking: layout only (the numbers do not depend on it).
+        Table stacking is not emulated: the limits below are per table here,
+        which is TensorFlow's meaning with `disable_table_stacking=True`.
+      max_ids_per_chip_per_sample: the chip's id buffer per table is this
+        times the table's samples per replica (padding included; see
+        docs/sparsecore.md).
+      max_ids_per_table: `{table name: limit}` on the (sample, id) pairs one
+        SparseCore sends to one partition; a table not named gets 256.
+      max_unique_ids_per_table: the same for distinct ids (default 256).
+      allow_id_dropping: what no room in the buffer does: drop the ids that
+        do not fit (True) or raise (False). It does not apply to the two
+        per-partition limits, which always raise.
+      initialize_tables_on_host, enable_fast_table_initialization: where
+        TensorFlow runs the initializers; the same numbers here.
+
+    TensorFlow checks none of the fields; here a bool must be a bool
+    (TypeError) and a limit an int >= 1 (ValueError), when built.
+    """
 
     disable_table_stacking: bool = False
     max_ids_per_chip_per_sample: int = 64
@@ -97,6 +131,19 @@ class SparseCoreEmbeddingConfig:
     allow_id_dropping: bool = False
     initialize_tables_on_host: bool = True
     enable_fast_table_initialization: bool = False
+
+    def __post_init__(self):
+        owner = "SparseCoreEmbeddingConfig"
+        for name in (
+            "disable_table_stacking",
+            "allow_id_dropping",
+            "initialize_tables_on_host",
+            "enable_fast_table_initialization",
+        ):
+            check_bool(name, getattr(self, name), owner=owner)
+        check_int("max_ids_per_chip_per_sample", self.max_ids_per_chip_per_sample, minimum=1, owner=owner)
+        _check_limit_table("max_ids_per_table", self.max_ids_per_table)
+        _check_limit_table("max_unique_ids_per_table", self.max_unique_ids_per_table)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +183,40 @@ def _tables_of(feature_config: Any) -> list[v2_utils.TableConfig]:
     return tables
 
 
+def _refuse_what_sparse_core_cannot_run(feature_config: Any, optimizer: Any) -> None:
+    """TensorFlow 2.21 accepts these configurations but cannot run them on its SparseCore path; refused at once.
+
+    Raises:
+      ValueError: a `CustomOptimizer` (TensorFlow's `apply_gradients` raises
+        "Unsupported optimizer in minibatching mode.").
+      TypeError: a `CustomCombiner` (TensorFlow's preprocessing takes the
+        combiner as a string attribute and raises at `enqueue`).
+      NotImplementedError: a table with `dtype=int32` (TensorFlow creates
+        every SparseCore table as float32).
+    """
+    optimizers = [("the `optimizer` argument", optimizer)]
+    for table in _tables_of(feature_config):
+        optimizers.append((f"table {table.name!r}", table.optimizer))
+        if isinstance(table.combiner, v2_utils.CustomCombiner):
+            raise TypeError(
+                f"Expected string for argument 'combiner' not {table.combiner!r}. Table {table.name!r} has a "
+                "CustomCombiner: TensorFlow 2.21's SparseCore preprocessing (ConvertToListOfSparseCoreCooTensors) "
+                "takes the combiner as a string, so TPUEmbeddingV2 cannot run it; use 'sum', 'mean' or 'sqrtn'."
+            )
+        if table.dtype != np.float32:
+            raise NotImplementedError(
+                f"Table {table.name!r} has dtype={table.dtype}: TensorFlow 2.21's TPUEmbeddingV2 creates every table "
+                "variable as float32 and the CPU engine stores float32 rows; use dtype=tf.float32."
+            )
+    for where, table_optimizer in optimizers:
+        if isinstance(table_optimizer, v2_utils.CustomOptimizer):
+            raise ValueError(
+                f"Unsupported optimizer in minibatching mode. ({where} is a CustomOptimizer: TensorFlow 2.21's "
+                "TPUEmbeddingV2 accepts it when built and raises this at apply_gradients, as it has no update "
+                "for it; use SGD, Adagrad, AdagradMomentum, Adam or FTRL.)"
+            )
+
+
 class TPUEmbeddingV2(MidLevelBase):
     """The SparseCore mid-level API, running on the CPU engine.
 
@@ -170,6 +251,14 @@ class TPUEmbeddingV2(MidLevelBase):
         pipeline_execution_with_tensor_core: bool = False,
         sparse_core_embedding_config: SparseCoreEmbeddingConfig | None = None,
     ):
+        _refuse_what_sparse_core_cannot_run(feature_config, optimizer)
+        if sparse_core_embedding_config is not None and not isinstance(
+            sparse_core_embedding_config, SparseCoreEmbeddingConfig
+        ):
+            raise TypeError(
+                "Argument `sparse_core_embedding_config` of TPUEmbeddingV2 must be None or a "
+                f"tf.tpu.experimental.embedding.SparseCoreEmbeddingConfig. Received: {sparse_core_embedding_config!r}."
+            )
         saved = [(table, table.name, table.optimizer) for table in _tables_of(feature_config)]
         try:
             super().__init__(
@@ -185,6 +274,8 @@ class TPUEmbeddingV2(MidLevelBase):
                 table.name, table.optimizer = name, table_optimizer
             raise
         self._sparse_core_embedding_config = sparse_core_embedding_config or SparseCoreEmbeddingConfig()
+        self._last_statistics: dict[str, limits.TableStatistics] = {}
+        self._dropped_ids: list[dict[str, int]] = []
 
     def _check_strategy_and_weight_decay(self) -> None:
         if not self._using_tpu:
@@ -241,6 +332,7 @@ class TPUEmbeddingV2(MidLevelBase):
         Collective when replicated (a bad input on one replica raises on every one)."""
         converted = self._agreed("preprocess_features", self._converted, features, weights, None, kwargs)
         self._check_output_shapes(converted)
+        self._apply_sparse_core_limits(converted)
         return PreprocessedFeatures(tuple(converted), id(self))
 
     def _converted(self, features: Any, weights: Any, device: Any, kwargs: dict[str, Any]) -> list[ConvertedInput]:
@@ -265,6 +357,7 @@ class TPUEmbeddingV2(MidLevelBase):
         """
         converted = self._agreed("enqueue", self._converted, features, weights, device, {})
         self._check_output_shapes(converted)
+        self._apply_sparse_core_limits(converted)
         return PreprocessedFeatures(tuple(converted), id(self))
 
     def dequeue(self, partitioned_tensors: PreprocessedFeatures) -> tuple[Any, PreservedOutputs]:
@@ -347,6 +440,60 @@ class TPUEmbeddingV2(MidLevelBase):
                 f"{self._engine.global_step}: apply each lookup's gradients once, in order."
             )
         return lookup, self._engine_gradients(gradients, list(preserved_outputs.converted))
+
+    # SparseCore's limits ------------------------------------------------------------------------
+
+    def _table_statistics(self, converted: list[ConvertedInput]) -> dict[str, limits.TableStatistics]:
+        """Per table, this replica's batch on its chip's SparseCores (`sparse_core_limits`)."""
+        entries: dict[str, list[limits.FeatureEntries]] = {t.name: [] for t in self._table_config}
+        for feature, c in zip(self._features, converted):
+            batch = c.checked.batch if c.checked is not None else to_ragged(c.ids, None, feature=feature.spec)
+            entries[feature.spec.table].append((batch.row_ids(), batch.values, batch.batch_size))
+        config = self._sparse_core_embedding_config
+        replicas = distribute.get_strategy().num_replicas_in_sync
+        return {
+            name: limits.table_statistics(
+                name,
+                features,
+                num_replicas=replicas,
+                max_ids_per_chip_per_sample=config.max_ids_per_chip_per_sample,
+            )
+            for name, features in entries.items()
+        }
+
+    def _apply_sparse_core_limits(self, converted: list[ConvertedInput]) -> None:
+        """TensorFlow 2.21's limits on one batch: statistics recorded, TensorFlow's errors raised."""
+        config = self._sparse_core_embedding_config
+        statistics = self._table_statistics(converted)
+        for name, stats in statistics.items():
+            limits.check_limits(
+                stats,
+                max_ids=(config.max_ids_per_table or {}).get(name, limits.DEFAULT_MAX_IDS_PER_TABLE),
+                max_unique_ids=(config.max_unique_ids_per_table or {}).get(
+                    name, limits.DEFAULT_MAX_UNIQUE_IDS_PER_TABLE
+                ),
+                allow_id_dropping=config.allow_id_dropping,
+            )
+        dropped = {name: stats.dropped for name, stats in statistics.items() if stats.dropped}
+        if dropped:
+            raise NotImplementedError(
+                f"This batch overflows the SparseCore id buffer and allow_id_dropping=True would drop ids: {dropped} "
+                "(table: ids). Dropping is not emulated yet; raise max_ids_per_chip_per_sample (the statistics: "
+                "TPUEmbeddingV2.compute_sparse_core_stats, tpu_embedding_shim.api.sparse_core_limits)."
+            )
+        self._last_statistics = statistics
+        self._dropped_ids.append({name: 0 for name in statistics})
+
+    @property
+    def sparse_core_statistics(self) -> dict[str, limits.TableStatistics]:
+        """`{table name: TableStatistics}` of the last batch enqueued: per SparseCore and partition, the ids and
+        unique ids, the buffer, what was dropped (not a TensorFlow attribute; TensorFlow logs the drops)."""
+        return dict(self._last_statistics)
+
+    @property
+    def dropped_ids(self) -> list[dict[str, int]]:
+        """Per batch enqueued, in order, `{table name: ids dropped}` (not a TensorFlow attribute)."""
+        return [dict(step) for step in self._dropped_ids]
 
     # The CSR form of a lookup --------------------------------------------------------------------
 
