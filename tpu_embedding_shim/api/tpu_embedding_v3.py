@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import LookupResult, pooled_coefficients, split_table, to_ragged
+from ..engine import LookupResult, Ragged, check_batch, pooled_coefficients, split_table, to_ragged
 from ..spec.checks import check_bool, check_int
 from . import distribute
 from . import sparse_core_limits as limits
@@ -152,6 +152,7 @@ class PreprocessedFeatures:
 
     converted: tuple[ConvertedInput, ...]
     owner_id: int
+    scales: tuple[np.ndarray | None, ...] = ()
 
 
 class PreservedOutputs(dict):
@@ -166,11 +167,13 @@ class PreservedOutputs(dict):
         lookup: LookupResult,
         converted: tuple[ConvertedInput, ...],
         owner_id: int,
+        scales: tuple[np.ndarray | None, ...] = (),
     ):
         super().__init__(tables)
         self.lookup = lookup
         self.converted = converted
         self.owner_id = owner_id
+        self.scales = scales
 
 
 def _tables_of(feature_config: Any) -> list[v2_utils.TableConfig]:
@@ -215,6 +218,46 @@ def _refuse_what_sparse_core_cannot_run(feature_config: Any, optimizer: Any) -> 
                 "TPUEmbeddingV2 accepts it when built and raises this at apply_gradients, as it has no update "
                 "for it; use SGD, Adagrad, AdagradMomentum, Adam or FTRL.)"
             )
+
+
+@dataclasses.dataclass(frozen=True)
+class _RaggedView:
+    """A RaggedTensor-like pair (`values`, `row_splits`) for `check_batch`."""
+
+    values: np.ndarray
+    row_splits: np.ndarray
+
+
+def _without(batch: Ragged, samples: np.ndarray, keep: np.ndarray) -> Ragged:
+    """`batch` without the entries where `keep` is False (every sample stays, possibly empty)."""
+    lengths = np.bincount(samples[keep], minlength=batch.batch_size)
+    return Ragged(
+        values=batch.values[keep],
+        row_splits=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        weights=None if batch.weights is None else batch.weights[keep],
+        positions=None if batch.positions is None else batch.positions[keep],
+    )
+
+
+def _denominator(batch: Ragged, combiner: str, safe: bool) -> np.ndarray:
+    """Per sample, the combiner's denominator as the engine computes it (`pooled_coefficients`): `mean` sum w,
+    `sqrtn` sqrt(sum w^2), non-positive weights left out by a safe lookup."""
+    w = batch.weights_or_ones().astype(np.float64)
+    example = batch.row_ids()
+    if safe:
+        example, w = example[w > 0], w[w > 0]
+    if combiner == "mean":
+        return np.bincount(example, weights=w, minlength=batch.batch_size)
+    return np.sqrt(np.bincount(example, weights=w * w, minlength=batch.batch_size))
+
+
+def _scale(full: Ragged, kept: Ragged, combiner: str, safe: bool) -> np.ndarray:
+    """Per sample, the engine's denominator of `kept` over that of `full` (1 where either is 0)."""
+    a, b = _denominator(kept, combiner, safe), _denominator(full, combiner, safe)
+    ratio = np.ones(full.batch_size)
+    ok = (a != 0) & (b != 0)
+    ratio[ok] = a[ok] / b[ok]
+    return ratio
 
 
 class TPUEmbeddingV2(MidLevelBase):
@@ -332,8 +375,8 @@ class TPUEmbeddingV2(MidLevelBase):
         Collective when replicated (a bad input on one replica raises on every one)."""
         converted = self._agreed("preprocess_features", self._converted, features, weights, None, kwargs)
         self._check_output_shapes(converted)
-        self._apply_sparse_core_limits(converted)
-        return PreprocessedFeatures(tuple(converted), id(self))
+        converted, scales = self._apply_sparse_core_limits(converted)
+        return PreprocessedFeatures(tuple(converted), id(self), scales)
 
     def _converted(self, features: Any, weights: Any, device: Any, kwargs: dict[str, Any]) -> list[ConvertedInput]:
         """The checks and conversion of `enqueue` / `preprocess_features` (local: no collective)."""
@@ -357,8 +400,8 @@ class TPUEmbeddingV2(MidLevelBase):
         """
         converted = self._agreed("enqueue", self._converted, features, weights, device, {})
         self._check_output_shapes(converted)
-        self._apply_sparse_core_limits(converted)
-        return PreprocessedFeatures(tuple(converted), id(self))
+        converted, scales = self._apply_sparse_core_limits(converted)
+        return PreprocessedFeatures(tuple(converted), id(self), scales)
 
     def dequeue(self, partitioned_tensors: PreprocessedFeatures) -> tuple[Any, PreservedOutputs]:
         """Looks a preprocessed batch up: `(activations, preserved_outputs)`.
@@ -375,7 +418,13 @@ class TPUEmbeddingV2(MidLevelBase):
         self.build()
         converted = list(partitioned_tensors.converted)
         result, activations = self._lookup(converted, training=True)
-        preserved = PreservedOutputs(self._csr(result, converted), result, partitioned_tensors.converted, id(self))
+        scales = partitioned_tensors.scales or (None,) * len(converted)
+        activations = [
+            a if k is None else a * k.reshape(a.shape[:-1] + (1,)).astype(a.dtype) for a, k in zip(activations, scales)
+        ]
+        preserved = PreservedOutputs(
+            self._csr(result, converted, scales), result, partitioned_tensors.converted, id(self), scales
+        )
         return pack_as(self._feature_config, activations), preserved
 
     def embedding_lookup(self, features: Any, weights: Any = None) -> tuple[Any, PreservedOutputs]:
@@ -439,7 +488,12 @@ class TPUEmbeddingV2(MidLevelBase):
                 f"This lookup was made at step {lookup.step} but the engine is at step "
                 f"{self._engine.global_step}: apply each lookup's gradients once, in order."
             )
-        return lookup, self._engine_gradients(gradients, list(preserved_outputs.converted))
+        engine_gradients = self._engine_gradients(gradients, list(preserved_outputs.converted))
+        for feature, scale in zip(self._features, preserved_outputs.scales):
+            if scale is not None:  # a dropped id's gain is gone, the kept ones keep the whole sample's scale
+                name = feature.spec.name
+                engine_gradients[name] = (engine_gradients[name] * scale[:, None]).astype(np.float32)
+        return lookup, engine_gradients
 
     # SparseCore's limits ------------------------------------------------------------------------
 
@@ -461,8 +515,11 @@ class TPUEmbeddingV2(MidLevelBase):
             for name, features in entries.items()
         }
 
-    def _apply_sparse_core_limits(self, converted: list[ConvertedInput]) -> None:
-        """TensorFlow 2.21's limits on one batch: statistics recorded, TensorFlow's errors raised."""
+    def _apply_sparse_core_limits(
+        self, converted: list[ConvertedInput]
+    ) -> tuple[list[ConvertedInput], tuple[np.ndarray | None, ...]]:
+        """TensorFlow 2.21's limits on one batch: statistics recorded, TensorFlow's errors raised, the ids that do
+        not fit dropped (with `allow_id_dropping`)."""
         config = self._sparse_core_embedding_config
         statistics = self._table_statistics(converted)
         for name, stats in statistics.items():
@@ -474,15 +531,53 @@ class TPUEmbeddingV2(MidLevelBase):
                 ),
                 allow_id_dropping=config.allow_id_dropping,
             )
-        dropped = {name: stats.dropped for name, stats in statistics.items() if stats.dropped}
-        if dropped:
-            raise NotImplementedError(
-                f"This batch overflows the SparseCore id buffer and allow_id_dropping=True would drop ids: {dropped} "
-                "(table: ids). Dropping is not emulated yet; raise max_ids_per_chip_per_sample (the statistics: "
-                "TPUEmbeddingV2.compute_sparse_core_stats, tpu_embedding_shim.api.sparse_core_limits)."
-            )
         self._last_statistics = statistics
-        self._dropped_ids.append({name: 0 for name in statistics})
+        self._dropped_ids.append({name: stats.dropped for name, stats in statistics.items()})
+        if not any(stats.dropped for stats in statistics.values()):
+            return converted, ()
+        return self._drop(converted, statistics)
+
+    def _drop(
+        self, converted: list[ConvertedInput], statistics: dict[str, limits.TableStatistics]
+    ) -> tuple[list[ConvertedInput], tuple[np.ndarray | None, ...]]:
+        """The batch without the dropped (sample, id) entries, and per feature the samples' scales.
+
+        TensorFlow drops an entry after the combiner's scale was computed from
+        the whole sample, so a kept entry keeps its gain (`mean`: w / sum of
+        every w in the sample). The engine computes the scale from what it is
+        given; `scale[s]` (its denominator without / with the dropped entries)
+        turns its answer into TensorFlow's, for activations and gradients.
+        """
+        index_in_table: dict[str, int] = {}
+        out, scales = [], []
+        for feature, c in zip(self._features, converted):
+            table = feature.spec.table
+            k = index_in_table[table] = index_in_table.get(table, -1) + 1
+            gone = statistics[table].dropped_entries
+            gone = gone[gone[:, 0] == k]
+            if gone.size == 0:
+                out.append(c)
+                scales.append(None)
+                continue
+            batch = c.checked.batch if c.checked is not None else to_ragged(c.ids, None, feature=feature.spec)
+            samples = batch.row_ids()
+            dropped = {(int(s), int(i)) for _, s, i in gone}
+            keep = np.array([(int(s), int(i)) not in dropped for s, i in zip(samples, batch.values)], bool)
+            kept = _without(batch, samples, keep)
+            if c.checked is not None:
+                view = _RaggedView(kept.values, kept.row_splits)
+                weights = None if kept.weights is None else _RaggedView(kept.weights, kept.row_splits)
+                c = dataclasses.replace(
+                    c, ids=view, weights=weights, checked=check_batch(view, weights, feature=feature.spec)
+                )
+            else:
+                c = dataclasses.replace(c, ids=kept)
+            out.append(c)
+            combiner = feature.config.table.combiner
+            scales.append(
+                None if c.positions or combiner == "sum" else _scale(batch, kept, combiner, feature.spec.safe_lookup)
+            )
+        return out, tuple(scales)
 
     @property
     def sparse_core_statistics(self) -> dict[str, limits.TableStatistics]:
@@ -497,17 +592,21 @@ class TPUEmbeddingV2(MidLevelBase):
 
     # The CSR form of a lookup --------------------------------------------------------------------
 
-    def _csr(self, result: LookupResult, converted: list[ConvertedInput]) -> dict[str, PartitionedCsrFormatTensor]:
+    def _csr(
+        self, result: LookupResult, converted: list[ConvertedInput], scales: tuple[np.ndarray | None, ...] = ()
+    ) -> dict[str, PartitionedCsrFormatTensor]:
         samples: dict[str, list[np.ndarray]] = {t.name: [] for t in self._table_config}
         tokens: dict[str, list[np.ndarray]] = {t.name: [] for t in self._table_config}
         gains: dict[str, list[np.ndarray]] = {t.name: [] for t in self._table_config}
         counts = {t.name: 0 for t in self._table_config}
-        for feature in self._features:
+        for index, feature in enumerate(self._features):
             spec, config = feature.spec, feature.config
             # The engine's samples are TensorFlow's: prod(output_shape) per feature, row-major (a sequence or
             # per-position input: example * k + position, one id each, gain 1).
             batch = result.batches[spec.name]
             sample, ids, gain, _ = pooled_coefficients(batch, config.table.combiner, safe=spec.safe_lookup)
+            if scales and scales[index] is not None:  # the dropped entries' gains are gone, the kept keep theirs
+                gain = gain * scales[index][sample]
             samples[spec.table].append(sample + counts[spec.table])
             tokens[spec.table].append(ids)
             gains[spec.table].append(gain)
