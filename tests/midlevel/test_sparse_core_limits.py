@@ -151,3 +151,19 @@ def test_what_tensorflow_cannot_run_on_sparse_core_is_refused_when_built():
         build(E.TableConfig(vocabulary_size=4, dim=2, name="a", combiner=combiner))
     with pytest.raises(NotImplementedError, match="float32"):
         build(E.TableConfig(vocabulary_size=4, dim=2, name="a", dtype=tf.int32))
+
+
+def test_compute_sparse_core_stats_sizes_the_limits_from_a_batch():
+    table = E.TableConfig(vocabulary_size=64, dim=2, name="t")
+    config = {"f": E.FeatureConfig(table=table), "g": E.FeatureConfig(table=table)}
+    features = {"f": tf.ragged.constant([[1, 5], [2], [3], [4]]), "g": tf.ragged.constant([[5], [9], [13], [1]])}
+    max_ids, max_unique = E.TPUEmbeddingV2.compute_sparse_core_stats(features, config, num_tpu_chips=1)
+    # SparseCore 0 has sample 0 of f (ids 1, 5) and of g (id 5): partition 1 gets 3 pairs, 2 distinct ids.
+    assert (max_ids, max_unique) == ({"t": 3}, {"t": 2})
+    assert table.name == "t" and table.optimizer is None  # the config is not changed
+    exact = E.SparseCoreEmbeddingConfig(max_ids_per_table=max_ids, max_unique_ids_per_table=max_unique)
+    tight = E.SparseCoreEmbeddingConfig(max_ids_per_table={"t": 2})
+    with tf.distribute.TPUStrategy().scope():
+        E.TPUEmbeddingV2(config, E.SGD(0.1), sparse_core_embedding_config=exact)(features)
+        with pytest.raises(ValueError, match="gets 3 ids"):
+            E.TPUEmbeddingV2(config, E.SGD(0.1), sparse_core_embedding_config=tight)(features)

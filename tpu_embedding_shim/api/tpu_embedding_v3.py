@@ -47,6 +47,7 @@ shard rotation are layout only and are not emulated.
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 from typing import Any
 
@@ -184,6 +185,17 @@ def _tables_of(feature_config: Any) -> list[v2_utils.TableConfig]:
         if isinstance(table, v2_utils.TableConfig) and not any(table is t for t in tables):
             tables.append(table)
     return tables
+
+
+def _clone_feature_config(feature_config: Any) -> Any:
+    """TensorFlow's `_clone_feature_config`: the nest with copies of its features and tables (one copy per table)."""
+    copies: dict[int, v2_utils.TableConfig] = {}
+    features = []
+    for _, feature in flatten_with_paths(feature_config):
+        feature = copy.copy(feature)
+        feature.table = copies.setdefault(id(feature.table), copy.copy(feature.table))
+        features.append(feature)
+    return pack_as(feature_config, features)
 
 
 def _refuse_what_sparse_core_cannot_run(feature_config: Any, optimizer: Any) -> None:
@@ -497,14 +509,16 @@ class TPUEmbeddingV2(MidLevelBase):
 
     # SparseCore's limits ------------------------------------------------------------------------
 
-    def _table_statistics(self, converted: list[ConvertedInput]) -> dict[str, limits.TableStatistics]:
+    def _table_statistics(
+        self, converted: list[ConvertedInput], replicas: int | None = None
+    ) -> dict[str, limits.TableStatistics]:
         """Per table, this replica's batch on its chip's SparseCores (`sparse_core_limits`)."""
         entries: dict[str, list[limits.FeatureEntries]] = {t.name: [] for t in self._table_config}
         for feature, c in zip(self._features, converted):
             batch = c.checked.batch if c.checked is not None else to_ragged(c.ids, None, feature=feature.spec)
             entries[feature.spec.table].append((batch.row_ids(), batch.values, batch.batch_size))
         config = self._sparse_core_embedding_config
-        replicas = distribute.get_strategy().num_replicas_in_sync
+        replicas = replicas or distribute.get_strategy().num_replicas_in_sync
         return {
             name: limits.table_statistics(
                 name,
@@ -578,6 +592,44 @@ class TPUEmbeddingV2(MidLevelBase):
                 None if c.positions or combiner == "sum" else _scale(batch, kept, combiner, feature.spec.safe_lookup)
             )
         return out, tuple(scales)
+
+    @classmethod
+    def compute_sparse_core_stats(
+        cls,
+        features: Any,
+        feature_config: Any,
+        num_tpu_chips: int,
+        num_sc_per_chip: int = 4,
+        optimizer: Any = None,
+        sparse_core_embedding_config: SparseCoreEmbeddingConfig | None = None,
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """TensorFlow 2.21's sizing helper: `({table: max ids per partition}, {table: max unique ids})` of one
+        replica's batch `features` on `num_tpu_chips` chips: the smallest `max_ids_per_table` and
+        `max_unique_ids_per_table` that batch fits (TensorFlow returns tensors, keyed by stacked table name;
+        here ints, keyed by table name: stacking is not emulated). `feature_config` is not changed.
+
+        Raises:
+          ValueError: `num_tpu_chips` not an int >= 1; `num_sc_per_chip` not 4 (the SparseCores of the chips
+            TensorFlow 2.21 targets, and the only count emulated); a batch the feature config refuses.
+        """
+        check_int("num_tpu_chips", num_tpu_chips, minimum=1, owner="compute_sparse_core_stats")
+        if num_sc_per_chip != limits.SPARSE_CORES_PER_CHIP:
+            raise ValueError(
+                "Argument `num_sc_per_chip` of compute_sparse_core_stats must be 4 (the emulated chips' "
+                f"SparseCores). Received: {num_sc_per_chip!r}."
+            )
+        clone = _clone_feature_config(feature_config)
+        for table in _tables_of(clone):
+            table.optimizer = table.optimizer or optimizer or v2_utils.SGD()
+        with distribute.TPUStrategy().scope():
+            probe = cls(clone, optimizer, sparse_core_embedding_config=sparse_core_embedding_config)
+        converted = probe._converted(features, None, None, {})
+        probe._check_output_shapes(converted)
+        statistics = probe._table_statistics(converted, replicas=num_tpu_chips)
+        return (
+            {name: stats.max_ids for name, stats in statistics.items()},
+            {name: stats.max_unique_ids for name, stats in statistics.items()},
+        )
 
     @property
     def sparse_core_statistics(self) -> dict[str, limits.TableStatistics]:
