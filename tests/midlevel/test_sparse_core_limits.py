@@ -167,3 +167,26 @@ def test_compute_sparse_core_stats_sizes_the_limits_from_a_batch():
         E.TPUEmbeddingV2(config, E.SGD(0.1), sparse_core_embedding_config=exact)(features)
         with pytest.raises(ValueError, match="gets 3 ids"):
             E.TPUEmbeddingV2(config, E.SGD(0.1), sparse_core_embedding_config=tight)(features)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.lists(
+        st.lists(st.tuples(st.integers(0, 63), st.sampled_from([0.5, 1.0, 2.0])), max_size=5), min_size=4, max_size=8
+    ),
+    combiner=st.sampled_from(["sum", "mean", "sqrtn"]),
+    per_sample=st.integers(1, 6),
+)
+def test_activations_after_dropping_are_the_kept_entries_with_whole_sample_gains(rows, combiner, per_sample):
+    config = E.SparseCoreEmbeddingConfig(max_ids_per_chip_per_sample=per_sample * 2, allow_id_dropping=True)
+    embedding, _ = make(combiner, config)
+    ids = tf.ragged.constant([[i for i, _ in r] for r in rows], dtype=tf.int64)
+    weights = tf.ragged.constant([[w for _, w in r] for r in rows], dtype=tf.float32)
+    activations, _ = embedding({"f": ids}, weights={"f": weights})
+    gone = {(int(s), int(i)) for _, s, i in embedding.sparse_core_statistics["t"].dropped_entries}
+    expected = np.zeros(len(rows))
+    for s, row in enumerate(rows):
+        w = np.array([w for _, w in row])
+        denominator = {"sum": 1.0, "mean": w.sum(), "sqrtn": np.sqrt((w * w).sum())}[combiner]
+        expected[s] = sum(w * i for i, w in row if (s, i) not in gone) / denominator if row else 0.0
+    np.testing.assert_allclose(activations["f"][:, 0], expected, rtol=1e-5, atol=1e-5)
