@@ -281,7 +281,8 @@ class TPUEmbeddingV2(MidLevelBase):
         optimizer of every table without its own (None only if every table
         has its own).
       pipeline_execution_with_tensor_core: one-step-stale lookups, as on a TPU.
-      sparse_core_embedding_config: accepted, recorded (layout only).
+      sparse_core_embedding_config: SparseCore's limits, applied at
+        `enqueue` as TensorFlow 2.21 applies them (docs/sparsecore.md).
 
     Raises:
       ValueError: an optimizer that is not one of the classes above (or None
@@ -385,10 +386,7 @@ class TPUEmbeddingV2(MidLevelBase):
         """Checks and converts one batch on the host (TensorFlow's `flat_inputs=` / `flat_weights=` also work).
 
         Collective when replicated (a bad input on one replica raises on every one)."""
-        converted = self._agreed("preprocess_features", self._converted, features, weights, None, kwargs)
-        self._check_output_shapes(converted)
-        converted, scales = self._apply_sparse_core_limits(converted)
-        return PreprocessedFeatures(tuple(converted), id(self), scales)
+        return self._preprocessed("preprocess_features", features, weights, None, kwargs)
 
     def _converted(self, features: Any, weights: Any, device: Any, kwargs: dict[str, Any]) -> list[ConvertedInput]:
         """The checks and conversion of `enqueue` / `preprocess_features` (local: no collective)."""
@@ -407,12 +405,21 @@ class TPUEmbeddingV2(MidLevelBase):
         Raises:
           ValueError: a non-TPU `device`; a structure that differs in nesting,
             length or keys; an input of an unknown type or rank; weights of
-            another type than their ids, or for a dense input.
+            another type than their ids, or for a dense input; a batch over
+            a SparseCore limit of `sparse_core_embedding_config`
+            (TensorFlow's `InvalidArgumentError`, docs/sparsecore.md).
           TypeError: a sequence type that differs from `feature_config`'s.
         """
-        converted = self._agreed("enqueue", self._converted, features, weights, device, {})
+        return self._preprocessed("enqueue", features, weights, device, {})
+
+    def _preprocessed(
+        self, call: str, features: Any, weights: Any, device: Any, kwargs: dict[str, Any]
+    ) -> PreprocessedFeatures:
+        """The checks, conversion and SparseCore limits of one batch (agreed by every replica), then recorded."""
+        converted, scales, statistics = self._agreed(call, self._within_limits, features, weights, device, kwargs)
         self._check_output_shapes(converted)
-        converted, scales = self._apply_sparse_core_limits(converted)
+        self._last_statistics = statistics
+        self._dropped_ids.append({name: stats.dropped for name, stats in statistics.items()})
         return PreprocessedFeatures(tuple(converted), id(self), scales)
 
     def dequeue(self, partitioned_tensors: PreprocessedFeatures) -> tuple[Any, PreservedOutputs]:
@@ -529,11 +536,12 @@ class TPUEmbeddingV2(MidLevelBase):
             for name, features in entries.items()
         }
 
-    def _apply_sparse_core_limits(
-        self, converted: list[ConvertedInput]
-    ) -> tuple[list[ConvertedInput], tuple[np.ndarray | None, ...]]:
-        """TensorFlow 2.21's limits on one batch: statistics recorded, TensorFlow's errors raised, the ids that do
-        not fit dropped (with `allow_id_dropping`)."""
+    def _within_limits(
+        self, features: Any, weights: Any, device: Any, kwargs: dict[str, Any]
+    ) -> tuple[list[ConvertedInput], tuple[np.ndarray | None, ...], dict[str, limits.TableStatistics]]:
+        """One batch checked and converted, with TensorFlow 2.21's SparseCore limits: TensorFlow's errors raised,
+        the ids that do not fit dropped (with `allow_id_dropping`), and the statistics (local: no collective)."""
+        converted = self._converted(features, weights, device, kwargs)
         config = self._sparse_core_embedding_config
         statistics = self._table_statistics(converted)
         for name, stats in statistics.items():
@@ -545,11 +553,9 @@ class TPUEmbeddingV2(MidLevelBase):
                 ),
                 allow_id_dropping=config.allow_id_dropping,
             )
-        self._last_statistics = statistics
-        self._dropped_ids.append({name: stats.dropped for name, stats in statistics.items()})
         if not any(stats.dropped for stats in statistics.values()):
-            return converted, ()
-        return self._drop(converted, statistics)
+            return converted, (), statistics
+        return (*self._drop(converted, statistics), statistics)
 
     def _drop(
         self, converted: list[ConvertedInput], statistics: dict[str, limits.TableStatistics]
