@@ -520,7 +520,7 @@ class TPUEmbeddingV2(MidLevelBase):
         self, converted: list[ConvertedInput], replicas: int | None = None
     ) -> dict[str, limits.TableStatistics]:
         """Per table, this replica's batch on its chip's SparseCores (`sparse_core_limits`)."""
-        entries: dict[str, list[limits.FeatureEntries]] = {t.name: [] for t in self._table_config}
+        entries: dict[str, list[limits.FeatureEntries]] = {str(t.name): [] for t in self._table_config}
         for feature, c in zip(self._features, converted):
             batch = c.checked.batch if c.checked is not None else to_ragged(c.ids, None, feature=feature.spec)
             entries[feature.spec.table].append((batch.row_ids(), batch.values, batch.batch_size))
@@ -569,7 +569,8 @@ class TPUEmbeddingV2(MidLevelBase):
         turns its answer into TensorFlow's, for activations and gradients.
         """
         index_in_table: dict[str, int] = {}
-        out, scales = [], []
+        out: list[ConvertedInput] = []
+        scales: list[np.ndarray | None] = []
         for feature, c in zip(self._features, converted):
             table = feature.spec.table
             k = index_in_table[table] = index_in_table.get(table, -1) + 1
@@ -663,8 +664,9 @@ class TPUEmbeddingV2(MidLevelBase):
             # per-position input: example * k + position, one id each, gain 1).
             batch = result.batches[spec.name]
             sample, ids, gain, _ = pooled_coefficients(batch, config.table.combiner, safe=spec.safe_lookup)
-            if scales and scales[index] is not None:  # the dropped entries' gains are gone, the kept keep theirs
-                gain = gain * scales[index][sample]
+            scale = scales[index] if scales else None
+            if scale is not None:  # the dropped entries' gains are gone, the kept keep theirs
+                gain = gain * scale[sample]
             samples[spec.table].append(sample + counts[spec.table])
             tokens[spec.table].append(ids)
             gains[spec.table].append(gain)
