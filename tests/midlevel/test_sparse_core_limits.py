@@ -190,3 +190,36 @@ def test_activations_after_dropping_are_the_kept_entries_with_whole_sample_gains
         denominator = {"sum": 1.0, "mean": w.sum(), "sqrtn": np.sqrt((w * w).sum())}[combiner]
         expected[s] = sum(w * i for i, w in row if (s, i) not in gone) / denominator if row else 0.0
     np.testing.assert_allclose(activations["f"][:, 0], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_stacked_tables_share_their_limits_under_the_stacked_name():
+    a = E.TableConfig(vocabulary_size=64, dim=2, name="a")
+    b = E.TableConfig(vocabulary_size=64, dim=3, name="b")  # padded width 8 too: stacked with a
+    c = E.TableConfig(vocabulary_size=64, dim=9, name="c")  # padded width 16: alone
+    config = {"x": E.FeatureConfig(table=a), "y": E.FeatureConfig(table=b), "z": E.FeatureConfig(table=c)}
+    features = {k: tf.ragged.constant([[1], [2], [3], [4]]) for k in "xyz"}
+    # SparseCore 0 sends id 1 of a and id 1 of b to partition 1: 2 ids for the stack a_b.
+    assert E.TPUEmbeddingV2.compute_sparse_core_stats(features, config, num_tpu_chips=1) == (
+        {"a_b": 2, "c": 1},
+        {"a_b": 2, "c": 1},
+    )
+    with tf.distribute.TPUStrategy().scope():
+        stacked = E.SparseCoreEmbeddingConfig(max_ids_per_table={"a_b": 1})
+        with pytest.raises(ValueError, match="gets 2 ids .* for table a_b"):
+            E.TPUEmbeddingV2(config, E.SGD(0.1), sparse_core_embedding_config=stacked)(features)
+        with pytest.warns(UserWarning, match="stacks into 'a_b'"):
+            by_table = E.TPUEmbeddingV2(
+                config, E.SGD(0.1), sparse_core_embedding_config=E.SparseCoreEmbeddingConfig(max_ids_per_table={"a": 1})
+            )
+        by_table(features)  # as on a TPU: the stack a_b is not named, so it gets 256
+        unstacked = E.SparseCoreEmbeddingConfig(max_ids_per_table={"a": 1}, disable_table_stacking=True)
+        E.TPUEmbeddingV2(config, E.SGD(0.1), sparse_core_embedding_config=unstacked)(features)
+        assert sorted(by_table.sparse_core_statistics) == ["a_b", "c"]
+
+
+def test_a_stacked_tables_rotation_moves_its_ids_to_other_partitions():
+    stacks = limits.stack_tables([("a", 4, 0), ("b", 4, 0), ("c", 4, 1)], num_replicas=2, disabled=False)
+    assert [(s.name, s.rotations) for s in stacks] == [("a_b", (0, 4)), ("c", (0,))]
+    one = (np.array([0]), np.array([1]), 4)
+    stats = limits.table_statistics("a_b", [(*one, 0, 0), (*one, 1, 4)], num_replicas=2, max_ids_per_chip_per_sample=8)
+    assert stats.ids[0].tolist() == [0, 1, 0, 0, 0, 1, 0, 0]  # id 1 of a on partition 1, of b on 1 + 4

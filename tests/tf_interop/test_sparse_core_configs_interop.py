@@ -151,3 +151,38 @@ def test_table_stacking_disabled_keeps_one_stack_per_table_named_as_the_table():
         stacker.AddTable(table_name=name, table_height=10, table_width=3, group="g", output_samples=4, num_features=1)
     stacks = {t.table_name: (t.stacked_table_name, t.sparse_core_shard_rotation) for t in stacker.GetLayouts().tables}
     assert stacks == {"a": ("a", 0), "b": ("b", 0)}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    tables=st.lists(
+        st.tuples(st.integers(1, 40), st.integers(1, 20), st.integers(0, 1)),
+        min_size=1,
+        max_size=6,
+        unique_by=lambda t: t,
+    ),
+    replicas=st.sampled_from([1, 2, 4]),
+    disabled=st.booleans(),
+)
+def test_table_stacking_matches_tensorflows_stacker(tables, replicas, disabled):
+    """Names, membership and rotations of the stacks, against TensorFlow 2.21's own `SparseCoreLayoutStacker`
+    (small tables: its memory flags never split a stack)."""
+    from tensorflow.python.tpu import _pywrap_sparse_core_layout as layout
+
+    from tpu_embedding_shim.api import sparse_core_limits as limits
+
+    named = [(f"t{i:02d}", dim, group) for i, (_, dim, group) in enumerate(tables)]
+    stacker = layout.SparseCoreLayoutStacker(
+        num_partitions=replicas, sparse_cores_per_partition=4, disable_table_stacking=disabled
+    )
+    for (name, dim, group), (height, _, _) in sorted(zip(named, tables)):
+        stacker.AddTable(
+            table_name=name, table_height=height, table_width=dim, group=f"g{group}", output_samples=8, num_features=1
+        )
+    theirs = {t.table_name: (t.stacked_table_name, t.sparse_core_shard_rotation) for t in stacker.GetLayouts().tables}
+    ours = {
+        table: (stack.name, rotation)
+        for stack in limits.stack_tables(named, num_replicas=replicas, disabled=disabled)
+        for table, rotation in zip(stack.tables, stack.rotations)
+    }
+    assert ours == theirs

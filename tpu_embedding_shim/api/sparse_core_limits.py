@@ -9,11 +9,12 @@ so this module is their specification, taken from that source):
    (`prod(output_shape)` of them) are split into 4 equal, contiguous chunks,
    one per SparseCore of the chip; adjacent equal (sample, id) entries merge.
 2. `SortListOfSparseCoreCooTensors`, per SparseCore: each id goes to
-   partition `id % P` (P = 4 * replicas, the table's shards); equal (sample,
+   partition `(id + rotation) % P` (P = 4 * replicas, the table's shards;
+   the rotation of a table stacked with others, `stack_tables`); equal (sample,
    id) pairs merge (their gains add); then, per partition, `ids` = the
    (sample, id) pairs it receives and `unique ids` = the distinct ids. Any
    count above `max_ids_per_table[table]` / `max_unique_ids_per_table[table]`
-   (default 256) is an `InvalidArgumentError`, whatever `allow_id_dropping`
+   (keyed by stacked table name, default 256) is an `InvalidArgumentError`, whatever `allow_id_dropping`
    says: those limits never drop.
 3. `ConvertToSparseCoreCsrWrappedCooTensor`: the chip's buffer holds
    `max_ids_per_chip_per_sample * sample_count` entries (sample_count: the
@@ -51,8 +52,52 @@ XLA_PAD_SIZE = 8
 DEFAULT_MAX_IDS_PER_TABLE = 256
 DEFAULT_MAX_UNIQUE_IDS_PER_TABLE = 256
 
-# One feature of a table: (sample of each entry, id of each entry, the feature's sample count), entries in input order.
-FeatureEntries = tuple[np.ndarray, np.ndarray, int]
+# One feature of a stacked table: (sample of each entry, id of each entry, the feature's sample count, its table's
+# position in the stack, that table's shard rotation), entries in input order. A table alone: position 0, rotation 0.
+FeatureEntries = tuple[np.ndarray, np.ndarray, int] | tuple[np.ndarray, np.ndarray, int, int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Stack:
+    """Tables TensorFlow stacks into one SparseCore variable (`SparseCoreLayoutStacker`).
+
+    Attributes:
+      name: the stacked table's name, its tables' names joined by "_" (the
+        key of `max_ids_per_table` and `max_unique_ids_per_table`).
+      tables: the tables, in their order in the stack (by name).
+      rotations: per table, its shard rotation: table k's row r goes to
+        partition (r + rotations[k]) % P.
+    """
+
+    name: str
+    tables: tuple[str, ...]
+    rotations: tuple[int, ...]
+
+
+def stack_tables(tables: Sequence[tuple[str, int, object]], *, num_replicas: int, disabled: bool) -> list[Stack]:
+    """TensorFlow 2.21's table stacking: tables of one padded width (a multiple of 8) and one group (equal
+    optimizers and quantization) share a stack, taken in name order; table k of a stack is rotated by
+    `4 * k % P`. With `disabled`, every table is its own stack, named after it.
+
+    Args:
+      tables: `(name, dim, group)` per table; `group` is any hashable that is equal for tables that may stack.
+
+    TensorFlow also starts a new stack when one would exceed its memory flags
+    (`tf_xla_sparse_core_stacking_mem_limit_bytes`, `..._table_shard_limit_bytes`); that is not emulated.
+    """
+    partitions = SPARSE_CORES_PER_CHIP * num_replicas
+    groups: dict[tuple[int, object], list[str]] = {}
+    for name, dim, group in sorted(tables, key=lambda t: t[0]):
+        key = (-(-dim // 8) * 8, group) if not disabled else (0, name)
+        groups.setdefault(key, []).append(name)
+    return [
+        Stack(
+            name="_".join(names),
+            tables=tuple(names),
+            rotations=tuple(SPARSE_CORES_PER_CHIP * k % partitions for k in range(len(names))),
+        )
+        for names in groups.values()
+    ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +105,7 @@ class TableStatistics:
     """One table's batch on the SparseCores of one chip (one replica).
 
     Attributes:
-      table: the table's name.
+      table: the (stacked) table's name.
       ids: int64 `[4, P]`: the (sample, id) pairs SparseCore `c` sends to
         partition `p` (what `max_ids_per_table` bounds).
       unique_ids: int64 `[4, P]`: the distinct ids among them (what
@@ -70,7 +115,7 @@ class TableStatistics:
       buffer_needed: the entries the batch needs, padding included.
       dropped: the entries (merged (sample, id) pairs) that do not fit.
       dropped_entries: `[dropped, 3]` int64 rows `(feature, sample, id)`, the
-        feature's index in the table's features and its sample, of each
+        feature's index in the stack's features and its sample, of each
         dropped entry, in buffer order.
       unplaced: the entries from the first partition that does not fit on
         (TensorFlow's "remaining id count" when it refuses to drop).
@@ -121,7 +166,9 @@ def table_statistics(
     partitions = SPARSE_CORES_PER_CHIP * num_replicas
     rows: list[np.ndarray] = []  # per feature: (core, partition, id, feature, sample, order) of each merged entry
     table_samples = 0
-    for index, (samples, ids, sample_count) in enumerate(features):
+    for index, feature in enumerate(features):
+        samples, ids, sample_count = feature[:3]
+        position, rotation = feature[3:] if len(feature) == 5 else (0, 0)
         samples = np.asarray(samples, np.int64)
         ids = np.asarray(ids, np.int64)
         table_samples += sample_count
@@ -131,14 +178,26 @@ def table_statistics(
         pairs = np.unique(np.stack([samples, ids], 1), axis=0)
         samples, ids = pairs[:, 0], pairs[:, 1]
         core = samples // _chunk(sample_count)
-        rows.append(np.stack([core, ids % partitions, ids, np.full_like(ids, index), samples], 1))
-    entries = np.concatenate(rows) if rows else np.zeros((0, 5), np.int64)
-    # The buffer's order: SparseCore, partition, id, then feature and sample (the input order).
+        rows.append(
+            np.stack(
+                [
+                    core,
+                    (ids + rotation) % partitions,
+                    np.full_like(ids, position),
+                    ids,
+                    np.full_like(ids, index),
+                    samples,
+                ],
+                1,
+            )
+        )
+    entries = np.concatenate(rows) if rows else np.zeros((0, 6), np.int64)
+    # The buffer's order: SparseCore, partition, table in the stack, id, then feature and sample (the input order).
     entries = entries[np.lexsort(entries[:, ::-1].T)]
     counts = np.zeros((SPARSE_CORES_PER_CHIP, partitions), np.int64)
     np.add.at(counts, (entries[:, 0], entries[:, 1]), 1)
     unique = np.zeros_like(counts)
-    distinct = np.unique(entries[:, [0, 1, 2]], axis=0)
+    distinct = np.unique(entries[:, [0, 1, 2, 3]], axis=0)
     np.add.at(unique, (distinct[:, 0], distinct[:, 1]), 1)
 
     buffer_size = max_ids_per_chip_per_sample * _chunk(table_samples) * SPARSE_CORES_PER_CHIP
@@ -160,7 +219,7 @@ def table_statistics(
         buffer_size=buffer_size,
         buffer_needed=needed,
         dropped=int(dropped.shape[0]),
-        dropped_entries=dropped[:, [3, 4, 2]].copy(),
+        dropped_entries=dropped[:, [4, 5, 3]].copy(),
         unplaced=unplaced,
     )
 

@@ -49,6 +49,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import warnings
 from typing import Any
 
 import numpy as np
@@ -106,14 +107,16 @@ class SparseCoreEmbeddingConfig:
     """`tf.tpu.experimental.embedding.SparseCoreEmbeddingConfig` (TensorFlow 2.21's fields and defaults).
 
     Attributes:
-      disable_table_stacking: layout only (the numbers do not depend on it).
-        Table stacking is not emulated: the limits below are per table here,
-        which is TensorFlow's meaning with `disable_table_stacking=True`.
+      disable_table_stacking: every table its own stack. Stacking changes no
+        number, but it decides which tables share the limits below (keyed by
+        stacked table name, e.g. "a_b") and how their ids spread over the
+        partitions (`sparse_core_limits.stack_tables`).
       max_ids_per_chip_per_sample: the chip's id buffer per table is this
         times the table's samples per replica (padding included; see
         docs/sparsecore.md).
-      max_ids_per_table: `{table name: limit}` on the (sample, id) pairs one
-        SparseCore sends to one partition; a table not named gets 256.
+      max_ids_per_table: `{stacked table name: limit}` on the (sample, id)
+        pairs one SparseCore sends to one partition; a stack not named gets
+        256.
       max_unique_ids_per_table: the same for distinct ids (default 256).
       allow_id_dropping: what no room in the buffer does: drop the ids that
         do not fit (True) or raise (False). It does not apply to the two
@@ -332,6 +335,23 @@ class TPUEmbeddingV2(MidLevelBase):
         self._sparse_core_embedding_config = sparse_core_embedding_config or SparseCoreEmbeddingConfig()
         self._last_statistics: dict[str, limits.TableStatistics] = {}
         self._dropped_ids: list[dict[str, int]] = []
+        self._warn_about_unstacked_limit_keys()
+
+    def _warn_about_unstacked_limit_keys(self) -> None:
+        """TensorFlow keys the limits by stacked table name and silently uses 256 for a stack not named: a key
+        naming a table that is stacked with others is almost surely a mistake, so say so."""
+        stacks = {t: s for s in self._stacks(distribute.get_strategy().num_replicas_in_sync) for t in s.tables}
+        config = self._sparse_core_embedding_config
+        for field in ("max_ids_per_table", "max_unique_ids_per_table"):
+            for key in getattr(config, field) or {}:
+                if key in stacks and stacks[key].name != key:
+                    warnings.warn(
+                        f"SparseCoreEmbeddingConfig.{field} names table {key!r}, which TensorFlow stacks into "
+                        f"{stacks[key].name!r}: the limits are keyed by stacked table name, so {stacks[key].name!r} "
+                        "gets the default 256 (as on a TPU). Key it by the stacked name, or set "
+                        "disable_table_stacking=True.",
+                        stacklevel=3,
+                    )
 
     def _check_strategy_and_weight_decay(self) -> None:
         if not self._using_tpu:
@@ -516,16 +536,27 @@ class TPUEmbeddingV2(MidLevelBase):
 
     # SparseCore's limits ------------------------------------------------------------------------
 
+    def _stacks(self, replicas: int) -> list[limits.Stack]:
+        """TensorFlow 2.21's table stacks (by padded width, optimizer and quantization; see `stack_tables`)."""
+        return limits.stack_tables(
+            [(str(t.name), t.dim, (hash(t.optimizer), repr(t.quantization_config))) for t in self._table_config],
+            num_replicas=replicas,
+            disabled=self._sparse_core_embedding_config.disable_table_stacking,
+        )
+
     def _table_statistics(
         self, converted: list[ConvertedInput], replicas: int | None = None
     ) -> dict[str, limits.TableStatistics]:
-        """Per table, this replica's batch on its chip's SparseCores (`sparse_core_limits`)."""
-        entries: dict[str, list[limits.FeatureEntries]] = {str(t.name): [] for t in self._table_config}
+        """Per stacked table, this replica's batch on its chip's SparseCores (`sparse_core_limits`)."""
+        replicas = replicas or distribute.get_strategy().num_replicas_in_sync
+        stacks = self._stacks(replicas)
+        place = {table: (stack.name, k, stack.rotations[k]) for stack in stacks for k, table in enumerate(stack.tables)}
+        entries: dict[str, list[limits.FeatureEntries]] = {stack.name: [] for stack in stacks}
         for feature, c in zip(self._features, converted):
             batch = c.checked.batch if c.checked is not None else to_ragged(c.ids, None, feature=feature.spec)
-            entries[feature.spec.table].append((batch.row_ids(), batch.values, batch.batch_size))
+            stack, position, rotation = place[feature.spec.table]
+            entries[stack].append((batch.row_ids(), batch.values, batch.batch_size, position, rotation))
         config = self._sparse_core_embedding_config
-        replicas = replicas or distribute.get_strategy().num_replicas_in_sync
         return {
             name: limits.table_statistics(
                 name,
@@ -568,13 +599,15 @@ class TPUEmbeddingV2(MidLevelBase):
         given; `scale[s]` (its denominator without / with the dropped entries)
         turns its answer into TensorFlow's, for activations and gradients.
         """
-        index_in_table: dict[str, int] = {}
+        replicas = distribute.get_strategy().num_replicas_in_sync
+        stack_of = {table: stack.name for stack in self._stacks(replicas) for table in stack.tables}
+        index_in_stack: dict[str, int] = {}
         out: list[ConvertedInput] = []
         scales: list[np.ndarray | None] = []
         for feature, c in zip(self._features, converted):
-            table = feature.spec.table
-            k = index_in_table[table] = index_in_table.get(table, -1) + 1
-            gone = statistics[table].dropped_entries
+            stack = stack_of[feature.spec.table]
+            k = index_in_stack[stack] = index_in_stack.get(stack, -1) + 1
+            gone = statistics[stack].dropped_entries
             gone = gone[gone[:, 0] == k]
             if gone.size == 0:
                 out.append(c)
@@ -612,8 +645,8 @@ class TPUEmbeddingV2(MidLevelBase):
     ) -> tuple[dict[str, int], dict[str, int]]:
         """TensorFlow 2.21's sizing helper: `({table: max ids per partition}, {table: max unique ids})` of one
         replica's batch `features` on `num_tpu_chips` chips: the smallest `max_ids_per_table` and
-        `max_unique_ids_per_table` that batch fits (TensorFlow returns tensors, keyed by stacked table name;
-        here ints, keyed by table name: stacking is not emulated). `feature_config` is not changed.
+        `max_unique_ids_per_table` that batch fits, keyed by stacked table name (TensorFlow returns tensors, here
+        ints). `feature_config` is not changed.
 
         Raises:
           ValueError: `num_tpu_chips` not an int >= 1; `num_sc_per_chip` not 4 (the SparseCores of the chips
