@@ -340,7 +340,7 @@ class TPUEmbeddingV2(MidLevelBase):
     def _warn_about_unstacked_limit_keys(self) -> None:
         """TensorFlow keys the limits by stacked table name and silently uses 256 for a stack not named: a key
         naming a table that is stacked with others is almost surely a mistake, so say so."""
-        stacks = {t: s for s in self._stacks(distribute.get_strategy().num_replicas_in_sync) for t in s.tables}
+        stacks = {t: s for s in self._stacks(self._replicas) for t in s.tables}
         config = self._sparse_core_embedding_config
         for field in ("max_ids_per_table", "max_unique_ids_per_table"):
             for key in getattr(config, field) or {}:
@@ -548,7 +548,7 @@ class TPUEmbeddingV2(MidLevelBase):
         self, converted: list[ConvertedInput], replicas: int | None = None
     ) -> dict[str, limits.TableStatistics]:
         """Per stacked table, this replica's batch on its chip's SparseCores (`sparse_core_limits`)."""
-        replicas = replicas or distribute.get_strategy().num_replicas_in_sync
+        replicas = replicas or self._replicas
         stacks = self._stacks(replicas)
         place = {table: (stack.name, k, stack.rotations[k]) for stack in stacks for k, table in enumerate(stack.tables)}
         entries: dict[str, list[limits.FeatureEntries]] = {stack.name: [] for stack in stacks}
@@ -599,7 +599,7 @@ class TPUEmbeddingV2(MidLevelBase):
         given; `scale[s]` (its denominator without / with the dropped entries)
         turns its answer into TensorFlow's, for activations and gradients.
         """
-        replicas = distribute.get_strategy().num_replicas_in_sync
+        replicas = self._replicas
         stack_of = {table: stack.name for stack in self._stacks(replicas) for table in stack.tables}
         index_in_stack: dict[str, int] = {}
         out: list[ConvertedInput] = []
