@@ -21,6 +21,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ..spec import AdagradMomentumSpec, AdagradSpec, AdamSpec, FtrlSpec, SGDSpec
 from ..spec.checks import (
     check_bool,
@@ -179,11 +181,136 @@ class Adam(_Optimizer):
 OPTIMIZER_CLASSES = (SGD, Adagrad, AdagradMomentum, Adam, FTRL)
 
 
+class CustomOptimizer(_Optimizer):
+    """TensorFlow 2.21's `CustomOptimizer`: a per-row update function TensorFlow runs on SparseCores.
+
+    Accepted and checked as TensorFlow checks it; TensorFlow 2.21's own
+    `TPUEmbeddingV2.apply_gradients` refuses it ("Unsupported optimizer in
+    minibatching mode."), and its `TPUEmbedding` cannot load it, so the
+    mid-level classes here refuse it when they are built (see
+    docs/sparsecore.md).
+    """
+
+    def __init__(
+        self,
+        custom_computation: Any,
+        learning_rate: Any = 0.01,
+        slot_names: Any = None,
+        slot_initializers: Any = None,
+        hyperparameters: Any = None,
+        slot_dims: Any = None,
+    ):
+        owner = "CustomOptimizer"
+        if not callable(learning_rate) and not is_real(learning_rate):
+            raise fail("learning_rate", "a number >= 0 or a zero-argument callable", learning_rate, owner=owner)
+        names = tuple(slot_names or ())
+        initializers = tuple(slot_initializers or ())
+        dims = tuple(slot_dims or ())
+        if len(names) != len(initializers):
+            raise ValueError(
+                f"The number of slot_names ({len(names)}) must match the number of slot_initializers "
+                f"({len(initializers)}). Received: slot_names={slot_names!r}."
+            )
+        if dims and len(dims) != len(names):
+            raise ValueError(
+                f"The number of slot_dims ({len(dims)}) must match the number of slot_names ({len(names)}). "
+                f"Received: slot_dims={slot_dims!r}."
+            )
+        for name, dim in zip(names, dims):
+            if dim not in (1, 2):
+                raise ValueError(
+                    f"Unsupported slot dim '{dim}' for slot '{name}'. Only 1D and 2D are supported "
+                    "(Argument `slot_dims` of CustomOptimizer: each 1 or 2)."
+                )
+        vars(self).update(
+            learning_rate=learning_rate,
+            use_gradient_accumulation=False,
+            clip_weight_min=None,
+            clip_weight_max=None,
+            clip_gradient_min=None,
+            clip_gradient_max=None,
+            weight_decay_factor=None,
+            multiply_weight_decay_factor_by_learning_rate=None,
+            slot_variable_creation_fn=None,
+            low_dimensional_packing_status=False,
+            _slot_names_attr=names,
+            _slot_initializers_attr=initializers,
+            _slot_dims_attr=dims,
+            _hyperparameters=tuple(hyperparameters or ()),
+            _custom_computation=custom_computation,
+        )
+
+    def _slot_names(self):
+        return list(self._slot_names_attr)
+
+    @property
+    def hyperparameters(self) -> tuple:
+        return self._hyperparameters
+
+    @property
+    def custom_computation(self) -> Any:
+        return self._custom_computation
+
+    @property
+    def slot_dims(self) -> tuple:
+        return self._slot_dims_attr
+
+
+class CustomCombiner:
+    """TensorFlow 2.21's `CustomCombiner`: a per-sample combiner function TensorFlow runs on SparseCores.
+
+    Accepted and checked as TensorFlow checks it; a table that uses it is
+    refused when a mid-level object is built (TensorFlow 2.21 cannot run it
+    either: its SparseCore preprocessing takes the combiner as a string).
+    """
+
+    CUSTOM_COMBINER_SLOT_NAME = "custom_combiner_variables"
+
+    def __init__(
+        self,
+        combiner_computation: Any,
+        max_valency: int,
+        num_weights: int = 0,
+        initializer: Any = None,
+        combiner_weights_learning_rate: Any = 0.01,
+    ):
+        if num_weights > 0 and initializer is None:
+            raise ValueError(
+                "When `num_weights` is greater than 0, `initializer` must be set. Received: "
+                f"num_weights={num_weights!r}, initializer=None."
+            )
+        self.slot_variable_creation_fn = None
+        self.combiner = "custom_combiner_" + str(hash(combiner_computation))
+        self.combiner_computation = combiner_computation
+        self.max_valency = max_valency
+        self.num_weights = num_weights
+        self.combiner_weights_learning_rate = combiner_weights_learning_rate
+        self._slot_names_attr = (self.CUSTOM_COMBINER_SLOT_NAME,)
+        self._slot_initializers_attr = (initializer,) if initializer is not None else ()
+
+    def _slot_names(self) -> list[str]:
+        return list(self._slot_names_attr) if self.num_weights > 0 else []
+
+    def __str__(self) -> str:
+        return self.combiner
+
+
 class QuantizationConfig:
-    """Simulated quantization of looked-up rows (forward pass only)."""
+    """Simulated quantization of looked-up rows (forward pass only), TensorFlow's rule:
+
+    each looked-up value is clipped to [lower, upper] and rounded to the
+    nearest of `num_buckets` evenly spaced levels before the combiner.
+    Accepted here; the engine does not apply it yet, so a mid-level object
+    with such a table is refused when built.
+    """
 
     def __init__(self, num_buckets: int, lower: float, upper: float):
         owner = "QuantizationConfig"
+        if is_real(num_buckets) and num_buckets < 2:  # TensorFlow's one check, with its type
+            raise ValueError(
+                f"num_buckets is {num_buckets}, must be at least 2 for simulated quantization. "
+                f"(Argument `num_buckets` of {owner}: an int >= 2.)"
+            )
         check_int("num_buckets", num_buckets, minimum=2, owner=owner)
         check_real("lower", lower, owner=owner)
         check_real("upper", upper, minimum=float(lower), min_open=True, owner=owner)
@@ -191,6 +318,23 @@ class QuantizationConfig:
 
     def __repr__(self):
         return f"QuantizationConfig(num_buckets={self.num_buckets}, lower={self.lower}, upper={self.upper})"
+
+
+TABLE_DTYPES = (np.dtype("float32"), np.dtype("int32"))
+
+
+def _table_dtype(dtype: Any) -> np.dtype:
+    """`TableConfig(dtype=)`: float32 or int32, as a numpy dtype (a TensorFlow `DType` works too)."""
+    try:
+        parsed = np.dtype(getattr(dtype, "as_numpy_dtype", dtype))
+    except TypeError:
+        parsed = None
+    if parsed not in TABLE_DTYPES:
+        raise ValueError(
+            f"Argument `dtype` must be either float32 or int32. Received: {dtype}. (Argument `dtype` of "
+            "TableConfig: tf.float32, tf.int32 or their numpy / string forms.)"
+        )
+    return parsed
 
 
 class TableConfig:
@@ -210,6 +354,7 @@ class TableConfig:
         name: str | None = None,
         quantization_config: QuantizationConfig | None = None,
         layout: Any = None,
+        dtype: Any = np.float32,
     ):
         owner = "TableConfig"
         check_int("vocabulary_size", vocabulary_size, minimum=1, owner=owner)
@@ -217,7 +362,10 @@ class TableConfig:
         check_callable("initializer", initializer, owner=owner)
         if optimizer is not None and not isinstance(optimizer, _Optimizer):
             raise fail("optimizer", "None or one of SGD, Adagrad, AdagradMomentum, Adam, FTRL", optimizer, owner=owner)
-        parse_combiner(combiner, owner=owner)
+        if isinstance(combiner, str):
+            parse_combiner(combiner, owner=owner)
+        elif not isinstance(combiner, CustomCombiner):
+            raise fail("combiner", "'mean', 'sum', 'sqrtn' or a CustomCombiner", combiner, owner=owner)
         if name is not None:
             check_name("name", name, owner=owner)
         if quantization_config is not None and not isinstance(quantization_config, QuantizationConfig):
@@ -230,6 +378,7 @@ class TableConfig:
         self.name = name
         self.quantization_config = quantization_config
         self.layout = layout
+        self.dtype = _table_dtype(dtype)
 
     def __repr__(self):
         """TensorFlow's text; the default initializer (truncated normal, mean 0, stddev 1/sqrt(dim)) prints as None."""

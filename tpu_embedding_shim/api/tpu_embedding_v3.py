@@ -47,13 +47,17 @@ shard rotation are layout only and are not emulated.
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
+import warnings
 from typing import Any
 
 import numpy as np
 
-from ..engine import LookupResult, pooled_coefficients, split_table
+from ..engine import LookupResult, Ragged, check_batch, pooled_coefficients, split_table, to_ragged
+from ..spec.checks import check_bool, check_int
 from . import distribute
+from . import sparse_core_limits as limits
 from . import tpu_embedding_v2_utils as v2_utils
 from .midlevel_base import MidLevelBase
 from .midlevel_inputs import ConvertedInput
@@ -86,9 +90,43 @@ w^2) for sqrtn); `sample_count` (prod(output_shape) summed over the features of 
 """
 
 
+def _check_limit_table(name: str, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise TypeError(
+            f"Argument `{name}` of SparseCoreEmbeddingConfig must be None or a dict {{table name: int >= 1}}. "
+            f"Received: {value!r}."
+        )
+    for table, limit in value.items():
+        check_int(f"{name}[{table!r}]", limit, minimum=1, owner="SparseCoreEmbeddingConfig")
+
+
 @dataclasses.dataclass(frozen=True)
 class SparseCoreEmbeddingConfig:
-    """`tf.tpu.experimental.embedding.SparseCoreEmbeddingConfig`: accepted and recorded; layout only."""
+    """`tf.tpu.experimental.embedding.SparseCoreEmbeddingConfig` (TensorFlow 2.21's fields and defaults).
+
+    Attributes:
+      disable_table_stacking: every table its own stack. Stacking changes no
+        number, but it decides which tables share the limits below (keyed by
+        stacked table name, e.g. "a_b") and how their ids spread over the
+        partitions (`sparse_core_limits.stack_tables`).
+      max_ids_per_chip_per_sample: the chip's id buffer per table is this
+        times the table's samples per replica (padding included; see
+        docs/sparsecore.md).
+      max_ids_per_table: `{stacked table name: limit}` on the (sample, id)
+        pairs one SparseCore sends to one partition; a stack not named gets
+        256.
+      max_unique_ids_per_table: the same for distinct ids (default 256).
+      allow_id_dropping: what no room in the buffer does: drop the ids that
+        do not fit (True) or raise (False). It does not apply to the two
+        per-partition limits, which always raise.
+      initialize_tables_on_host, enable_fast_table_initialization: where
+        TensorFlow runs the initializers; the same numbers here.
+
+    TensorFlow checks none of the fields; here a bool must be a bool
+    (TypeError) and a limit an int >= 1 (ValueError), when built.
+    """
 
     disable_table_stacking: bool = False
     max_ids_per_chip_per_sample: int = 64
@@ -98,6 +136,19 @@ class SparseCoreEmbeddingConfig:
     initialize_tables_on_host: bool = True
     enable_fast_table_initialization: bool = False
 
+    def __post_init__(self):
+        owner = "SparseCoreEmbeddingConfig"
+        for name in (
+            "disable_table_stacking",
+            "allow_id_dropping",
+            "initialize_tables_on_host",
+            "enable_fast_table_initialization",
+        ):
+            check_bool(name, getattr(self, name), owner=owner)
+        check_int("max_ids_per_chip_per_sample", self.max_ids_per_chip_per_sample, minimum=1, owner=owner)
+        _check_limit_table("max_ids_per_table", self.max_ids_per_table)
+        _check_limit_table("max_unique_ids_per_table", self.max_unique_ids_per_table)
+
 
 @dataclasses.dataclass(frozen=True)
 class PreprocessedFeatures:
@@ -105,6 +156,7 @@ class PreprocessedFeatures:
 
     converted: tuple[ConvertedInput, ...]
     owner_id: int
+    scales: tuple[np.ndarray | None, ...] = ()
 
 
 class PreservedOutputs(dict):
@@ -119,11 +171,13 @@ class PreservedOutputs(dict):
         lookup: LookupResult,
         converted: tuple[ConvertedInput, ...],
         owner_id: int,
+        scales: tuple[np.ndarray | None, ...] = (),
     ):
         super().__init__(tables)
         self.lookup = lookup
         self.converted = converted
         self.owner_id = owner_id
+        self.scales = scales
 
 
 def _tables_of(feature_config: Any) -> list[v2_utils.TableConfig]:
@@ -136,6 +190,91 @@ def _tables_of(feature_config: Any) -> list[v2_utils.TableConfig]:
     return tables
 
 
+def _clone_feature_config(feature_config: Any) -> Any:
+    """TensorFlow's `_clone_feature_config`: the nest with copies of its features and tables (one copy per table)."""
+    copies: dict[int, v2_utils.TableConfig] = {}
+    features = []
+    for _, feature in flatten_with_paths(feature_config):
+        feature = copy.copy(feature)
+        feature.table = copies.setdefault(id(feature.table), copy.copy(feature.table))
+        features.append(feature)
+    return pack_as(feature_config, features)
+
+
+def _refuse_what_sparse_core_cannot_run(feature_config: Any, optimizer: Any) -> None:
+    """TensorFlow 2.21 accepts these configurations but cannot run them on its SparseCore path; refused at once.
+
+    Raises:
+      ValueError: a `CustomOptimizer` (TensorFlow's `apply_gradients` raises
+        "Unsupported optimizer in minibatching mode.").
+      TypeError: a `CustomCombiner` (TensorFlow's preprocessing takes the
+        combiner as a string attribute and raises at `enqueue`).
+      NotImplementedError: a table with `dtype=int32` (TensorFlow creates
+        every SparseCore table as float32).
+    """
+    optimizers = [("the `optimizer` argument", optimizer)]
+    for table in _tables_of(feature_config):
+        optimizers.append((f"table {table.name!r}", table.optimizer))
+        if isinstance(table.combiner, v2_utils.CustomCombiner):
+            raise TypeError(
+                f"Expected string for argument 'combiner' not {table.combiner!r}. Table {table.name!r} has a "
+                "CustomCombiner: TensorFlow 2.21's SparseCore preprocessing (ConvertToListOfSparseCoreCooTensors) "
+                "takes the combiner as a string, so TPUEmbeddingV2 cannot run it; use 'sum', 'mean' or 'sqrtn'."
+            )
+        if table.dtype != np.float32:
+            raise NotImplementedError(
+                f"Table {table.name!r} has dtype={table.dtype}: TensorFlow 2.21's TPUEmbeddingV2 creates every table "
+                "variable as float32 and the CPU engine stores float32 rows; use dtype=tf.float32."
+            )
+    for where, table_optimizer in optimizers:
+        if isinstance(table_optimizer, v2_utils.CustomOptimizer):
+            raise ValueError(
+                f"Unsupported optimizer in minibatching mode. ({where} is a CustomOptimizer: TensorFlow 2.21's "
+                "TPUEmbeddingV2 accepts it when built and raises this at apply_gradients, as it has no update "
+                "for it; use SGD, Adagrad, AdagradMomentum, Adam or FTRL.)"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class _RaggedView:
+    """A RaggedTensor-like pair (`values`, `row_splits`) for `check_batch`."""
+
+    values: np.ndarray
+    row_splits: np.ndarray
+
+
+def _without(batch: Ragged, samples: np.ndarray, keep: np.ndarray) -> Ragged:
+    """`batch` without the entries where `keep` is False (every sample stays, possibly empty)."""
+    lengths = np.bincount(samples[keep], minlength=batch.batch_size)
+    return Ragged(
+        values=batch.values[keep],
+        row_splits=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        weights=None if batch.weights is None else batch.weights[keep],
+        positions=None if batch.positions is None else batch.positions[keep],
+    )
+
+
+def _denominator(batch: Ragged, combiner: str, safe: bool) -> np.ndarray:
+    """Per sample, the combiner's denominator as the engine computes it (`pooled_coefficients`): `mean` sum w,
+    `sqrtn` sqrt(sum w^2), non-positive weights left out by a safe lookup."""
+    w = batch.weights_or_ones().astype(np.float64)
+    example = batch.row_ids()
+    if safe:
+        example, w = example[w > 0], w[w > 0]
+    if combiner == "mean":
+        return np.bincount(example, weights=w, minlength=batch.batch_size)
+    return np.sqrt(np.bincount(example, weights=w * w, minlength=batch.batch_size))
+
+
+def _scale(full: Ragged, kept: Ragged, combiner: str, safe: bool) -> np.ndarray:
+    """Per sample, the engine's denominator of `kept` over that of `full` (1 where either is 0)."""
+    a, b = _denominator(kept, combiner, safe), _denominator(full, combiner, safe)
+    ratio = np.ones(full.batch_size)
+    ok = (a != 0) & (b != 0)
+    ratio[ok] = a[ok] / b[ok]
+    return ratio
+
+
 class TPUEmbeddingV2(MidLevelBase):
     """The SparseCore mid-level API, running on the CPU engine.
 
@@ -145,7 +284,8 @@ class TPUEmbeddingV2(MidLevelBase):
         optimizer of every table without its own (None only if every table
         has its own).
       pipeline_execution_with_tensor_core: one-step-stale lookups, as on a TPU.
-      sparse_core_embedding_config: accepted, recorded (layout only).
+      sparse_core_embedding_config: SparseCore's limits, applied at
+        `enqueue` as TensorFlow 2.21 applies them (docs/sparsecore.md).
 
     Raises:
       ValueError: an optimizer that is not one of the classes above (or None
@@ -170,6 +310,14 @@ class TPUEmbeddingV2(MidLevelBase):
         pipeline_execution_with_tensor_core: bool = False,
         sparse_core_embedding_config: SparseCoreEmbeddingConfig | None = None,
     ):
+        _refuse_what_sparse_core_cannot_run(feature_config, optimizer)
+        if sparse_core_embedding_config is not None and not isinstance(
+            sparse_core_embedding_config, SparseCoreEmbeddingConfig
+        ):
+            raise TypeError(
+                "Argument `sparse_core_embedding_config` of TPUEmbeddingV2 must be None or a "
+                f"tf.tpu.experimental.embedding.SparseCoreEmbeddingConfig. Received: {sparse_core_embedding_config!r}."
+            )
         saved = [(table, table.name, table.optimizer) for table in _tables_of(feature_config)]
         try:
             super().__init__(
@@ -185,6 +333,25 @@ class TPUEmbeddingV2(MidLevelBase):
                 table.name, table.optimizer = name, table_optimizer
             raise
         self._sparse_core_embedding_config = sparse_core_embedding_config or SparseCoreEmbeddingConfig()
+        self._last_statistics: dict[str, limits.TableStatistics] = {}
+        self._dropped_ids: list[dict[str, int]] = []
+        self._warn_about_unstacked_limit_keys()
+
+    def _warn_about_unstacked_limit_keys(self) -> None:
+        """TensorFlow keys the limits by stacked table name and silently uses 256 for a stack not named: a key
+        naming a table that is stacked with others is almost surely a mistake, so say so."""
+        stacks = {t: s for s in self._stacks(self._replicas) for t in s.tables}
+        config = self._sparse_core_embedding_config
+        for field in ("max_ids_per_table", "max_unique_ids_per_table"):
+            for key in getattr(config, field) or {}:
+                if key in stacks and stacks[key].name != key:
+                    warnings.warn(
+                        f"SparseCoreEmbeddingConfig.{field} names table {key!r}, which TensorFlow stacks into "
+                        f"{stacks[key].name!r}: the limits are keyed by stacked table name, so {stacks[key].name!r} "
+                        "gets the default 256 (as on a TPU). Key it by the stacked name, or set "
+                        "disable_table_stacking=True.",
+                        stacklevel=3,
+                    )
 
     def _check_strategy_and_weight_decay(self) -> None:
         if not self._using_tpu:
@@ -239,9 +406,7 @@ class TPUEmbeddingV2(MidLevelBase):
         """Checks and converts one batch on the host (TensorFlow's `flat_inputs=` / `flat_weights=` also work).
 
         Collective when replicated (a bad input on one replica raises on every one)."""
-        converted = self._agreed("preprocess_features", self._converted, features, weights, None, kwargs)
-        self._check_output_shapes(converted)
-        return PreprocessedFeatures(tuple(converted), id(self))
+        return self._preprocessed("preprocess_features", features, weights, None, kwargs)
 
     def _converted(self, features: Any, weights: Any, device: Any, kwargs: dict[str, Any]) -> list[ConvertedInput]:
         """The checks and conversion of `enqueue` / `preprocess_features` (local: no collective)."""
@@ -260,12 +425,22 @@ class TPUEmbeddingV2(MidLevelBase):
         Raises:
           ValueError: a non-TPU `device`; a structure that differs in nesting,
             length or keys; an input of an unknown type or rank; weights of
-            another type than their ids, or for a dense input.
+            another type than their ids, or for a dense input; a batch over
+            a SparseCore limit of `sparse_core_embedding_config`
+            (TensorFlow's `InvalidArgumentError`, docs/sparsecore.md).
           TypeError: a sequence type that differs from `feature_config`'s.
         """
-        converted = self._agreed("enqueue", self._converted, features, weights, device, {})
+        return self._preprocessed("enqueue", features, weights, device, {})
+
+    def _preprocessed(
+        self, call: str, features: Any, weights: Any, device: Any, kwargs: dict[str, Any]
+    ) -> PreprocessedFeatures:
+        """The checks, conversion and SparseCore limits of one batch (agreed by every replica), then recorded."""
+        converted, scales, statistics = self._agreed(call, self._within_limits, features, weights, device, kwargs)
         self._check_output_shapes(converted)
-        return PreprocessedFeatures(tuple(converted), id(self))
+        self._last_statistics = statistics
+        self._dropped_ids.append({name: stats.dropped for name, stats in statistics.items()})
+        return PreprocessedFeatures(tuple(converted), id(self), scales)
 
     def dequeue(self, partitioned_tensors: PreprocessedFeatures) -> tuple[Any, PreservedOutputs]:
         """Looks a preprocessed batch up: `(activations, preserved_outputs)`.
@@ -282,7 +457,13 @@ class TPUEmbeddingV2(MidLevelBase):
         self.build()
         converted = list(partitioned_tensors.converted)
         result, activations = self._lookup(converted, training=True)
-        preserved = PreservedOutputs(self._csr(result, converted), result, partitioned_tensors.converted, id(self))
+        scales = partitioned_tensors.scales or (None,) * len(converted)
+        activations = [
+            a if k is None else a * k.reshape(a.shape[:-1] + (1,)).astype(a.dtype) for a, k in zip(activations, scales)
+        ]
+        preserved = PreservedOutputs(
+            self._csr(result, converted, scales), result, partitioned_tensors.converted, id(self), scales
+        )
         return pack_as(self._feature_config, activations), preserved
 
     def embedding_lookup(self, features: Any, weights: Any = None) -> tuple[Any, PreservedOutputs]:
@@ -346,21 +527,179 @@ class TPUEmbeddingV2(MidLevelBase):
                 f"This lookup was made at step {lookup.step} but the engine is at step "
                 f"{self._engine.global_step}: apply each lookup's gradients once, in order."
             )
-        return lookup, self._engine_gradients(gradients, list(preserved_outputs.converted))
+        engine_gradients = self._engine_gradients(gradients, list(preserved_outputs.converted))
+        for feature, scale in zip(self._features, preserved_outputs.scales):
+            if scale is not None:  # a dropped id's gain is gone, the kept ones keep the whole sample's scale
+                name = feature.spec.name
+                engine_gradients[name] = (engine_gradients[name] * scale[:, None]).astype(np.float32)
+        return lookup, engine_gradients
+
+    # SparseCore's limits ------------------------------------------------------------------------
+
+    def _stacks(self, replicas: int) -> list[limits.Stack]:
+        """TensorFlow 2.21's table stacks (by padded width, optimizer and quantization; see `stack_tables`)."""
+        return limits.stack_tables(
+            [(str(t.name), t.dim, (hash(t.optimizer), repr(t.quantization_config))) for t in self._table_config],
+            num_replicas=replicas,
+            disabled=self._sparse_core_embedding_config.disable_table_stacking,
+        )
+
+    def _table_statistics(
+        self, converted: list[ConvertedInput], replicas: int | None = None
+    ) -> dict[str, limits.TableStatistics]:
+        """Per stacked table, this replica's batch on its chip's SparseCores (`sparse_core_limits`)."""
+        replicas = replicas or self._replicas
+        stacks = self._stacks(replicas)
+        place = {table: (stack.name, k, stack.rotations[k]) for stack in stacks for k, table in enumerate(stack.tables)}
+        entries: dict[str, list[limits.FeatureEntries]] = {stack.name: [] for stack in stacks}
+        for feature, c in zip(self._features, converted):
+            batch = c.checked.batch if c.checked is not None else to_ragged(c.ids, None, feature=feature.spec)
+            stack, position, rotation = place[feature.spec.table]
+            entries[stack].append((batch.row_ids(), batch.values, batch.batch_size, position, rotation))
+        config = self._sparse_core_embedding_config
+        return {
+            name: limits.table_statistics(
+                name,
+                features,
+                num_replicas=replicas,
+                max_ids_per_chip_per_sample=config.max_ids_per_chip_per_sample,
+            )
+            for name, features in entries.items()
+        }
+
+    def _within_limits(
+        self, features: Any, weights: Any, device: Any, kwargs: dict[str, Any]
+    ) -> tuple[list[ConvertedInput], tuple[np.ndarray | None, ...], dict[str, limits.TableStatistics]]:
+        """One batch checked and converted, with TensorFlow 2.21's SparseCore limits: TensorFlow's errors raised,
+        the ids that do not fit dropped (with `allow_id_dropping`), and the statistics (local: no collective)."""
+        converted = self._converted(features, weights, device, kwargs)
+        config = self._sparse_core_embedding_config
+        statistics = self._table_statistics(converted)
+        for name, stats in statistics.items():
+            limits.check_limits(
+                stats,
+                max_ids=(config.max_ids_per_table or {}).get(name, limits.DEFAULT_MAX_IDS_PER_TABLE),
+                max_unique_ids=(config.max_unique_ids_per_table or {}).get(
+                    name, limits.DEFAULT_MAX_UNIQUE_IDS_PER_TABLE
+                ),
+                allow_id_dropping=config.allow_id_dropping,
+            )
+        if not any(stats.dropped for stats in statistics.values()):
+            return converted, (), statistics
+        return (*self._drop(converted, statistics), statistics)
+
+    def _drop(
+        self, converted: list[ConvertedInput], statistics: dict[str, limits.TableStatistics]
+    ) -> tuple[list[ConvertedInput], tuple[np.ndarray | None, ...]]:
+        """The batch without the dropped (sample, id) entries, and per feature the samples' scales.
+
+        TensorFlow drops an entry after the combiner's scale was computed from
+        the whole sample, so a kept entry keeps its gain (`mean`: w / sum of
+        every w in the sample). The engine computes the scale from what it is
+        given; `scale[s]` (its denominator without / with the dropped entries)
+        turns its answer into TensorFlow's, for activations and gradients.
+        """
+        replicas = self._replicas
+        stack_of = {table: stack.name for stack in self._stacks(replicas) for table in stack.tables}
+        index_in_stack: dict[str, int] = {}
+        out: list[ConvertedInput] = []
+        scales: list[np.ndarray | None] = []
+        for feature, c in zip(self._features, converted):
+            stack = stack_of[feature.spec.table]
+            k = index_in_stack[stack] = index_in_stack.get(stack, -1) + 1
+            gone = statistics[stack].dropped_entries
+            gone = gone[gone[:, 0] == k]
+            if gone.size == 0:
+                out.append(c)
+                scales.append(None)
+                continue
+            batch = c.checked.batch if c.checked is not None else to_ragged(c.ids, None, feature=feature.spec)
+            samples = batch.row_ids()
+            dropped = {(int(s), int(i)) for _, s, i in gone}
+            keep = np.array([(int(s), int(i)) not in dropped for s, i in zip(samples, batch.values)], bool)
+            kept = _without(batch, samples, keep)
+            if c.checked is not None:
+                view = _RaggedView(kept.values, kept.row_splits)
+                weights = None if kept.weights is None else _RaggedView(kept.weights, kept.row_splits)
+                c = dataclasses.replace(
+                    c, ids=view, weights=weights, checked=check_batch(view, weights, feature=feature.spec)
+                )
+            else:
+                c = dataclasses.replace(c, ids=kept)
+            out.append(c)
+            combiner = feature.config.table.combiner
+            scales.append(
+                None if c.positions or combiner == "sum" else _scale(batch, kept, combiner, feature.spec.safe_lookup)
+            )
+        return out, tuple(scales)
+
+    @classmethod
+    def compute_sparse_core_stats(
+        cls,
+        features: Any,
+        feature_config: Any,
+        num_tpu_chips: int,
+        num_sc_per_chip: int = 4,
+        optimizer: Any = None,
+        sparse_core_embedding_config: SparseCoreEmbeddingConfig | None = None,
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """TensorFlow 2.21's sizing helper: `({table: max ids per partition}, {table: max unique ids})` of one
+        replica's batch `features` on `num_tpu_chips` chips: the smallest `max_ids_per_table` and
+        `max_unique_ids_per_table` that batch fits, keyed by stacked table name (TensorFlow returns tensors, here
+        ints). `feature_config` is not changed.
+
+        Raises:
+          ValueError: `num_tpu_chips` not an int >= 1; `num_sc_per_chip` not 4 (the SparseCores of the chips
+            TensorFlow 2.21 targets, and the only count emulated); a batch the feature config refuses.
+        """
+        check_int("num_tpu_chips", num_tpu_chips, minimum=1, owner="compute_sparse_core_stats")
+        if num_sc_per_chip != limits.SPARSE_CORES_PER_CHIP:
+            raise ValueError(
+                "Argument `num_sc_per_chip` of compute_sparse_core_stats must be 4 (the emulated chips' "
+                f"SparseCores). Received: {num_sc_per_chip!r}."
+            )
+        clone = _clone_feature_config(feature_config)
+        for table in _tables_of(clone):
+            table.optimizer = table.optimizer or optimizer or v2_utils.SGD()
+        with distribute.TPUStrategy().scope():
+            probe = cls(clone, optimizer, sparse_core_embedding_config=sparse_core_embedding_config)
+        converted = probe._converted(features, None, None, {})
+        probe._check_output_shapes(converted)
+        statistics = probe._table_statistics(converted, replicas=num_tpu_chips)
+        return (
+            {name: stats.max_ids for name, stats in statistics.items()},
+            {name: stats.max_unique_ids for name, stats in statistics.items()},
+        )
+
+    @property
+    def sparse_core_statistics(self) -> dict[str, limits.TableStatistics]:
+        """`{table name: TableStatistics}` of the last batch enqueued: per SparseCore and partition, the ids and
+        unique ids, the buffer, what was dropped (not a TensorFlow attribute; TensorFlow logs the drops)."""
+        return dict(self._last_statistics)
+
+    @property
+    def dropped_ids(self) -> list[dict[str, int]]:
+        """Per batch enqueued, in order, `{table name: ids dropped}` (not a TensorFlow attribute)."""
+        return [dict(step) for step in self._dropped_ids]
 
     # The CSR form of a lookup --------------------------------------------------------------------
 
-    def _csr(self, result: LookupResult, converted: list[ConvertedInput]) -> dict[str, PartitionedCsrFormatTensor]:
+    def _csr(
+        self, result: LookupResult, converted: list[ConvertedInput], scales: tuple[np.ndarray | None, ...] = ()
+    ) -> dict[str, PartitionedCsrFormatTensor]:
         samples: dict[str, list[np.ndarray]] = {t.name: [] for t in self._table_config}
         tokens: dict[str, list[np.ndarray]] = {t.name: [] for t in self._table_config}
         gains: dict[str, list[np.ndarray]] = {t.name: [] for t in self._table_config}
         counts = {t.name: 0 for t in self._table_config}
-        for feature in self._features:
+        for index, feature in enumerate(self._features):
             spec, config = feature.spec, feature.config
             # The engine's samples are TensorFlow's: prod(output_shape) per feature, row-major (a sequence or
             # per-position input: example * k + position, one id each, gain 1).
             batch = result.batches[spec.name]
             sample, ids, gain, _ = pooled_coefficients(batch, config.table.combiner, safe=spec.safe_lookup)
+            scale = scales[index] if scales else None
+            if scale is not None:  # the dropped entries' gains are gone, the kept keep theirs
+                gain = gain * scale[sample]
             samples[spec.table].append(sample + counts[spec.table])
             tokens[spec.table].append(ids)
             gains[spec.table].append(gain)

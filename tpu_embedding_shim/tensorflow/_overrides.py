@@ -49,7 +49,7 @@ CATEGORICAL_COLUMNS = (
 )
 EMBEDDING_CONFIGS = (
     "TableConfig FeatureConfig SGD Adagrad AdagradMomentum Adam FTRL QuantizationConfig "
-    "RowIdInitializer SparseCoreEmbeddingConfig"
+    "RowIdInitializer SparseCoreEmbeddingConfig CustomOptimizer CustomCombiner"
 )
 V1_PARAMETERS = "AdagradParameters AdamParameters FtrlParameters StochasticGradientDescentParameters"
 ALL_PARAMETERS = V1_PARAMETERS + " MomentumParameters ProximalAdagradParameters RMSPropParameters"

@@ -8,6 +8,8 @@ from .....api.tpu_embedding_v2_utils import (  # noqa: F401
     Adagrad,
     AdagradMomentum,
     Adam,
+    CustomCombiner,
+    CustomOptimizer,
     FeatureConfig,
     QuantizationConfig,
     RowIdInitializer,
