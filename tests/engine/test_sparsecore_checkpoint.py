@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from tpu_embedding_shim.checkpoint_cli import convert
 from tpu_embedding_shim.checkpoints.sparsecore import LAYOUTS_NAME, find_sparsecore, read_sparsecore, write_sparsecore
-from tpu_embedding_shim.checkpoints.sparsecore_layout import (
+from tpu_embedding_shim.engine import CheckpointError
+from tpu_embedding_shim.engine import checkpoint as engine_checkpoint
+from tpu_embedding_shim.engine.sparsecore_layout import (
     StackRequest,
     TableLayout,
     check_stack,
@@ -24,8 +26,6 @@ from tpu_embedding_shim.checkpoints.sparsecore_layout import (
     stack_tables,
     unstack,
 )
-from tpu_embedding_shim.engine import CheckpointError
-from tpu_embedding_shim.engine import checkpoint as engine_checkpoint
 from tpu_embedding_shim.engine.tf_bundle import BundleReader, write_bundle
 from tpu_embedding_shim.engine.tf_bundle.wire import WireError
 from tpu_embedding_shim.migrate.source import load_source

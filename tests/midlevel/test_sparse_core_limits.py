@@ -218,7 +218,9 @@ def test_stacked_tables_share_their_limits_under_the_stacked_name():
 
 
 def test_a_stacked_tables_rotation_moves_its_ids_to_other_partitions():
-    stacks = limits.stack_tables([("a", 4, 0), ("b", 4, 0), ("c", 4, 1)], num_replicas=2, disabled=False)
+    stacks = limits.stack_tables(
+        [("a", 8, 4, "g0", 8), ("b", 8, 4, "g0", 8), ("c", 8, 4, "g1", 8)], num_replicas=2, disabled=False
+    )
     assert [(s.name, s.rotations) for s in stacks] == [("a_b", (0, 4)), ("c", (0,))]
     one = (np.array([0]), np.array([1]), 4)
     stats = limits.table_statistics("a_b", [(*one, 0, 0), (*one, 1, 4)], num_replicas=2, max_ids_per_chip_per_sample=8)

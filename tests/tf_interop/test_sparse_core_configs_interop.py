@@ -171,13 +171,13 @@ def test_table_stacking_matches_tensorflows_stacker(tables, replicas, disabled):
 
     from tpu_embedding_shim.api import sparse_core_limits as limits
 
-    named = [(f"t{i:02d}", dim, group) for i, (_, dim, group) in enumerate(tables)]
+    named = [(f"t{i:02d}", height, dim, f"g{group}", 8) for i, (height, dim, group) in enumerate(tables)]
     stacker = layout.SparseCoreLayoutStacker(
         num_partitions=replicas, sparse_cores_per_partition=4, disable_table_stacking=disabled
     )
-    for (name, dim, group), (height, _, _) in sorted(zip(named, tables)):
+    for name, height, dim, group, samples in sorted(named):
         stacker.AddTable(
-            table_name=name, table_height=height, table_width=dim, group=f"g{group}", output_samples=8, num_features=1
+            table_name=name, table_height=height, table_width=dim, group=group, output_samples=samples, num_features=1
         )
     theirs = {t.table_name: (t.stacked_table_name, t.sparse_core_shard_rotation) for t in stacker.GetLayouts().tables}
     ours = {

@@ -34,7 +34,8 @@ from tensorflow.python.trackable import base as trackable_base  # noqa: E402
 from tests.engine.test_sparsecore_checkpoint import requests, tables_for  # noqa: E402
 from tpu_embedding_shim.checkpoint_cli import convert  # noqa: E402
 from tpu_embedding_shim.checkpoints.sparsecore import read_sparsecore, write_sparsecore  # noqa: E402
-from tpu_embedding_shim.checkpoints.sparsecore_layout import (  # noqa: E402
+from tpu_embedding_shim.engine import checkpoint as engine_checkpoint  # noqa: E402
+from tpu_embedding_shim.engine.sparsecore_layout import (  # noqa: E402
     StackRequest,
     decode_layouts,
     encode_layouts,
@@ -42,7 +43,6 @@ from tpu_embedding_shim.checkpoints.sparsecore_layout import (  # noqa: E402
     stack_tables,
     unstack,
 )
-from tpu_embedding_shim.engine import checkpoint as engine_checkpoint  # noqa: E402
 from tpu_embedding_shim.engine.tf_bundle import BundleReader  # noqa: E402
 
 

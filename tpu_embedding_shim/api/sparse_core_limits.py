@@ -47,7 +47,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-SPARSE_CORES_PER_CHIP = 4
+from ..engine import sparsecore_layout
+
+SPARSE_CORES_PER_CHIP = sparsecore_layout.SPARSE_CORES_PER_CHIP
 XLA_PAD_SIZE = 8
 DEFAULT_MAX_IDS_PER_TABLE = 256
 DEFAULT_MAX_UNIQUE_IDS_PER_TABLE = 256
@@ -74,29 +76,30 @@ class Stack:
     rotations: tuple[int, ...]
 
 
-def stack_tables(tables: Sequence[tuple[str, int, object]], *, num_replicas: int, disabled: bool) -> list[Stack]:
-    """TensorFlow 2.21's table stacking: tables of one padded width (a multiple of 8) and one group (equal
-    optimizers and quantization) share a stack, taken in name order; table k of a stack is rotated by
-    `4 * k % P`. With `disabled`, every table is its own stack, named after it.
+def stack_tables(tables: Sequence[tuple[str, int, int, str, int]], *, num_replicas: int, disabled: bool) -> list[Stack]:
+    """TensorFlow 2.21's table stacks (`engine.sparsecore_layout.stack_tables`, its `SparseCoreLayoutStacker`):
+    tables of one padded width (a multiple of 8) and one group (equal optimizers and quantization) share a stack,
+    taken in name order, until a stack would reach the stacker's activation or shard-size limit; table k of a
+    stack is rotated by `4 * k % P`. With `disabled`, every table is its own stack, named after it.
 
     Args:
-      tables: `(name, dim, group)` per table; `group` is any hashable that is equal for tables that may stack.
-
-    TensorFlow also starts a new stack when one would exceed its memory flags
-    (`tf_xla_sparse_core_stacking_mem_limit_bytes`, `..._table_shard_limit_bytes`); that is not emulated.
+      tables: `(name, rows, dim, group, output_samples)` per table: `group` a string equal for tables that may
+        stack, `output_samples` the activation rows it returns a step (0 while the output shapes are unknown).
     """
-    partitions = SPARSE_CORES_PER_CHIP * num_replicas
-    groups: dict[tuple[int, object], list[str]] = {}
-    for name, dim, group in sorted(tables, key=lambda t: t[0]):
-        key = (-(-dim // 8) * 8, group) if not disabled else (0, name)
-        groups.setdefault(key, []).append(name)
+    requests = [sparsecore_layout.StackRequest(*table) for table in tables]
+    layouts = sparsecore_layout.stack_tables(
+        requests, num_partitions=num_replicas, sparse_cores_per_partition=SPARSE_CORES_PER_CHIP, stacking=not disabled
+    )
+    stacks: dict[str, list[sparsecore_layout.TableLayout]] = {}
+    for layout in layouts:
+        stacks.setdefault(layout.stacked_table_name, []).append(layout)
     return [
         Stack(
-            name="_".join(names),
-            tables=tuple(names),
-            rotations=tuple(SPARSE_CORES_PER_CHIP * k % partitions for k in range(len(names))),
+            name=name,
+            tables=tuple(x.table_name for x in members),
+            rotations=tuple(x.sparse_core_shard_rotation for x in members),
         )
-        for names in groups.values()
+        for name, members in stacks.items()
     ]
 
 

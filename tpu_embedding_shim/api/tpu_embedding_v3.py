@@ -49,6 +49,8 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import hashlib
+import math
 import warnings
 from typing import Any
 
@@ -538,8 +540,15 @@ class TPUEmbeddingV2(MidLevelBase):
 
     def _stacks(self, replicas: int) -> list[limits.Stack]:
         """TensorFlow 2.21's table stacks (by padded width, optimizer and quantization; see `stack_tables`)."""
+        samples: dict[str, int] = {}
+        for feature in self._features:
+            shape = feature.output_shape
+            samples[feature.spec.table] = samples.get(feature.spec.table, 0) + (math.prod(shape) if shape else 0)
         return limits.stack_tables(
-            [(str(t.name), t.dim, (hash(t.optimizer), repr(t.quantization_config))) for t in self._table_config],
+            [
+                (str(t.name), t.vocabulary_size, t.dim, _stacking_group(t), samples.get(str(t.name), 0))
+                for t in self._table_config
+            ],
             num_replicas=replicas,
             disabled=self._sparse_core_embedding_config.disable_table_stacking,
         )
@@ -720,3 +729,10 @@ class TPUEmbeddingV2(MidLevelBase):
                 num_minibatches_per_physical_sparse_core=1,
             )
         return out
+
+
+def _stacking_group(table: Any) -> str:
+    """The key of the tables that may share a stack: TensorFlow's, a SHA-1 of (the optimizer's hash, the
+    quantization config's repr)."""
+    key = (hash(table.optimizer), repr(table.quantization_config))
+    return hashlib.sha1(repr(key).encode(), usedforsecurity=False).hexdigest()

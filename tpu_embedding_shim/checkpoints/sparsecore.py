@@ -4,8 +4,8 @@ Such a checkpoint holds, under the embedding object's path `<path>` (for
 `tf.train.Checkpoint(embedding=...)`, `embedding`):
 
 - `<path>/_sparse_core_table_layouts/.ATTRIBUTES/VARIABLE_VALUE`: the
-  serialized `SparseCoreTableLayouts` (one `TableLayout` per table, see
-  `sparsecore_layout.py`);
+  serialized `SparseCoreTableLayouts` (one `sparsecore_layout.TableLayout` per table, see
+  `engine/sparsecore_layout.py`);
 - `<path>/<stacked>/.ATTRIBUTES/VARIABLE_VALUE`: each stacked table,
   `[num_sparse_cores * total_rows_per_sparse_core_shard, padded width]`
   (on a TPU saved as row slices of that key, one per chip);
@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..engine import CheckpointError
+from ..engine import CheckpointError, sparsecore_layout
 from ..engine.tf_bundle import (
     OBJECT_GRAPH_KEY,
     VARIABLE_VALUE,
@@ -44,7 +44,6 @@ from ..engine.tf_bundle import (
     unescape_local_name,
     write_bundle,
 )
-from .sparsecore_layout import TableLayout, decode_layouts, encode_layouts, stack, unstack
 
 __all__ = ["LAYOUTS_NAME", "SparseCoreEmbedding", "find_sparsecore", "read_sparsecore", "write_sparsecore"]
 
@@ -66,12 +65,12 @@ class SparseCoreEmbedding:
     """
 
     path: str
-    layouts: tuple[TableLayout, ...]
+    layouts: tuple[sparsecore_layout.TableLayout, ...]
     keys: dict[str, dict[str, str]]
 
-    def stacks(self) -> dict[str, list[TableLayout]]:
+    def stacks(self) -> dict[str, list[sparsecore_layout.TableLayout]]:
         """Stacked table -> the layouts of its tables."""
-        out: dict[str, list[TableLayout]] = {}
+        out: dict[str, list[sparsecore_layout.TableLayout]] = {}
         for layout in self.layouts:
             out.setdefault(layout.stacked_table_name, []).append(layout)
         return out
@@ -99,7 +98,7 @@ def find_sparsecore(reader: BundleReader) -> list[SparseCoreEmbedding]:
             continue
         path = key[: -len(LAYOUTS_NAME + _SUFFIX)].rstrip("/")
         try:
-            layouts = decode_layouts(_layout_bytes(reader, key))
+            layouts = sparsecore_layout.decode_layouts(_layout_bytes(reader, key))
         except WireError as e:
             raise CheckpointError(
                 f"{reader.prefix}: {key!r} is not a valid SparseCoreTableLayouts message: {e}."
@@ -110,7 +109,7 @@ def find_sparsecore(reader: BundleReader) -> list[SparseCoreEmbedding]:
 
 
 def _stacked_keys(
-    reader: BundleReader, names: Sequence[str], path: str, layouts: Sequence[TableLayout]
+    reader: BundleReader, names: Sequence[str], path: str, layouts: Sequence[sparsecore_layout.TableLayout]
 ) -> dict[str, dict[str, str]]:
     """Stacked table -> {'embedding' / slot -> key}, each checked for its shape."""
     head = f"{path}/" if path else ""
@@ -169,11 +168,13 @@ def tables_of(reader: BundleReader, embedding: SparseCoreEmbedding) -> dict[str,
         for what, key in embedding.keys[stacked].items():
             values = reader.read(key)
             for layout in layouts:
-                out.setdefault(layout.table_name, {})[what] = unstack(np.asarray(values, np.float32), layout)
+                out.setdefault(layout.table_name, {})[what] = sparsecore_layout.unstack(
+                    np.asarray(values, np.float32), layout
+                )
     return out
 
 
-def _by_partition(stacked: np.ndarray, layout: TableLayout) -> SlicedTensor:
+def _by_partition(stacked: np.ndarray, layout: sparsecore_layout.TableLayout) -> SlicedTensor:
     """`stacked` as the row slices of each partition (TensorFlow's `TPUEmbeddingShardedSaveable`)."""
     rows = stacked.shape[0] // layout.num_partitions
     parts = [(((p * rows, rows), (0, -1)), stacked[p * rows : (p + 1) * rows]) for p in range(layout.num_partitions)]
@@ -183,7 +184,7 @@ def _by_partition(stacked: np.ndarray, layout: TableLayout) -> SlicedTensor:
 def write_sparsecore(
     prefix: str | os.PathLike[str],
     state: Mapping[str, Mapping[str, np.ndarray]],
-    layouts: Sequence[TableLayout],
+    layouts: Sequence[sparsecore_layout.TableLayout],
     *,
     object_name: str = "embedding",
     sliced: bool = True,
@@ -206,7 +207,7 @@ def write_sparsecore(
         raise ValueError(
             f"Argument `state` must hold exactly the layouts' tables {sorted(named)}. Received: {sorted(state)}."
         )
-    stacks: dict[str, list[TableLayout]] = {}
+    stacks: dict[str, list[sparsecore_layout.TableLayout]] = {}
     for layout in layouts:
         stacks.setdefault(layout.stacked_table_name, []).append(layout)
     embedding = Node()
@@ -224,12 +225,16 @@ def write_sparsecore(
                 )
         per_stack = dict_node.add(stacked, Node())
         for what in (_PARAMETERS, *slots):
-            values = stack({layout.table_name: state[layout.table_name][what] for layout in members}, members)
+            values = sparsecore_layout.stack(
+                {layout.table_name: state[layout.table_name][what] for layout in members}, members
+            )
             name = stacked if what == _PARAMETERS else f"{stacked}/{what}"
             variable = embedding.add(name, Node.variable(name, _by_partition(values, members[0]) if sliced else values))
             per_stack.add("parameters" if what == _PARAMETERS else what, variable)
     embedding.add("_variables", dict_node)
-    embedding.add(LAYOUTS_NAME, Node.variable(LAYOUTS_NAME, np.array(encode_layouts(layouts), dtype=object)))
+    embedding.add(
+        LAYOUTS_NAME, Node.variable(LAYOUTS_NAME, np.array(sparsecore_layout.encode_layouts(layouts), dtype=object))
+    )
     root = Node()
     root.add(object_name, embedding)
     graph, tensors = build_graph(root)

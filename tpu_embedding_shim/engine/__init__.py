@@ -73,6 +73,8 @@ _SOURCES: dict[str, str] = {
     "replace_file": "files",
     # lookup statistics
     "LookupStatistics": "statistics",
+    # how SparseCore stacks and shards tables (TensorFlow 2.21's layouts and stacker), as a module
+    "sparsecore_layout": "",
     # TensorFlow's checkpoint format (a package with its own __all__)
     "tf_bundle": "",
 }

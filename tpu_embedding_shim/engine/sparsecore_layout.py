@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..engine.tf_bundle import WireError, decode_varint, encode_varint, field_bytes, field_varint, iter_fields
+from .tf_bundle import WireError, decode_varint, encode_varint, field_bytes, field_varint, iter_fields
 
 __all__ = [
     "TableLayout",
