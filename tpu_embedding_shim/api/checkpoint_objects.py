@@ -51,8 +51,8 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import CheckpointError, DistributedEngine
-from ..engine.tf_bundle import Node, checkpoint_key, code_of, name_of
+from ..engine import CheckpointError, DistributedEngine, sparsecore_layout
+from ..engine.tf_bundle import Node, WireError, checkpoint_key, code_of, name_of
 from .lowering import slot_names
 from .midlevel_base import MidLevelBase
 from .object_graph_checkpoint import shim_key
@@ -65,6 +65,10 @@ Path = tuple[str, ...]
 
 TF_VARIABLE_NAME = "Variable"
 """The full name of a saved array, as TensorFlow names a `tf.Variable` created without a name."""
+
+SPARSECORE_LAYOUTS = "_sparse_core_table_layouts"
+"""Where a SparseCore `TPUEmbeddingV2` checkpoint keeps its tables' layouts (TensorFlow's
+`SPARSECORE_LAYOUTS_CHECKPOINT_KEY`): its tables are then stacked (`engine/sparsecore_layout.py`)."""
 
 EMBEDDING_SAVER = "tf.TPUEmbeddingCallback"
 """The registered saver TensorFlow 2.15 records on a `TPUEmbedding` node."""
@@ -333,8 +337,9 @@ class _Embedding:
         embedding = self._value
         structure: Any = embedding.engine_spec.structure()  # the layout, without building the engine (collective)
         updates: dict[str, dict[str, np.ndarray]] = {}
-        missing = []
-        for table in embedding.table_configs:
+        missing: list[str] = []
+        layouts = source.lookup(path + (SPARSECORE_LAYOUTS,))
+        for table in embedding.table_configs if layouts is None else ():
             info = structure[table.name]
             shape = (info["vocabulary_size"], info["dim"])
             for slot in ["embedding"] + self._slots(table, structure):
@@ -352,6 +357,8 @@ class _Embedding:
                 rows = embedding.replica_rows(str(table.name))  # replicated: this replica's rows only
                 updates.setdefault(table.name, {})[slot] = saved.read() if rows is None else saved.read_rows(rows)
                 plan.bound.append(saved.key)
+        if layouts is not None:
+            self._plan_stacked(source, path, layouts, structure, updates, missing, plan)
         step = None
         saved_step = source.extra(path, "global_step")
         if saved_step is not None:
@@ -387,6 +394,61 @@ class _Embedding:
             embedding.restore_state(state, step, local=rows_only)
 
         plan.assign.append(assign)
+
+    def _plan_stacked(
+        self,
+        source: Any,
+        path: Path,
+        layouts_saved: Any,
+        structure: Mapping[str, Any],
+        updates: dict[str, dict[str, np.ndarray]],
+        missing: list[str],
+        plan: Plan,
+    ) -> None:
+        """A SparseCore checkpoint (TensorFlow 2.16+ `TPUEmbeddingV2` on a TPU): each table and slot cut out of
+        its stacked table as the saved layouts say (`engine.sparsecore_layout`), checked against this object's
+        tables first."""
+        value = np.asarray(layouts_saved.read())
+        raw = value.item() if value.shape == () else None
+        try:
+            if not isinstance(raw, (bytes, str)):
+                raise TypeError(f"it holds {value.dtype} {list(value.shape)}, not a string")
+            layouts = sparsecore_layout.decode_layouts(raw.encode() if isinstance(raw, str) else raw)
+        except (WireError, TypeError) as e:
+            raise CheckpointError(
+                f"Checkpoint key {layouts_saved.key!r} must hold a serialized SparseCoreTableLayouts: {e}."
+            ) from None
+        by_table = {layout.table_name: layout for layout in layouts}
+        stacked: dict[str, np.ndarray] = {}  # key -> the stacked table, read once
+        embedding = self._value
+        for table in embedding.table_configs:
+            name = str(table.name)
+            info = structure[name]
+            layout = by_table.get(name)
+            if layout is None:
+                missing.append(checkpoint_key(path + (str(table.name),)))  # not in the checkpoint's layouts
+                continue
+            if tuple(layout.unsharded_shape) != (info["vocabulary_size"], info["dim"]):
+                raise CheckpointError(
+                    f"{_where(path)}: the checkpoint's SparseCore layout has table {table.name!r} "
+                    f"{list(layout.unsharded_shape)}; this object's is [{info['vocabulary_size']}, {info['dim']}]."
+                )
+            for slot in ["embedding"] + self._slots(table, structure):
+                local = layout.stacked_table_name if slot == "embedding" else f"{layout.stacked_table_name}/{slot}"
+                saved = source.lookup(path + (local,), local)
+                if saved is None:
+                    missing.append(checkpoint_key(path + (local,)))
+                    continue
+                if saved.key not in stacked:
+                    stacked[saved.key] = np.asarray(saved.read(), np.float32)
+                    plan.bound.append(saved.key)
+                try:
+                    full = sparsecore_layout.unstack(stacked[saved.key], layout)
+                except ValueError as e:
+                    raise CheckpointError(f"Checkpoint key {saved.key!r}: {e}") from None
+                rows = embedding.replica_rows(name)
+                updates.setdefault(name, {})[slot] = full if rows is None else full[rows]
+        plan.bound.append(layouts_saved.key)
 
 
 def adapter_for(value: Any, where: str) -> Any:
