@@ -17,9 +17,9 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tf_checkpoints" / 
 SHAPES = {"items": (100, 8), "users": (37, 5), "tags": (50, 16)}
 
 
-def build(cls, shapes=SHAPES):
+def build(cls, shapes=SHAPES, output_shape=None):
     tables = {n: E.TableConfig(vocabulary_size=r, dim=d, name=n) for n, (r, d) in shapes.items()}
-    config = {n: E.FeatureConfig(table=t) for n, t in tables.items()}
+    config = {n: E.FeatureConfig(table=t, output_shape=output_shape) for n, t in tables.items()}
     if cls == "TPUEmbeddingV2":
         with tf.distribute.TPUStrategy().scope():
             return E.TPUEmbeddingV2(feature_config=config, optimizer=E.Adagrad(0.1))
@@ -57,3 +57,14 @@ def test_a_written_sparsecore_checkpoint_restores_and_a_mismatch_changes_nothing
     with pytest.raises(CheckpointError, match=r"table 'users' \[37, 5\]; this object's is \[36, 5\]"):
         tf.train.Checkpoint(embedding=other).restore(prefix)
     assert other.engine.table("items").tobytes() == before.tobytes()
+
+
+def test_embedding_layouts_are_tensorflows_stacking():
+    embedding = build("TPUEmbeddingV2", output_shape=[8])
+    layouts = embedding.embedding_layouts
+    assert {n: (x.stacked_table_name, x.sparse_core_shard_rotation) for n, x in layouts.items()} == {
+        "items": ("items_users", 0),
+        "users": ("items_users", 0),  # one chip: rotation 4 % 4
+        "tags": ("tags", 0),
+    }
+    assert layouts["users"].unsharded_padded_shape == (64, 8) and layouts["users"].sparse_core_shard_row_offset == 32

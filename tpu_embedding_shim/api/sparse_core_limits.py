@@ -76,6 +76,19 @@ class Stack:
     rotations: tuple[int, ...]
 
 
+def stack_layouts(
+    tables: Sequence[tuple[str, int, int, str, int]], *, num_replicas: int, disabled: bool
+) -> list[sparsecore_layout.TableLayout]:
+    """Each table's SparseCore layout (`engine.sparsecore_layout.stack_tables`) on `num_replicas` chips of 4
+    SparseCores; `tables` as `stack_tables` takes them."""
+    return sparsecore_layout.stack_tables(
+        [sparsecore_layout.StackRequest(*table) for table in tables],
+        num_partitions=num_replicas,
+        sparse_cores_per_partition=SPARSE_CORES_PER_CHIP,
+        stacking=not disabled,
+    )
+
+
 def stack_tables(tables: Sequence[tuple[str, int, int, str, int]], *, num_replicas: int, disabled: bool) -> list[Stack]:
     """TensorFlow 2.21's table stacks (`engine.sparsecore_layout.stack_tables`, its `SparseCoreLayoutStacker`):
     tables of one padded width (a multiple of 8) and one group (equal optimizers and quantization) share a stack,
@@ -86,12 +99,8 @@ def stack_tables(tables: Sequence[tuple[str, int, int, str, int]], *, num_replic
       tables: `(name, rows, dim, group, output_samples)` per table: `group` a string equal for tables that may
         stack, `output_samples` the activation rows it returns a step (0 while the output shapes are unknown).
     """
-    requests = [sparsecore_layout.StackRequest(*table) for table in tables]
-    layouts = sparsecore_layout.stack_tables(
-        requests, num_partitions=num_replicas, sparse_cores_per_partition=SPARSE_CORES_PER_CHIP, stacking=not disabled
-    )
     stacks: dict[str, list[sparsecore_layout.TableLayout]] = {}
-    for layout in layouts:
+    for layout in stack_layouts(tables, num_replicas=num_replicas, disabled=disabled):
         stacks.setdefault(layout.stacked_table_name, []).append(layout)
     return [
         Stack(

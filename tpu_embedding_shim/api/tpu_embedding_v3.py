@@ -538,20 +538,31 @@ class TPUEmbeddingV2(MidLevelBase):
 
     # SparseCore's limits ------------------------------------------------------------------------
 
-    def _stacks(self, replicas: int) -> list[limits.Stack]:
-        """TensorFlow 2.21's table stacks (by padded width, optimizer and quantization; see `stack_tables`)."""
+    def _stacking_input(self) -> list[tuple[str, int, int, str, int]]:
+        """What TensorFlow's stacker is given per table: name, rows, dim, group, activation rows a step."""
         samples: dict[str, int] = {}
         for feature in self._features:
             shape = feature.output_shape
             samples[feature.spec.table] = samples.get(feature.spec.table, 0) + (math.prod(shape) if shape else 0)
-        return limits.stack_tables(
-            [
-                (str(t.name), t.vocabulary_size, t.dim, _stacking_group(t), samples.get(str(t.name), 0))
-                for t in self._table_config
-            ],
-            num_replicas=replicas,
-            disabled=self._sparse_core_embedding_config.disable_table_stacking,
-        )
+        return [
+            (str(t.name), t.vocabulary_size, t.dim, _stacking_group(t), samples.get(str(t.name), 0))
+            for t in self._table_config
+        ]
+
+    def _stacks(self, replicas: int) -> list[limits.Stack]:
+        """TensorFlow 2.21's table stacks (by padded width, optimizer and quantization; see `stack_tables`)."""
+        disabled = self._sparse_core_embedding_config.disable_table_stacking
+        return limits.stack_tables(self._stacking_input(), num_replicas=replicas, disabled=disabled)
+
+    @property
+    def embedding_layouts(self) -> dict[str, Any]:
+        """TensorFlow 2.21's: table name -> how SparseCore lays the table out in its stacked table (a
+        `TableLayout` with the fields of TensorFlow's `SparseCoreTableLayout`: stacked table, padded shape, row
+        offset and rotation in each shard; `engine/sparsecore_layout.py`). Layout only: the numbers do not
+        depend on it. Known once every feature's output shape is (after `build` or the first batch)."""
+        disabled = self._sparse_core_embedding_config.disable_table_stacking
+        layouts = limits.stack_layouts(self._stacking_input(), num_replicas=self._replicas, disabled=disabled)
+        return {layout.table_name: layout for layout in layouts}
 
     def _table_statistics(
         self, converted: list[ConvertedInput], replicas: int | None = None
