@@ -48,7 +48,7 @@ from ..ragged import Ragged
 from .communicator import Communicator
 from .exchange import Segments, pack, swap_counts
 
-__all__ = ["Bag", "Kept", "pool", "expand"]
+__all__ = ["Bag", "Kept", "pool", "expand", "scatter"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,17 +114,10 @@ def pool(
       (activations per feature, what the backward needs).
     """
     kernels = NumpyKernels() if kernels is None else kernels
-    world, num = comm.size, len(bags)
+    num = len(bags)
     dims = np.array([t.shape[1] for t in tables], np.int64)
     ones = np.ones(num, np.int64)
-    outbox = pack([b.owner for b in bags], [b.local for b in bags], world)
-    example = np.concatenate([b.example for b in bags]).astype(np.int64)[outbox.order]
-    coef = np.concatenate([b.coef for b in bags]).astype(np.float32)[outbox.order]
-    received = swap_counts(comm, outbox.counts)
-    sent_n, got_n = outbox.counts.sum(axis=1), received.sum(axis=1)
-    pairs = comm.alltoallv(np.stack([outbox.local, example], axis=1).reshape(-1), 2 * sent_n, 2 * got_n)
-    rows, examples_got = pairs.reshape(-1, 2)[:, 0], pairs.reshape(-1, 2)[:, 1]
-    coefs = comm.alltoallv(coef, sent_n, got_n)
+    outbox, example, received, rows, examples_got, coefs = _send_entries(comm, bags)
 
     # As an owner: one partial sum per run of equal examples in each (source, feature) segment.
     answered, group, _, runs = _groups(received, examples_got)
@@ -149,6 +142,46 @@ def pool(
         counts = np.bincount(of, minlength=bag.batch_size)
         activations.append(_pooled(kernels, values, index[order], counts, None))
     return activations, Kept(dims, asked, examples, answered, received, rows, coefs, group)
+
+
+def _send_entries(comm: Communicator, bags: Sequence[Bag]) -> tuple:
+    """Every bag's entries to the owners of their rows, with their examples and coefficients (collective).
+
+    Returns (the outbox, each sent entry's example in send order, the received counts [W, P], and per
+    received entry its local row, example and float32 coefficient, segments source-major)."""
+    outbox = pack([b.owner for b in bags], [b.local for b in bags], comm.size)
+    example = np.concatenate([b.example for b in bags]).astype(np.int64)[outbox.order]
+    coef = np.concatenate([b.coef for b in bags]).astype(np.float32)[outbox.order]
+    received = swap_counts(comm, outbox.counts)
+    sent_n, got_n = outbox.counts.sum(axis=1), received.sum(axis=1)
+    pairs = comm.alltoallv(np.stack([outbox.local, example], axis=1).reshape(-1), 2 * sent_n, 2 * got_n)
+    rows, examples_got = pairs.reshape(-1, 2)[:, 0], pairs.reshape(-1, 2)[:, 1]
+    coefs = comm.alltoallv(coef, sent_n, got_n)
+    return outbox, example, received, rows, examples_got, coefs
+
+
+def scatter(comm: Communicator, bags: Sequence[Bag], grads: Sequence[np.ndarray | None], dims: np.ndarray):
+    """The exact mode's backward of the pooled features, with the traffic of the owner-pooled one (collective).
+
+    The requesters pooled the forward themselves, so the owners kept nothing: each bag's kept entries go
+    to their owners now (local row, example, coefficient), then one gradient row per (example, feature,
+    owner), as `expand` sends them. The owners rebuild each entry's `G[b_k] * c_k`, the float32 product
+    one process computes: the same bits, with a gradient row per example instead of per entry.
+
+    Args:
+      comm: the ranks.
+      bags: per pooled feature, this rank's kept entries (an empty bag for a feature without gradient).
+      grads: per pooled feature, this rank's float32 gradient [B, D] (multiplier applied), or None.
+      dims: int64 [P], each feature's width.
+
+    Returns:
+      as `expand`.
+    """
+    outbox, example, received, rows, examples_got, coefs = _send_entries(comm, bags)
+    answered, group, _, _ = _groups(received, examples_got)
+    asked, _, first, _ = _groups(outbox.counts, example)
+    kept = Kept(np.asarray(dims, np.int64), asked, example[first], answered, received, rows, coefs, group)
+    return expand(comm, kept, grads)
 
 
 def _groups(counts: np.ndarray, examples: np.ndarray) -> tuple[np.ndarray, ...]:
