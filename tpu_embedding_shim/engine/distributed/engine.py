@@ -447,14 +447,16 @@ class DistributedEngine:
         if not tables:
             return {}
         features = {name: [f for f in self._exact if f.table == name] for name in tables}
-        wanted = {
-            name: distinct(
-                np.concatenate([routes[f.name][0] for f in features[name]]),
-                np.concatenate([routes[f.name][1] for f in features[name]]),
-                self.world_size,
+        wanted = dict(
+            zip(
+                tables,
+                distinct(
+                    [np.concatenate([routes[f.name][0] for f in features[name]]) for name in tables],
+                    [np.concatenate([routes[f.name][1] for f in features[name]]) for name in tables],
+                    self.world_size,
+                ),
             )
-            for name in tables
-        }
+        )
         dims = np.array([self.spec.table(name).dim for name in tables], np.int64)
         outbox = pack([wanted[name][0] for name in tables], [wanted[name][1] for name in tables], self.world_size)
         received, local = send_ids(self.comm, outbox)

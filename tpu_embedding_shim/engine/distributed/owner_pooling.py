@@ -46,7 +46,7 @@ import numpy as np
 from ..kernels import Kernels, Lookup, NumpyKernels
 from ..ragged import Ragged
 from .communicator import Communicator
-from .exchange import Segments, pack, swap_counts
+from .exchange import Segments, compiled, pack, swap_counts
 
 __all__ = ["Bag", "Kept", "pool", "expand", "scatter"]
 
@@ -188,6 +188,9 @@ def _groups(counts: np.ndarray, examples: np.ndarray) -> tuple[np.ndarray, ...]:
     """The runs of equal examples within each of the [W, P] segments of `counts` (entries laid out as
     `Segments`): (runs per segment [W, P], each entry's run index within its segment, each run's first
     entry, each run's length), runs in entry order."""
+    kernels = compiled()
+    if kernels is not None:  # one pass
+        return kernels.runs(counts, examples)
     n = examples.shape[0]
     segment = np.repeat(np.arange(counts.size, dtype=np.int64), counts.reshape(-1))
     new = np.ones(n, bool)
@@ -218,7 +221,7 @@ def expand(comm: Communicator, kept: Kept, grads: Sequence[np.ndarray | None]) -
       float32 product (none from a source that sent no gradient for the
       feature).
     """
-    world, num = kept.asked.shape
+    num = kept.asked.shape[1]
     ones = np.ones(num, np.int64)
     counts = kept.asked * np.array([g is not None for g in grads], np.int64)
     sent, groups = Segments(counts, kept.dims), Segments(kept.asked, ones)
@@ -236,14 +239,34 @@ def expand(comm: Communicator, kept: Kept, grads: Sequence[np.ndarray | None]) -
         )
     got = Segments(received, kept.dims)
     values = comm.alltoallv(flat, sent.values_per_rank(), got.values_per_rank())
-    entries = Segments(kept.received, ones)
+    kernels = compiled()
+    routes = kernels.routes if kernels is not None else _routes
+    rows, src, coefs, bounds = routes(kept.received, received, kept.group, kept.rows, kept.coefs)
     out: list[tuple[np.ndarray, ...]] = []
     for p in range(num):
-        at = entries.entries(p)
-        sources = np.repeat(np.arange(world), kept.received[:, p])
-        keep = received[sources, p] != 0  # a source that sent no gradient for p: its entries get none
         table, index = got.rows(values, p)
-        before = np.cumsum(received[:, p]) - received[:, p]  # each source's first gradient row
-        src = index[before[sources[keep]] + kept.group[at[keep]]]
-        out.append((kept.rows[at[keep]], table, src, kept.coefs[at[keep]]))
+        at = slice(int(bounds[p]), int(bounds[p + 1]))
+        out.append((rows[at], table, index[src[at]], coefs[at]))
     return out
+
+
+def _routes(entries, rows_got, group, local, coefs) -> tuple[np.ndarray, ...]:
+    """numpy's `fast.exchange.routes` (the same arrays): every feature's received entries, feature-major,
+    those of a (source, feature) that sent gradient rows only, with the gradient row each reads."""
+    world, num = entries.shape
+    segments = Segments(entries, np.ones(num, np.int64))
+    rows, src, coef, bounds = [], [], [], [0]
+    for p in range(num):
+        at = segments.entries(p)
+        sources = np.repeat(np.arange(world), entries[:, p])
+        keep = rows_got[sources, p] != 0  # a source that sent no gradient for p: its entries get none
+        before = np.cumsum(rows_got[:, p]) - rows_got[:, p]  # each source's first gradient row
+        rows.append(local[at[keep]])
+        src.append(before[sources[keep]] + group[at[keep]])
+        coef.append(coefs[at[keep]])
+        bounds.append(bounds[-1] + int(keep.sum()))
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
+    return (
+        *(np.concatenate(parts).astype(part.dtype) if parts else part for parts, part in zip((rows, src, coef), empty)),
+        np.array(bounds, np.int64),
+    )
