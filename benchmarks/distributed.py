@@ -139,15 +139,19 @@ def collectives(launches: list[dict]) -> dict:
 def traffic_of(figures: dict, ranks: int, w: Workload, mode: str) -> model.Traffic:
     """The model's `Traffic` from a summary's figures (bytes per rank per step, calls per step)."""
     t, calls = figures["traffic"], figures["calls"]
+    floats = t.get("alltoallv float", 0.0)
+    # rows per example and remote owner: the backward's gradient rows, and (owner mode) the forward's partial sums
+    directions = 2 if mode == "owner" else 1
+    pairs = min(floats, directions * model.pair_bytes(figures["examples"], w.num_tables, w.dim, w.bag, ranks))
     return model.Traffic(
         ranks=ranks,
         header=t.get("alltoallv header", 0.0),
         ids=t.get("alltoallv int", 0.0),
-        values=t.get("alltoallv float", 0.0),
+        values=floats - pairs,
         alltoallv=sum(n for kind, n in calls.items() if kind.startswith("alltoallv")),
         small=sum(n for kind, n in calls.items() if not kind.startswith("alltoallv") and kind != "barrier"),
         bag=w.bag,
-        owner_pooled=mode == "owner",
+        pair_values=pairs,
         segment_calls=figures["segment_calls"],
     )
 

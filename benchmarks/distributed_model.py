@@ -20,9 +20,10 @@ between its computations. The assumptions, each one a function here:
 - **bytes** per rank per step (`traffic_at`): the row indices, rows and
   gradients of the entries whose row lives on another rank, a fraction
   (N - 1) / N of the entries (`remote_fraction`), so the measured bytes at
-  N = 2 (where it is 1/2) are scaled by that fraction. With owner pooling,
-  rows and gradients travel once per example and remote owner instead of
-  once per entry (`remote_owners`). The count exchanges (a few int64 per
+  N = 2 (where it is 1/2) are scaled by that fraction. What travels once
+  per example and remote owner instead of once per entry (the gradient
+  rows of a pooled feature's backward, in both modes; with owner pooling
+  also the forward's partial sums) scales as `remote_owners`. The count exchanges (a few int64 per
   rank and feature) grow as N - 1. Each rank sends and receives about as
   much (full duplex): the time is bytes / bandwidth, where bandwidth is
   each host's rate each way; the network has full bisection bandwidth
@@ -37,6 +38,9 @@ between its computations. The assumptions, each one a function here:
 >>> traffic = Traffic(ranks=2, header=16, ids=80_000, values=1_300_000, alltoallv=6, small=3, bag=(20, 20))
 >>> round(traffic_at(traffic, 2)), round(traffic_at(traffic, 256))
 (1380016, 2753299)
+>>> pooled = dataclasses.replace(traffic, values=800_000, pair_values=500_000)  # 0.5 MB per example and owner
+>>> round(traffic_at(pooled, 256))  # those grow towards one per id: x 19.2 from N = 2 (1 remote owner there)
+11357029
 >>> round(step_time(0.05, traffic, 256, net) * 1e3, 1)
 83.3
 >>> looping = dataclasses.replace(traffic, segment_calls=100)
@@ -70,13 +74,15 @@ class Traffic:
 
     Attributes:
       header: the count exchanges (`exchange.swap_counts`): grow as N - 1.
-      ids: int64 row indices (one per remote entry).
-      values: float32 rows and gradients (per remote entry; owner-pooled:
-        per example and remote owner).
+      ids: int64 row indices and examples (per remote entry).
+      values: float32 rows, gradients and coefficients that travel per
+        remote entry.
       alltoallv: all-to-all calls per step.
       small: small allreduce calls per step (the ranks' agreements).
       bag: ids per example, min and max (uniform in between).
-      owner_pooled: values travel once per example and remote owner.
+      pair_values: float32 rows that travel once per example and remote
+        owner (`pair_bytes`): a pooled backward's gradient rows, the
+        owner-pooled forward's partial sums.
       segment_calls: calls of the exchange's per-segment helpers per step.
     """
 
@@ -87,7 +93,7 @@ class Traffic:
     alltoallv: float
     small: float
     bag: tuple[int, int]
-    owner_pooled: bool = False
+    pair_values: float = 0.0
     segment_calls: float = 0.0
 
 
@@ -107,13 +113,19 @@ def remote_owners(n: int, bag: tuple[int, int]) -> float:
     return sum((n - 1) * (1 - (1 - 1 / n) ** length) for length in lengths) / len(lengths)
 
 
+def pair_bytes(examples: int, features: int, dim: int, bag: tuple[int, int], ranks: int) -> float:
+    """Expected bytes of one float32 row of `dim` per example, feature and remote owner, for one rank of
+    `examples` examples at `ranks` ranks (uniform ids)."""
+    return examples * features * remote_owners(ranks, bag) * 4 * dim
+
+
 def traffic_at(t: Traffic, n: int) -> float:
     """Bytes one rank sends (and receives) per step at N ranks, scaled from the measured `t`."""
     if n == 1:
         return 0.0
     entries = remote_fraction(n) / remote_fraction(t.ranks)
-    values = remote_owners(n, t.bag) / remote_owners(t.ranks, t.bag) if t.owner_pooled else entries
-    return t.header * (n - 1) / (t.ranks - 1) + t.ids * entries + t.values * values
+    pairs = remote_owners(n, t.bag) / remote_owners(t.ranks, t.bag)
+    return t.header * (n - 1) / (t.ranks - 1) + (t.ids + t.values) * entries + t.pair_values * pairs
 
 
 def latency_at(t: Traffic, n: int, net: Network) -> float:

@@ -51,7 +51,7 @@ def test_remote_owners_matches_a_simulation(n, bag):
 @given(hosts)
 def test_one_id_per_example_pools_nothing_on_the_owner(n):
     assert remote_owners(n, (1, 1)) == pytest.approx(remote_fraction(n))
-    owner = Traffic(**{**TRAFFIC.__dict__, "bag": (1, 1), "owner_pooled": True})
+    owner = Traffic(**{**TRAFFIC.__dict__, "bag": (1, 1), "values": 0.0, "pair_values": TRAFFIC.values})
     exact = Traffic(**{**TRAFFIC.__dict__, "bag": (1, 1)})
     assert traffic_at(owner, n) == pytest.approx(traffic_at(exact, n))
 
@@ -61,10 +61,10 @@ def test_the_traffic_at_the_measured_n_is_the_measured_traffic():
     assert traffic_at(TRAFFIC, 1) == 0.0
     # Exact pooling: everything but the headers scales with (N - 1) / N, so it at most doubles from N = 2.
     assert traffic_at(TRAFFIC, 4) == pytest.approx(16 * 3 + (80_000 + 1_300_000) * 1.5)
-    owner = Traffic(**{**TRAFFIC.__dict__, "owner_pooled": True})
-    # Owner pooling: rows and gradients per example and remote owner, so they grow towards one per id.
+    owner = Traffic(**{**TRAFFIC.__dict__, "values": 300_000.0, "pair_values": 1_000_000.0})
+    # Rows per example and remote owner (gradients, partial sums) grow towards one per id.
     ratio = remote_owners(256, (20, 20)) / remote_owners(2, (20, 20))
-    assert traffic_at(owner, 256) == pytest.approx(16 * 255 + 80_000 * 255 / 128 + 1_300_000 * ratio)
+    assert traffic_at(owner, 256) == pytest.approx(16 * 255 + 380_000 * 255 / 128 + 1_000_000 * ratio)
 
 
 @given(hosts)

@@ -18,8 +18,8 @@ them, in the same order):
   (pickled);
 - `barrier()`.
 
-Two implementations: `SingleProcess` (size 1, no MPI: the collectives are
-copies) and `MPICommunicator` (`mpi.py`, mpi4py's `COMM_WORLD`).
+Two implementations: `SingleProcess` (size 1, no MPI: `alltoallv` hands
+back `send` itself, the others copy) and `MPICommunicator` (`mpi.py`, mpi4py's `COMM_WORLD`).
 `communicator()` picks MPI only when the process was started by an MPI
 launcher with more than one rank, so a plain `python` run never imports
 mpi4py. A torch.distributed or other adapter only has to implement this
@@ -89,7 +89,8 @@ class Communicator(Protocol):
 
 
 class SingleProcess:
-    """The world of one process: every collective is a copy. What a run without an MPI launcher uses."""
+    """The world of one process: `alltoallv` returns `send` (a view, no copy), the others copies. What a run
+    without an MPI launcher uses."""
 
     rank = 0
     size = 1
@@ -101,7 +102,7 @@ class SingleProcess:
                 f"A world of one rank sends all of `send` to itself: counts must be [{send.shape[0]}]. "
                 f"Received send_counts={list(send_counts)}, recv_counts={list(recv_counts)}."
             )
-        return send.copy()
+        return send  # no copy: the caller gets its own buffer back (a step's exchange never writes either after)
 
     def allreduce(self, values: np.ndarray, op: str) -> np.ndarray:
         _check_op(op)

@@ -71,7 +71,7 @@ from .agreement import PeerFailedError, agree
 from .communicator import Communicator, communicator
 from .exchange import Segments, distinct, pack, send_ids, send_values
 from .gather import blocks_on_root
-from .owner_pooling import Bag, Kept, expand, pool
+from .owner_pooling import Bag, Kept, expand, pool, scatter
 from .ownership import Ownership
 from .statistics import DistributedStatistics
 
@@ -203,6 +203,7 @@ class DistributedEngine:
         # The features each rank pools where the rows live (owner mode), and those whose rows move (the rest).
         self._pooled = [f for f in spec.features if self.pooling == "owner" and not f.is_sequence]
         self._exact = [f for f in spec.features if f.name not in {p.name for p in self._pooled}]
+        self._sequence = [f for f in spec.features if f.is_sequence]  # their entries' gradients move one by one
         if self.rank == 0:
             warn_clipping_limit(spec)
         for line in self.describe():
@@ -409,10 +410,18 @@ class DistributedEngine:
             activations, lengths, batches, bool(training), self.global_step, routes=routes, lookup=lookup
         )
 
-    def _bag(self, feature: FeatureSpec, batch: Ragged) -> Bag:
-        """A pooled feature's kept entries with their owners and float32 coefficients (owner mode), as the
-        kernels compute them for one process."""
+    def _bag(
+        self, feature: FeatureSpec, batch: Ragged, route: tuple[np.ndarray, np.ndarray] | None = None, empty=False
+    ) -> Bag:
+        """A pooled feature's kept entries with their owners and float32 coefficients, as the kernels compute
+        them for one process. `route`: each entry's (owner, local row), from the forward (else located
+        here); `empty`: no entry (a feature without gradient)."""
+        if empty:
+            none = np.zeros(0, np.int64)
+            return Bag(none, none, none, np.zeros(0, np.float32), batch.batch_size)
         combiner = self.spec.table(feature.table).combiner
+        if route is not None:  # the kept entries' positions, then their routes
+            batch = _by_position(batch)
         if isinstance(self.kernels, NumpyKernels):
             example, ids, coef, _ = pooled_coefficients(batch, combiner, safe=feature.safe_lookup)
         else:
@@ -421,7 +430,10 @@ class DistributedEngine:
             ids, _, example, coef = fast.coefficients(batch, combiner, feature.safe_lookup, dim)
             example = batch.row_ids() if example is None else example
             coef = np.ones(ids.shape[0], np.float32) if coef.shape[0] == 0 else coef
-        owner, local = self._owners[feature.table].locate(ids.astype(np.int64, copy=False))
+        if route is None:
+            owner, local = self._owners[feature.table].locate(ids.astype(np.int64, copy=False))
+        else:
+            owner, local = route[0][ids], route[1][ids]
         return Bag(example.astype(np.int64), owner, local, coef.astype(np.float32), batch.batch_size)
 
     def _fetch_rows(self, routes: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -435,14 +447,16 @@ class DistributedEngine:
         if not tables:
             return {}
         features = {name: [f for f in self._exact if f.table == name] for name in tables}
-        wanted = {
-            name: distinct(
-                np.concatenate([routes[f.name][0] for f in features[name]]),
-                np.concatenate([routes[f.name][1] for f in features[name]]),
-                self.world_size,
+        wanted = dict(
+            zip(
+                tables,
+                distinct(
+                    [np.concatenate([routes[f.name][0] for f in features[name]]) for name in tables],
+                    [np.concatenate([routes[f.name][1] for f in features[name]]) for name in tables],
+                    self.world_size,
+                ),
             )
-            for name in tables
-        }
+        )
         dims = np.array([self.spec.table(name).dim for name in tables], np.int64)
         outbox = pack([wanted[name][0] for name in tables], [wanted[name][1] for name in tables], self.world_size)
         received, local = send_ids(self.comm, outbox)
@@ -519,8 +533,8 @@ class DistributedEngine:
     def _entries(
         self, result: LookupResult, gradients: Mapping[str, Any], step: int
     ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
-        """Every check first; then (feature -> (entry indices, entry gradients) of this rank's kept
-        entries, for the exact path; pooled feature -> its gradient [B, D], for the owner-pooled path)."""
+        """Every check first; then (sequence feature -> (entry indices, entry gradients) of this rank's kept
+        entries; pooled feature -> its gradient [B, D], which the owners expand with the coefficients)."""
         if not isinstance(result, DistributedLookupResult):
             raise TypeError("Argument `result` must be the LookupResult returned by this engine's forward().")
         check_trainable(result, step, gradients)
@@ -547,11 +561,8 @@ class DistributedEngine:
             batch = _by_position(result.batches[feature.name])
             if feature.is_sequence:
                 entries[feature.name] = self.kernels.sequence_entries(batch, feature.max_sequence_length, grad)
-            elif self.pooling == "owner":
-                grads[feature.name] = grad  # the owners expand it with the coefficients they kept
-            else:
-                combiner = self.spec.table(feature.table).combiner
-                entries[feature.name] = self.kernels.pooled_entries(batch, combiner, grad, safe=feature.safe_lookup)
+            else:  # the owners expand it with the coefficients they kept (owner mode) or get now (exact)
+                grads[feature.name] = grad
         return entries, grads
 
     def _send_gradients(
@@ -563,12 +574,21 @@ class DistributedEngine:
         """Table -> per feature (spec order), the entries this rank owns (`_entries_of`), in the one-process
         order (collective): feature by feature, then source rank by source rank, each in its entry order."""
         pieces: dict[int, tuple[np.ndarray, ...]] = {}  # feature index -> its entries
-        if self._exact:
+        if self._sequence:
             pieces.update(self._send_entries(result, entries))
-        if self._pooled:
-            _, kept = self._kept[result.lookup]
-            expanded = expand(self.comm, kept, [grads.get(f.name) for f in self._pooled])
-            for feature, piece in zip(self._pooled, expanded):
+        pooled = [f for f in self.spec.features if not f.is_sequence]
+        if pooled:
+            wanted = [grads.get(f.name) for f in pooled]
+            if self._pooled:
+                expanded = expand(self.comm, self._kept[result.lookup][1], wanted)
+            else:  # exact mode: the requester pooled the forward; the owners get the coefficients now
+                bags = [
+                    self._bag(f, result.batches[f.name], result.routes[f.name], grad is None)
+                    for f, grad in zip(pooled, wanted)
+                ]
+                dims = np.array([self.spec.table(f.table).dim for f in pooled], np.int64)
+                expanded = scatter(self.comm, bags, wanted, dims)
+            for feature, piece in zip(pooled, expanded):
                 pieces[self._features[feature.name]] = piece
         return {table.name: [pieces[index] for index in self._indices_of(table.name)] for table in self.spec.tables}
 

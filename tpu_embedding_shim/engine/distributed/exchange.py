@@ -30,7 +30,7 @@ A forward asks each owner for each distinct row once per table (`distinct`)
 and expands the answer locally: the rows are copies, so the bits are the
 same as when every entry asks for its row.
 
->>> owners, rows, inverse = distinct(np.array([1, 0, 1, 1]), np.array([5, 6, 5, 7]), world_size=2)
+>>> [(owners, rows, inverse)] = distinct([np.array([1, 0, 1, 1])], [np.array([5, 6, 5, 7])], world_size=2)
 >>> owners.tolist(), rows.tolist(), inverse.tolist()  # entries 0 and 2 ask for the same row
 ([1, 0, 1], [5, 6, 7], [0, 1, 0, 2])
 """
@@ -39,12 +39,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from .communicator import Communicator
 
-__all__ = ["Segments", "Outbox", "pack", "distinct", "ranges", "swap_counts", "send_ids", "send_values"]
+__all__ = ["Segments", "Outbox", "pack", "distinct", "ranges", "swap_counts", "send_ids", "send_values", "compiled"]
 
 
 def _starts(sizes: np.ndarray) -> np.ndarray:
@@ -181,6 +182,24 @@ class Outbox:
         return within[bounds[feature] : bounds[feature + 1]]
 
 
+_COMPILED: list = []  # once known: [the compiled kernels' module, or None]
+
+
+def compiled() -> Any:
+    """The compiled kernels of the exchange's index work (`fast/exchange.py`), or None when numba is missing
+    or turned off (`fast.available()`): then numpy's code here does the same work, with the same results."""
+    if not _COMPILED:
+        from .. import fast
+
+        if fast.available():
+            from ..fast import exchange
+
+            _COMPILED.append(exchange)
+        else:
+            _COMPILED.append(None)
+    return _COMPILED[0]
+
+
 def pack(owners: Sequence[np.ndarray], locals_: Sequence[np.ndarray], world_size: int) -> Outbox:
     """Orders every feature's entries destination-major, feature-minor, keeping each feature's entry order.
 
@@ -192,26 +211,44 @@ def pack(owners: Sequence[np.ndarray], locals_: Sequence[np.ndarray], world_size
     num_features = len(owners)
     sizes = [o.shape[0] for o in owners]
     bases = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    feature = np.repeat(np.arange(num_features, dtype=np.int64), sizes)
-    owner = np.concatenate(owners).astype(np.int64) if num_features else np.zeros(0, np.int64)
-    key = owner * num_features + feature
-    small = key.astype(np.uint16) if world_size * num_features <= 1 << 16 else key  # numpy: radix sort, O(n)
-    order = np.argsort(small, kind="stable")
-    counts = np.bincount(key, minlength=world_size * num_features).reshape(world_size, num_features)
-    local = np.concatenate(locals_).astype(np.int64)[order] if num_features else np.zeros(0, np.int64)
-    counts = counts.astype(np.int64)
+    owner = np.concatenate(owners).astype(np.int64, copy=False) if num_features else np.zeros(0, np.int64)
+    kernels = compiled()
+    if kernels is not None:  # a counting sort, one pass to count and one to place
+        order, counts = kernels.bucket(owner, bases, world_size)
+    else:
+        key = owner * num_features + np.repeat(np.arange(num_features, dtype=np.int64), sizes)
+        small = key.astype(np.uint16) if world_size * num_features <= 1 << 16 else key  # numpy: radix sort, O(n)
+        order = np.argsort(small, kind="stable")
+        counts = np.bincount(key, minlength=world_size * num_features).reshape(world_size, num_features)
+        counts = counts.astype(np.int64)
+    local = np.concatenate(locals_).astype(np.int64, copy=False)[order] if num_features else np.zeros(0, np.int64)
     return Outbox(order, counts, bases, local, _starts(counts))
 
 
-def distinct(owner: np.ndarray, local: np.ndarray, world_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each distinct (owner, local row) pair of some entries once.
+def distinct(owners: Sequence[np.ndarray], locals_: Sequence[np.ndarray], world_size: int) -> list[tuple]:
+    """Per group of entries t (a table's), each distinct (owner, local row) pair of its entries once.
 
-    Returns (owners, locals, inverse), int64: the pairs ordered by local row,
-    then owner, and for each entry the index of its pair, so that
-    `owners[inverse], locals[inverse]` are the entries' own."""
-    key = local.astype(np.int64) * world_size + owner.astype(np.int64)
-    unique, inverse = np.unique(key, return_inverse=True)
-    return unique % world_size, unique // world_size, inverse.reshape(-1).astype(np.int64)
+    Returns per group (owners, locals, inverse), int64: the pairs in the order they first occur, and for
+    each entry the index of its pair, so that `owners[inverse], locals[inverse]` are the entries' own."""
+    keys = [local.astype(np.int64) * world_size + owner.astype(np.int64) for owner, local in zip(owners, locals_)]
+    bases = np.concatenate([[0], np.cumsum([k.shape[0] for k in keys])]).astype(np.int64)
+    kernels = compiled()
+    if kernels is not None:  # one hash pass per group
+        unique, inverse, sizes = kernels.distinct(np.concatenate(keys) if keys else np.zeros(0, np.int64), bases)
+        out = []
+        for t in range(len(keys)):
+            pairs = unique[bases[t] : bases[t] + sizes[t]]
+            out.append((pairs % world_size, pairs // world_size, inverse[bases[t] : bases[t + 1]]))
+        return out
+    out = []
+    for key in keys:  # numpy: sorted, then put in the order of first occurrence
+        pairs, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        rank = np.empty(order.shape[0], np.int64)
+        rank[order] = np.arange(order.shape[0])
+        pairs = pairs[order]
+        out.append((pairs % world_size, pairs // world_size, rank[inverse.reshape(-1)]))
+    return out
 
 
 def swap_counts(comm: Communicator, counts: np.ndarray) -> np.ndarray:

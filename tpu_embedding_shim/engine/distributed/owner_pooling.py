@@ -46,9 +46,9 @@ import numpy as np
 from ..kernels import Kernels, Lookup, NumpyKernels
 from ..ragged import Ragged
 from .communicator import Communicator
-from .exchange import Segments, pack, swap_counts
+from .exchange import Segments, compiled, pack, swap_counts
 
-__all__ = ["Bag", "Kept", "pool", "expand"]
+__all__ = ["Bag", "Kept", "pool", "expand", "scatter"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,17 +114,10 @@ def pool(
       (activations per feature, what the backward needs).
     """
     kernels = NumpyKernels() if kernels is None else kernels
-    world, num = comm.size, len(bags)
+    num = len(bags)
     dims = np.array([t.shape[1] for t in tables], np.int64)
     ones = np.ones(num, np.int64)
-    outbox = pack([b.owner for b in bags], [b.local for b in bags], world)
-    example = np.concatenate([b.example for b in bags]).astype(np.int64)[outbox.order]
-    coef = np.concatenate([b.coef for b in bags]).astype(np.float32)[outbox.order]
-    received = swap_counts(comm, outbox.counts)
-    sent_n, got_n = outbox.counts.sum(axis=1), received.sum(axis=1)
-    pairs = comm.alltoallv(np.stack([outbox.local, example], axis=1).reshape(-1), 2 * sent_n, 2 * got_n)
-    rows, examples_got = pairs.reshape(-1, 2)[:, 0], pairs.reshape(-1, 2)[:, 1]
-    coefs = comm.alltoallv(coef, sent_n, got_n)
+    outbox, example, received, rows, examples_got, coefs = _send_entries(comm, bags)
 
     # As an owner: one partial sum per run of equal examples in each (source, feature) segment.
     answered, group, _, runs = _groups(received, examples_got)
@@ -151,10 +144,53 @@ def pool(
     return activations, Kept(dims, asked, examples, answered, received, rows, coefs, group)
 
 
+def _send_entries(comm: Communicator, bags: Sequence[Bag]) -> tuple:
+    """Every bag's entries to the owners of their rows, with their examples and coefficients (collective).
+
+    Returns (the outbox, each sent entry's example in send order, the received counts [W, P], and per
+    received entry its local row, example and float32 coefficient, segments source-major)."""
+    outbox = pack([b.owner for b in bags], [b.local for b in bags], comm.size)
+    example = np.concatenate([b.example for b in bags]).astype(np.int64)[outbox.order]
+    coef = np.concatenate([b.coef for b in bags]).astype(np.float32)[outbox.order]
+    received = swap_counts(comm, outbox.counts)
+    sent_n, got_n = outbox.counts.sum(axis=1), received.sum(axis=1)
+    pairs = comm.alltoallv(np.stack([outbox.local, example], axis=1).reshape(-1), 2 * sent_n, 2 * got_n)
+    rows, examples_got = pairs.reshape(-1, 2)[:, 0], pairs.reshape(-1, 2)[:, 1]
+    coefs = comm.alltoallv(coef, sent_n, got_n)
+    return outbox, example, received, rows, examples_got, coefs
+
+
+def scatter(comm: Communicator, bags: Sequence[Bag], grads: Sequence[np.ndarray | None], dims: np.ndarray):
+    """The exact mode's backward of the pooled features, with the traffic of the owner-pooled one (collective).
+
+    The requesters pooled the forward themselves, so the owners kept nothing: each bag's kept entries go
+    to their owners now (local row, example, coefficient), then one gradient row per (example, feature,
+    owner), as `expand` sends them. The owners rebuild each entry's `G[b_k] * c_k`, the float32 product
+    one process computes: the same bits, with a gradient row per example instead of per entry.
+
+    Args:
+      comm: the ranks.
+      bags: per pooled feature, this rank's kept entries (an empty bag for a feature without gradient).
+      grads: per pooled feature, this rank's float32 gradient [B, D] (multiplier applied), or None.
+      dims: int64 [P], each feature's width.
+
+    Returns:
+      as `expand`.
+    """
+    outbox, example, received, rows, examples_got, coefs = _send_entries(comm, bags)
+    answered, group, _, _ = _groups(received, examples_got)
+    asked, _, first, _ = _groups(outbox.counts, example)
+    kept = Kept(np.asarray(dims, np.int64), asked, example[first], answered, received, rows, coefs, group)
+    return expand(comm, kept, grads)
+
+
 def _groups(counts: np.ndarray, examples: np.ndarray) -> tuple[np.ndarray, ...]:
     """The runs of equal examples within each of the [W, P] segments of `counts` (entries laid out as
     `Segments`): (runs per segment [W, P], each entry's run index within its segment, each run's first
     entry, each run's length), runs in entry order."""
+    kernels = compiled()
+    if kernels is not None:  # one pass
+        return kernels.runs(counts, examples)
     n = examples.shape[0]
     segment = np.repeat(np.arange(counts.size, dtype=np.int64), counts.reshape(-1))
     new = np.ones(n, bool)
@@ -185,7 +221,7 @@ def expand(comm: Communicator, kept: Kept, grads: Sequence[np.ndarray | None]) -
       float32 product (none from a source that sent no gradient for the
       feature).
     """
-    world, num = kept.asked.shape
+    num = kept.asked.shape[1]
     ones = np.ones(num, np.int64)
     counts = kept.asked * np.array([g is not None for g in grads], np.int64)
     sent, groups = Segments(counts, kept.dims), Segments(kept.asked, ones)
@@ -203,14 +239,34 @@ def expand(comm: Communicator, kept: Kept, grads: Sequence[np.ndarray | None]) -
         )
     got = Segments(received, kept.dims)
     values = comm.alltoallv(flat, sent.values_per_rank(), got.values_per_rank())
-    entries = Segments(kept.received, ones)
+    kernels = compiled()
+    routes = kernels.routes if kernels is not None else _routes
+    rows, src, coefs, bounds = routes(kept.received, received, kept.group, kept.rows, kept.coefs)
     out: list[tuple[np.ndarray, ...]] = []
     for p in range(num):
-        at = entries.entries(p)
-        sources = np.repeat(np.arange(world), kept.received[:, p])
-        keep = received[sources, p] != 0  # a source that sent no gradient for p: its entries get none
         table, index = got.rows(values, p)
-        before = np.cumsum(received[:, p]) - received[:, p]  # each source's first gradient row
-        src = index[before[sources[keep]] + kept.group[at[keep]]]
-        out.append((kept.rows[at[keep]], table, src, kept.coefs[at[keep]]))
+        at = slice(int(bounds[p]), int(bounds[p + 1]))
+        out.append((rows[at], table, index[src[at]], coefs[at]))
     return out
+
+
+def _routes(entries, rows_got, group, local, coefs) -> tuple[np.ndarray, ...]:
+    """numpy's `fast.exchange.routes` (the same arrays): every feature's received entries, feature-major,
+    those of a (source, feature) that sent gradient rows only, with the gradient row each reads."""
+    world, num = entries.shape
+    segments = Segments(entries, np.ones(num, np.int64))
+    rows, src, coef, bounds = [], [], [], [0]
+    for p in range(num):
+        at = segments.entries(p)
+        sources = np.repeat(np.arange(world), entries[:, p])
+        keep = rows_got[sources, p] != 0  # a source that sent no gradient for p: its entries get none
+        before = np.cumsum(rows_got[:, p]) - rows_got[:, p]  # each source's first gradient row
+        rows.append(local[at[keep]])
+        src.append(before[sources[keep]] + group[at[keep]])
+        coef.append(coefs[at[keep]])
+        bounds.append(bounds[-1] + int(keep.sum()))
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
+    return (
+        *(np.concatenate(parts).astype(part.dtype) if parts else part for parts, part in zip((rows, src, coef), empty)),
+        np.array(bounds, np.int64),
+    )

@@ -28,6 +28,8 @@ One idea per module:
   on Python threads.
 - `kernels.py`: `FastKernels`, the engine's `Kernels` (`engine/kernels.py`)
   on these kernels (tables as one storage array of any sharding).
+- `exchange.py`: the index work of `DistributedEngine`'s exchange (bucketing
+  entries by owner, distinct rows, runs of examples), integers only.
 
 Compiled kernels are cached on disk (`cache=True`): only the first run on a
 machine pays the compile time.

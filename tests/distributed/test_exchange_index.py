@@ -1,0 +1,138 @@
+"""The exchange's index work, numpy's and the compiled kernels' (`engine/fast/exchange.py`), against its
+definition, one small loop per entry here (hypothesis). Integers only: both give the same arrays.
+
+Runs the numpy code everywhere and the compiled kernels where numba imports (both in CI's venvs together).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tpu_embedding_shim.engine import fast
+from tpu_embedding_shim.engine.distributed import exchange, owner_pooling
+
+IMPLEMENTATIONS = ["numpy"] + (["compiled"] if fast.available() else [])
+
+
+@contextlib.contextmanager
+def using(implementation):
+    """The exchange's numpy code ('numpy') or its compiled kernels ('compiled'), while the block runs."""
+    saved = exchange._COMPILED[:]
+    if implementation == "numpy":
+        exchange._COMPILED[:] = [None]
+    else:
+        from tpu_embedding_shim.engine.fast import exchange as kernels
+
+        exchange._COMPILED[:] = [kernels]
+    try:
+        yield
+    finally:
+        exchange._COMPILED[:] = saved
+
+
+@st.composite
+def features(draw, max_world=4, max_features=4, max_entries=30):
+    """(world size, per feature: owners, local rows)."""
+    world = draw(st.integers(1, max_world))
+    count = draw(st.integers(0, max_features))
+    sizes = draw(st.lists(st.integers(0, max_entries), min_size=count, max_size=count))
+    owners = [np.array(draw(st.lists(st.integers(0, world - 1), min_size=n, max_size=n)), np.int64) for n in sizes]
+    locals_ = [np.array(draw(st.lists(st.integers(0, 9), min_size=n, max_size=n)), np.int64) for n in sizes]
+    return world, owners, locals_
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@settings(max_examples=60, deadline=None)
+@given(case=features())
+def test_pack_orders_by_owner_then_feature_keeping_entry_order(implementation, case):
+    world, owners, locals_ = case
+    with using(implementation):
+        box = exchange.pack(owners, locals_, world)
+    expected = [(o, f, k) for f, own in enumerate(owners) for k, o in enumerate(own.tolist())]
+    expected.sort(key=lambda entry: (entry[0], entry[1]))  # stable: entry order within a segment
+    bases = np.concatenate([[0], np.cumsum([o.shape[0] for o in owners])]).astype(np.int64)
+    assert box.order.tolist() == [int(bases[f]) + k for _, f, k in expected]
+    assert box.local.tolist() == [int(locals_[f][k]) for _, f, k in expected]
+    counts = np.zeros((world, len(owners)), np.int64)
+    for o, f, _ in expected:
+        counts[o, f] += 1
+    assert box.counts.tolist() == counts.tolist()
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@settings(max_examples=60, deadline=None)
+@given(case=features())
+def test_distinct_lists_each_pair_once_in_order_of_first_occurrence(implementation, case):
+    world, owners, locals_ = case
+    with using(implementation):
+        found = exchange.distinct(owners, locals_, world)
+    for (pair_owners, pair_rows, inverse), owner, local in zip(found, owners, locals_):
+        pairs = list(dict.fromkeys(zip(owner.tolist(), local.tolist())))
+        assert list(zip(pair_owners.tolist(), pair_rows.tolist())) == pairs
+        assert pair_owners[inverse].tolist() == owner.tolist() and pair_rows[inverse].tolist() == local.tolist()
+
+
+@st.composite
+def segments(draw):
+    """(counts [W, P], per entry: example, gradient rows per segment, group, local row, coefficient)."""
+    world, num = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    counts = np.array(draw(st.lists(st.integers(0, 5), min_size=world * num, max_size=world * num)), np.int64)
+    counts = counts.reshape(world, num)
+    n = int(counts.sum())
+    examples = np.array(draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)), np.int64)
+    rows_got = np.array(draw(st.lists(st.integers(0, 3), min_size=world * num, max_size=world * num)), np.int64)
+    group = np.array(draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)), np.int64)
+    return counts, examples, rows_got.reshape(world, num), group, np.arange(n, dtype=np.int64) * 7
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@settings(max_examples=60, deadline=None)
+@given(case=segments())
+def test_groups_are_the_runs_of_equal_examples_in_each_segment(implementation, case):
+    counts, examples, *_ = case
+    with using(implementation):
+        per_segment, group, first, lengths = owner_pooling._groups(counts, examples)
+    runs, starts, k = [], [], 0
+    for size in counts.reshape(-1).tolist():
+        in_segment = []
+        for j in range(size):
+            if j == 0 or examples[k] != examples[k - 1]:
+                starts.append(k)
+                in_segment.append(0)
+            in_segment[-1] += 1
+            k += 1
+        runs.append(in_segment)
+    assert per_segment.reshape(-1).tolist() == [len(r) for r in runs]
+    assert first.tolist() == starts
+    assert lengths.tolist() == [length for r in runs for length in r]
+    assert group.tolist() == [g for r in runs for g, length in enumerate(r) for _ in range(length)]
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@settings(max_examples=60, deadline=None)
+@given(case=segments())
+def test_routes_put_each_feature_s_entries_together_with_their_gradient_row(implementation, case):
+    counts, _, rows_got, group, local = case
+    coefs = (local / 3).astype(np.float32)
+    if implementation == "numpy":
+        rows, src, coef, bounds = owner_pooling._routes(counts, rows_got, group, local, coefs)
+    else:
+        from tpu_embedding_shim.engine.fast import exchange as kernels
+
+        rows, src, coef, bounds = kernels.routes(counts, rows_got, group, local, coefs)
+    world, num = counts.shape
+    for p in range(num):
+        want, k = [], 0
+        for s in range(world):
+            for q in range(num):
+                for _ in range(counts[s, q]):
+                    if q == p and rows_got[s, p]:
+                        want.append((int(local[k]), int(rows_got[:s, p].sum() + group[k]), float(coefs[k])))
+                    k += 1
+        at = slice(int(bounds[p]), int(bounds[p + 1]))
+        assert list(zip(rows[at].tolist(), src[at].tolist(), coef[at].tolist())) == want

@@ -1,0 +1,199 @@
+"""The index work of the distributed exchange (`engine/distributed/exchange.py`), compiled: one pass each.
+
+Integers only (no arithmetic on rows or gradients), so the results are the
+ones of the numpy code they replace, element for element; that code stays
+the fallback without numba. Serial kernels: each rank runs on one core.
+
+- `bucket`: the entries of F features (laid end to end) ordered by (owner,
+  feature), stable: a counting sort, two passes, where numpy sorts.
+- `runs`: the runs of equal examples within each segment of a list of
+  entries (the owner-pooled partial sums), one pass.
+- `routes`: for every received entry of every feature at once, its
+  feature-major place and the gradient row it reads.
+- `distinct`: each table's distinct keys in the order they first occur,
+  and each entry's, through an open-addressing hash table (numpy sorts).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from . import disk_cache  # noqa: F401  (before any cache=True kernel: numba caches them outside the package)
+
+__all__ = ["bucket", "runs", "routes", "distinct"]
+
+
+@numba.njit(cache=True, nogil=True)
+def _bucket(owner, bases, order, counts):
+    features = bases.shape[0] - 1
+    for f in range(features):
+        for k in range(bases[f], bases[f + 1]):
+            counts[owner[k] * features + f] += 1
+    position = np.empty(counts.shape[0], np.int64)
+    total = 0
+    for key in range(counts.shape[0]):
+        position[key] = total
+        total += counts[key]
+    for f in range(features):
+        for k in range(bases[f], bases[f + 1]):
+            key = owner[k] * features + f
+            order[position[key]] = k
+            position[key] += 1
+
+
+def bucket(owner: np.ndarray, bases: np.ndarray, world: int) -> tuple[np.ndarray, np.ndarray]:
+    """(order int64 [n], counts int64 [W, F]): `order` = the stable argsort of `owner * F + feature`.
+
+    Args:
+      owner: int64 [n], the features' entries end to end: feature f's are `bases[f]:bases[f + 1]`.
+      bases: int64 [F + 1].
+      world: W (every owner is in [0, W)).
+    """
+    features = bases.shape[0] - 1
+    order = np.empty(owner.shape[0], np.int64)
+    counts = np.zeros(world * features, np.int64)
+    _bucket(np.ascontiguousarray(owner, np.int64), np.ascontiguousarray(bases, np.int64), order, counts)
+    return order, counts.reshape(world, features)
+
+
+@numba.njit(cache=True, nogil=True)
+def _runs(counts, examples, per_segment, group, first, lengths):
+    n_runs = 0
+    k = 0
+    for s in range(counts.shape[0]):
+        in_segment = 0
+        for j in range(counts[s]):
+            if j == 0 or examples[k] != examples[k - 1]:
+                first[n_runs] = k
+                if n_runs > 0:
+                    lengths[n_runs - 1] = k - first[n_runs - 1]
+                n_runs += 1
+                in_segment += 1
+            group[k] = in_segment - 1
+            k += 1
+        per_segment[s] = in_segment
+    if n_runs > 0:
+        lengths[n_runs - 1] = k - first[n_runs - 1]
+    return n_runs
+
+
+def runs(counts: np.ndarray, examples: np.ndarray) -> tuple[np.ndarray, ...]:
+    """As `owner_pooling._groups`: (runs per segment, each entry's run within its segment, each run's
+    first entry, each run's length), for the segments of `counts` (any shape, row-major) laid end to end."""
+    n = examples.shape[0]
+    per_segment = np.zeros(counts.size, np.int64)
+    group = np.empty(n, np.int64)
+    first = np.empty(n, np.int64)
+    lengths = np.empty(n, np.int64)
+    flat = np.ascontiguousarray(counts.reshape(-1), np.int64)
+    total = _runs(flat, np.ascontiguousarray(examples, np.int64), per_segment, group, first, lengths)
+    return per_segment.reshape(counts.shape), group, first[:total], lengths[:total]
+
+
+@numba.njit(cache=True, nogil=True)
+def _routes(entries, rows_got, group, local, coefs, rows, src, coef, bounds):
+    world, features = entries.shape
+    # where each feature's kept entries start (feature-major), and each (source, feature)'s gradient rows
+    before = np.zeros((world, features), np.int64)
+    for p in range(features):
+        total = 0
+        for s in range(world):
+            before[s, p] = total
+            total += rows_got[s, p]
+        kept = 0
+        for s in range(world):
+            if rows_got[s, p] != 0:
+                kept += entries[s, p]
+        bounds[p + 1] = bounds[p] + kept
+    fill = bounds[:-1].copy()
+    k = 0
+    for s in range(world):
+        for p in range(features):
+            if rows_got[s, p] == 0:  # no gradient from s for p: its entries get none
+                k += entries[s, p]
+                continue
+            for _ in range(entries[s, p]):
+                j = fill[p]
+                rows[j] = local[k]
+                src[j] = before[s, p] + group[k]
+                coef[j] = coefs[k]
+                fill[p] += 1
+                k += 1
+
+
+def routes(entries: np.ndarray, rows_got: np.ndarray, group: np.ndarray, local: np.ndarray, coefs: np.ndarray):
+    """Every feature's received entries at once, feature-major (then source by source, each in entry order),
+    those of a (source, feature) that sent gradient rows only.
+
+    Args:
+      entries: int64 [W, P], the entries received per (source, feature); they are laid out
+        source-major in `group`, `local` and `coefs`.
+      rows_got: int64 [W, P], the gradient rows received per (source, feature) (0: none).
+      group: int64 [n], each entry's gradient row within its segment.
+      local, coefs: per entry, its local row and float32 coefficient.
+
+    Returns:
+      (rows, src, coef, bounds): feature p's entries are `bounds[p]:bounds[p + 1]`, with their local rows,
+      the index of their gradient row among feature p's received rows (source by source) and coefficients.
+    """
+    features = entries.shape[1]
+    kept = int((entries * (rows_got != 0)).sum())
+    rows, src = np.empty(kept, np.int64), np.empty(kept, np.int64)
+    coef = np.empty(kept, np.float32)
+    bounds = np.zeros(features + 1, np.int64)
+    _routes(
+        np.ascontiguousarray(entries, np.int64),
+        np.ascontiguousarray(rows_got, np.int64),
+        np.ascontiguousarray(group, np.int64),
+        np.ascontiguousarray(local, np.int64),
+        np.ascontiguousarray(coefs, np.float32),
+        rows,
+        src,
+        coef,
+        bounds,
+    )
+    return rows, src, coef, bounds
+
+
+@numba.njit(cache=True, nogil=True)
+def _distinct(keys, bases, unique, inverse, sizes, slots):
+    golden = np.uint64(11400714819323198485)  # Fibonacci hashing: 2^64 / the golden ratio
+    for t in range(bases.shape[0] - 1):
+        lo, hi = bases[t], bases[t + 1]
+        bits = 4
+        while (1 << bits) < 2 * (hi - lo):
+            bits += 1
+        mask = (1 << bits) - 1
+        shift = np.uint64(64 - bits)
+        slots[: mask + 1] = -1
+        count = 0
+        for k in range(lo, hi):
+            key = keys[k]
+            h = np.int64((np.uint64(key) * golden) >> shift)
+            while True:
+                s = slots[h]
+                if s < 0:
+                    slots[h] = count
+                    unique[lo + count] = key
+                    inverse[k] = count
+                    count += 1
+                    break
+                if unique[lo + s] == key:
+                    inverse[k] = s
+                    break
+                h = (h + 1) & mask
+        sizes[t] = count
+
+
+def distinct(keys: np.ndarray, bases: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group t of keys (`keys[bases[t]:bases[t + 1]]`, int64 >= 0): its distinct keys in the order they
+    first occur, at `unique[bases[t]:bases[t] + sizes[t]]`, and each key's index among them (`inverse`)."""
+    keys = np.ascontiguousarray(keys, np.int64)
+    bases = np.ascontiguousarray(bases, np.int64)
+    unique, inverse = np.empty(keys.shape[0], np.int64), np.empty(keys.shape[0], np.int64)
+    sizes = np.zeros(bases.shape[0] - 1, np.int64)
+    largest = int(np.diff(bases).max()) if sizes.shape[0] else 0
+    slots = np.empty(max(16, 1 << int(2 * largest - 1).bit_length()), np.int64)
+    _distinct(keys, bases, unique, inverse, sizes, slots)
+    return unique, inverse, sizes
