@@ -194,7 +194,8 @@ def _dense_output(
             if isinstance(column, NumericColumn):
                 pieces.append((None, _numeric_input(column, features, owner)))
             else:
-                pieces.append((column.get_feature_key_name(), scope.activation(column, owner)))
+                key = column.get_feature_key_name()
+                pieces.append((key, scope.activation(column, owner, key)))
         output = scope.record(pieces, layer)
     if cols_to_output_tensors is not None:
         start = 0
@@ -416,7 +417,7 @@ class SequenceFeatures(_FeatureLayer):
         pieces, lengths = [], None
         for column in self._feature_columns:
             key = column.get_feature_key_name()
-            pieces.append((key, scope.activation(column, self._owner)))
+            pieces.append((key, scope.activation(column, self._owner, key)))
             these = np.asarray(scope.sequence_lengths[key])
             if lengths is None:
                 lengths, first = these, column

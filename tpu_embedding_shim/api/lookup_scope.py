@@ -187,8 +187,9 @@ class LookupScope:
     def sequence_output(self, columns: Sequence[Any], owner: str, layer: str) -> tuple[Any, Any]:
         raise NotImplementedError
 
-    def activation(self, column: Any, owner: str) -> np.ndarray:
-        key = column.get_feature_key_name()
+    def activation(self, column: Any, owner: str, key: str | None = None) -> np.ndarray:
+        """The step's activation of `column` (its feature `key`, when the caller has it), checked."""
+        key = column.get_feature_key_name() if key is None else key
         if key not in self.activations:
             raise ValueError(
                 f"{owner}: column {column.name!r} (feature {key!r}) has no activations in this step: it is not "
@@ -245,9 +246,10 @@ class LookupScope:
         Keys of `gradients` are layer outputs returned in this scope, or
         feature keys (str) for a per-feature gradient. A value of None means
         no gradient. Slices of numeric columns are dropped. A feature's
-        gradient given once is not copied: it is a float32 view of what was
-        given (a slice of it), for the engine to read within the step; a
-        feature given several gradients gets their sum, a new array.
+        gradient given once as a whole float32 array is that array, not a
+        copy (the engine reads it within the step); a slice of a layer's
+        gradient is a contiguous copy; a feature given several gradients
+        gets their sum, a new array.
         """
         per_feature: dict[str, np.ndarray] = {}
         if not gradients:
@@ -305,6 +307,7 @@ def _check_shape(grad: np.ndarray, shape: tuple[int, ...], what: str) -> None:
 
 
 def _accumulate(out: dict[str, np.ndarray], key: str, grad: np.ndarray) -> None:
-    """`out[key]` plus `grad` (float32 already); the first is kept as it is, not copied (the engine copies what
-    its kernels need contiguous), a second is added into a new array, never into the first."""
-    out[key] = out[key] + grad if key in out else grad
+    """`out[key]` plus `grad` (float32 already). The first is kept contiguous: a slice of a layer's gradient is
+    copied once (the copy the engine's kernels would make), a whole gradient is used as it is; a second is
+    added into a new array, never into the first."""
+    out[key] = out[key] + grad if key in out else np.ascontiguousarray(grad)
