@@ -19,6 +19,11 @@ time, not a profiler's:
 Then one more epoch under cProfile names the runner's most costly
 functions (profiled times: cProfile slows Python more than numpy).
 Times are reported, never asserted.
+
+`--clock cpu` reads this thread's CPU time instead of the wall clock: on a
+machine other processes share, their load then adds nothing to the parts
+(the BLAS and kernel threads, if any run, are not counted: set
+OPENBLAS_NUM_THREADS=1 for a true split).
 """
 
 from __future__ import annotations
@@ -42,33 +47,40 @@ RUNNER_PACKAGES = ("tpu_embedding_shim/runner/", "tpu_embedding_shim/api/", "tpu
 ENGINE_PYTHON = ("engine/engine.py", "engine/step_checks", "engine/vocabulary", "engine/ragged", "engine/aligned")
 
 
-class Timers:
-    """Seconds spent per part, summed over the calls of the wrapped functions."""
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}  # --clock: wall time, or this thread's CPU time
 
-    def __init__(self):
+
+class Timers:
+    """Seconds spent per part, summed over the calls of the wrapped functions (read with `clock`)."""
+
+    def __init__(self, clock=time.perf_counter):
+        self.clock = clock
         self.seconds = dict.fromkeys(PARTS + ("lookups", "engine_forward", "engine_apply"), 0.0)
 
     def wrap(self, part: str, function):
+        clock = self.clock
+
         def timed(*args, **kwargs):
-            start = time.perf_counter()
+            start = clock()
             try:
                 return function(*args, **kwargs)
             finally:
-                self.seconds[part] += time.perf_counter() - start
+                self.seconds[part] += clock() - start
 
         return timed
 
     def iterate(self, part: str, iterable):
         """`iterable`'s items, the time spent producing each added to `part`."""
         iterator = iter(iterable)
+        clock = self.clock
         while True:
-            start = time.perf_counter()
+            start = clock()
             try:
                 item = next(iterator)
             except StopIteration:
                 return
             finally:
-                self.seconds[part] += time.perf_counter() - start
+                self.seconds[part] += clock() - start
             yield item
 
 
@@ -123,17 +135,17 @@ def _job(max_examples: int | None, output_dir: str, wheel: str | None = None):
     return estimator, data, config
 
 
-def time_epoch(estimator, data, seed: int) -> dict:
+def time_epoch(estimator, data, seed: int, clock=time.perf_counter) -> dict:
     """One epoch's `train()` call split into PARTS: milliseconds per step (and the whole step), and the steps."""
     from tpu_embedding_shim.movielens import job
 
-    timers = Timers()
+    timers = Timers(clock)
     input_fn = job.input_fn_for(data, data.train, shuffle_seed=seed)
     before = estimator.global_step
     with _patched(timers, _targets(estimator)):
-        start = time.perf_counter()
+        start = clock()
         estimator.train(lambda params: timers.iterate("input_fn", input_fn(params)))
-        wall = time.perf_counter() - start
+        wall = clock() - start
     steps = estimator.global_step - before
     s = timers.seconds
     s["kernels"] += s["lookups"]
@@ -178,8 +190,11 @@ def _short(path: str) -> str:
     return path[path.index("tpu_embedding_shim/") :] if "tpu_embedding_shim/" in path else path
 
 
-def measure(epochs: int, max_examples: int | None, profile_top: int = 8, wheel: str | None = None) -> dict:
-    """`epochs` timed epochs after one untimed warm-up epoch, then one profiled epoch."""
+def measure(
+    epochs: int, max_examples: int | None, profile_top: int = 8, wheel: str | None = None, clock: str = "wall"
+) -> dict:
+    """`epochs` timed epochs after one untimed warm-up epoch (read with `CLOCKS[clock]`), then one profiled
+    epoch."""
     logging.getLogger("tpu_embedding_shim").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory() as output_dir:
         estimator, data, config = _job(max_examples, output_dir, wheel)
@@ -188,13 +203,14 @@ def measure(epochs: int, max_examples: int | None, profile_top: int = 8, wheel: 
         estimator.train(job.input_fn_for(data, data.train, shuffle_seed=config.seed))  # kernels loaded, state built
         epochs_ms = []
         for epoch in range(epochs):
-            epochs_ms.append(time_epoch(estimator, data, config.seed + 1 + epoch))
+            epochs_ms.append(time_epoch(estimator, data, config.seed + 1 + epoch, CLOCKS[clock]))
         profiled = profile_epoch(estimator, data, config.seed + 1 + epochs, profile_top) if profile_top else {}
     medians = {key: statistics.median(e["ms"][key] for e in epochs_ms) for key in epochs_ms[0]["ms"]}
     return {
         "batch_size": config.batch_size,
         "steps_per_epoch": epochs_ms[0]["steps"],
         "epochs": epochs,
+        "clock": clock,
         "ms": medians,
         "per_epoch_ms": [e["ms"] for e in epochs_ms],
         "profiled": profiled,
@@ -218,6 +234,7 @@ def report(result: dict, out=print) -> None:
     out(
         f"MovieLens step (batch {result['batch_size']}, {result['steps_per_epoch']} steps an epoch): "
         f"{step:.2f} ms, median of {result['epochs']} epochs"
+        + (" (this thread's CPU time)" if result.get("clock") == "cpu" else "")
     )
     out("")
     out("| part | ms per step | share |")
@@ -242,10 +259,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=None, help="timed epochs (default 5)")
     parser.add_argument("--top", type=int, default=8, help="runner functions listed from the profiled epoch (0: none)")
     parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument(
+        "--clock", choices=sorted(CLOCKS), default="wall", help="wall time, or this thread's CPU time (shared machines)"
+    )
     parser.add_argument("--wheel", default=None, help="the MovieLens data (the recbole wheel; default: the cached one)")
     args = parser.parse_args(argv)
     epochs = args.epochs or (1 if args.quick else 5)
-    result = measure(epochs, 2000 if args.quick else None, args.top, args.wheel)
+    result = measure(epochs, 2000 if args.quick else None, args.top, args.wheel, args.clock)
     report(result)
     if args.json:
         with open(args.json, "w") as file:

@@ -45,3 +45,10 @@ def test_the_command_prints_one_row_per_part(wheel, capsys):
         assert f"| {runner_overhead.LABELS[part]} | " in out
     assert "| **everything but kernels and model** |" in out
     assert "The runner's costliest functions" in out
+
+
+def test_the_cpu_clock_splits_the_step_too(wheel):
+    result = measure(epochs=1, max_examples=None, profile_top=0, wheel=wheel, clock="cpu")
+    epoch = result["per_epoch_ms"][0]
+    assert result["clock"] == "cpu" and sum(epoch[part] for part in PARTS) == pytest.approx(epoch["step"])
+    assert all(epoch[part] > 0 for part in ("kernels", "model", "input_fn", "ids"))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tpu_embedding_shim as tf
+from tpu_embedding_shim.api import feature_layers
 from tpu_embedding_shim.api.lookup_scope import EmbeddingActivations, LookupScope
 from tpu_embedding_shim.engine.engine import Engine
 
@@ -124,6 +125,35 @@ def test_split_gradients_routes_slices_and_sums_repeats():
         scope.split_gradients({"nope": np.ones((2, 2))})
     with pytest.raises(TypeError, match="must be a dict"):
         scope.split_gradients([grad])
+
+
+def test_one_column_output_and_a_single_gradient_are_not_copied():
+    cols = [column("a", 3, 1.0)]
+    with LookupScope.from_engine(engine_for(cols), FEATURES) as scope:
+        net = tf.keras.layers.DenseFeatures(cols)(FEATURES)
+    assert np.shares_memory(net, scope.activations["a"]) and not net.flags.writeable
+    np.testing.assert_array_equal(net, [[1, 1, 1], [0, 0, 0]])
+    grad = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert np.shares_memory(scope.split_gradients({net: grad})["a"], grad)
+    summed = scope.split_gradients({net: grad, "a": grad})["a"]  # two gradients: their sum, a new array
+    np.testing.assert_array_equal(summed, 2 * np.arange(6).reshape(2, 3))
+    np.testing.assert_array_equal(grad, np.arange(6).reshape(2, 3))
+
+
+def test_layers_check_a_column_list_once(monkeypatch):
+    cols = [column("b", 2), column("a", 3)]
+    checked = []
+    normalize = feature_layers.normalize_feature_columns
+    monkeypatch.setattr(feature_layers, "normalize_feature_columns", lambda c: checked.append(c) or normalize(c))
+    with LookupScope.from_engine(engine_for(cols), FEATURES):
+        first, second = tf.keras.layers.DenseFeatures(cols), tf.keras.layers.DenseFeatures(tuple(cols))
+        outputs = [tf.compat.v1.feature_column.input_layer(FEATURES, cols) for _ in range(2)]
+    assert first.feature_columns == second.feature_columns == [cols[1], cols[0]]
+    assert (first.name, second.name) == ("dense_features", "dense_features_1")  # each build names its layer
+    assert len(outputs) == 2 and len(checked) == 2  # once for DenseFeatures, once for input_layer (TF1's rules)
+    for _ in range(2):  # a refused list is refused every time
+        with pytest.raises(ValueError, match="Duplicate feature column name"):
+            tf.keras.layers.DenseFeatures([cols[0], cols[0]])
 
 
 def test_outside_a_step_is_a_clear_error():

@@ -194,7 +194,8 @@ def _dense_output(
             if isinstance(column, NumericColumn):
                 pieces.append((None, _numeric_input(column, features, owner)))
             else:
-                pieces.append((column.get_feature_key_name(), scope.activation(column, owner)))
+                key = column.get_feature_key_name()
+                pieces.append((key, scope.activation(column, owner, key)))
         output = scope.record(pieces, layer)
     if cols_to_output_tensors is not None:
         start = 0
@@ -205,6 +206,38 @@ def _dense_output(
     return output
 
 
+# Columns checked once ------------------------------------------------------------------------
+
+_CHECKED: dict[tuple, tuple[tuple, list[FeatureColumn]]] = {}
+_CHECKED_SIZE = 64
+
+
+def checked_columns(feature_columns: Any, owner: Any, check) -> list[FeatureColumn]:
+    """`check(feature_columns)` (the columns normalized and checked, or the error), once per layer kind and
+    list of column objects.
+
+    TensorFlow builds a model_fn's layers once per graph; here a model_fn runs at every step and builds its
+    layers again, so the checked, sorted columns are kept (keyed by `owner`, the layer's kind, and the
+    columns' `id()`s: the entry holds the columns, so the ids stay theirs) and a layer over the same columns
+    is built without checking them again. Columns are immutable; a refused list is never kept.
+    """
+    if isinstance(feature_columns, FeatureColumn):
+        given: tuple = (feature_columns,)
+    elif isinstance(feature_columns, (list, tuple)):
+        given = tuple(feature_columns)
+    else:  # a dict (refused by the check) or another iterable (read once): checked every time
+        return check(feature_columns)
+    key = (owner, *map(id, given))
+    hit = _CHECKED.get(key)
+    if hit is not None:
+        return list(hit[1])
+    columns = check(list(given))
+    if len(_CHECKED) >= _CHECKED_SIZE:
+        _CHECKED.pop(next(iter(_CHECKED)))
+    _CHECKED[key] = (given, columns)
+    return list(columns)
+
+
 # The layers ------------------------------------------------------------------------------
 
 
@@ -213,7 +246,7 @@ class _FeatureLayer:
 
     The columns are normalized (a sorted list), each must be a `_column_type` and a TPU embedding or numeric
     column, then pass the layer's own `_check_columns`; only then is a default name taken (unique in the
-    step), so a refused layer changes nothing.
+    step), so a refused layer changes nothing. The checks run once per list of columns (`checked_columns`).
     """
 
     _owner = "layer"  # the name errors give
@@ -221,14 +254,17 @@ class _FeatureLayer:
     _default_name = "layer"
 
     def __init__(self, feature_columns: Any, trainable: bool, name: str | None):
+        self._feature_columns = checked_columns(feature_columns, type(self), self._checked)
+        self.trainable = trainable
+        self.name = _layer_name(name, self._default_name)
+
+    def _checked(self, feature_columns: Any) -> list[FeatureColumn]:
         columns = normalize_feature_columns(feature_columns)
         _check_type(columns, self._column_type)
         for column in columns:
             _check_embeddable(column, self._owner)
         self._check_columns(columns)
-        self._feature_columns = columns
-        self.trainable = trainable
-        self.name = _layer_name(name, self._default_name)
+        return columns
 
     def _check_columns(self, columns: list[FeatureColumn]) -> None:
         """Raises what this layer refuses in `columns` (checked and sorted already)."""
@@ -309,6 +345,12 @@ def input_layer(
     DenseFeatures); sequence columns with the "Suggested fix A / B" error.
     """
     owner = "input_layer"
+    columns = checked_columns(feature_columns, owner, _input_layer_columns)
+    return _dense_output(columns, features, owner, _layer_name(None, "input_layer"), cols_to_output_tensors)
+
+
+def _input_layer_columns(feature_columns: Any) -> list[FeatureColumn]:
+    """input_layer's columns, normalized and checked with TF1's rules."""
     columns = normalize_feature_columns(feature_columns)
     for column in columns:
         if not isinstance(column, DenseColumn):
@@ -316,7 +358,7 @@ def input_layer(
                 "Items of feature_columns must be a _DenseColumn. You can wrap a categorical column "
                 f"with an embedding_column or indicator_column. Given: {column}"
             )
-        _check_embeddable(column, owner)
+        _check_embeddable(column, "input_layer")
         if isinstance(column, _TPUSharedEmbeddingColumnV2):
             raise ValueError(
                 "SharedEmbeddingColumns are not supported in `linear_model` or `input_layer`. "
@@ -326,7 +368,7 @@ def input_layer(
             column.categorical_column, SequenceCategoricalColumn
         ):
             raise _dense_sequence_error(column, "input_layer")
-    return _dense_output(columns, features, owner, _layer_name(None, "input_layer"), cols_to_output_tensors)
+    return columns
 
 
 class SequenceFeatures(_FeatureLayer):
@@ -375,7 +417,7 @@ class SequenceFeatures(_FeatureLayer):
         pieces, lengths = [], None
         for column in self._feature_columns:
             key = column.get_feature_key_name()
-            pieces.append((key, scope.activation(column, self._owner)))
+            pieces.append((key, scope.activation(column, self._owner, key)))
             these = np.asarray(scope.sequence_lengths[key])
             if lengths is None:
                 lengths, first = these, column

@@ -72,7 +72,9 @@ class EmbeddingActivations(np.ndarray):
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         if "out" in kwargs:
             kwargs["out"] = _plain(kwargs["out"])
-        return getattr(ufunc, method)(*_plain(inputs), **kwargs)
+        # a ufunc's inputs are arrays or scalars (numpy converts a list itself): only the direct ones need a view
+        plain = [x.view(np.ndarray) if isinstance(x, EmbeddingActivations) else x for x in inputs]
+        return getattr(ufunc, method)(*plain, **kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
         return func(*_plain(args), **_plain(kwargs))
@@ -97,6 +99,7 @@ for _name in ("reshape", "astype", "copy", "transpose", "ravel", "flatten", "squ
 
 
 def _as_output(array: np.ndarray) -> EmbeddingActivations:
+    """`array` as a read-only EmbeddingActivations: a view when it is float32 and contiguous already."""
     out = np.ascontiguousarray(array, dtype=np.float32).view(EmbeddingActivations)
     out.flags.writeable = False
     return out
@@ -184,8 +187,9 @@ class LookupScope:
     def sequence_output(self, columns: Sequence[Any], owner: str, layer: str) -> tuple[Any, Any]:
         raise NotImplementedError
 
-    def activation(self, column: Any, owner: str) -> np.ndarray:
-        key = column.get_feature_key_name()
+    def activation(self, column: Any, owner: str, key: str | None = None) -> np.ndarray:
+        """The step's activation of `column` (its feature `key`, when the caller has it), checked."""
+        key = column.get_feature_key_name() if key is None else key
         if key not in self.activations:
             raise ValueError(
                 f"{owner}: column {column.name!r} (feature {key!r}) has no activations in this step: it is not "
@@ -205,7 +209,9 @@ class LookupScope:
     def record(self, pieces: list[tuple[str | None, np.ndarray]], layer: str | None = None) -> EmbeddingActivations:
         """Concatenates (feature key or None, array) pieces on the last axis and remembers the slices.
 
-        `layer` is the name of the layer reading them (noted per feature, first reader wins).
+        `layer` is the name of the layer reading them (noted per feature, first reader wins). A single
+        float32 piece is not copied: the output is a read-only view of it (the step's activations are the
+        scope's own).
         """
         slices, start = [], 0
         for key, array in pieces:
@@ -221,7 +227,9 @@ class LookupScope:
                 + ", ".join(f"{k or 'numeric'}: {a.shape[0]}" for k, a in pieces)
                 + "."
             )
-        output = _as_output(np.concatenate([a for _, a in pieces], axis=-1))
+        arrays = [a for _, a in pieces]
+        # one piece (a layer of one column): a read-only view of the step's activation, not a copy of it
+        output = _as_output(arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=-1))
         self._outputs[id(output)] = (output, slices)
         return output
 
@@ -237,7 +245,11 @@ class LookupScope:
 
         Keys of `gradients` are layer outputs returned in this scope, or
         feature keys (str) for a per-feature gradient. A value of None means
-        no gradient. Slices of numeric columns are dropped.
+        no gradient. Slices of numeric columns are dropped. A feature's
+        gradient given once as a whole float32 array is that array, not a
+        copy (the engine reads it within the step); a slice of a layer's
+        gradient is a contiguous copy; a feature given several gradients
+        gets their sum, a new array.
         """
         per_feature: dict[str, np.ndarray] = {}
         if not gradients:
@@ -295,4 +307,7 @@ def _check_shape(grad: np.ndarray, shape: tuple[int, ...], what: str) -> None:
 
 
 def _accumulate(out: dict[str, np.ndarray], key: str, grad: np.ndarray) -> None:
-    out[key] = out[key] + grad if key in out else np.array(grad, dtype=np.float32)
+    """`out[key]` plus `grad` (float32 already). The first is kept contiguous: a slice of a layer's gradient is
+    copied once (the copy the engine's kernels would make), a whole gradient is used as it is; a second is
+    added into a new array, never into the first."""
+    out[key] = out[key] + grad if key in out else np.ascontiguousarray(grad)

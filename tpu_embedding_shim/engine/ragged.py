@@ -540,10 +540,12 @@ def to_ragged(ids: Any, weights: Any = None, *, feature: FeatureSpec) -> Ragged:
                 "ids are padding and are dropped. To send out-of-range ids to one row, set "
                 "`default_value`."
             )
-    else:
+    elif padding.any():
         ids64 = np.full(n, -1, dtype=np.int64)
         live = ~padding
         ids64[live] = map_vocabulary(feature, values[live], kind)
+    else:  # no padding (the usual batch): every token mapped at once, into the batch's own new array
+        ids64 = map_vocabulary(feature, values, kind)
 
     keep = ids64 >= 0
     if keep.all():

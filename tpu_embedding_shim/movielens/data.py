@@ -147,8 +147,10 @@ class MovieLens:
       user, item, timestamp, label: one entry per rating.
       history: the user's earlier movies, most recent last, at most
         `history_length` (ragged: values + row_splits).
-      genres: each movie's genres (ragged over movies, indexed by movie id).
-      user_age, user_gender, user_occupation, user_zip: per user id.
+      genres: each movie's genres (ragged over movies, indexed by movie id;
+        numpy strings).
+      user_age, user_gender, user_occupation, user_zip: per user id (the
+        last three numpy strings, '' where unknown).
       train, test: example indices of the time split.
     """
 
@@ -294,7 +296,7 @@ def _examples(
     for row in item_rows:
         genre_lists[int(row[0])] = row[3].split() if len(row) > 3 else []
     genres = tuple(sorted({g for gs in genre_lists for g in gs}))
-    genre_values = np.array([g for gs in genre_lists for g in gs], dtype=object)
+    genre_values = np.array([g for gs in genre_lists for g in gs], dtype=str)
     genre_splits = np.r_[0, np.cumsum([len(gs) for gs in genre_lists])].astype(np.int64)
 
     return MovieLens(
@@ -307,9 +309,9 @@ def _examples(
         genre_values=genre_values,
         genre_splits=genre_splits,
         user_age=user_age,
-        user_gender=user_gender,
-        user_occupation=user_occupation,
-        user_zip=user_zip,
+        user_gender=user_gender.astype(str),  # numpy strings: a batch gathers them without converting each
+        user_occupation=user_occupation.astype(str),
+        user_zip=user_zip.astype(str),
         train=np.asarray(train, np.int64),
         test=np.asarray(test, np.int64),
         num_users=num_users,
@@ -337,19 +339,24 @@ def features_of(data: MovieLens, examples: np.ndarray) -> tuple[dict[str, object
     """
     users, items = data.user[examples], data.item[examples]
     history = RaggedTensor(*ragged_rows(data.history_values, data.history_splits, examples))
-    genre_values, genre_splits = ragged_rows(data.genre_values, data.genre_splits, items)
-    genres = RaggedTensor(genre_values.astype(str), genre_splits)  # the batch's strings only, not every movie's
+    genres = RaggedTensor(*ragged_rows(_text(data.genre_values), data.genre_splits, items))
     features = {
         "user": users.reshape(-1, 1),
         "item": items.reshape(-1, 1),
         "history": history,
         "genres": genres,
-        "occupation": data.user_occupation[users].astype(str).reshape(-1, 1),
-        "gender": data.user_gender[users].astype(str).reshape(-1, 1),
+        "occupation": _text(data.user_occupation)[users].reshape(-1, 1),
+        "gender": _text(data.user_gender)[users].reshape(-1, 1),
         "age": data.user_age[users].reshape(-1, 1),
-        "zip": data.user_zip[users].astype(str).reshape(-1, 1),
+        "zip": _text(data.user_zip)[users].reshape(-1, 1),
     }
     return features, data.label[examples]
+
+
+def _text(strings: np.ndarray) -> np.ndarray:
+    """`strings` as numpy strings: as they are (`_examples` makes them so), else converted (a MovieLens built
+    by hand with Python strings)."""
+    return strings if strings.dtype.kind == "U" else strings.astype(str)
 
 
 def batches(

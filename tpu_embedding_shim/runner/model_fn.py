@@ -204,10 +204,12 @@ def verify_model_fn(model_fn: Any, params: dict | None) -> None:
 
 
 def call_model_fn(
-    model_fn: Any, features: Any, labels: Any, mode: str, params: dict, config: Any
+    model_fn: Any, features: Any, labels: Any, mode: str, params: dict, config: Any, args: tuple[str, ...] | None = None
 ) -> EstimatorSpec | TPUEstimatorSpec:
-    """Calls `model_fn` with the arguments it takes and checks the spec it returns for `mode`, as TensorFlow does."""
-    args = fn_args(model_fn)
+    """Calls `model_fn` with the arguments it takes and checks the spec it returns for `mode`, as TensorFlow does.
+
+    `args`: `fn_args(model_fn)` when the caller knows them (an estimator reads them once, not at every step)."""
+    args = fn_args(model_fn) if args is None else args
     kwargs = {}
     if "labels" in args:
         kwargs["labels"] = labels

@@ -37,7 +37,7 @@ from .arguments import check_constructor, check_hooks, check_steps, model_dir_of
 from .context import TensorCoreColumns
 from .evaluation import EvalMetrics
 from .export import drain_streams, served_tables, timestamped_dir, write_export
-from .inputs import BatchStream, call_input_fn
+from .inputs import BatchStream, call_input_fn, fn_args
 from .model_dir import ModelState
 from .model_fn import EstimatorSpec, ModeKeys, TPUEstimatorSpec, call_model_fn
 from .run_config import RunConfig, num_shards_of
@@ -128,6 +128,7 @@ class TPUEstimator:
         self._model_dir = model_dir_of(model_dir, config)
         self._config = config.replace(model_dir=self._model_dir)
         self._model_fn = model_fn
+        self._model_fn_args = fn_args(model_fn)  # read once: a step does not inspect the signature again
         self._params = copy.deepcopy(params or {})
         self._use_tpu = use_tpu
         self._eval_on_tpu = bool(eval_on_tpu)
@@ -271,7 +272,9 @@ class TPUEstimator:
     # One batch (steps.py) ---------------------------------------------------------------------
 
     def _call_model_fn(self, features: Any, labels: Any, mode: str, params: dict) -> EstimatorSpec | TPUEstimatorSpec:
-        return call_model_fn(self._model_fn, features, labels, mode, params, self.config)
+        args = self._model_fn_args
+        config = self.config if "config" in args else None  # a copy: only for a model_fn that takes it
+        return call_model_fn(self._model_fn, features, labels, mode, params, config, args)
 
     def _uses_tf(self) -> bool:
         """Whether the model_fn runs as TensorFlow code (`dense_framework`)."""
