@@ -21,6 +21,16 @@ steps and the time of steps W..W+S is read from the input pipeline: a
 graph building, session start, the first W steps (numba compilation,
 TensorFlow's warm-up) and the final checkpoint are outside the window.
 Timings are reported, never asserted.
+
+The Keras programs (`keras256`, `keras4096`: the criteo model as a Keras
+`model.fit` program with TFRS's TPUEmbedding layer, `programs_keras.py`)
+run unmodified two ways: `ours` is `python -m tpu_embedding_shim.tensorflow
+-m benchmarks.programs_keras` (the drop-in mode: TPUStrategy and the layer's
+TPU path on the engine), `tf` is `python -m benchmarks.programs_keras`
+(no TPU: the program falls back to the default strategy and TFRS to
+TensorFlow's CPU embedding, the tables trained by Keras's Adagrad). A
+Keras callback stamps each batch's start; the worker reports which strategy
+and embedding ran, and a run on the other path is an error.
 """
 
 from __future__ import annotations
@@ -80,6 +90,12 @@ PROGRAMS = {
         dense_features=13,
     ),
 }
+# The Criteo-like model again as a Keras `model.fit` program with TFRS's TPUEmbedding layer (programs_keras.py),
+# at a small batch and at the criteo program's.
+for _batch, _steps, _warmup in ((256, 100, 10), (4096, 20, 5)):
+    PROGRAMS[f"keras{_batch}"] = dataclasses.replace(
+        PROGRAMS["criteo"], name=f"keras{_batch}", kind="keras", batch=_batch, steps=_steps, warmup=_warmup
+    )
 
 
 def quick(program: Program) -> Program:
@@ -195,6 +211,18 @@ def _criteo(tf, program: Program):
 # The runner ---------------------------------------------------------------------------------------------------
 
 
+def frameworks_of(program: str) -> tuple[str, ...]:
+    """The frameworks that run `program`: the Keras programs have no TorchRec form."""
+    return ("ours", "tf") if PROGRAMS[program].kind == "keras" else FRAMEWORKS
+
+
+# What the Keras worker must report for each framework: the strategy's and the embedding's module prefixes.
+KERAS_PATHS = {
+    "ours": ("tpu_embedding_shim.tensorflow._distribute.TPUStrategy", "tpu_embedding_shim.tensorflow._midlevel"),
+    "tf": ("tensorflow.python.distribute.distribute_lib._DefaultDistributionStrategy", "tensorflow.python.tpu."),
+}
+
+
 def python_for(framework: str) -> str:
     return TORCHREC_PYTHON if framework == "torchrec" else TF_PYTHON
 
@@ -212,11 +240,24 @@ def missing(framework: str) -> str | None:
 
 def launch(framework: str, program: str, quick_run: bool, timeout: float) -> dict:
     """One process of `framework` training `program`: its measurements, or an error."""
-    module = "benchmarks.programs_torchrec" if framework == "torchrec" else "benchmarks.programs_tf"
-    cmd = [python_for(framework), "-m", module, "--framework", framework, "--program", program]
-    cmd += ["--quick"] if quick_run else []
     env = dict(_env(), TF_CPP_MIN_LOG_LEVEL="2")
+    quick_flag = ["--quick"] if quick_run else []
+    if PROGRAMS[program].kind == "keras":  # the same program file, with and without the drop-in mode
+        mode = ["-m", "tpu_embedding_shim.tensorflow"] if framework == "ours" else []
+        cmd = [python_for(framework), *mode, "-m", "benchmarks.programs_keras", "--program", program, *quick_flag]
+        return checked_path(run_worker(cmd, env, timeout), framework)
+    module = "benchmarks.programs_torchrec" if framework == "torchrec" else "benchmarks.programs_tf"
+    cmd = [python_for(framework), "-m", module, "--framework", framework, "--program", program, *quick_flag]
     return run_worker(cmd, env, timeout)
+
+
+def checked_path(result: dict, framework: str) -> dict:
+    """A Keras worker's result, or an error if its strategy or embedding is not `framework`'s."""
+    strategy, embedding = KERAS_PATHS[framework]
+    if "error" in result or (result["strategy"] == strategy and result["embedding"].startswith(embedding)):
+        return result
+    ran = f"{result['strategy']} with {result['embedding']}"
+    return {"error": f"{framework} ran {ran}, not {strategy} with {embedding}"}
 
 
 def rate(stamps: list[float], program: Program) -> float:
@@ -250,11 +291,15 @@ def summarize(results: dict[tuple[str, str], list[dict]]) -> list[dict]:
     return rows
 
 
+NAMES = {"ours": "ours (TF bridge)", "tf": "TF 2.15 TPUEstimator (CPU)", "torchrec": "TorchRec + FBGEMM"}
+KERAS_NAMES = {"ours": "ours (drop-in mode)", "tf": "TF 2.15 Keras + TFRS (CPU)"}
+
+
 def table(rows: list[dict]) -> str:
     """The markdown table of `summarize`'s rows."""
-    names = {"ours": "ours (TF bridge)", "tf": "TF 2.15 TPUEstimator (CPU)", "torchrec": "TorchRec + FBGEMM"}
     lines = ["| program | framework | examples/s (median) | min - max | ours / this |", "|---|---|---:|---:|---:|"]
     for r in rows:
+        names = KERAS_NAMES if PROGRAMS[r["program"]].kind == "keras" else NAMES
         if r["examples_per_s"] is None:
             lines.append(f"| `{r['program']}` | {names[r['framework']]} | n/a: {r['error']} | | |")
             continue
@@ -282,12 +327,14 @@ def main(argv: list[str] | None = None) -> int:
     for name in frameworks:
         if name not in FRAMEWORKS:
             parser.error(f"--frameworks: unknown framework {name!r}; known: {', '.join(FRAMEWORKS)}")
-    results: dict[tuple[str, str], list[dict]] = {(p, f): [] for p in programs for f in frameworks}
+    results: dict[tuple[str, str], list[dict]] = {
+        (p, f): [] for p in programs for f in frameworks if f in frameworks_of(p)
+    }
     started = time.monotonic()
     for round_ in range(args.rounds):
         order = frameworks if round_ % 2 == 0 else frameworks[::-1]  # interleaved, alternating who goes first
         for program in programs:
-            for framework in order:
+            for framework in (f for f in order if f in frameworks_of(program)):
                 reason = missing(framework)
                 result = {"error": reason} if reason else launch(framework, program, args.quick, args.timeout)
                 results[(program, framework)].append(result)

@@ -80,6 +80,17 @@ def test_blocks_after_the_first_are_new_draws():
     assert abs(float(values.std()) - 0.88) < 0.02  # a truncated standard normal's spread (0.88), every block
 
 
+def test_block_k_draws_from_the_seed_sequence_of_seed_and_k_halved():
+    """The stream of block k > 0 is keyed by SeedSequence([seed, k]) (its first uint64, halved), the same number
+    under numpy 1.x (TensorFlow 2.15's venv) and 2.x."""
+    table = TableSpec(name="t", vocabulary_size=3 * BLOCK_ROWS, dim=2)
+    values = initial_rows(table, TruncatedNormal(seed=5))
+    for block in (1, 2):
+        seed = int(np.random.SeedSequence([5, block]).generate_state(1, np.uint64)[0]) // 2
+        expected = TruncatedNormal(seed=seed)((BLOCK_ROWS, 2), np.float32)
+        assert _same_bits(values[block * BLOCK_ROWS : (block + 1) * BLOCK_ROWS], expected)
+
+
 def test_any_other_callable_is_called_once_for_the_whole_table():
     calls = []
 

@@ -286,6 +286,34 @@ def test_weights_and_nested_structures_cross_as_tensors():
     assert isinstance(plain, real_tf.Tensor)
 
 
+def test_a_feature_config_kept_by_a_keras_layer_is_held_as_plain_dicts_and_lists_and_trains_the_same():
+    """TFRS's layer hands its `feature_config` as TensorFlow's tracking wrappers (`_DictWrapper`, `ListWrapper`);
+    the bridge holds the plain nest (each step's nests pack ~10x faster), same keys, order and numbers."""
+    from tensorflow.python.trackable.data_structures import wrap_or_unwrap
+
+    def train(config):
+        with tf.distribute.TPUStrategy().scope():
+            embedding = E.TPUEmbedding(feature_config=config, optimizer=E.SGD(0.5))
+        ids = {"b": [tf.constant([1, 2]), tf.constant([3, 1])], "a": tf.constant([4, 5])}
+        embedding.enqueue(ids, training=True)
+        activations = embedding.dequeue()
+        embedding.apply_gradients(tf.nest.map_structure(tf.ones_like, activations))
+        return embedding, activations
+
+    table = row_ids(E, combiner="sum", name="t")
+    config = {"b": [E.FeatureConfig(table=table), E.FeatureConfig(table=table)], "a": E.FeatureConfig(table=table)}
+    wrapped = wrap_or_unwrap(dict(config))
+    assert type(wrapped).__name__ == "_DictWrapper" and type(wrapped["b"]).__name__ == "ListWrapper"
+    embedding, activations = train(wrapped)
+    plain_embedding, plain_activations = train(config)
+    assert type(embedding.feature_config) is dict and type(embedding.feature_config["b"]) is list
+    assert list(embedding.feature_config) == ["b", "a"] and embedding.feature_config == config
+    assert type(activations) is dict and type(activations["b"]) is list
+    for mine, theirs in zip(tf.nest.flatten(activations), tf.nest.flatten(plain_activations)):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    np.testing.assert_array_equal(embedding.embedding_tables[table], plain_embedding.embedding_tables[table])
+
+
 def test_a_none_gradient_is_a_zero_gradient_with_tensorflows_warning():
     table = E.TableConfig(vocabulary_size=3, dim=1, initializer=tf.constant_initializer(1.0))
     embedding = E.TPUEmbedding(feature_config={"f": E.FeatureConfig(table=table)}, optimizer=E.SGD(0.1))

@@ -143,8 +143,8 @@ def _random_rows(table: TableSpec, initializer: Any, index: range | np.ndarray, 
 def _block(table: TableSpec, initializer: Any, block: int, rows: int) -> np.ndarray:
     """Block `block` of a seeded random table: its own stream (block 0: the initializer's seed itself)."""
     seed = initializer.seed
-    if block:
-        seed = int(np.random.SeedSequence([int(initializer.seed), block]).generate_state(1, np.uint64)[0] >> 1)
+    if block:  # shifted as a Python int: numpy 1.x (TensorFlow 2.15's) refuses np.uint64 >> int
+        seed = int(np.random.SeedSequence([int(initializer.seed), block]).generate_state(1, np.uint64)[0]) >> 1
     return _checked(
         table, dataclasses.replace(initializer, seed=seed)((rows, table.dim), np.float32), (rows, table.dim)
     )

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import random_seed  # TF's global-seed rule (what its initializers use)
+from tensorflow.python.trackable import data_structures
 from tensorflow.python.trackable.data_structures import NoDependency  # how Keras code hands back untracked slots
 
 from ..api import tpu_embedding_v2 as v2
@@ -73,6 +74,25 @@ def _partial_output_shape(known: tuple | None, leaf: Leaf, path: Any, config: An
     if leaf.shape.rank is None or leaf.shape.rank < 1:
         return None
     return output_shape_of_input_shape(leaf.shape.as_list(), config, path)
+
+
+def untracked(structure: Any) -> Any:
+    """`structure` with TensorFlow's tracking wrappers (what a Keras layer makes of a dict, list or tuple it
+    keeps, as TFRS's layer keeps `feature_config`) replaced by the plain dict, list or tuple.
+
+    The project's object packs every step's activations and gradients like its `feature_config`: into a
+    `_DictWrapper` that is ~10x slower than into a dict (0.13 against 0.01 ms for 26 features), three times a
+    step in Keras `fit` with TFRS's layer.
+    """
+    if isinstance(structure, data_structures._TupleWrapper):  # noqa: SLF001  (TensorFlow's wrapper type)
+        structure = structure.__wrapped__
+    if isinstance(structure, (data_structures._DictWrapper, dict)):  # noqa: SLF001
+        return {key: untracked(value) for key, value in structure.items()}
+    if isinstance(structure, (data_structures.ListWrapper, list)):
+        return [untracked(value) for value in structure]
+    if type(structure) is tuple:
+        return tuple(untracked(value) for value in structure)
+    return structure
 
 
 def _initializer_seed() -> int | None:
@@ -181,6 +201,10 @@ class _Bridge(CheckpointedEmbedding):
 
     def __init__(self, *args: Any, **kwargs: Any):
         self._init_checkpointing()
+        if args:
+            args = (untracked(args[0]), *args[1:])
+        elif "feature_config" in kwargs:
+            kwargs["feature_config"] = untracked(kwargs["feature_config"])
         with tf.init_scope():  # TensorFlow initializers run eagerly, as TensorFlow creates its tables
             self._embedding = self._compat_class(*args, **kwargs)
             self._embedding.initializer_seed = _initializer_seed()
