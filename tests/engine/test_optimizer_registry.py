@@ -71,7 +71,8 @@ def _subclasses(cls):
 
 
 def test_every_tensorflow_optimizer_class_lowers_to_a_registered_spec():
-    classes = _subclasses(v1._OptimizationParameters) | _subclasses(v2._Optimizer)
+    # CustomOptimizer (TensorFlow 2.21) has no CPU update to lower to: it is refused (tests/midlevel)
+    classes = _subclasses(v1._OptimizationParameters) | _subclasses(v2._Optimizer) - {v2.CustomOptimizer}
     assert set(v1.OPTIMIZATION_PARAMETER_CLASSES) == _subclasses(v1._OptimizationParameters)
     assert classes == set(optimizer_lowering.LOWERINGS)
     for spec_class, fields in optimizer_lowering.LOWERINGS.values():
