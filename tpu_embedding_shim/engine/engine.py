@@ -55,7 +55,14 @@ from .optimizers import apply_update, initial_slots, touches_all_rows
 from .ragged import Ragged
 from .sharding import ShardedTable
 from .statistics import LookupStatistics
-from .step_checks import check_state, check_trainable, checked_gradient, feature_batch, gradient_multiplier
+from .step_checks import (
+    check_state,
+    check_trainable,
+    checked_gradients,
+    feature_batch,
+    gradient_multiplier,
+    not_finite,
+)
 
 log = logging.getLogger("tpu_embedding_shim")
 
@@ -73,6 +80,8 @@ class LookupResult:
       storage_batches: feature -> its ids as rows of the table's storage
         array (the fast kernels' form; see `sharding.py`), when they differ
         from `batches`. Internal: kept so the backward maps ids only once.
+      packed: a small step's features as the table-batched kernels took
+        them (`FastKernels.pack`), or None. Internal: the backward reads them.
     """
 
     activations: dict[str, np.ndarray]
@@ -81,6 +90,7 @@ class LookupResult:
     training: bool
     step: int
     storage_batches: dict[str, Ragged] = dataclasses.field(default_factory=dict, repr=False)
+    packed: Any = dataclasses.field(default=None, repr=False)
 
 
 @dataclasses.dataclass
@@ -247,7 +257,10 @@ class Engine:
             requests.append(
                 Lookup(table.storage, batch, self.spec.table(feature.table).combiner, feature.safe_lookup, length)
             )
-        for feature, value in zip(self.spec.features, kernels.lookups(requests)):
+        pack = getattr(kernels, "pack", None)  # the table-batched kernels (FastKernels), for small steps
+        packed = pack(requests, [f.table for f in self.spec.features]) if pack is not None else None
+        values = kernels.lookups(requests) if packed is None else kernels.lookup_packed(packed)  # type: ignore[attr-defined]
+        for feature, value in zip(self.spec.features, values):
             if feature.is_sequence:
                 activations[feature.name], lengths[feature.name] = value
             else:
@@ -255,7 +268,7 @@ class Engine:
         if training:
             self._record_statistics(batches)
             self.flush()
-        return LookupResult(activations, lengths, batches, training, self.global_step, storage_batches)
+        return LookupResult(activations, lengths, batches, training, self.global_step, storage_batches, packed)
 
     def _record_statistics(self, batches: dict[str, Ragged]) -> None:
         if self.statistics is None:
@@ -292,37 +305,57 @@ class Engine:
         check_trainable(result, step, gradients)
         multiplier = gradient_multiplier(self.spec, step)
         kernels = self.kernels
-        entries: dict[str, list[Any]] = {t.name: [] for t in self.spec.tables}
-        for feature in self.spec.features:
-            expected = result.activations[feature.name].shape
-            grad = checked_gradient(
-                feature, expected, gradients.get(feature.name), kernels=kernels, check_numerics=self.check_numerics
-            )
-            if grad is None:
-                continue
-            if multiplier != 1:
-                grad = grad * multiplier
-            # the kernels address rows of `storage`
-            batch = result.storage_batches.get(feature.name) or _on_storage(
-                result.batches[feature.name], self._tables[feature.table]
-            )
-            if feature.is_sequence:
-                entries[feature.table].append(kernels.sequence_entries(batch, feature.max_sequence_length, grad))
-            else:
-                combiner = self.spec.table(feature.table).combiner
-                entries[feature.table].append(kernels.pooled_entries(batch, combiner, grad, safe=feature.safe_lookup))
-        trained = []
+        features = self.spec.features
+        sum_packed = getattr(kernels, "sum_packed", None)  # the table-batched sums (FastKernels)
+        packed = result.packed if sum_packed is not None else None
+        grads = checked_gradients(
+            features,
+            [result.activations[f.name].shape for f in features],
+            gradients,
+            kernels=kernels,
+            check_numerics=self.check_numerics,
+            finite_checked_later=packed is not None,  # by `sum_packed`, in the same call as the sums
+        )
+        if multiplier != 1:
+            grads = [None if grad is None else grad * multiplier for grad in grads]
+        trained, untrained = [], None
         for table in self.spec.tables:  # checked for every table before anything is computed
             optimizer = self.spec.optimizer_for(table.name)
             if optimizer is not None:
                 trained.append((table, optimizer))
-            elif entries[table.name]:
-                raise RuntimeError(
+            elif untrained is None and any(g is not None for f, g in zip(features, grads) if f.table == table.name):
+                untrained = RuntimeError(
                     f"Table {table.name!r} has no optimizer (an inference-only spec); it can't be trained."
                 )
-        all_summed = kernels.sum_tables(
-            [(table.name, table.vocabulary_size, table.dim, entries[table.name]) for table, _ in trained]
-        )
+        if packed is not None:
+            all_summed = sum_packed(  # type: ignore[misc]
+                packed, grads, [(table.name, table.dim) for table, _ in trained], check_numerics=self.check_numerics
+            )
+            if isinstance(all_summed, int):  # the finite check, before the table check as in a loop of them
+                raise not_finite(features[all_summed])
+            if untrained is not None:
+                raise untrained
+        else:
+            if untrained is not None:
+                raise untrained
+            entries: dict[str, list[Any]] = {t.name: [] for t in self.spec.tables}
+            for feature, grad in zip(features, grads):
+                if grad is None:
+                    continue
+                # the kernels address rows of `storage`
+                batch = result.storage_batches.get(feature.name) or _on_storage(
+                    result.batches[feature.name], self._tables[feature.table]
+                )
+                if feature.is_sequence:
+                    entries[feature.table].append(kernels.sequence_entries(batch, feature.max_sequence_length, grad))
+                else:
+                    combiner = self.spec.table(feature.table).combiner
+                    entries[feature.table].append(
+                        kernels.pooled_entries(batch, combiner, grad, safe=feature.safe_lookup)
+                    )
+            all_summed = kernels.sum_tables(
+                [(table.name, table.vocabulary_size, table.dim, entries[table.name]) for table, _ in trained]
+            )
         pending = _PendingUpdate({}, {})
         in_place = []  # fused updates, written after every check
         for (table, optimizer), summed in zip(trained, all_summed):

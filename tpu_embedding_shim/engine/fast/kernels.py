@@ -41,10 +41,11 @@ from .. import aligned
 from ..kernels import Lookup, Update
 from ..optimizers import touches_all_rows
 from ..ragged import Ragged, is_ragged_tensor, is_sparse, to_ragged
-from . import coefficients, disk_cache, forward, fused, owner  # noqa: F401  (disk_cache: see its docstring)
+from . import batched, coefficients, disk_cache, forward, fused, owner  # noqa: F401  (disk_cache: see its docstring)
+from . import threads as thread_rules
 from .threads import num_threads, one_thread_below, run_each
 
-__all__ = ["Entries", "FastKernels", "Summed"]
+__all__ = ["Entries", "FastKernels", "Packed", "Summed"]
 
 _F32 = np.float32
 _NO_COEF = np.zeros(0, dtype=_F32)
@@ -76,11 +77,39 @@ class Summed:
 
     @property
     def size(self) -> int:
+        if self.starts.shape[0] == 1:  # one segment (`sum_features`): no numpy reduction
+            return int(self.stops[0]) - int(self.starts[0])
         return int((self.stops - self.starts).sum())
 
     def compact(self) -> tuple[np.ndarray, np.ndarray]:
         parts = [slice(int(a), int(b)) for a, b in zip(self.starts, self.stops)]
         return (np.concatenate([self.unique_ids[p] for p in parts]), np.concatenate([self.grads[p] for p in parts]))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Packed:
+    """A small step's features packed for the table-batched kernels (`batched.py`), as a table-batched
+    operator takes them: every feature's ids, row splits, weights and positions one after another in
+    four flat arrays, and one `layout` row per feature (`batched.TABLE` ...). `FastKernels.pack` makes
+    it for a lookup; the engine keeps it in its `LookupResult`, so the gradient's sums read the same
+    arrays (`sum_packed`)."""
+
+    tables: tuple[np.ndarray, ...]
+    keys: tuple  # what names each table (the engine's table names)
+    dims: np.ndarray  # int64 [T]
+    layout: np.ndarray  # int64 [F, batched.COLUMNS]
+    values: np.ndarray
+    splits: np.ndarray
+    weights: np.ndarray
+    positions: np.ndarray
+
+    def grad_offsets(self, given: Sequence[bool]) -> np.ndarray:
+        """Where each given feature's gradient starts in the flat gradients (int64 [G + 1])."""
+        sizes = [0]
+        for (table, _, length, _, _, examples, _, _), g in zip(self.layout.tolist(), given):
+            if g:
+                sizes.append(sizes[-1] + examples * max(length, 1) * int(self.dims[table]))
+        return np.array(sizes, np.int64)
 
 
 def _segments(n: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -152,6 +181,7 @@ class FastKernels:
         self._orders: dict[str, np.ndarray] = {}  # table -> entry indices by owner (one feature at a time)
         # batch -> {(combiner, safe): coefficients}: a lookup's, reused by its gradient; gone with the batch
         self._coefficients: weakref.WeakKeyDictionary[Ragged, dict] = weakref.WeakKeyDictionary()
+        self._batched_maps: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # tables -> (slot map, offsets)
 
     @staticmethod
     def threads() -> int:
@@ -319,8 +349,83 @@ class FastKernels:
         """Each request's `pooled_lookup`, or `sequence_lookup` (activations, lengths), in order.
 
         Independent lookups too small for a parallel launch run side by side
-        (`threads.run_each`)."""
+        (`threads.run_each`); when all of them together are (`batches`), they
+        run as one call of `batched.lookup_all`."""
+        packed = self.pack(requests)
+        if packed is not None:
+            return self.lookup_packed(packed)
         return run_each([(r.batch.num_values * r.table.shape[1], functools.partial(self._lookup, r)) for r in requests])
+
+    @staticmethod
+    def batches(work: int) -> bool:
+        """True when a step's phase touching `work` row elements runs table-batched (`batched.py`): below
+        `SERIAL_WORK`, where the per-feature kernels would run on the calling thread anyway."""
+        return work < thread_rules.SERIAL_WORK  # read at each call: tests change it
+
+    def pack(self, requests: Sequence[Lookup], keys: Sequence | None = None) -> Packed | None:
+        """The requests as one `Packed` step for the table-batched kernels, or None when they are not a
+        small step (`batches`) on plain tables. `keys[k]` names request k's table (default: the table
+        array itself); requests with one key share one table."""
+        if not self.batches(sum(r.batch.values.shape[0] * r.table.shape[1] for r in requests)):
+            return None
+        tables: list[np.ndarray] = []
+        names: list = []
+        layout: list[int] = []
+        values, splits, weights, positions = [], [], [], []
+        for k, r in enumerate(requests):
+            key = r.table if keys is None else keys[k]
+            index = next((t for t, name in enumerate(names) if name is key or (keys is not None and name == key)), -1)
+            if index < 0:
+                index = len(tables)
+                tables.append(r.table)
+                names.append(key)
+            batch = r.batch
+            n = batch.values.shape[0]
+            values.append(batch.values)
+            splits.append(batch.row_splits)
+            if r.max_sequence_length is not None:
+                has_positions = batch.positions is not None
+                if has_positions:
+                    positions.append(batch.positions)
+                layout += (index, 0, int(r.max_sequence_length), 0, n, batch.row_splits.shape[0] - 1, 0, has_positions)
+            else:
+                mode = _MODES.get(r.combiner)
+                if mode is None:
+                    mode = _MODES[parse_combiner(r.combiner)]
+                has_weights = batch.weights is not None
+                if has_weights:
+                    weights.append(batch.weights)
+                layout += (index, mode, 0, bool(r.safe), n, batch.row_splits.shape[0] - 1, has_weights, 0)
+        if not _plain(tables):
+            return None
+        return Packed(
+            tuple(tables),
+            tuple(names),
+            np.array([t.shape[1] for t in tables], np.int64),
+            np.array(layout, np.int64).reshape(-1, batched.COLUMNS),
+            _flat(values, np.int64),
+            _flat(splits, np.int64),
+            _flat(weights, _F32),
+            _flat(positions, np.int64),
+        )
+
+    @staticmethod
+    def lookup_packed(packed: Packed) -> list:
+        """`lookups` of a packed step, in one call of `batched.lookup_all`: each feature's activations (a
+        view of one buffer), or (activations, lengths) for a sequence feature."""
+        out, seq_lengths, ooff, loff = batched.lookup_all(
+            packed.tables, packed.dims, packed.layout, packed.values, packed.splits, packed.weights, packed.positions
+        )
+        results: list = []
+        ooff, loff = ooff.tolist(), loff.tolist()
+        for f, (table, _, length, _, _, examples, _, _) in enumerate(packed.layout.tolist()):
+            dim = int(packed.dims[table])
+            activations = out[ooff[f] : ooff[f + 1]]
+            if length:
+                results.append((activations.reshape(examples, length, dim), seq_lengths[loff[f] : loff[f + 1]]))
+            else:
+                results.append(activations.reshape(examples, dim))
+        return results
 
     def _lookup(self, r: Lookup):
         if r.max_sequence_length is not None:
@@ -407,6 +512,75 @@ class FastKernels:
             ]
         )
 
+    def sum_packed(
+        self,
+        packed: Packed,
+        grads: Sequence[np.ndarray | None],
+        tables: Sequence[tuple[object, int]],
+        *,
+        check_numerics: bool = False,
+    ) -> list[Summed] | int:
+        """The summed gradients of each of `tables` ((key, dim): no row for a table of no feature), from
+        every feature's gradient (`grads[f]`, float32 of its activation's shape, or None), in one call
+        of `batched.sum_all`: the entries of `pooled_entries` / `sequence_entries` summed as
+        `sum_tables` sums them, the same bits. With `check_numerics`, the index f of the first gradient
+        holding inf or NaN instead, if any (checked whole, before any sum)."""
+        key = packed.keys, tuple(t.shape[0] for t in packed.tables)
+        maps = self._batched_maps.get(key)
+        if maps is None:
+            rows = key[1]
+            offsets = np.zeros(len(rows), np.int64)
+            np.cumsum(rows[:-1], out=offsets[1:])
+            maps = self._batched_maps[key] = (owner.new_slot_map(sum(rows)), offsets)
+        slot_map, moff = maps
+        given = [g is not None for g in grads]
+        flat = _flat([g.reshape(-1) for g in grads if g is not None], _F32)
+        if check_numerics:
+            bad = batched.first_not_finite(flat.view(np.int32), packed.grad_offsets(given))
+            if bad >= 0:
+                return [f for f, g in enumerate(given) if g][bad]
+        try:
+            unique, summed, ustart, gstart, counts = batched.sum_all(
+                packed.dims,
+                slot_map,
+                moff,
+                packed.layout,
+                packed.values,
+                packed.splits,
+                packed.weights,
+                packed.positions,
+                flat,
+                np.array(given, np.bool_),
+            )
+        except BaseException:
+            slot_map.fill(-1)  # never leave the map dirty, whatever failed
+            raise
+        zeros = np.zeros(len(packed.tables) + 1, np.int64)
+        by_key = {}
+        for t, (key, lo, g0, count, dim) in enumerate(
+            zip(packed.keys, ustart.tolist(), gstart.tolist(), counts.tolist(), packed.dims.tolist())
+        ):
+            rows = summed[g0 : g0 + count * dim].reshape(count, dim)
+            by_key[key] = Summed(unique[lo : lo + count], rows, zeros[t : t + 1], counts[t : t + 1])
+        none = zeros[-1:]
+        return [
+            by_key[key] if key in by_key else Summed(unique[:0], np.zeros((0, dim), _F32), none, none)
+            for key, dim in tables
+        ]
+
+    @classmethod
+    def first_not_finite(cls, arrays: Sequence[np.ndarray]) -> int:
+        """The index of the first float32 array holding inf or NaN, or -1: `all_finite` of each, in one call
+        for small arrays (copied into one), array by array for large ones (no copy)."""
+        if sum(a.size for a in arrays) * 4 >= _FINITE_COPY_BYTES:
+            return next((k for k, a in enumerate(arrays) if not cls.all_finite(a)), -1)
+        if not arrays:
+            return -1
+        offsets = np.zeros(len(arrays) + 1, np.int64)
+        np.cumsum([a.size for a in arrays], out=offsets[1:])
+        flat = _flat([a.reshape(-1) for a in arrays], _F32)
+        return int(batched.first_not_finite(flat.view(np.int32), offsets))
+
     # Update -----------------------------------------------------------------------
 
     @classmethod
@@ -433,7 +607,12 @@ class FastKernels:
 
     @classmethod
     def apply_all(cls, updates: Sequence[Update]) -> None:
-        """`apply_summed` for each update (different tables), small ones side by side."""
+        """`apply_summed` for each update (different tables), small ones side by side; when all of them
+        together are small (`batches`), the updates of tables that share an optimizer and learning
+        rate as one call of `fused.apply_tables`."""
+        if updates and cls.batches(sum(_update_work(u.optimizer, u.table, u.summed) for u in updates)):
+            cls._apply_grouped(updates)
+            return
         run_each(
             [
                 (
@@ -443,6 +622,52 @@ class FastKernels:
                 for u in updates
             ]
         )
+
+    @classmethod
+    def _apply_grouped(cls, updates: Sequence[Update]) -> None:
+        """The small updates of `apply_all`: one `fused.apply_tables` call per (optimizer, learning rate)
+        over plain arrays, the rest one by one on the calling thread."""
+        groups: dict[tuple, list[Update]] = {}
+        alone = []
+        for u in updates:
+            if _cached(_batchable, u.optimizer) and _plain([u.table, *u.slots.values()]):
+                groups.setdefault((id(u.optimizer), u.lr), []).append(u)
+            else:
+                alone.append(u)
+        for group in groups.values():
+            optimizer = group[0].optimizer
+            names = fused.slot_names(optimizer)
+            fused.apply_tables(
+                optimizer,
+                group[0].lr,
+                tuple(u.table for u in group),
+                tuple(tuple(u.slots[name] for name in names) for u in group),
+                tuple(u.summed.unique_ids for u in group),
+                tuple(u.summed.grads for u in group),
+                tuple(u.summed.starts for u in group),
+                tuple(u.summed.stops for u in group),
+            )
+        for u in alone:
+            cls.apply_summed(u.optimizer, u.lr, u.table, u.slots, u.summed)
+
+
+_FINITE_COPY_BYTES = 1 << 16  # gradients up to this many bytes are checked in one call, copied into one array
+_MODES = {"sum": batched.SUM, "mean": batched.MEAN, "sqrtn": batched.SQRTN}
+
+
+def _flat(arrays: list[np.ndarray], dtype) -> np.ndarray:
+    """The arrays one after another, as one new contiguous array of `dtype` (empty for none)."""
+    if not arrays:
+        return np.empty(0, dtype)
+    if len(arrays) == 1:
+        return np.array(arrays[0], dtype=dtype)  # a copy: the kernels get arrays of one type (writable, C)
+    return np.concatenate(arrays, dtype=dtype)
+
+
+def _plain(arrays: Sequence[np.ndarray]) -> bool:
+    """True when every array is a plain, writable, C-contiguous numpy array (not a memmap): arrays of one
+    numba type, so a tuple of them is one type."""
+    return all(type(a) is np.ndarray and a.flags.c_contiguous and a.flags.writeable for a in arrays)
 
 
 def _immutable(array: np.ndarray) -> bool:
@@ -458,8 +683,27 @@ def _vectors(*arrays) -> bool:
     return all(isinstance(a, np.ndarray) and a.ndim == 1 for a in arrays)
 
 
+def _cached(function, optimizer: OptimizerSpec) -> bool:
+    """`function(optimizer)` through its cache, or worked out again for a spec that does not hash."""
+    try:
+        return function(optimizer)
+    except TypeError:
+        return function.__wrapped__(optimizer)
+
+
+@functools.lru_cache(maxsize=64)
+def _batchable(optimizer: OptimizerSpec) -> bool:
+    """`fused.batchable`, once per optimizer spec (frozen: its answer cannot change)."""
+    return fused.batchable(optimizer)
+
+
+@functools.lru_cache(maxsize=64)
+def _touches_all_rows(optimizer: OptimizerSpec) -> bool:
+    return touches_all_rows(optimizer)
+
+
 def _update_work(optimizer: OptimizerSpec, table: np.ndarray, summed: Summed) -> int:
     """Row elements an update touches: the summed rows, or every row for non-lazy Adam."""
-    if touches_all_rows(optimizer):
+    if _cached(_touches_all_rows, optimizer):
         return table.size
     return summed.size * table.shape[1]
