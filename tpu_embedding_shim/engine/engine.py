@@ -236,9 +236,12 @@ class Engine:
                 f"Argument `features` must be a dict of feature name -> ids. Received: {type(features).__name__}."
             )
         kernels = self.kernels
-        batches = {
-            f.name: feature_batch(self.spec, kernels, f, features, weights, copy=training) for f in self.spec.features
-        }
+        batches = self._dense_batches(kernels, features, weights)
+        for f in self.spec.features:
+            if f.name not in batches:
+                batches[f.name] = feature_batch(self.spec, kernels, f, features, weights, copy=training)
+        if len(batches) > 1:  # in the spec's order
+            batches = {f.name: batches[f.name] for f in self.spec.features}
         sizes = {name: batch.batch_size for name, batch in batches.items()}
         if same_batch_size and len(set(sizes.values())) > 1:
             raise ValueError(f"All features of one step must have the same batch size. Received: {sizes}.")
@@ -269,6 +272,30 @@ class Engine:
             self._record_statistics(batches)
             self.flush()
         return LookupResult(activations, lengths, batches, training, self.global_step, storage_batches, packed)
+
+    def _dense_batches(self, kernels: Kernels, features: Mapping[str, Any], weights: Mapping | None) -> dict:
+        """Feature -> its batch, for the features whose ids are dense int64 arrays without weights, checked
+        in one compiled pass (`FastKernels.dense_batches`, small steps); {} when none or the pass declines
+        (each then goes through `feature_batch`, with its own result or error)."""
+        dense_batches = getattr(kernels, "dense_batches", None)
+        if dense_batches is None:
+            return {}
+        chosen, arrays = [], []
+        for f in self.spec.features:
+            ids = features.get(f.name)
+            if (
+                type(ids) is np.ndarray
+                and ids.dtype == np.int64
+                and ids.ndim in (1, 2)
+                and ids.size
+                and f.id_source == "identity"
+                and f.weight_key is None
+                and not (weights is not None and f.name in weights)
+            ):
+                chosen.append(f)
+                arrays.append(ids)
+        found = dense_batches(arrays, chosen) if chosen else None
+        return {} if found is None else {f.name: batch for f, batch in zip(chosen, found)}
 
     def _record_statistics(self, batches: dict[str, Ragged]) -> None:
         if self.statistics is None:

@@ -13,7 +13,8 @@ runs on the calling thread anyway):
   and sequence lookups of every feature, into one flat output;
 - `sum_all`: every feature's gradient turned into entries and summed to one
   gradient per touched row of each table, in one pass;
-- `first_not_finite`: which of the step's gradients holds inf or NaN.
+- `first_not_finite`: which of the step's gradients holds inf or NaN;
+- `ids_in_range`: every feature's dense ids checked against its range.
 
 Each feature's arrays are concatenated into flat arrays with offsets (one
 dispatch, one type signature whatever the features). The arithmetic is the
@@ -30,7 +31,7 @@ import numpy as np
 
 from . import disk_cache  # noqa: F401  (before any cache=True kernel: numba caches them outside the package)
 
-__all__ = ["lookup_all", "sum_all", "first_not_finite", "SUM", "MEAN", "SQRTN"]
+__all__ = ["lookup_all", "sum_all", "first_not_finite", "ids_in_range", "SUM", "MEAN", "SQRTN"]
 
 SUM, MEAN, SQRTN = 0, 1, 2  # a pooled feature's combiner, in `layout[f, MODE]`
 
@@ -213,7 +214,7 @@ def _entries(f, modes, lengths, safe, values, voff, splits, soff, weights, woff,
 
 
 @numba.njit(cache=True, nogil=True)
-def sum_all(dims, slot_map, moff, layout, values, splits, weights, positions, grads, given):
+def sum_all(dims, slot_map, moff, layout, values, splits, weights, positions, grads, given, check):
     """Every feature's gradient as entries, summed per table to one row per touched id, in one pass.
 
     Feature f (`layout[f]`, its arrays as `lookup_all` reads them) has a gradient when `given[f]`: the
@@ -222,7 +223,10 @@ def sum_all(dims, slot_map, moff, layout, values, splits, weights, positions, gr
     (-1 everywhere before, and again when this returns). Entry k adds `coef[k] * grad row` (a multiply
     by 1 changes no value), the first entry of a row writes it. Returns (unique, summed, ustart, gstart,
     counts): table t's touched ids `unique[ustart[t]:ustart[t] + counts[t]]`, their sums the rows of
-    `summed[gstart[t]:]` ([counts[t], dims[t]], flat), in first-seen order."""
+    `summed[gstart[t]:]` ([counts[t], dims[t]], flat), in first-seen order.
+
+    With `check`, every given gradient is first checked whole for inf or NaN: if one holds any, nothing
+    is summed and `counts` is [-1 - f] for the first such feature f."""
     voff, soff, woff, poff, ooff, _ = _offsets(layout, dims)
     table_of = layout[:, TABLE]
     modes = layout[:, MODE]
@@ -233,6 +237,11 @@ def sum_all(dims, slot_map, moff, layout, values, splits, weights, positions, gr
     goff = np.zeros(features + 1, np.int64)  # each feature's gradient in `grads`: its activation's size
     for f in range(features):
         goff[f + 1] = goff[f] + (ooff[f + 1] - ooff[f] if given[f] else 0)
+    if check:
+        bad = first_not_finite(grads.view(np.int32), goff)  # goff: a feature without gradient is empty
+        if bad >= 0:
+            nothing = np.zeros(0, np.int64)
+            return nothing, np.zeros(0, np.float32), nothing, nothing, np.full(1, -1 - bad, np.int64)
     capacity = np.zeros(tables, np.int64)  # entries per table: a bound on its distinct ids
     most = 0
     for f in range(features):
@@ -301,3 +310,20 @@ def first_not_finite(bits, offsets):
         if smallest == 0:
             return f
     return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def ids_in_range(values, offsets, lowest, highest):
+    """True when every id of feature f, `values[offsets[f]:offsets[f + 1]]`, is in [lowest[f], highest[f]).
+
+    No early exit in the inner loop, so LLVM vectorizes it (as `kernels._checked_ids`)."""
+    for f in range(offsets.shape[0] - 1):
+        low = lowest[f]
+        high = highest[f]
+        bad = False
+        for k in range(offsets[f], offsets[f + 1]):
+            v = values[k]
+            bad |= (v < low) | (v >= high)
+        if bad:
+            return False
+    return True

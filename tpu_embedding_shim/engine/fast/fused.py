@@ -62,7 +62,7 @@ from ..optimizers import formulas
 from ..optimizers.registry import OPTIMIZERS, Powers
 from . import disk_cache  # noqa: F401  (before any cache=True kernel: numba caches them outside the package)
 from .prefetch import AHEAD, prefetch_row
-from .threads import one_thread_below
+from .threads import on_one_thread
 
 __all__ = ["fusable", "apply", "apply_tables", "batchable", "options", "slot_names"]
 
@@ -146,8 +146,7 @@ def apply_tables(optimizer: OptimizerSpec, lr: float, tables, slots, uniques, gr
         kernel, hp, shared = _tables_call(optimizer, lr)
     except TypeError:  # a spec that does not hash (an unhashable field): worked out again
         kernel, hp, shared = _tables_call.__wrapped__(optimizer, lr)
-    with one_thread_below(0):
-        kernel(tables, slots, uniques, grads, starts, stops, hp, *shared)
+    on_one_thread(lambda: kernel(tables, slots, uniques, grads, starts, stops, hp, *shared))
 
 
 @functools.lru_cache(maxsize=64)

@@ -74,11 +74,12 @@ class Summed:
     grads: np.ndarray
     starts: np.ndarray
     stops: np.ndarray
+    rows: int | None = None  # the number of rows, when known (`sum_packed`: no numpy reduction for `size`)
 
     @property
     def size(self) -> int:
-        if self.starts.shape[0] == 1:  # one segment (`sum_features`): no numpy reduction
-            return int(self.stops[0]) - int(self.starts[0])
+        if self.rows is not None:
+            return self.rows
         return int((self.stops - self.starts).sum())
 
     def compact(self) -> tuple[np.ndarray, np.ndarray]:
@@ -102,14 +103,6 @@ class Packed:
     splits: np.ndarray
     weights: np.ndarray
     positions: np.ndarray
-
-    def grad_offsets(self, given: Sequence[bool]) -> np.ndarray:
-        """Where each given feature's gradient starts in the flat gradients (int64 [G + 1])."""
-        sizes = [0]
-        for (table, _, length, _, _, examples, _, _), g in zip(self.layout.tolist(), given):
-            if g:
-                sizes.append(sizes[-1] + examples * max(length, 1) * int(self.dims[table]))
-        return np.array(sizes, np.int64)
 
 
 def _segments(n: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -182,6 +175,7 @@ class FastKernels:
         # batch -> {(combiner, safe): coefficients}: a lookup's, reused by its gradient; gone with the batch
         self._coefficients: weakref.WeakKeyDictionary[Ragged, dict] = weakref.WeakKeyDictionary()
         self._batched_maps: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # tables -> (slot map, offsets)
+        self._splits: dict[tuple[int, ...], np.ndarray] = {}  # dense batch shape -> its row splits
 
     @staticmethod
     def threads() -> int:
@@ -199,7 +193,7 @@ class FastKernels:
 
     @staticmethod
     def fuses(optimizer: OptimizerSpec) -> bool:
-        return fused.fusable(optimizer)
+        return _cached(_fusable, optimizer)
 
     def slot_maps_clean(self) -> bool:
         """True when every table's id -> slot map is reset, as it must be between steps (even after an error)."""
@@ -296,6 +290,38 @@ class FastKernels:
         if not _checked_ids(values, splits, lowest, feature.num_buckets, out):
             return None
         return Ragged(out if copy else values, splits, w)
+
+    def dense_batches(self, ids: Sequence[np.ndarray], features: Sequence[FeatureSpec]) -> list[Ragged] | None:
+        """`to_batch(ids[k], features[k], None, copy=True)` for dense int64 [B] or [B, L] arrays with no
+        padding, in one compiled pass for all of them: the ids copied into one new array (each batch's
+        values a view of it), checked against each feature's range. None when the step is not small
+        (`batches`) or any id is out of range or padding: then each goes through `to_batch`."""
+        if not self.batches(sum(a.size for a in ids)):
+            return None
+        offsets = [0]
+        for a in ids:
+            offsets.append(offsets[-1] + a.size)
+        values = np.concatenate([a.reshape(-1) for a in ids])
+        lowest = [1 if f.dense_zero_is_padding else 0 for f in features]
+        highest = [f.num_buckets for f in features]
+        if not batched.ids_in_range(
+            values, np.array(offsets, np.int64), np.array(lowest, np.int64), np.array(highest, np.int64)
+        ):
+            return None
+        return [
+            Ragged(values[offsets[k] : offsets[k + 1]], self._dense_splits(a.shape), None) for k, a in enumerate(ids)
+        ]
+
+    def _dense_splits(self, shape: tuple[int, ...]) -> np.ndarray:
+        """The row splits of a dense [B] or [B, L] batch, `arange(B + 1) * L`, made once per shape
+        (read-only: batches share it)."""
+        splits = self._splits.get(shape)
+        if splits is None:
+            splits = np.arange(shape[0] + 1, dtype=np.int64) * (1 if len(shape) == 1 else shape[1])
+            splits.flags.writeable = False
+            if len(self._splits) < 64:
+                self._splits[shape] = splits
+        return splits
 
     @staticmethod
     def all_finite(array: np.ndarray) -> bool:
@@ -534,11 +560,6 @@ class FastKernels:
             maps = self._batched_maps[key] = (owner.new_slot_map(sum(rows)), offsets)
         slot_map, moff = maps
         given = [g is not None for g in grads]
-        flat = _flat([g.reshape(-1) for g in grads if g is not None], _F32)
-        if check_numerics:
-            bad = batched.first_not_finite(flat.view(np.int32), packed.grad_offsets(given))
-            if bad >= 0:
-                return [f for f, g in enumerate(given) if g][bad]
         try:
             unique, summed, ustart, gstart, counts = batched.sum_all(
                 packed.dims,
@@ -549,22 +570,25 @@ class FastKernels:
                 packed.splits,
                 packed.weights,
                 packed.positions,
-                flat,
+                _flat([g.reshape(-1) for g in grads if g is not None], _F32),
                 np.array(given, np.bool_),
+                check_numerics,
             )
         except BaseException:
             slot_map.fill(-1)  # never leave the map dirty, whatever failed
             raise
+        if counts.shape[0] and counts[0] < 0:  # a gradient holds inf or NaN: feature -1 - counts[0]
+            return -1 - int(counts[0])
         zeros = np.zeros(len(packed.tables) + 1, np.int64)
         by_key = {}
         for t, (key, lo, g0, count, dim) in enumerate(
             zip(packed.keys, ustart.tolist(), gstart.tolist(), counts.tolist(), packed.dims.tolist())
         ):
             rows = summed[g0 : g0 + count * dim].reshape(count, dim)
-            by_key[key] = Summed(unique[lo : lo + count], rows, zeros[t : t + 1], counts[t : t + 1])
+            by_key[key] = Summed(unique[lo : lo + count], rows, zeros[t : t + 1], counts[t : t + 1], count)
         none = zeros[-1:]
         return [
-            by_key[key] if key in by_key else Summed(unique[:0], np.zeros((0, dim), _F32), none, none)
+            by_key[key] if key in by_key else Summed(unique[:0], np.zeros((0, dim), _F32), none, none, 0)
             for key, dim in tables
         ]
 
@@ -689,6 +713,12 @@ def _cached(function, optimizer: OptimizerSpec) -> bool:
         return function(optimizer)
     except TypeError:
         return function.__wrapped__(optimizer)
+
+
+@functools.lru_cache(maxsize=64)
+def _fusable(optimizer: OptimizerSpec) -> bool:
+    """`fused.fusable`, once per optimizer spec."""
+    return fused.fusable(optimizer)
 
 
 @functools.lru_cache(maxsize=64)
