@@ -153,6 +153,18 @@ class Engine:
                 name: ShardedTable(values, spec.num_shards, spec.partition_strategy, copy=False)
                 for name, values in slots.items()
             }
+        # What every step reads of the (frozen) spec, worked out once: per feature (name, table, combiner,
+        # safe, sequence length or None); the tables with an optimizer; the features of each without one.
+        self._lookups = [
+            (f.name, f.table, spec.table(f.table).combiner, f.safe_lookup, f.max_sequence_length or None)
+            for f in spec.features
+        ]
+        self._trained = [(t, o) for t in spec.tables if (o := spec.optimizer_for(t.name)) is not None]
+        self._untrained = [
+            (t.name, [k for k, f in enumerate(spec.features) if f.table == t.name])
+            for t in spec.tables
+            if spec.optimizer_for(t.name) is None
+        ]
         self.statistics = None
         if spec.profile_data_directory:
             self.statistics = LookupStatistics(spec.profile_data_directory, spec)
@@ -251,23 +263,20 @@ class Engine:
         lengths: dict[str, np.ndarray] = {}
         storage_batches: dict[str, Ragged] = {}
         requests = []
-        for feature in self.spec.features:  # the kernels address rows of each table's `storage`
-            table = self._tables[feature.table]
-            batch = batches[feature.name]
+        for name, table_name, combiner, safe, length in self._lookups:  # rows of each table's `storage`
+            table = self._tables[table_name]
+            batch = batches[name]
             if not table.in_id_order:
-                batch = storage_batches[feature.name] = _on_storage(batch, table)
-            length = feature.max_sequence_length if feature.is_sequence else None
-            requests.append(
-                Lookup(table.storage, batch, self.spec.table(feature.table).combiner, feature.safe_lookup, length)
-            )
+                batch = storage_batches[name] = _on_storage(batch, table)
+            requests.append(Lookup(table.storage, batch, combiner, safe, length))
         pack = getattr(kernels, "pack", None)  # the table-batched kernels (FastKernels), for small steps
-        packed = pack(requests, [f.table for f in self.spec.features]) if pack is not None else None
+        packed = pack(requests, [table for _, table, _, _, _ in self._lookups]) if pack is not None else None
         values = kernels.lookups(requests) if packed is None else kernels.lookup_packed(packed)  # type: ignore[attr-defined]
-        for feature, value in zip(self.spec.features, values):
-            if feature.is_sequence:
-                activations[feature.name], lengths[feature.name] = value
+        for (name, _, _, _, length), value in zip(self._lookups, values):
+            if length:
+                activations[name], lengths[name] = value
             else:
-                activations[feature.name] = value
+                activations[name] = value
         if training:
             self._record_statistics(batches)
             self.flush()
@@ -345,15 +354,13 @@ class Engine:
         )
         if multiplier != 1:
             grads = [None if grad is None else grad * multiplier for grad in grads]
-        trained, untrained = [], None
-        for table in self.spec.tables:  # checked for every table before anything is computed
-            optimizer = self.spec.optimizer_for(table.name)
-            if optimizer is not None:
-                trained.append((table, optimizer))
-            elif untrained is None and any(g is not None for f, g in zip(features, grads) if f.table == table.name):
+        trained, untrained = self._trained, None
+        for name, readers in self._untrained:  # checked for every table before anything is computed
+            if any(grads[k] is not None for k in readers):
                 untrained = RuntimeError(
-                    f"Table {table.name!r} has no optimizer (an inference-only spec); it can't be trained."
+                    f"Table {name!r} has no optimizer (an inference-only spec); it can't be trained."
                 )
+                break
         if packed is not None:
             all_summed = sum_packed(  # type: ignore[misc]
                 packed, grads, [(table.name, table.dim) for table, _ in trained], check_numerics=self.check_numerics

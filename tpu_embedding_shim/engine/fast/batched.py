@@ -96,16 +96,14 @@ def _scales(weights, w0, weighted, splits, s0, examples, mode, prune):
 
 
 @numba.njit(cache=True, nogil=True)
-def lookup_all(tables, dims, layout, values, splits, weights, positions):
-    """Every feature's activations: (out, seq_lengths, ooff, loff), feature f's in `out[ooff[f]:ooff[f + 1]]`
-    (flat float32: [B, D] pooled, [B, L, D] for a sequence feature) and its capped lengths in
-    `seq_lengths[loff[f]:loff[f + 1]]`.
+def lookup_all(tables, dims, layout, values, splits, weights, positions, out, seq_lengths):
+    """Every feature's activations into `out` (flat float32), feature after feature ([B, D] pooled,
+    [B, L, D] for a sequence feature), and each sequence feature's capped lengths into `seq_lengths`
+    ([B]), feature after feature. The caller allocates both (numba would box each array it returns).
 
     Feature f (`layout[f]`) reads table `tables[layout[f, TABLE]]` (`dims[t]` wide); its ids, row
     splits (local: from 0), weights and positions are the next ones of the flat arrays (`_offsets`)."""
     voff, soff, woff, poff, ooff, loff = _offsets(layout, dims)
-    out = np.empty(ooff[-1], np.float32)
-    seq_lengths = np.empty(loff[-1], np.int64)
     table_of = layout[:, TABLE]
     modes = layout[:, MODE]
     lengths = layout[:, LENGTH]
@@ -171,7 +169,6 @@ def lookup_all(tables, dims, layout, values, splits, weights, positions):
             if first:  # no kept entry
                 for j in range(dim):
                     out[base + j] = zero
-    return out, seq_lengths, ooff, loff
 
 
 @numba.njit

@@ -103,6 +103,8 @@ class Packed:
     splits: np.ndarray
     weights: np.ndarray
     positions: np.ndarray
+    outputs: list[tuple[int, int]]  # where feature f's activations and lengths start (`lookup_packed`); F + 1
+    shapes: list[tuple[int, ...]]  # feature f's activation shape
 
 
 def _segments(n: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -397,6 +399,8 @@ class FastKernels:
         tables: list[np.ndarray] = []
         names: list = []
         layout: list[int] = []
+        outputs = [(0, 0)]  # where each feature's activations and lengths start
+        shapes = []
         values, splits, weights, positions = [], [], [], []
         for k, r in enumerate(requests):
             key = r.table if keys is None else keys[k]
@@ -413,7 +417,10 @@ class FastKernels:
                 has_positions = batch.positions is not None
                 if has_positions:
                     positions.append(batch.positions)
-                layout += (index, 0, int(r.max_sequence_length), 0, n, batch.row_splits.shape[0] - 1, 0, has_positions)
+                examples, length, dim = batch.row_splits.shape[0] - 1, int(r.max_sequence_length), r.table.shape[1]
+                layout += (index, 0, length, 0, n, examples, 0, has_positions)
+                shapes.append((examples, length, dim))
+                outputs.append((outputs[-1][0] + examples * length * dim, outputs[-1][1] + examples))
             else:
                 mode = _MODES.get(r.combiner)
                 if mode is None:
@@ -421,7 +428,10 @@ class FastKernels:
                 has_weights = batch.weights is not None
                 if has_weights:
                     weights.append(batch.weights)
-                layout += (index, mode, 0, bool(r.safe), n, batch.row_splits.shape[0] - 1, has_weights, 0)
+                examples, dim = batch.row_splits.shape[0] - 1, r.table.shape[1]
+                layout += (index, mode, 0, bool(r.safe), n, examples, has_weights, 0)
+                shapes.append((examples, dim))
+                outputs.append((outputs[-1][0] + examples * dim, outputs[-1][1]))
         if not _plain(tables):
             return None
         return Packed(
@@ -433,24 +443,33 @@ class FastKernels:
             _flat(splits, np.int64),
             _flat(weights, _F32),
             _flat(positions, np.int64),
+            outputs,
+            shapes,
         )
 
     @staticmethod
     def lookup_packed(packed: Packed) -> list:
         """`lookups` of a packed step, in one call of `batched.lookup_all`: each feature's activations (a
         view of one buffer), or (activations, lengths) for a sequence feature."""
-        out, seq_lengths, ooff, loff = batched.lookup_all(
-            packed.tables, packed.dims, packed.layout, packed.values, packed.splits, packed.weights, packed.positions
+        out = np.empty(packed.outputs[-1][0], _F32)
+        seq_lengths = np.empty(packed.outputs[-1][1], np.int64)
+        batched.lookup_all(
+            packed.tables,
+            packed.dims,
+            packed.layout,
+            packed.values,
+            packed.splits,
+            packed.weights,
+            packed.positions,
+            out,
+            seq_lengths,
         )
         results: list = []
-        ooff, loff = ooff.tolist(), loff.tolist()
-        for f, (table, _, length, _, _, examples, _, _) in enumerate(packed.layout.tolist()):
-            dim = int(packed.dims[table])
-            activations = out[ooff[f] : ooff[f + 1]]
-            if length:
-                results.append((activations.reshape(examples, length, dim), seq_lengths[loff[f] : loff[f + 1]]))
+        for (start, lo), (stop, hi), shape in zip(packed.outputs, packed.outputs[1:], packed.shapes):
+            if len(shape) == 3:
+                results.append((out[start:stop].reshape(shape), seq_lengths[lo:hi]))
             else:
-                results.append(activations.reshape(examples, dim))
+                results.append(out[start:stop].reshape(shape))
         return results
 
     def _lookup(self, r: Lookup):
