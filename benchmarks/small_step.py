@@ -14,9 +14,10 @@ Times `Engine.forward` + `Engine.apply_gradients` (the fast kernels) on
 Two modes, alternating round by round in one process: `batched` (the
 engine as it is: a small step is one kernel call per phase) and
 `per-feature` (`FastKernels.batches` forced to False: every feature and
-table its own calls, as before the table-batched path). Each round times
-`--steps` steps of each; the figure is the median over rounds of the mean
-step. Before timing, both modes' tables are checked equal bit for bit.
+table its own calls, as before the table-batched path). Each round times a
+run of steps of each; the figures are medians over every step timed (on a
+shared machine a mean mostly measures the other processes). Before
+timing, both modes' tables are checked equal bit for bit.
 Timings are reported, never asserted.
 """
 
@@ -112,18 +113,17 @@ def mode(name: str):
         yield
 
 
-def _run(engine, steps, count: int) -> tuple[float, float]:
-    """Mean seconds of forward and of apply_gradients over `count` steps."""
-    forward = apply = 0.0
+def _run(engine, steps, count: int) -> list[tuple[float, float]]:
+    """(seconds of forward, seconds of apply_gradients) of each of `count` steps."""
+    times = []
     for k in range(count):
         features, grads = steps[k % len(steps)]
         start = time.perf_counter()
         result = engine.forward(features)
         middle = time.perf_counter()
         engine.apply_gradients(result, grads)
-        forward += middle - start
-        apply += time.perf_counter() - middle
-    return forward / count, apply / count
+        times.append((middle - start, time.perf_counter() - middle))
+    return times
 
 
 def measure(name: str, spec, steps, rounds: int, count: int) -> list[dict]:
@@ -142,7 +142,7 @@ def measure(name: str, spec, steps, rounds: int, count: int) -> list[dict]:
         order = MODES if r % 2 == 0 else MODES[::-1]  # who goes first alternates
         for m in order:
             with mode(m):
-                times[m].append(_run(engines[m], steps, count))
+                times[m] += _run(engines[m], steps, count)
     rows = []
     for m in MODES:
         forward = statistics.median(f for f, _ in times[m])
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     vocab, batch = (20_000, 256) if args.quick else (1_000_000, 4096)
     rows = measure("migration", migration_spec(), migration_steps(16), rounds, 20 if args.quick else 400)
     rows += measure("main", main_spec(vocab), main_steps(4, vocab, batch), rounds, 2 if args.quick else 10)
-    print(f"Engine step (forward + apply_gradients), medians of {rounds} alternating rounds:")
+    print(f"Engine step (forward + apply_gradients), median step of {rounds} alternating rounds:")
     print(f"{'workload':<10} {'mode':<12} {'forward ms':>11} {'apply ms':>9} {'step ms':>8}")
     for row in rows:
         print(
