@@ -400,8 +400,11 @@ class FastKernels:
         names: list = []
         layout: list[int] = []
         outputs = [(0, 0)]  # where each feature's activations and lengths start
-        shapes = []
-        values, splits, weights, positions = [], [], [], []
+        shapes: list[tuple[int, ...]] = []
+        values: list[np.ndarray] = []
+        splits: list[np.ndarray] = []
+        weights: list[np.ndarray] = []
+        positions: list[np.ndarray] = []
         for k, r in enumerate(requests):
             key = r.table if keys is None else keys[k]
             index = next((t for t, name in enumerate(names) if name is key or (keys is not None and name == key)), -1)
@@ -415,7 +418,7 @@ class FastKernels:
             splits.append(batch.row_splits)
             if r.max_sequence_length is not None:
                 has_positions = batch.positions is not None
-                if has_positions:
+                if batch.positions is not None:
                     positions.append(batch.positions)
                 examples, length, dim = batch.row_splits.shape[0] - 1, int(r.max_sequence_length), r.table.shape[1]
                 layout += (index, 0, length, 0, n, examples, 0, has_positions)
@@ -426,7 +429,7 @@ class FastKernels:
                 if mode is None:
                     mode = _MODES[parse_combiner(r.combiner)]
                 has_weights = batch.weights is not None
-                if has_weights:
+                if batch.weights is not None:
                     weights.append(batch.weights)
                 examples, dim = batch.row_splits.shape[0] - 1, r.table.shape[1]
                 layout += (index, mode, 0, bool(r.safe), n, examples, has_weights, 0)
