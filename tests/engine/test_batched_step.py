@@ -135,6 +135,11 @@ def test_batched_lookups_are_the_reference(pieces):
             assert_same_bits(got, want)
 
 
+def test_no_lookup_is_no_call():
+    assert FastKernels().pack([]) is None
+    assert FastKernels().lookups([]) == []
+
+
 def _migration_spec(optimizer=None):
     """docs/migration.md's tables and features (small): user (mean), item and a history sharing a table."""
     return EmbeddingSpec(

@@ -394,8 +394,8 @@ class FastKernels:
         """The requests as one `Packed` step for the table-batched kernels, or None when they are not a
         small step (`batches`) on plain tables. `keys[k]` names request k's table (default: the table
         array itself); requests with one key share one table."""
-        if not self.batches(sum(r.batch.values.shape[0] * r.table.shape[1] for r in requests)):
-            return None
+        if not requests or not self.batches(sum(r.batch.values.shape[0] * r.table.shape[1] for r in requests)):
+            return None  # nothing to look up (numba types no empty tuple of tables), or not small
         tables: list[np.ndarray] = []
         names: list = []
         layout: list[int] = []
