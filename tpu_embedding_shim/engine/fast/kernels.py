@@ -18,6 +18,13 @@ Per step the engine asks:
 - `apply_all`: the fused optimizer updates (`fused.py`), once every check
   of the step has passed.
 
+A whole step too small to be worth a parallel launch runs table-batched
+(`batched.py`): `dense_batches` checks every dense feature's ids in one
+pass, `pack` puts the step's features in flat arrays (a `Packed`),
+`lookup_packed` looks them all up in one call, `sum_packed` checks and sums
+every gradient in one, and `apply_all` updates the tables that share an
+optimizer in one. `Engine` calls these when the kernels have them.
+
 A call too small to be worth a parallel launch runs its kernels on the
 calling thread alone, and several such calls (`lookups`, `sum_tables`,
 `apply_all`: one per feature or table) run side by side on Python threads
