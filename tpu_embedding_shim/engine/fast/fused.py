@@ -142,16 +142,21 @@ def apply_tables(optimizer: OptimizerSpec, lr: float, tables, slots, uniques, gr
     Tuples, one item per table: `tables` [V, D] arrays, `slots` tuples of the
     optimizer's slot arrays (registry order), `uniques` / `grads` the summed
     rows and `starts` / `stops` their segments, as `apply` takes them."""
-    try:
-        kernel, hp, shared = _tables_call(optimizer, lr)
-    except TypeError:  # a spec that does not hash (an unhashable field): worked out again
-        kernel, hp, shared = _tables_call.__wrapped__(optimizer, lr)
+    known = _TABLES_CALLS.get(id(optimizer))
+    if known is None or known[0] is not optimizer or known[1] != lr:
+        if len(_TABLES_CALLS) > 64:
+            _TABLES_CALLS.clear()
+        known = _TABLES_CALLS[id(optimizer)] = (optimizer, lr, *_tables_call(optimizer, lr))
+    _, _, kernel, hp, shared = known
     on_one_thread(lambda: kernel(tables, slots, uniques, grads, starts, stops, hp, *shared))
 
 
-@functools.lru_cache(maxsize=64)
+_TABLES_CALLS: dict[int, tuple] = {}  # id(spec) -> (spec, lr, kernel, hp, options): the last lr's call
+
+
 def _tables_call(optimizer: OptimizerSpec, lr: float):
-    """(kernel, hyper-parameters, shared options) of `apply_tables`, once per (spec, learning rate)."""
+    """(kernel, hyper-parameters, shared options) of `apply_tables` (kept per spec object and learning rate
+    by `apply_tables`: hashing a spec dataclass hashes every field)."""
     row = OPTIMIZERS[type(optimizer)]
     hp = row.hyperparameters(optimizer, lr)
     constants, hp = hp[: row.constants], hp[row.constants :]

@@ -202,7 +202,7 @@ class FastKernels:
 
     @staticmethod
     def fuses(optimizer: OptimizerSpec) -> bool:
-        return _cached(_fusable, optimizer)
+        return _fact("fusable", optimizer)
 
     def slot_maps_clean(self) -> bool:
         """True when every table's id -> slot map is reset, as it must be between steps (even after an error)."""
@@ -683,7 +683,7 @@ class FastKernels:
         groups: dict[tuple, list[Update]] = {}
         alone = []
         for u in updates:
-            if _cached(_batchable, u.optimizer) and _plain([u.table, *u.slots.values()]):
+            if _fact("batchable", u.optimizer) and _plain([u.table, *u.slots.values()]):
                 groups.setdefault((id(u.optimizer), u.lr), []).append(u)
             else:
                 alone.append(u)
@@ -736,33 +736,25 @@ def _vectors(*arrays) -> bool:
     return all(isinstance(a, np.ndarray) and a.ndim == 1 for a in arrays)
 
 
-def _cached(function, optimizer: OptimizerSpec) -> bool:
-    """`function(optimizer)` through its cache, or worked out again for a spec that does not hash."""
-    try:
-        return function(optimizer)
-    except TypeError:
-        return function.__wrapped__(optimizer)
+_FACTS: dict[tuple[str, int], tuple[OptimizerSpec, bool]] = {}  # (fact, id(spec)) -> (the spec, its answer)
 
 
-@functools.lru_cache(maxsize=64)
-def _fusable(optimizer: OptimizerSpec) -> bool:
-    """`fused.fusable`, once per optimizer spec."""
-    return fused.fusable(optimizer)
-
-
-@functools.lru_cache(maxsize=64)
-def _batchable(optimizer: OptimizerSpec) -> bool:
-    """`fused.batchable`, once per optimizer spec (frozen: its answer cannot change)."""
-    return fused.batchable(optimizer)
-
-
-@functools.lru_cache(maxsize=64)
-def _touches_all_rows(optimizer: OptimizerSpec) -> bool:
-    return touches_all_rows(optimizer)
+def _fact(name: str, optimizer: OptimizerSpec) -> bool:
+    """`fused.fusable` ("fusable"), `fused.batchable` ("batchable") or `touches_all_rows` ("all rows") of
+    `optimizer`, worked out once per spec object (frozen: the answer cannot change). Keyed by identity:
+    hashing a spec dataclass hashes every field, each step."""
+    known = _FACTS.get((name, id(optimizer)))
+    if known is not None and known[0] is optimizer:
+        return known[1]
+    if len(_FACTS) > 256:
+        _FACTS.clear()
+    answer = {"fusable": fused.fusable, "batchable": fused.batchable, "all rows": touches_all_rows}[name](optimizer)
+    _FACTS[(name, id(optimizer))] = (optimizer, answer)
+    return answer
 
 
 def _update_work(optimizer: OptimizerSpec, table: np.ndarray, summed: Summed) -> int:
     """Row elements an update touches: the summed rows, or every row for non-lazy Adam."""
-    if _cached(_touches_all_rows, optimizer):
+    if _fact("all rows", optimizer):
         return table.size
     return summed.size * table.shape[1]
