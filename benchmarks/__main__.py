@@ -25,6 +25,11 @@ if sys.argv[1:2] == ["programs"]:  # `python -m benchmarks programs ...`: whole 
 
     sys.exit(main(sys.argv[2:]))
 
+if sys.argv[1:2] == ["small-step"]:  # `python -m benchmarks small-step ...`: the engine's step, batched or not
+    from .small_step import main
+
+    sys.exit(main(sys.argv[2:]))
+
 if sys.argv[1:2] == ["runner"]:  # `python -m benchmarks runner ...`: where a MovieLens step's time goes
     from .runner_overhead import main
 

@@ -42,7 +42,16 @@ import time
 
 PARTS = ("kernels", "model", "input_fn", "ids", "gradients", "checkpoint", "runner")
 OVERHEAD = ("input_fn", "ids", "gradients", "checkpoint", "runner")  # the "everything but kernels and math"
-KERNEL_METHODS = ("lookups", "pooled_entries", "sequence_entries", "sum_tables", "apply_all")
+KERNEL_METHODS = (
+    "lookups",
+    "pooled_entries",
+    "sequence_entries",
+    "sum_tables",
+    "apply_all",
+    "lookup_packed",
+    "sum_packed",
+)
+LOOKUP_METHODS = ("lookups", "lookup_packed")  # the last two: the table-batched small step (FastKernels only)
 RUNNER_PACKAGES = ("tpu_embedding_shim/runner/", "tpu_embedding_shim/api/", "tpu_embedding_shim/movielens/job")
 ENGINE_PYTHON = ("engine/engine.py", "engine/step_checks", "engine/vocabulary", "engine/ragged", "engine/aligned")
 
@@ -113,7 +122,11 @@ def _targets(estimator):
     return [
         (Engine, "forward", "engine_forward"),
         (Engine, "apply_gradients", "engine_apply"),
-        *[(kernels, name, "lookups" if name == "lookups" else "kernels") for name in KERNEL_METHODS],
+        *[
+            (kernels, name, "lookups" if name in LOOKUP_METHODS else "kernels")
+            for name in KERNEL_METHODS
+            if hasattr(kernels, name)
+        ],
         (ml_model.DenseModel, "forward", "model"),
         (ml_model.DenseModel, "backward", "model"),
         (ml_model.DenseModel, "step", "model"),

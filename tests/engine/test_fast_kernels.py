@@ -216,6 +216,11 @@ def test_fast_engine_equals_numpy_engine(case, serial_work):
         _fast_engine_equals_numpy_engine(case)
 
 
+def _per_feature():
+    """The per-feature path for every step, however small (no table-batched step: test_batched_step.py)."""
+    return mock.patch.object(fast_kernels.FastKernels, "batches", staticmethod(lambda work: False))
+
+
 def _fast_engine_equals_numpy_engine(case):
     spec, seed = case
     fast, slow = Engine(spec, kernels="fast"), Engine(spec, kernels="numpy")
@@ -244,7 +249,11 @@ def test_small_calls_run_on_one_thread_and_give_the_same_bits():
     for serial_work in (0, 10**9):  # every call on all threads, then every call on one
         engine = Engine(spec, kernels="fast")
         rng = np.random.default_rng(5)
-        with _serial_work(serial_work), mock.patch.object(fast_kernels.forward, "pooled", spy):
+        with (
+            _serial_work(serial_work),
+            mock.patch.object(fast_kernels.forward, "pooled", spy),
+            _per_feature(),
+        ):
             for _ in range(3):
                 ids = [list(rng.integers(0, 30, rng.integers(0, 6))) for _ in range(8)]
                 result = engine.forward({"f": ids})
@@ -604,7 +613,7 @@ def test_a_lookup_and_its_gradient_share_one_coefficient_pass():
     spec = row_id_spec(AdagradSpec(learning_rate=0.1), combiner="mean")
     engine = Engine(spec, kernels="fast")
     real = coefficients.pooled_coefficients
-    with mock.patch.object(coefficients, "pooled_coefficients", side_effect=real) as spy:
+    with mock.patch.object(coefficients, "pooled_coefficients", side_effect=real) as spy, _per_feature():
         for _ in range(2):
             result = engine.forward({"f": [[1, 2, 2], [3]]})
             engine.apply_gradients(result, {"f": np.ones((2, 3))})

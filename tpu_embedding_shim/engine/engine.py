@@ -55,7 +55,14 @@ from .optimizers import apply_update, initial_slots, touches_all_rows
 from .ragged import Ragged
 from .sharding import ShardedTable
 from .statistics import LookupStatistics
-from .step_checks import check_state, check_trainable, checked_gradient, feature_batch, gradient_multiplier
+from .step_checks import (
+    check_state,
+    check_trainable,
+    checked_gradients,
+    feature_batch,
+    gradient_multiplier,
+    not_finite,
+)
 
 log = logging.getLogger("tpu_embedding_shim")
 
@@ -73,6 +80,8 @@ class LookupResult:
       storage_batches: feature -> its ids as rows of the table's storage
         array (the fast kernels' form; see `sharding.py`), when they differ
         from `batches`. Internal: kept so the backward maps ids only once.
+      packed: a small step's features as the table-batched kernels took
+        them (`FastKernels.pack`), or None. Internal: the backward reads them.
     """
 
     activations: dict[str, np.ndarray]
@@ -81,6 +90,7 @@ class LookupResult:
     training: bool
     step: int
     storage_batches: dict[str, Ragged] = dataclasses.field(default_factory=dict, repr=False)
+    packed: Any = dataclasses.field(default=None, repr=False)
 
 
 @dataclasses.dataclass
@@ -143,6 +153,18 @@ class Engine:
                 name: ShardedTable(values, spec.num_shards, spec.partition_strategy, copy=False)
                 for name, values in slots.items()
             }
+        # What every step reads of the (frozen) spec, worked out once: per feature (name, table, combiner,
+        # safe, sequence length or None); the tables with an optimizer; the features of each without one.
+        self._lookups = [
+            (f.name, f.table, spec.table(f.table).combiner, f.safe_lookup, f.max_sequence_length or None)
+            for f in spec.features
+        ]
+        self._trained = [(t, o) for t in spec.tables if (o := spec.optimizer_for(t.name)) is not None]
+        self._untrained = [
+            (t.name, [k for k, f in enumerate(spec.features) if f.table == t.name])
+            for t in spec.tables
+            if spec.optimizer_for(t.name) is None
+        ]
         self.statistics = None
         if spec.profile_data_directory:
             self.statistics = LookupStatistics(spec.profile_data_directory, spec)
@@ -226,9 +248,12 @@ class Engine:
                 f"Argument `features` must be a dict of feature name -> ids. Received: {type(features).__name__}."
             )
         kernels = self.kernels
-        batches = {
-            f.name: feature_batch(self.spec, kernels, f, features, weights, copy=training) for f in self.spec.features
-        }
+        batches = self._dense_batches(kernels, features, weights)
+        for f in self.spec.features:
+            if f.name not in batches:
+                batches[f.name] = feature_batch(self.spec, kernels, f, features, weights, copy=training)
+        if len(batches) > 1:  # in the spec's order
+            batches = {f.name: batches[f.name] for f in self.spec.features}
         sizes = {name: batch.batch_size for name, batch in batches.items()}
         if same_batch_size and len(set(sizes.values())) > 1:
             raise ValueError(f"All features of one step must have the same batch size. Received: {sizes}.")
@@ -238,24 +263,48 @@ class Engine:
         lengths: dict[str, np.ndarray] = {}
         storage_batches: dict[str, Ragged] = {}
         requests = []
-        for feature in self.spec.features:  # the kernels address rows of each table's `storage`
-            table = self._tables[feature.table]
-            batch = batches[feature.name]
+        for name, table_name, combiner, safe, length in self._lookups:  # rows of each table's `storage`
+            table = self._tables[table_name]
+            batch = batches[name]
             if not table.in_id_order:
-                batch = storage_batches[feature.name] = _on_storage(batch, table)
-            length = feature.max_sequence_length if feature.is_sequence else None
-            requests.append(
-                Lookup(table.storage, batch, self.spec.table(feature.table).combiner, feature.safe_lookup, length)
-            )
-        for feature, value in zip(self.spec.features, kernels.lookups(requests)):
-            if feature.is_sequence:
-                activations[feature.name], lengths[feature.name] = value
+                batch = storage_batches[name] = _on_storage(batch, table)
+            requests.append(Lookup(table.storage, batch, combiner, safe, length))
+        pack = getattr(kernels, "pack", None)  # the table-batched kernels (FastKernels), for small steps
+        packed = pack(requests, [table for _, table, _, _, _ in self._lookups]) if pack is not None else None
+        values = kernels.lookups(requests) if packed is None else kernels.lookup_packed(packed)  # type: ignore[attr-defined]
+        for (name, _, _, _, length), value in zip(self._lookups, values):
+            if length:
+                activations[name], lengths[name] = value
             else:
-                activations[feature.name] = value
+                activations[name] = value
         if training:
             self._record_statistics(batches)
             self.flush()
-        return LookupResult(activations, lengths, batches, training, self.global_step, storage_batches)
+        return LookupResult(activations, lengths, batches, training, self.global_step, storage_batches, packed)
+
+    def _dense_batches(self, kernels: Kernels, features: Mapping[str, Any], weights: Mapping | None) -> dict:
+        """Feature -> its batch, for the features whose ids are dense int64 arrays without weights, checked
+        in one compiled pass (`FastKernels.dense_batches`, small steps); {} when none or the pass declines
+        (each then goes through `feature_batch`, with its own result or error)."""
+        dense_batches = getattr(kernels, "dense_batches", None)
+        if dense_batches is None:
+            return {}
+        chosen, arrays = [], []
+        for f in self.spec.features:
+            ids = features.get(f.name)
+            if (
+                type(ids) is np.ndarray
+                and ids.dtype == np.int64
+                and ids.ndim in (1, 2)
+                and ids.size
+                and f.id_source == "identity"
+                and f.weight_key is None
+                and not (weights is not None and f.name in weights)
+            ):
+                chosen.append(f)
+                arrays.append(ids)
+        found = dense_batches(arrays, chosen) if chosen else None
+        return {} if found is None else {f.name: batch for f, batch in zip(chosen, found)}
 
     def _record_statistics(self, batches: dict[str, Ragged]) -> None:
         if self.statistics is None:
@@ -292,37 +341,55 @@ class Engine:
         check_trainable(result, step, gradients)
         multiplier = gradient_multiplier(self.spec, step)
         kernels = self.kernels
-        entries: dict[str, list[Any]] = {t.name: [] for t in self.spec.tables}
-        for feature in self.spec.features:
-            expected = result.activations[feature.name].shape
-            grad = checked_gradient(
-                feature, expected, gradients.get(feature.name), kernels=kernels, check_numerics=self.check_numerics
-            )
-            if grad is None:
-                continue
-            if multiplier != 1:
-                grad = grad * multiplier
-            # the kernels address rows of `storage`
-            batch = result.storage_batches.get(feature.name) or _on_storage(
-                result.batches[feature.name], self._tables[feature.table]
-            )
-            if feature.is_sequence:
-                entries[feature.table].append(kernels.sequence_entries(batch, feature.max_sequence_length, grad))
-            else:
-                combiner = self.spec.table(feature.table).combiner
-                entries[feature.table].append(kernels.pooled_entries(batch, combiner, grad, safe=feature.safe_lookup))
-        trained = []
-        for table in self.spec.tables:  # checked for every table before anything is computed
-            optimizer = self.spec.optimizer_for(table.name)
-            if optimizer is not None:
-                trained.append((table, optimizer))
-            elif entries[table.name]:
-                raise RuntimeError(
-                    f"Table {table.name!r} has no optimizer (an inference-only spec); it can't be trained."
-                )
-        all_summed = kernels.sum_tables(
-            [(table.name, table.vocabulary_size, table.dim, entries[table.name]) for table, _ in trained]
+        features = self.spec.features
+        sum_packed = getattr(kernels, "sum_packed", None)  # the table-batched sums (FastKernels)
+        packed = result.packed if sum_packed is not None else None
+        grads = checked_gradients(
+            features,
+            [result.activations[f.name].shape for f in features],
+            gradients,
+            kernels=kernels,
+            check_numerics=self.check_numerics,
+            finite_checked_later=packed is not None,  # by `sum_packed`, in the same call as the sums
         )
+        if multiplier != 1:
+            grads = [None if grad is None else grad * multiplier for grad in grads]
+        trained, untrained = self._trained, None
+        for name, readers in self._untrained:  # checked for every table before anything is computed
+            if any(grads[k] is not None for k in readers):
+                untrained = RuntimeError(
+                    f"Table {name!r} has no optimizer (an inference-only spec); it can't be trained."
+                )
+                break
+        if packed is not None:
+            all_summed = sum_packed(  # type: ignore[misc]
+                packed, grads, [(table.name, table.dim) for table, _ in trained], check_numerics=self.check_numerics
+            )
+            if isinstance(all_summed, int):  # the finite check, before the table check as in a loop of them
+                raise not_finite(features[all_summed])
+            if untrained is not None:
+                raise untrained
+        else:
+            if untrained is not None:
+                raise untrained
+            entries: dict[str, list[Any]] = {t.name: [] for t in self.spec.tables}
+            for feature, grad in zip(features, grads):
+                if grad is None:
+                    continue
+                # the kernels address rows of `storage`
+                batch = result.storage_batches.get(feature.name) or _on_storage(
+                    result.batches[feature.name], self._tables[feature.table]
+                )
+                if feature.is_sequence:
+                    entries[feature.table].append(kernels.sequence_entries(batch, feature.max_sequence_length, grad))
+                else:
+                    combiner = self.spec.table(feature.table).combiner
+                    entries[feature.table].append(
+                        kernels.pooled_entries(batch, combiner, grad, safe=feature.safe_lookup)
+                    )
+            all_summed = kernels.sum_tables(
+                [(table.name, table.vocabulary_size, table.dim, entries[table.name]) for table, _ in trained]
+            )
         pending = _PendingUpdate({}, {})
         in_place = []  # fused updates, written after every check
         for (table, optimizer), summed in zip(trained, all_summed):

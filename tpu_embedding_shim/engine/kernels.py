@@ -9,6 +9,11 @@ the optimizer: with a fused in-place kernel where the kernels have one
 rows. Both kernel sets give the same bits (tests/engine/test_kernels.py runs
 the same cases on each).
 
+`FastKernels` also runs a small step table-batched (`fast/batched.py`:
+`dense_batches`, `pack`, `lookup_packed`, `sum_packed`), which `Engine`
+uses when its kernels have those methods; they are not part of this
+interface, and the numpy kernels have none.
+
 Tables are the `storage` array of a `ShardedTable` (every shard, one after
 another) and ids are rows of it: the engine maps ids first for `mod`
 sharding (`ShardedTable.physical`).

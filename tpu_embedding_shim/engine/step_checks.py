@@ -5,7 +5,7 @@ Each runs before anything is written, so a refused step changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -110,10 +110,54 @@ def checked_gradient(
             f"{list(expected)}. Received shape {list(array.shape)}."
         )
     if check_numerics and not kernels.all_finite(array):
-        raise ValueError(
-            f"The gradient of feature {feature.name!r} holds NaN or infinite values; no table was changed."
-        )
+        raise not_finite(feature)
     return array
+
+
+def not_finite(feature: FeatureSpec) -> ValueError:
+    """The error of a gradient holding inf or NaN."""
+    return ValueError(f"The gradient of feature {feature.name!r} holds NaN or infinite values; no table was changed.")
+
+
+def checked_gradients(
+    features: Sequence[FeatureSpec],
+    expected: Sequence[tuple[int, ...]],
+    gradients: Mapping[str, Any],
+    *,
+    kernels: Kernels,
+    check_numerics: bool,
+    finite_checked_later: bool = False,
+) -> list[np.ndarray | None]:
+    """`checked_gradient` of each feature (`gradients.get(name)`), raising the error the first failing one
+    raises, as a loop of them would; the finite checks of all of them in one call where the kernels have
+    `first_not_finite` (FastKernels). `finite_checked_later`: the caller checks that the gradients
+    returned are finite (`FastKernels.sum_packed`), raising `not_finite(feature)`; an error here still
+    comes after the non-finite gradient of an earlier feature."""
+    first_not_finite = getattr(kernels, "first_not_finite", None)
+    if first_not_finite is None or not check_numerics:
+        return [
+            checked_gradient(f, shape, gradients.get(f.name), kernels=kernels, check_numerics=check_numerics)
+            for f, shape in zip(features, expected)
+        ]
+    grads: list[np.ndarray | None] = []
+    try:
+        for feature, shape in zip(features, expected):
+            grads.append(checked_gradient(feature, shape, gradients.get(feature.name), kernels=kernels,
+                                          check_numerics=False))  # fmt: skip
+    except Exception:
+        _raise_not_finite(features, grads, first_not_finite)  # an earlier feature's error comes first
+        raise
+    if not finite_checked_later:
+        _raise_not_finite(features, grads, first_not_finite)
+    return grads
+
+
+def _raise_not_finite(features: Sequence[FeatureSpec], grads: list[np.ndarray | None], first_not_finite) -> None:
+    """`checked_gradient`'s error for the first of `grads` (those of the first features) holding inf or NaN."""
+    given = [(f, g) for f, g in zip(features, grads) if g is not None]
+    bad = first_not_finite([g for _, g in given])
+    if bad >= 0:
+        raise not_finite(given[bad][0])
 
 
 def check_state(spec: EmbeddingSpec, state: Any, rows: Mapping[str, int] | None = None) -> dict[str, list[str]]:

@@ -23,6 +23,8 @@ One idea per module:
   optimizer shares (gradient clipping, weight decay, weight clipping, the
   step's learning rate), giving the reference's bits: the generic row loops
   that inline each optimizer's formula (`optimizers/formulas.py`).
+- `batched.py`: a small step table-batched: every feature's ids checked,
+  every lookup, every table's entries and sums, each in one call.
 - `threads.py`: which thread runs what: small calls on the calling
   thread alone, small independent calls (features, tables) side by side
   on Python threads.

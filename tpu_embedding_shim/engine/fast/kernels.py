@@ -18,6 +18,13 @@ Per step the engine asks:
 - `apply_all`: the fused optimizer updates (`fused.py`), once every check
   of the step has passed.
 
+A whole step too small to be worth a parallel launch runs table-batched
+(`batched.py`): `dense_batches` checks every dense feature's ids in one
+pass, `pack` puts the step's features in flat arrays (a `Packed`),
+`lookup_packed` looks them all up in one call, `sum_packed` checks and sums
+every gradient in one, and `apply_all` updates the tables that share an
+optimizer in one. `Engine` calls these when the kernels have them.
+
 A call too small to be worth a parallel launch runs its kernels on the
 calling thread alone, and several such calls (`lookups`, `sum_tables`,
 `apply_all`: one per feature or table) run side by side on Python threads
@@ -41,10 +48,11 @@ from .. import aligned
 from ..kernels import Lookup, Update
 from ..optimizers import touches_all_rows
 from ..ragged import Ragged, is_ragged_tensor, is_sparse, to_ragged
-from . import coefficients, disk_cache, forward, fused, owner  # noqa: F401  (disk_cache: see its docstring)
+from . import batched, coefficients, disk_cache, forward, fused, owner  # noqa: F401  (disk_cache: see its docstring)
+from . import threads as thread_rules
 from .threads import num_threads, one_thread_below, run_each
 
-__all__ = ["Entries", "FastKernels", "Summed"]
+__all__ = ["Entries", "FastKernels", "Packed", "Summed"]
 
 _F32 = np.float32
 _NO_COEF = np.zeros(0, dtype=_F32)
@@ -73,14 +81,37 @@ class Summed:
     grads: np.ndarray
     starts: np.ndarray
     stops: np.ndarray
+    rows: int | None = None  # the number of rows, when known (`sum_packed`: no numpy reduction for `size`)
 
     @property
     def size(self) -> int:
+        if self.rows is not None:
+            return self.rows
         return int((self.stops - self.starts).sum())
 
     def compact(self) -> tuple[np.ndarray, np.ndarray]:
         parts = [slice(int(a), int(b)) for a, b in zip(self.starts, self.stops)]
         return (np.concatenate([self.unique_ids[p] for p in parts]), np.concatenate([self.grads[p] for p in parts]))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Packed:
+    """A small step's features packed for the table-batched kernels (`batched.py`), as a table-batched
+    operator takes them: every feature's ids, row splits, weights and positions one after another in
+    four flat arrays, and one `layout` row per feature (`batched.TABLE` ...). `FastKernels.pack` makes
+    it for a lookup; the engine keeps it in its `LookupResult`, so the gradient's sums read the same
+    arrays (`sum_packed`)."""
+
+    tables: tuple[np.ndarray, ...]
+    keys: tuple  # what names each table (the engine's table names)
+    dims: np.ndarray  # int64 [T]
+    layout: np.ndarray  # int64 [F, batched.COLUMNS]
+    values: np.ndarray
+    splits: np.ndarray
+    weights: np.ndarray
+    positions: np.ndarray
+    outputs: list[tuple[int, int]]  # where feature f's activations and lengths start (`lookup_packed`); F + 1
+    shapes: list[tuple[int, ...]]  # feature f's activation shape
 
 
 def _segments(n: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -152,6 +183,8 @@ class FastKernels:
         self._orders: dict[str, np.ndarray] = {}  # table -> entry indices by owner (one feature at a time)
         # batch -> {(combiner, safe): coefficients}: a lookup's, reused by its gradient; gone with the batch
         self._coefficients: weakref.WeakKeyDictionary[Ragged, dict] = weakref.WeakKeyDictionary()
+        self._batched_maps: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # tables -> (slot map, offsets)
+        self._splits: dict[tuple[int, ...], np.ndarray] = {}  # dense batch shape -> its row splits
 
     @staticmethod
     def threads() -> int:
@@ -169,7 +202,7 @@ class FastKernels:
 
     @staticmethod
     def fuses(optimizer: OptimizerSpec) -> bool:
-        return fused.fusable(optimizer)
+        return _fact("fusable", optimizer)
 
     def slot_maps_clean(self) -> bool:
         """True when every table's id -> slot map is reset, as it must be between steps (even after an error)."""
@@ -267,6 +300,38 @@ class FastKernels:
             return None
         return Ragged(out if copy else values, splits, w)
 
+    def dense_batches(self, ids: Sequence[np.ndarray], features: Sequence[FeatureSpec]) -> list[Ragged] | None:
+        """`to_batch(ids[k], features[k], None, copy=True)` for dense int64 [B] or [B, L] arrays with no
+        padding, in one compiled pass for all of them: the ids copied into one new array (each batch's
+        values a view of it), checked against each feature's range. None when the step is not small
+        (`batches`) or any id is out of range or padding: then each goes through `to_batch`."""
+        if not self.batches(sum(a.size for a in ids)):
+            return None
+        offsets = [0]
+        for a in ids:
+            offsets.append(offsets[-1] + a.size)
+        values = np.concatenate([a.reshape(-1) for a in ids])
+        lowest = [1 if f.dense_zero_is_padding else 0 for f in features]
+        highest = [f.num_buckets for f in features]
+        if not batched.ids_in_range(
+            values, np.array(offsets, np.int64), np.array(lowest, np.int64), np.array(highest, np.int64)
+        ):
+            return None
+        return [
+            Ragged(values[offsets[k] : offsets[k + 1]], self._dense_splits(a.shape), None) for k, a in enumerate(ids)
+        ]
+
+    def _dense_splits(self, shape: tuple[int, ...]) -> np.ndarray:
+        """The row splits of a dense [B] or [B, L] batch, `arange(B + 1) * L`, made once per shape
+        (read-only: batches share it)."""
+        splits = self._splits.get(shape)
+        if splits is None:
+            splits = np.arange(shape[0] + 1, dtype=np.int64) * (1 if len(shape) == 1 else shape[1])
+            splits.flags.writeable = False
+            if len(self._splits) < 64:
+                self._splits[shape] = splits
+        return splits
+
     @staticmethod
     def all_finite(array: np.ndarray) -> bool:
         """`np.isfinite(array).all()` for a float32 array, in one compiled pass with no temporary."""
@@ -319,8 +384,103 @@ class FastKernels:
         """Each request's `pooled_lookup`, or `sequence_lookup` (activations, lengths), in order.
 
         Independent lookups too small for a parallel launch run side by side
-        (`threads.run_each`)."""
+        (`threads.run_each`); when all of them together are (`batches`), they
+        run as one call of `batched.lookup_all`."""
+        packed = self.pack(requests)
+        if packed is not None:
+            return self.lookup_packed(packed)
         return run_each([(r.batch.num_values * r.table.shape[1], functools.partial(self._lookup, r)) for r in requests])
+
+    @staticmethod
+    def batches(work: int) -> bool:
+        """True when a step's phase touching `work` row elements runs table-batched (`batched.py`): below
+        `SERIAL_WORK`, where the per-feature kernels would run on the calling thread anyway."""
+        return work < thread_rules.SERIAL_WORK  # read at each call: tests change it
+
+    def pack(self, requests: Sequence[Lookup], keys: Sequence | None = None) -> Packed | None:
+        """The requests as one `Packed` step for the table-batched kernels, or None when they are not a
+        small step (`batches`) on plain tables. `keys[k]` names request k's table (default: the table
+        array itself); requests with one key share one table."""
+        if not requests or not self.batches(sum(r.batch.values.shape[0] * r.table.shape[1] for r in requests)):
+            return None  # nothing to look up (numba types no empty tuple of tables), or not small
+        tables: list[np.ndarray] = []
+        names: list = []
+        layout: list[int] = []
+        outputs = [(0, 0)]  # where each feature's activations and lengths start
+        shapes: list[tuple[int, ...]] = []
+        values: list[np.ndarray] = []
+        splits: list[np.ndarray] = []
+        weights: list[np.ndarray] = []
+        positions: list[np.ndarray] = []
+        for k, r in enumerate(requests):
+            key = r.table if keys is None else keys[k]
+            index = next((t for t, name in enumerate(names) if name is key or (keys is not None and name == key)), -1)
+            if index < 0:
+                index = len(tables)
+                tables.append(r.table)
+                names.append(key)
+            batch = r.batch
+            n = batch.values.shape[0]
+            values.append(batch.values)
+            splits.append(batch.row_splits)
+            if r.max_sequence_length is not None:
+                has_positions = batch.positions is not None
+                if batch.positions is not None:
+                    positions.append(batch.positions)
+                examples, length, dim = batch.row_splits.shape[0] - 1, int(r.max_sequence_length), r.table.shape[1]
+                layout += (index, 0, length, 0, n, examples, 0, has_positions)
+                shapes.append((examples, length, dim))
+                outputs.append((outputs[-1][0] + examples * length * dim, outputs[-1][1] + examples))
+            else:
+                mode = _MODES.get(r.combiner)
+                if mode is None:
+                    mode = _MODES[parse_combiner(r.combiner)]
+                has_weights = batch.weights is not None
+                if batch.weights is not None:
+                    weights.append(batch.weights)
+                examples, dim = batch.row_splits.shape[0] - 1, r.table.shape[1]
+                layout += (index, mode, 0, bool(r.safe), n, examples, has_weights, 0)
+                shapes.append((examples, dim))
+                outputs.append((outputs[-1][0] + examples * dim, outputs[-1][1]))
+        if not _plain(tables):
+            return None
+        return Packed(
+            tuple(tables),
+            tuple(names),
+            np.array([t.shape[1] for t in tables], np.int64),
+            np.array(layout, np.int64).reshape(-1, batched.COLUMNS),
+            _flat(values, np.int64),
+            _flat(splits, np.int64),
+            _flat(weights, _F32),
+            _flat(positions, np.int64),
+            outputs,
+            shapes,
+        )
+
+    @staticmethod
+    def lookup_packed(packed: Packed) -> list:
+        """`lookups` of a packed step, in one call of `batched.lookup_all`: each feature's activations (a
+        view of one buffer), or (activations, lengths) for a sequence feature."""
+        out = np.empty(packed.outputs[-1][0], _F32)
+        seq_lengths = np.empty(packed.outputs[-1][1], np.int64)
+        batched.lookup_all(
+            packed.tables,
+            packed.dims,
+            packed.layout,
+            packed.values,
+            packed.splits,
+            packed.weights,
+            packed.positions,
+            out,
+            seq_lengths,
+        )
+        results: list = []
+        for (start, lo), (stop, hi), shape in zip(packed.outputs, packed.outputs[1:], packed.shapes):
+            if len(shape) == 3:
+                results.append((out[start:stop].reshape(shape), seq_lengths[lo:hi]))
+            else:
+                results.append(out[start:stop].reshape(shape))
+        return results
 
     def _lookup(self, r: Lookup):
         if r.max_sequence_length is not None:
@@ -407,6 +567,73 @@ class FastKernels:
             ]
         )
 
+    def sum_packed(
+        self,
+        packed: Packed,
+        grads: Sequence[np.ndarray | None],
+        tables: Sequence[tuple[object, int]],
+        *,
+        check_numerics: bool = False,
+    ) -> list[Summed] | int:
+        """The summed gradients of each of `tables` ((key, dim): no row for a table of no feature), from
+        every feature's gradient (`grads[f]`, float32 of its activation's shape, or None), in one call
+        of `batched.sum_all`: the entries of `pooled_entries` / `sequence_entries` summed as
+        `sum_tables` sums them, the same bits. With `check_numerics`, the index f of the first gradient
+        holding inf or NaN instead, if any (checked whole, before any sum)."""
+        key = packed.keys, tuple(t.shape[0] for t in packed.tables)
+        maps = self._batched_maps.get(key)
+        if maps is None:
+            rows = key[1]
+            offsets = np.zeros(len(rows), np.int64)
+            np.cumsum(rows[:-1], out=offsets[1:])
+            maps = self._batched_maps[key] = (owner.new_slot_map(sum(rows)), offsets)
+        slot_map, moff = maps
+        given = [g is not None for g in grads]
+        try:
+            unique, summed, ustart, gstart, counts = batched.sum_all(
+                packed.dims,
+                slot_map,
+                moff,
+                packed.layout,
+                packed.values,
+                packed.splits,
+                packed.weights,
+                packed.positions,
+                _flat([g.reshape(-1) for g in grads if g is not None], _F32),
+                np.array(given, np.bool_),
+                check_numerics,
+            )
+        except BaseException:
+            slot_map.fill(-1)  # never leave the map dirty, whatever failed
+            raise
+        if counts.shape[0] and counts[0] < 0:  # a gradient holds inf or NaN: feature -1 - counts[0]
+            return -1 - int(counts[0])
+        zeros = np.zeros(len(packed.tables) + 1, np.int64)
+        by_key = {}
+        for t, (key, lo, g0, count, dim) in enumerate(
+            zip(packed.keys, ustart.tolist(), gstart.tolist(), counts.tolist(), packed.dims.tolist())
+        ):
+            rows = summed[g0 : g0 + count * dim].reshape(count, dim)
+            by_key[key] = Summed(unique[lo : lo + count], rows, zeros[t : t + 1], counts[t : t + 1], count)
+        none = zeros[-1:]
+        return [
+            by_key[key] if key in by_key else Summed(unique[:0], np.zeros((0, dim), _F32), none, none, 0)
+            for key, dim in tables
+        ]
+
+    @classmethod
+    def first_not_finite(cls, arrays: Sequence[np.ndarray]) -> int:
+        """The index of the first float32 array holding inf or NaN, or -1: `all_finite` of each, in one call
+        for small arrays (copied into one), array by array for large ones (no copy)."""
+        if sum(a.size for a in arrays) * 4 >= _FINITE_COPY_BYTES:
+            return next((k for k, a in enumerate(arrays) if not cls.all_finite(a)), -1)
+        if not arrays:
+            return -1
+        offsets = np.zeros(len(arrays) + 1, np.int64)
+        np.cumsum([a.size for a in arrays], out=offsets[1:])
+        flat = _flat([a.reshape(-1) for a in arrays], _F32)
+        return int(batched.first_not_finite(flat.view(np.int32), offsets))
+
     # Update -----------------------------------------------------------------------
 
     @classmethod
@@ -433,7 +660,12 @@ class FastKernels:
 
     @classmethod
     def apply_all(cls, updates: Sequence[Update]) -> None:
-        """`apply_summed` for each update (different tables), small ones side by side."""
+        """`apply_summed` for each update (different tables), small ones side by side; when all of them
+        together are small (`batches`), the updates of tables that share an optimizer and learning
+        rate as one call of `fused.apply_tables`."""
+        if updates and cls.batches(sum(_update_work(u.optimizer, u.table, u.summed) for u in updates)):
+            cls._apply_grouped(updates)
+            return
         run_each(
             [
                 (
@@ -443,6 +675,52 @@ class FastKernels:
                 for u in updates
             ]
         )
+
+    @classmethod
+    def _apply_grouped(cls, updates: Sequence[Update]) -> None:
+        """The small updates of `apply_all`: one `fused.apply_tables` call per (optimizer, learning rate)
+        over plain arrays, the rest one by one on the calling thread."""
+        groups: dict[tuple, list[Update]] = {}
+        alone = []
+        for u in updates:
+            if _fact("batchable", u.optimizer) and _plain([u.table, *u.slots.values()]):
+                groups.setdefault((id(u.optimizer), u.lr), []).append(u)
+            else:
+                alone.append(u)
+        for group in groups.values():
+            optimizer = group[0].optimizer
+            names = fused.slot_names(optimizer)
+            fused.apply_tables(
+                optimizer,
+                group[0].lr,
+                tuple(u.table for u in group),
+                tuple(tuple(u.slots[name] for name in names) for u in group),
+                tuple(u.summed.unique_ids for u in group),
+                tuple(u.summed.grads for u in group),
+                tuple(u.summed.starts for u in group),
+                tuple(u.summed.stops for u in group),
+            )
+        for u in alone:
+            cls.apply_summed(u.optimizer, u.lr, u.table, u.slots, u.summed)
+
+
+_FINITE_COPY_BYTES = 1 << 16  # gradients up to this many bytes are checked in one call, copied into one array
+_MODES = {"sum": batched.SUM, "mean": batched.MEAN, "sqrtn": batched.SQRTN}
+
+
+def _flat(arrays: list[np.ndarray], dtype) -> np.ndarray:
+    """The arrays one after another, as one new contiguous array of `dtype` (empty for none)."""
+    if not arrays:
+        return np.empty(0, dtype)
+    if len(arrays) == 1:
+        return np.array(arrays[0], dtype=dtype)  # a copy: the kernels get arrays of one type (writable, C)
+    return np.concatenate(arrays, dtype=dtype)
+
+
+def _plain(arrays: Sequence[np.ndarray]) -> bool:
+    """True when every array is a plain, writable, C-contiguous numpy array (not a memmap): arrays of one
+    numba type, so a tuple of them is one type."""
+    return all(type(a) is np.ndarray and a.flags.c_contiguous and a.flags.writeable for a in arrays)
 
 
 def _immutable(array: np.ndarray) -> bool:
@@ -458,8 +736,25 @@ def _vectors(*arrays) -> bool:
     return all(isinstance(a, np.ndarray) and a.ndim == 1 for a in arrays)
 
 
+_FACTS: dict[tuple[str, int], tuple[OptimizerSpec, bool]] = {}  # (fact, id(spec)) -> (the spec, its answer)
+
+
+def _fact(name: str, optimizer: OptimizerSpec) -> bool:
+    """`fused.fusable` ("fusable"), `fused.batchable` ("batchable") or `touches_all_rows` ("all rows") of
+    `optimizer`, worked out once per spec object (frozen: the answer cannot change). Keyed by identity:
+    hashing a spec dataclass hashes every field, each step."""
+    known = _FACTS.get((name, id(optimizer)))
+    if known is not None and known[0] is optimizer:
+        return known[1]
+    if len(_FACTS) > 256:
+        _FACTS.clear()
+    answer = {"fusable": fused.fusable, "batchable": fused.batchable, "all rows": touches_all_rows}[name](optimizer)
+    _FACTS[(name, id(optimizer))] = (optimizer, answer)
+    return answer
+
+
 def _update_work(optimizer: OptimizerSpec, table: np.ndarray, summed: Summed) -> int:
     """Row elements an update touches: the summed rows, or every row for non-lazy Adam."""
-    if touches_all_rows(optimizer):
+    if _fact("all rows", optimizer):
         return table.size
     return summed.size * table.shape[1]
