@@ -255,7 +255,10 @@ def _routes(entries, rows_got, group, local, coefs) -> tuple[np.ndarray, ...]:
     those of a (source, feature) that sent gradient rows only, with the gradient row each reads."""
     world, num = entries.shape
     segments = Segments(entries, np.ones(num, np.int64))
-    rows, src, coef, bounds = [], [], [], [0]
+    rows: list[np.ndarray] = []
+    src: list[np.ndarray] = []
+    coef: list[np.ndarray] = []
+    bounds = [0]
     for p in range(num):
         at = segments.entries(p)
         sources = np.repeat(np.arange(world), entries[:, p])
@@ -265,8 +268,8 @@ def _routes(entries, rows_got, group, local, coefs) -> tuple[np.ndarray, ...]:
         src.append(before[sources[keep]] + group[at[keep]])
         coef.append(coefs[at[keep]])
         bounds.append(bounds[-1] + int(keep.sum()))
-    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
-    return (
-        *(np.concatenate(parts).astype(part.dtype) if parts else part for parts, part in zip((rows, src, coef), empty)),
-        np.array(bounds, np.int64),
-    )
+
+    def joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+        return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+
+    return joined(rows, np.int64), joined(src, np.int64), joined(coef, np.float32), np.array(bounds, np.int64)
