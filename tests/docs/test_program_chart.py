@@ -10,7 +10,7 @@ import pathlib
 import pytest
 
 from .scripts import DOCS, load_script
-from .test_plots import _coarse, _png_size, _png_text
+from .test_plots import _coarse, _png_size, _png_text, check_committed_png
 
 chart = load_script("make_program_chart")
 plots = load_script("make_plots")
@@ -34,15 +34,7 @@ def test_the_csv_ratios_follow_from_its_medians():
 
 @pytest.mark.parametrize("layout", plots.LAYOUTS, ids=lambda layout: layout.suffix or "wide")
 def test_the_committed_pictures_are_small_pngs_that_the_page_shows_at_their_width(layout):
-    file = f"{chart.FIGURE}{layout.suffix}.png"
-    data = (DOCS / "images" / file).read_bytes()
-    width, _ = _png_size(data)
-    assert width == layout.width_px * plots.DENSITY, file
-    assert len(data) < 150_000, file
-    candidate = f'srcset="../images/{file} {width}w" sizes="{layout.width_px}px"'
-    assert candidate in PAGE, candidate
-    if layout is plots.PHONE:
-        assert f'<source media="{plots.PHONE_MEDIA}" {candidate}>' in PAGE
+    check_committed_png(f"{chart.FIGURE}{layout.suffix}.png", layout, PAGE)
 
 
 def test_every_text_in_the_picture_is_at_least_11_px_on_the_page():
