@@ -14,7 +14,7 @@ from tpu_embedding_shim.engine import CheckpointError, sparsecore_layout
 
 E = tf.tpu.experimental.embedding
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tf_checkpoints" / "sparsecore_adagrad"
-SHAPES = {"items": (100, 8), "users": (37, 5), "tags": (50, 16)}
+SHAPES = {"movies": (100, 8), "users": (37, 5), "tags": (50, 16)}
 
 
 def build(cls, shapes=SHAPES, output_shape=None):
@@ -53,18 +53,18 @@ def test_a_written_sparsecore_checkpoint_restores_and_a_mismatch_changes_nothing
     tf.train.Checkpoint(embedding=embedding).restore(prefix)
     assert embedding.engine.table("users").tobytes() == state["users"]["embedding"].tobytes()
     other = build("TPUEmbeddingV2", {**SHAPES, "users": (36, 5)})
-    before = other.engine.table("items").copy()
+    before = other.engine.table("movies").copy()
     with pytest.raises(CheckpointError, match=r"table 'users' \[37, 5\]; this object's is \[36, 5\]"):
         tf.train.Checkpoint(embedding=other).restore(prefix)
-    assert other.engine.table("items").tobytes() == before.tobytes()
+    assert other.engine.table("movies").tobytes() == before.tobytes()
 
 
 def test_embedding_layouts_are_tensorflows_stacking():
     embedding = build("TPUEmbeddingV2", output_shape=[8])
     layouts = embedding.embedding_layouts
     assert {n: (x.stacked_table_name, x.sparse_core_shard_rotation) for n, x in layouts.items()} == {
-        "items": ("items_users", 0),
-        "users": ("items_users", 0),  # one chip: rotation 4 % 4
+        "movies": ("movies_users", 0),
+        "users": ("movies_users", 0),  # one chip: rotation 4 % 4
         "tags": ("tags", 0),
     }
     assert layouts["users"].unsharded_padded_shape == (64, 8) and layouts["users"].sparse_core_shard_row_offset == 32

@@ -13,7 +13,7 @@ from tpu_embedding_shim.migrate import TARGETS, load_source, migrate
 from tpu_embedding_shim.spec import AdagradSpec, EmbeddingSpec, FeatureSpec, TableSpec
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tf_checkpoints" / "sparsecore_adagrad"
-TABLES = {"items": (100, 8), "users": (37, 5), "tags": (50, 16)}
+TABLES = {"movies": (100, 8), "users": (37, 5), "tags": (50, 16)}
 SPEC = EmbeddingSpec(
     tables=tuple(TableSpec(name=n, vocabulary_size=rows, dim=dim) for n, (rows, dim) in TABLES.items()),
     features=tuple(FeatureSpec(name=f"f_{n}", table=n, num_buckets=rows) for n, (rows, _) in TABLES.items()),
@@ -30,8 +30,8 @@ def test_the_fixture_is_stacked_and_sliced_as_a_tpu_saves_it():
     reader = BundleReader(str(FIXTURE / "ckpt-1"))
     stacked = [n for n in reader.names() if n.startswith("embedding/") and "_sparse_core" not in n]
     assert sorted(stacked) == [  # 'tags' is 16 wide: a stack of its own
-        "embedding/items_users.Saccumulators/.ATTRIBUTES/VARIABLE_VALUE",
-        "embedding/items_users/.ATTRIBUTES/VARIABLE_VALUE",
+        "embedding/movies_users.Saccumulators/.ATTRIBUTES/VARIABLE_VALUE",
+        "embedding/movies_users/.ATTRIBUTES/VARIABLE_VALUE",
         "embedding/tags.Saccumulators/.ATTRIBUTES/VARIABLE_VALUE",
         "embedding/tags/.ATTRIBUTES/VARIABLE_VALUE",
     ]
