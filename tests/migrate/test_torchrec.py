@@ -341,3 +341,35 @@ def test_sum_pooling_with_the_coefficients_is_the_engines_combiner(bags, combine
     batch = Ragged(values=ids, row_splits=np.concatenate([[0], np.cumsum(lengths)]), weights=weights)
     expected = lookup.pooled_lookup(table, batch, combiner, safe=safe)
     np.testing.assert_allclose(pooled, expected, rtol=1e-6, atol=1e-6)
+
+
+@given(
+    names=st.lists(
+        st.sampled_from(["items", "items_", "keys", "a.b", "a_b", "forward", "t", "_modules", "x.y.z"]),
+        min_size=1,
+        max_size=5,
+        unique=True,
+    )
+)
+@settings(max_examples=50, deadline=None)
+def test_table_names_a_module_dict_refuses_get_free_names(names):
+    """Every TorchRec name is a ModuleDict key (no '.', no ModuleDict attribute), distinct, and the others stay."""
+    spec = EmbeddingSpec(
+        tables=tuple(TableSpec(name=n, vocabulary_size=8, dim=4) for n in names),
+        features=tuple(FeatureSpec(name=f"f{i}", table=n, num_buckets=8) for i, n in enumerate(names)),
+        optimizer=SGDSpec(learning_rate=0.1),
+    )
+    source = load_source(spec)
+    mapping = target.torchrec_names(source)
+    assert len(set(mapping.values())) == len(names)
+    for old, new in mapping.items():
+        assert "." not in new and new not in target.MODULE_DICT_NAMES
+        if "." not in old and old not in target.MODULE_DICT_NAMES:
+            assert new == old
+    migration = to_torchrec(spec)
+    assert set(migration.weights) == {f"embedding_bags.{new}.weight" for new in mapping.values()}
+    for old, new in mapping.items():
+        assert f"name={new!r}" in migration.code
+        if old != new:
+            assert f"name={old!r}" not in migration.code
+            assert any(f"{old!r} -> {new!r}" in note for note in migration.report.notes)

@@ -100,12 +100,13 @@ def _assert_state(model, engine, source):
     params = model.state_dict()
     states = model.fused_optimizer.state_dict()["state"]
     for table in source.spec.tables:
-        key = next(k for k in params if k.endswith(f".{table.name}.weight"))
+        name = target.torchrec_name(source, table.name)
+        key = next(k for k in params if k.endswith(f".{name}.weight"))
         weights = _full(params[key])
         np.testing.assert_allclose(weights[:, : table.dim], engine.table(table.name), rtol=RTOL, atol=ATOL)
         np.testing.assert_array_equal(weights[:, table.dim :], 0.0)
-        for slot, name in target.fused(source, table.name).states:
-            actual = _full(states[key][f"{table.name}.{name}"])[:, : table.dim]
+        for slot, state in target.fused(source, table.name).states:
+            actual = _full(states[key][f"{name}.{state}"])[:, : table.dim]
             np.testing.assert_allclose(actual, engine.slots(table.name)[slot], rtol=RTOL, atol=ATOL)
 
 
@@ -212,6 +213,32 @@ def test_training_through_fbgemms_fused_kernels_equals_the_engine(tmp_path, opti
     _assert_state(model, engine, source)
     _train(model, module, engine, source, np.random.default_rng(2), steps=5)
     _assert_state(model, engine, source)
+
+
+def test_tables_named_like_a_module_dicts_attributes_are_renamed_and_train(tmp_path):
+    """TorchRec keeps tables in a torch.nn.ModuleDict: 'items', 'keys', 'a.b' cannot be its keys as they are."""
+    renamed = {"t_sum": "items", "t_sqrtn": "a.b", "t_seq": "keys"}
+    spec = _training_spec(AdagradSpec(learning_rate=0.2))
+    spec = dataclasses.replace(
+        spec,
+        tables=tuple(dataclasses.replace(t, name=renamed[t.name]) for t in spec.tables),
+        features=tuple(dataclasses.replace(f, table=renamed[f.table]) for f in spec.features),
+    )
+    migration = to_torchrec(spec)
+    assert any("'items' -> 'items_'" in note and "'a.b' -> 'a_b'" in note for note in migration.report.notes)
+    module = _generated(migration, tmp_path)
+    model = module.shard(module.build())
+    source = load_source(spec)
+    engine = Engine(spec, seed=0, kernels="numpy")
+    _assert_state(model, engine, source)
+    _train(model, module, engine, source, np.random.default_rng(4), steps=3)
+    _assert_state(model, engine, source)
+
+
+def test_the_module_dict_names_are_torchs():
+    """The converter's list of names a ModuleDict refuses holds every attribute of this torch's ModuleDict."""
+    module_dict = torch.nn.ModuleDict()
+    assert set(dir(module_dict)) | set(vars(module_dict)) <= target.MODULE_DICT_NAMES
 
 
 def test_training_continues_from_a_checkpoint(tmp_path):

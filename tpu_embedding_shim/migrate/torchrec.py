@@ -75,6 +75,30 @@ _ANY_PLAN = (
 )
 
 
+# Every attribute of a torch.nn.ModuleDict (torch 2.13): a ModuleDict cannot hold a module under one of them.
+MODULE_DICT_NAMES = frozenset(
+    """
+    T_destination __annotations__ __call__ __class__ __contains__ __delattr__ __delitem__ __dict__ __dir__ __doc__
+    __eq__ __format__ __ge__ __getattr__ __getattribute__ __getitem__ __getstate__ __gt__ __hash__ __init__
+    __init_subclass__ __iter__ __le__ __len__ __lt__ __module__ __ne__ __new__ __reduce__ __reduce_ex__ __repr__
+    __setattr__ __setitem__ __setstate__ __sizeof__ __str__ __subclasshook__ __weakref__ _apply _backward_hooks
+    _backward_pre_hooks _buffers _call_impl _compiled_call_impl _forward_hooks _forward_hooks_always_called
+    _forward_hooks_with_kwargs _forward_pre_hooks _forward_pre_hooks_with_kwargs _get_backward_hooks
+    _get_backward_pre_hooks _get_name _is_full_backward_hook _load_from_state_dict _load_state_dict_post_hooks
+    _load_state_dict_pre_hooks _maybe_warn_non_full_backward_hook _modules _named_members
+    _non_persistent_buffers_set _parameters _register_load_state_dict_pre_hook _register_state_dict_hook
+    _replicate_for_data_parallel _save_to_state_dict _slow_forward _state_dict_hooks _state_dict_pre_hooks
+    _version _wrapped_call_impl add_module apply bfloat16 buffers call_super_init children clear compile cpu cuda
+    double dump_patches eval extra_repr float forward get_buffer get_extra_state get_parameter get_submodule half
+    ipu items keys load_state_dict modules mtia named_buffers named_children named_modules named_parameters
+    parameters pop register_backward_hook register_buffer register_forward_hook register_forward_pre_hook
+    register_full_backward_hook register_full_backward_pre_hook register_load_state_dict_post_hook
+    register_load_state_dict_pre_hook register_module register_parameter register_state_dict_post_hook
+    register_state_dict_pre_hook requires_grad_ set_extra_state set_submodule share_memory state_dict to to_empty
+    train training type update values xpu zero_grad
+    """.split()  # noqa: SIM905 (a word list reads better than 129 quoted strings)
+)
+
 # Layout: where each table goes and how it is trained -------------------------------------------------------
 
 
@@ -116,9 +140,35 @@ def pooling(source: MigrationInput, table: str) -> str:
     return "SUM"
 
 
+def torchrec_names(source: MigrationInput) -> dict[str, str]:
+    """TF's table name -> its name in TorchRec: the same, unless a torch.nn.ModuleDict cannot hold it.
+
+    TorchRec's collections keep their tables in a ModuleDict keyed by name, which refuses a name with a '.' or one
+    of its own attributes ('items', 'keys', 'forward', ...): such a table gets '_' for each '.' and a '_' appended
+    until the name is free (the report's notes list each rename).
+    """
+    taken = {t.name for t in source.tables}
+    out: dict[str, str] = {}
+    for table in source.tables:
+        name = table.name
+        if not name or "." in name or name in MODULE_DICT_NAMES:
+            name = name.replace(".", "_") or "table"
+            while name in MODULE_DICT_NAMES or name in taken:
+                name += "_"
+            taken.add(name)
+        out[table.name] = name
+    return out
+
+
+def torchrec_name(source: MigrationInput, table: str) -> str:
+    """The table's name in TorchRec (see `torchrec_names`)."""
+    return torchrec_names(source)[table]
+
+
 def weight_key(source: MigrationInput, table: str) -> str:
     """The table's key in its collection's state_dict (and in weights.npz)."""
-    return f"embeddings.{table}.weight" if in_ec(source, table) else f"embedding_bags.{table}.weight"
+    name = torchrec_name(source, table)
+    return f"embeddings.{name}.weight" if in_ec(source, table) else f"embedding_bags.{name}.weight"
 
 
 def fused(source: MigrationInput, table: str) -> Fused | None:
@@ -491,6 +541,12 @@ def notes(source: MigrationInput) -> list[str]:
     padded = [t.name for t in source.tables if t.dim % 4]
     if padded:
         out.append(f"Padded to a multiple of 4 columns (FBGEMM's kernels need it): {', '.join(padded)}.")
+    renamed = [f"{old!r} -> {new!r}" for old, new in torchrec_names(source).items() if old != new]
+    if renamed:
+        out.append(
+            "Renamed (TorchRec keeps tables in a torch.nn.ModuleDict, which refuses a '.' or one of its attribute "
+            f"names): {', '.join(renamed)}; model.py and weights.npz use the new names."
+        )
     return out
 
 
@@ -520,7 +576,8 @@ def weights(source: MigrationInput) -> dict[str, np.ndarray]:
         initial = source.optimizer_for(table.name).slot_initial_values()  # type: ignore[union-attr]
         for slot, state in setting.states:
             # Padding columns never get a gradient; a positive accumulator there keeps Adagrad's 0 / sqrt(a) at 0.
-            out[f"{key}/{table.name}.{state}"] = _padded(arrays[slot], dim, initial.get(slot, 0.0))
+            name = torchrec_name(source, table.name)
+            out[f"{key}/{name}.{state}"] = _padded(arrays[slot], dim, initial.get(slot, 0.0))
     return out
 
 
@@ -556,7 +613,7 @@ def _init_fn_code(table: TableSpec) -> str | None:
 def _config_line(source: MigrationInput, table: TableSpec, sequence: bool) -> str:
     features = [f.name for f in source.features_of(table.name)]
     arguments = [
-        f"name={table.name!r}",
+        f"name={torchrec_name(source, table.name)!r}",
         f"num_embeddings={table.vocabulary_size}",
         f"embedding_dim={padded_dim(table.dim)}",
         f"feature_names={literal(features)}",
@@ -574,7 +631,7 @@ def _feature_entry(source: MigrationInput, name: str) -> str:
     feature = source.feature(name)
     table = source.table(feature.table)
     entry = {
-        "table": table.name,
+        "table": torchrec_name(source, table.name),
         "collection": "ec" if in_ec(source, table.name) else "ebc",
         "combiner": table.combiner,
         "safe": feature.safe_lookup,
@@ -596,20 +653,21 @@ def _optimizer_lines(source: MigrationInput) -> tuple[list[str], list[str], list
         setting = fused(source, table.name)
         if setting is None:
             continue
+        name = torchrec_name(source, table.name)
         kind = setting.kind if setting.exact else f"{setting.kind}, a stand-in: see report.md"
         kwargs = ", ".join(f"{k!r}: {literal(float(v))}" for k, v in setting.kwargs.items())
-        fused_lines.append(f"    {table.name!r}: (torchrec.optim.{setting.cls}, {{{kwargs}}}),  # EmbOptimType.{kind}")
+        fused_lines.append(f"    {name!r}: (torchrec.optim.{setting.cls}, {{{kwargs}}}),  # EmbOptimType.{kind}")
         rate = source.optimizer_for(table.name).learning_rate  # type: ignore[union-attr]
         if callable(rate):
             reference = importable_name(rate)
             if reference is None:
                 rate_lines.append(
-                    f"    # {table.name!r}: TF's learning rate is {getattr(rate, '__qualname__', rate)!s}, a "
+                    f"    # {name!r}: TF's learning rate is {getattr(rate, '__qualname__', rate)!s}, a "
                     "function that cannot be written here: put it in"
                 )
             else:
                 imports.append(reference)
-                rate_lines.append(f"    {table.name!r}: {reference[1]},")
+                rate_lines.append(f"    {name!r}: {reference[1]},")
     return fused_lines, rate_lines, imports
 
 
@@ -680,7 +738,7 @@ def code(source: MigrationInput) -> str:
         "# every feature of the EmbeddingBagCollection then gets coefficients() as its weights.",
         f"IS_WEIGHTED = {is_weighted(source)!r}",
         "# Tensor-core tables: replicated (data_parallel), trained by the model's own optimizer.",
-        f"DATA_PARALLEL = {literal([t.name for t in source.tensor_core_tables])}",
+        f"DATA_PARALLEL = {literal([torchrec_name(source, t.name) for t in source.tensor_core_tables])}",
         "# table -> (torchrec.optim class, kwargs): FBGEMM's fused optimizer once sharded (lr: TF's learning rate).",
         "FUSED_OPTIMIZERS = {",
         *fused_lines,
