@@ -3,7 +3,9 @@
 TensorFlow 2.21's `TPUEmbeddingV2.enqueue` turns each table's batch into the
 SparseCores' CSR form with three host ops (`tensorflow/core/tpu/kernels/
 sparse_core_preprocess_ops.cc`; the pip wheels register no kernel for them,
-so this module is their specification, taken from that source):
+so this module is their specification, taken from that source, and checked
+against jax-tpu-embedding's CPU preprocessing where the two agree:
+tests/migrate/test_sparsecore_preprocessing_oracle.py):
 
 1. `ConvertToListOfSparseCoreCooTensors`, per feature: the samples
    (`prod(output_shape)` of them) are split into 4 equal, contiguous chunks,
