@@ -3,7 +3,9 @@
 TensorFlow 2.21's `TPUEmbeddingV2.enqueue` turns each table's batch into the
 SparseCores' CSR form with three host ops (`tensorflow/core/tpu/kernels/
 sparse_core_preprocess_ops.cc`; the pip wheels register no kernel for them,
-so this module is their specification, taken from that source):
+so this module is their specification, taken from that source, and checked
+against jax-tpu-embedding's CPU preprocessing where the two agree:
+tests/migrate/test_sparsecore_preprocessing_oracle.py):
 
 1. `ConvertToListOfSparseCoreCooTensors`, per feature: the samples
    (`prod(output_shape)` of them) are split into 4 equal, contiguous chunks,
@@ -129,6 +131,10 @@ class TableStatistics:
       dropped_entries: `[dropped, 3]` int64 rows `(feature, sample, id)`, the
         feature's index in the stack's features and its sample, of each
         dropped entry, in buffer order.
+      entries: `[n, 3]` int64 rows `(feature, sample, id)` of every entry
+        (merged (sample, id) pair) in buffer order: SparseCore, partition,
+        table in the stack, id, feature, sample. The last `dropped` are
+        `dropped_entries`.
       unplaced: the entries from the first partition that does not fit on
         (TensorFlow's "remaining id count" when it refuses to drop).
     """
@@ -140,6 +146,7 @@ class TableStatistics:
     buffer_needed: int
     dropped: int
     dropped_entries: np.ndarray
+    entries: np.ndarray
     unplaced: int = 0
 
     @property
@@ -232,6 +239,7 @@ def table_statistics(
         buffer_needed=needed,
         dropped=int(dropped.shape[0]),
         dropped_entries=dropped[:, [4, 5, 3]].copy(),
+        entries=entries[:, [4, 5, 3]].copy(),
         unplaced=unplaced,
     )
 
