@@ -25,8 +25,8 @@ serving lookup differs from its TPU lookup in places; ours does not:
 
 One difference is TensorFlow's, and kept: a table's `quantization_config`
 (simulated quantization, a TPU lookup's forward pass) is not applied here,
-as TensorFlow's CPU lookups (`cpu_embedding_lookup`, `TPUEmbedding` outside
-a `TPUStrategy`) do not apply it: serving reads the float32 table as it is
+as TensorFlow's CPU lookups (`cpu_embedding_lookup`, behind its
+`TPUEmbeddingForServing` and `serving_embedding_lookup`) do not apply it: serving reads the float32 table as it is
 stored. To serve quantized values, quantize the table first
 (`engine.lookup.quantize`), as TensorFlow's `QuantizationConfig` docstring
 advises.
