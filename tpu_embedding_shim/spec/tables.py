@@ -80,9 +80,8 @@ class QuantizationSpec:
             raise fail(
                 "num_buckets", f"an int in [2, {_INT32_MAX}] (TensorFlow's int32)", self.num_buckets, owner=owner
             )
-        bounds = {"minimum": -_FLOAT32_MAX, "maximum": _FLOAT32_MAX, "owner": owner}
-        check_real("lower", self.lower, **bounds)
-        check_real("upper", self.upper, **bounds)
+        for name in ("lower", "upper"):
+            check_real(name, getattr(self, name), minimum=-_FLOAT32_MAX, maximum=_FLOAT32_MAX, owner=owner)
         lower, upper, quantum = self.float32_parameters()
         if not upper > lower:
             raise fail("upper", f"a number > lower={self.lower!r} once both are float32", self.upper, owner=owner)
