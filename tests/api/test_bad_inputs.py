@@ -36,10 +36,10 @@ def test_a_tpu_embedding_that_raises_leaves_the_table_configs_as_they_were():
     with pytest.raises(ValueError, match="Tables must have a unique name"):
         embedding.TPUEmbedding(feature_config=features, optimizer=embedding.SGD(0.1))
     assert first.name is None and first.optimizer is None  # TensorFlow had renamed it and set its optimizer
-    quantized = embedding.TableConfig(
-        vocabulary_size=8, dim=2, quantization_config=embedding.QuantizationConfig(num_buckets=4, lower=-1.0, upper=1.0)
-    )  # refused when lowered, after the tables were named
+    collapsed = embedding.QuantizationConfig(num_buckets=4, lower=1.0, upper=1.0 + 1e-12)  # one float32
+    quantized = embedding.TableConfig(vocabulary_size=8, dim=2, quantization_config=collapsed)
+    # refused when lowered, after the tables were named
     features = {"a": embedding.FeatureConfig(table=first), "b": embedding.FeatureConfig(table=quantized)}
-    with pytest.raises(ValueError, match="quantiz"):
+    with pytest.raises(ValueError, match="QuantizationConfig of TableConfig .table_1.*float32"):
         embedding.TPUEmbedding(feature_config=features, optimizer=embedding.SGD(0.1))
     assert first.name is None and first.optimizer is None and quantized.name is None and quantized.optimizer is None

@@ -1039,7 +1039,7 @@ V2_CONFIGS = {
     "optimizer": P([None, "sgd"], ["sgd_str", "adagrad_v1"]),
     "combiner": COMBINER,
     "name": P([None, "video"], ["", 3]),
-    "quantization": P([None], ["q"]),
+    "quantization": P([None, "q"]),
     "table": P(["table"], ["str", None]),
     "max_sequence_length": P([0, 3], [-1, 2.5, None]),
     "validate": P([True, False], [0, 1, None, "yes"]),
@@ -1068,8 +1068,6 @@ def test_v2_table_and_feature_config(a):
         bad.arg("combiner")
     if a["name"] is not None and not nonempty_str(a["name"]):
         bad.arg("name")
-    if a["quantization"] is not None:
-        bad.arg("quantization_config")  # the CPU engine refuses it when lowering
     if a["table"] != "table":
         bad.arg("table")
     if not int_at_least(a["max_sequence_length"], 0):

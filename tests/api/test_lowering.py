@@ -6,7 +6,7 @@ import pytest
 import tpu_embedding_shim as tf
 from tpu_embedding_shim.api import lowering
 from tpu_embedding_shim.api.tpu_embedding_v1 import FeatureConfig, TableConfig
-from tpu_embedding_shim.spec import AdagradSpec, AdamSpec, EmbeddingSpec, FtrlSpec, SGDSpec
+from tpu_embedding_shim.spec import AdagradSpec, AdamSpec, EmbeddingSpec, FtrlSpec, QuantizationSpec, SGDSpec
 
 fc = tf.feature_column
 tpu = tf.tpu.experimental
@@ -133,10 +133,20 @@ def test_v2_feature_config_nest_lowers_in_tf_nest_order():
         lowering.spec_from_feature_config({"a": 3})
 
 
-def test_quantization_is_refused_until_the_engine_supports_it():
+def test_a_quantization_config_lowers_to_the_tables_quantization_spec():
     emb = tf.tpu.experimental.embedding
-    table = emb.TableConfig(10, 2, quantization_config=emb.QuantizationConfig(4, -1.0, 1.0))
-    with pytest.raises(ValueError, match="quantization_config"):
+    table = emb.TableConfig(10, 2, name="t", quantization_config=emb.QuantizationConfig(4, -1.0, 1.0))
+    spec = lowering.spec_from_feature_config(emb.FeatureConfig(table))
+    assert spec.table("t").quantization == QuantizationSpec(num_buckets=4, lower=-1.0, upper=1.0)
+    serving = lowering.spec_from_feature_config(emb.FeatureConfig(table), simulate_quantization=False)
+    assert serving.table("t").quantization is None  # TensorFlow's CPU lookups ignore it
+
+
+def test_bounds_that_collapse_in_float32_are_refused_naming_the_table():
+    emb = tf.tpu.experimental.embedding
+    config = emb.QuantizationConfig(4, 1.0, 1.0 + 1e-12)  # TensorFlow accepts it: upper > lower as Python floats
+    table = emb.TableConfig(10, 2, name="t", quantization_config=config)
+    with pytest.raises(ValueError, match=r"`upper` of QuantizationConfig of TableConfig 't'.*float32"):
         lowering.spec_from_feature_config(emb.FeatureConfig(table))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpu_embedding_shim.spec import EmbeddingSpec, FeatureSpec, TableSpec
+from tpu_embedding_shim.spec import EmbeddingSpec, FeatureSpec, QuantizationSpec, TableSpec
 from tpu_embedding_shim.spec.embedding import optimizer_from_dict
 
 
@@ -36,6 +36,10 @@ def optimizer(recipe: dict | None):
     return optimizer_from_dict(fields)
 
 
+def quantization(num_buckets: int, lower: float, upper: float) -> QuantizationSpec:
+    return QuantizationSpec(num_buckets=num_buckets, lower=lower, upper=upper)
+
+
 def build_spec(recipe: dict, world_size: int) -> EmbeddingSpec:
     """The recipe's EmbeddingSpec for `world_size` ranks (num_shards = world_size * shards_per_rank)."""
     tables = tuple(
@@ -45,6 +49,7 @@ def build_spec(recipe: dict, world_size: int) -> EmbeddingSpec:
             dim=t["dim"],
             combiner=t["combiner"],
             optimizer=optimizer(t.get("optimizer")),
+            quantization=None if t.get("quantization") is None else quantization(*t["quantization"]),
         )
         for t in recipe["tables"]
     )

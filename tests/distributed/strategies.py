@@ -78,6 +78,7 @@ def recipes(draw, world_size, pooling="exact"):
                 "dim": draw(st.integers(1, 5)),
                 "combiner": draw(st.sampled_from(["sum", "mean", "sqrtn"])),
                 "optimizer": draw(st.none() | optimizers()),
+                "quantization": draw(st.sampled_from([None, [3, -0.5, 0.5], [256, -2.0, 1.7]])),
             }
         )
         for f in range(draw(st.integers(1, 3))):

@@ -175,3 +175,28 @@ def row_id_spec(optimizer, *, vocab=10, dim=3, combiner="sum", features="f", **o
     return spec.EmbeddingSpec(
         tables=(table,), features=tuple(readers[name] for name in features), optimizer=optimizer, **options
     )
+
+
+@st.composite
+def quantizations(draw):
+    """A QuantizationSpec: 2 to 2**20 levels over a range inside or around the tables' values (N(0, 1)),
+    bounds that are not round numbers included."""
+    lower = draw(st.floats(-3.0, 1.0, width=32))
+    upper = lower + draw(st.floats(0.015625, 4.0, width=32))
+    num_buckets = draw(st.one_of(st.integers(2, 20), st.sampled_from([255, 256, 2**16, 2**20])))
+    return spec.QuantizationSpec(num_buckets=num_buckets, lower=lower, upper=upper)
+
+
+@st.composite
+def values_near_levels(draw, quantization, size=64):
+    """float32 values for `quantization`: near its levels and near the midpoints between them (a few
+    ulps either side, where the rounding decides), inside and outside [lower, upper], inf and NaN."""
+    lower, upper, quantum = quantization.float32_parameters()
+    k = np.array(draw(st.lists(st.integers(-3, min(quantization.num_buckets + 2, 2**20)), min_size=size,
+                               max_size=size)), np.float32)  # fmt: skip
+    half = np.array(draw(st.lists(st.sampled_from([0.0, 0.5, -0.5]), min_size=size, max_size=size)), np.float32)
+    base = (k + half) * quantum + lower
+    ulps = np.array(draw(st.lists(st.integers(-3, 3), min_size=size, max_size=size)), np.int32)
+    near = (base.view(np.int32) + ulps).view(np.float32)
+    spread = np.array(draw(st.lists(st.floats(-10.0, 10.0, width=32), min_size=8, max_size=8)), np.float32)
+    return np.concatenate([near, spread, np.float32([np.inf, -np.inf, np.nan, -0.0, 0.0, lower, upper])])

@@ -24,6 +24,7 @@ require_fast_kernels()
 from tpu_embedding_shim.engine.engine import Engine  # noqa: E402
 from tpu_embedding_shim.engine.fast.kernels import FastKernels  # noqa: E402
 from tpu_embedding_shim.engine.kernels import Lookup, NumpyKernels  # noqa: E402
+from tpu_embedding_shim.engine.lookup import quantization_parameters  # noqa: E402
 from tpu_embedding_shim.spec import (  # noqa: E402
     AdagradSpec,
     EmbeddingSpec,
@@ -33,13 +34,14 @@ from tpu_embedding_shim.spec import (  # noqa: E402
     TruncatedNormal,
 )
 
-from .strategies import FUSED_KINDS, assert_same_bits, batches, fused_optimizers, step_both  # noqa: E402
+from .strategies import FUSED_KINDS, assert_same_bits, batches, fused_optimizers, quantizations, step_both  # noqa: E402
 
 
 @st.composite
 def mixed_specs(draw):
     """(spec, sequence lengths by feature): 1-3 tables, 1-5 features over them (tables shared), each pooled
-    (weighted or not, safe or not) or a sequence; a global optimizer and maybe one per table."""
+    (weighted or not, safe or not) or a sequence; a global optimizer and maybe one per table; some tables
+    quantized."""
     n_tables = draw(st.integers(1, 3))
     tables = []
     for t in range(n_tables):
@@ -52,6 +54,7 @@ def mixed_specs(draw):
                 combiner=draw(st.sampled_from(["sum", "mean", "sqrtn"])),
                 initializer=TruncatedNormal(seed=t),
                 optimizer=own,
+                quantization=draw(st.one_of(st.none(), quantizations())),
             )
         )
     features = []
@@ -121,10 +124,15 @@ def test_batched_steps_are_the_numpy_kernels_bits(spec, seed, batch):
 
 @settings(max_examples=40, deadline=None)
 @given(pieces=st.lists(st.tuples(batches(), st.sampled_from(["sum", "mean", "sqrtn"]), st.booleans(),
-                                 st.sampled_from([None, 1, 3])), min_size=1, max_size=4))  # fmt: skip
+                                 st.sampled_from([None, 1, 3]), st.one_of(st.none(), quantizations())),
+                       min_size=1, max_size=4))  # fmt: skip
 def test_batched_lookups_are_the_reference(pieces):
-    """`FastKernels.lookups` of a small step (one call) against `NumpyKernels.lookups`, request by request."""
-    requests = [Lookup(table, batch, combiner, safe, length) for (table, batch), combiner, safe, length in pieces]
+    """`FastKernels.lookups` of a small step (one call) against `NumpyKernels.lookups`, request by request
+    (some tables quantized)."""
+    requests = [
+        Lookup(table, batch, combiner, safe, length, quantization_parameters(quantization))
+        for (table, batch), combiner, safe, length, quantization in pieces
+    ]
     kernels = FastKernels()
     assert kernels.pack(requests) is not None
     for got, want in zip(kernels.lookups(requests), NumpyKernels().lookups(requests)):

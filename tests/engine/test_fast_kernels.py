@@ -76,7 +76,7 @@ def test_forward_kernels_are_exactly_the_reference(dim, num_bags):
     forward.pooled(table, ids, splits, w, got)
     np.testing.assert_array_equal(got, lookup.pooled_lookup(table, weighted, "sum"))
     generic = np.empty_like(got)
-    forward.pooled_forward(table, ids, splits, w, generic)
+    forward.pooled_forward(table, ids, splits, w, generic, forward.NO_QUANTIZATION)
     np.testing.assert_array_equal(got, generic)
 
 
@@ -101,7 +101,7 @@ def test_generic_and_per_width_forward_kernels_agree_exactly(case, combiner):
     if coef.size == 0:  # an unweighted sum: no coefficients; the generic kernel takes them all
         coef = np.ones(ids.shape[0], np.float32)
     generic = np.empty((batch.batch_size, table.shape[1]), np.float32)
-    forward.pooled_forward(table, ids, splits, coef, generic)
+    forward.pooled_forward(table, ids, splits, coef, generic, forward.NO_QUANTIZATION)
     fixed = np.empty_like(generic)
     forward.pooled(table, ids, splits, coef, fixed)
     np.testing.assert_array_equal(fixed, generic)

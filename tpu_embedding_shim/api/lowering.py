@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from ..spec import EmbeddingSpec, FeatureSpec, OptimizerSpec, TableSpec
+from ..spec import EmbeddingSpec, FeatureSpec, OptimizerSpec, QuantizationSpec, TableSpec
 from ..spec.initializers import Constant
 from . import initializers
 from . import tpu_embedding_v2_utils as v2
@@ -47,7 +47,12 @@ def with_learning_rate(optimizer: OptimizerSpec | None, learning_rate: Any) -> O
 
 
 def _table_spec(
-    where: str, name: str, size: tuple[int, int], config: Any, optimizer: OptimizerSpec | None
+    where: str,
+    name: str,
+    size: tuple[int, int],
+    config: Any,
+    optimizer: OptimizerSpec | None,
+    quantization: QuantizationSpec | None = None,
 ) -> TableSpec:
     """The TableSpec `name` of `size` (vocabulary size, dim), with the initializer and combiner of `config`
     (a TPU embedding column, or a v1 or v2 `TableConfig`; v1's combiner None is 'sum', as on a TPU). A
@@ -62,6 +67,22 @@ def _table_spec(
         initializer=initializers.from_framework(config.initializer),
         combiner=combiner,
         optimizer=optimizer,
+        quantization=quantization,
+    )
+    return spec
+
+
+def _quantization_spec(where: str, config: Any) -> QuantizationSpec | None:
+    """A v2 `TableConfig`'s `quantization_config` as a QuantizationSpec (None for none); errors name
+    the config (float32 bounds that collapse or overflow are refused here, TensorFlow checks none)."""
+    if config is None:
+        return None
+    spec: QuantizationSpec = build(
+        QuantizationSpec,
+        f"QuantizationConfig of {where}",
+        num_buckets=config.num_buckets,
+        lower=config.lower,
+        upper=config.upper,
     )
     return spec
 
@@ -219,13 +240,17 @@ def spec_from_feature_config(
     num_shards: int = 1,
     partition_strategy: str = "div",
     learning_rate_memo: LearningRateMemo | None = None,
+    simulate_quantization: bool = True,
 ) -> EmbeddingSpec:
     """The `EmbeddingSpec` of a v2 `FeatureConfig` nest and optional global optimizer.
 
     Tables are ordered by first appearance; unnamed ones are called
     `table_<i>` (TensorFlow renames them the same way). A table's own
     `optimizer` overrides the global one. Callable learning rates read
-    their values through `learning_rate_memo` when one is given.
+    their values through `learning_rate_memo` when one is given. A table's
+    `quantization_config` becomes its `QuantizationSpec` (the TPU's
+    forward pass), or is left out with `simulate_quantization=False`
+    (TensorFlow's CPU serving lookups ignore it).
     """
     global_optimizer = (
         optimizer_spec(optimizer, learning_rate_memo=learning_rate_memo) if optimizer is not None else None
@@ -239,11 +264,6 @@ def spec_from_feature_config(
                 "must be a tf.tpu.experimental.embedding.FeatureConfig."
             )
         table = config.table
-        if table.quantization_config is not None:
-            raise ValueError(
-                f"TableConfig {table.name!r}: `quantization_config` is not supported by the CPU engine yet. "
-                "Remove it (it only affects the forward pass on a TPU)."
-            )
         if id(table) not in tables:
             name = table.name or f"table_{len(tables)}"
             own = (
@@ -251,9 +271,9 @@ def spec_from_feature_config(
                 if table.optimizer is not None
                 else None
             )
-            tables[id(table)] = _table_spec(
-                f"TableConfig {name!r}", name, (table.vocabulary_size, table.dim), table, own
-            )
+            where = f"TableConfig {name!r}"
+            quantization = _quantization_spec(where, table.quantization_config) if simulate_quantization else None
+            tables[id(table)] = _table_spec(where, name, (table.vocabulary_size, table.dim), table, own, quantization)
         features.append(
             _feature_spec(
                 f"FeatureConfig at {'/'.join(map(str, path))!r}",

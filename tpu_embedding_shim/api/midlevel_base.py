@@ -96,6 +96,10 @@ class MidLevelBase:
     tensorflow_class_name = "TPUEmbedding"
     """The TensorFlow class this object stands in for: how its messages and checkpoints name it."""
 
+    simulates_quantization = True
+    """Whether lookups apply the tables' `quantization_config` (a TPU's forward pass does; TensorFlow's
+    CPU serving lookups do not)."""
+
     def __init__(
         self,
         feature_config: Any,
@@ -164,6 +168,7 @@ class MidLevelBase:
                 num_shards=num_shards,
                 partition_strategy=partition_strategy,
                 learning_rate_memo=self._learning_rates,
+                simulate_quantization=self.simulates_quantization,
             )
         except BaseException:
             for table, name, table_optimizer in originals:

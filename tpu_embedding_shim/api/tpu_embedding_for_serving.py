@@ -1,6 +1,7 @@
 """CPU serving lookups: `TPUEmbeddingForServing` and `serving_embedding_lookup`.
 
-Both give exactly the training path's lookups (`TPUEmbedding.dequeue`): the
+Both give exactly the training path's lookups (`TPUEmbedding.dequeue`; the
+one exception, quantized tables, is below): the
 same input rules, the same combiners and safe-lookup rule, and sequence
 features padded or truncated to `max_sequence_length`. TensorFlow's own
 serving lookup differs from its TPU lookup in places; ours does not:
@@ -21,6 +22,14 @@ serving lookup differs from its TPU lookup in places; ours does not:
 - negative ids are dropped on every input type (and, with
   `validate_weights_and_indices=True`, non-positive weights for `mean` and
   `sqrtn`), as in training; TensorFlow's serving ragged path keeps them.
+
+One difference is TensorFlow's, and kept: a table's `quantization_config`
+(simulated quantization, a TPU lookup's forward pass) is not applied here,
+as TensorFlow's CPU lookups (`cpu_embedding_lookup`, behind its
+`TPUEmbeddingForServing` and `serving_embedding_lookup`) do not apply it: serving reads the float32 table as it is
+stored. To serve quantized values, quantize the table first
+(`engine.lookup.quantize`), as TensorFlow's `QuantizationConfig` docstring
+advises.
 
 TensorFlow's serving-only checks are kept, with its messages: weights for
 a dense input, weights of another type than their ids, and weights for a
@@ -128,6 +137,7 @@ class TPUEmbeddingForServing(MidLevelBase):
     """
 
     tensorflow_class_name = "TPUEmbeddingForServing"
+    simulates_quantization = False  # TensorFlow's CPU lookup (`cpu_embedding_lookup`) reads the float32 tables
 
     def __init__(self, feature_config: Any, optimizer: Any, experimental_sparsecore_restore_info: Any = None):
         if under_tpu_strategy():

@@ -50,6 +50,7 @@ from .checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
 from .initialization import initial_rows, seeded_initializers
 from .interface import describe_spec, warn_clipping_limit
 from .kernels import Kernels, Lookup, NumpyKernels, Update
+from .lookup import quantization_parameters
 from .memmap import check_table_files, open_table
 from .optimizers import apply_update, initial_slots, touches_all_rows
 from .ragged import Ragged
@@ -154,9 +155,18 @@ class Engine:
                 for name, values in slots.items()
             }
         # What every step reads of the (frozen) spec, worked out once: per feature (name, table, combiner,
-        # safe, sequence length or None); the tables with an optimizer; the features of each without one.
+        # safe, sequence length or None, its table's quantization parameters or None); the tables with an
+        # optimizer; the features of each without one.
+        quantizations = {t.name: quantization_parameters(t.quantization) for t in spec.tables}
         self._lookups = [
-            (f.name, f.table, spec.table(f.table).combiner, f.safe_lookup, f.max_sequence_length or None)
+            (
+                f.name,
+                f.table,
+                spec.table(f.table).combiner,
+                f.safe_lookup,
+                f.max_sequence_length or None,
+                quantizations[f.table],
+            )
             for f in spec.features
         ]
         self._trained = [(t, o) for t in spec.tables if (o := spec.optimizer_for(t.name)) is not None]
@@ -263,16 +273,16 @@ class Engine:
         lengths: dict[str, np.ndarray] = {}
         storage_batches: dict[str, Ragged] = {}
         requests = []
-        for name, table_name, combiner, safe, length in self._lookups:  # rows of each table's `storage`
+        for name, table_name, combiner, safe, length, quantization in self._lookups:  # rows of each `storage`
             table = self._tables[table_name]
             batch = batches[name]
             if not table.in_id_order:
                 batch = storage_batches[name] = _on_storage(batch, table)
-            requests.append(Lookup(table.storage, batch, combiner, safe, length))
+            requests.append(Lookup(table.storage, batch, combiner, safe, length, quantization))
         pack = getattr(kernels, "pack", None)  # the table-batched kernels (FastKernels), for small steps
-        packed = pack(requests, [table for _, table, _, _, _ in self._lookups]) if pack is not None else None
+        packed = pack(requests, [lookup[1] for lookup in self._lookups]) if pack is not None else None
         values = kernels.lookups(requests) if packed is None else kernels.lookup_packed(packed)  # type: ignore[attr-defined]
-        for (name, _, _, _, length), value in zip(self._lookups, values):
+        for (name, _, _, _, length, _), value in zip(self._lookups, values):
             if length:
                 activations[name], lengths[name] = value
             else:

@@ -74,6 +74,14 @@ def describe_spec(spec: EmbeddingSpec, engine: str, placements: Mapping[str, str
             f"  table {table.name}: {table.vocabulary_size} x {table.dim}, combiner {table.combiner}, "
             f"optimizer {kind}, {placements[table.name]}, features {users}."
         )
+    for table in spec.tables:
+        if table.quantization is not None:
+            q = table.quantization
+            lines.append(
+                f"  emulating simulated quantization of table {table.name}: looked-up values clipped to "
+                f"[{q.lower}, {q.upper}] and rounded to {q.num_buckets} levels before the combiner "
+                "(forward only; the table stays float32)."
+            )
     if spec.pipeline_execution_with_tensor_core:
         lines.append(
             "  emulating pipeline_execution_with_tensor_core: each lookup sees the tables "

@@ -36,13 +36,15 @@ __all__ = ["Kernels", "Lookup", "NumpyKernels", "SummedRows", "Update"]
 
 @dataclasses.dataclass(frozen=True)
 class Lookup:
-    """One feature's lookup: pooled by `combiner`, or a sequence when `max_sequence_length` is set."""
+    """One feature's lookup: pooled by `combiner`, or a sequence when `max_sequence_length` is set;
+    `quantization`: its table's `lookup.quantization_parameters` (None: not quantized)."""
 
     table: np.ndarray
     batch: Ragged
     combiner: str = "sum"
     safe: bool = True
     max_sequence_length: int | None = None
+    quantization: np.ndarray | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,8 +137,8 @@ class NumpyKernels:
     @staticmethod
     def _lookup(r: Lookup):
         if r.max_sequence_length is not None:
-            return lookup.sequence_lookup(r.table, r.batch, r.max_sequence_length)
-        return lookup.pooled_lookup(r.table, r.batch, r.combiner, safe=r.safe)
+            return lookup.sequence_lookup(r.table, r.batch, r.max_sequence_length, r.quantization)
+        return lookup.pooled_lookup(r.table, r.batch, r.combiner, safe=r.safe, quantization=r.quantization)
 
     def pooled_entries(self, batch: Ragged, combiner: str, grad: np.ndarray, *, safe: bool) -> Any:
         return lookup.pooled_entries(batch, combiner, grad, safe=safe)

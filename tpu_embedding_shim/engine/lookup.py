@@ -28,6 +28,12 @@ TensorFlow's plain `embedding_lookup_sparse`: no pruning, and an empty
 example gives zeros (TensorFlow instead drops trailing empty examples from
 its output; we always return [B, D]).
 
+Simulated quantization (a table's `QuantizationSpec`, TensorFlow's
+`QuantizationConfig`; TPU lookups only): each gathered row goes through
+`quantize` before it is combined or placed in a sequence; forward only,
+the backward pass does not see it (`quantization_parameters` gives the
+float32 (lower, upper, quantum) the lookups take).
+
 `max_norm` (TensorFlow's `tf.nn.embedding_lookup*` option, not a TPU one):
 each gathered row longer than `max_norm` (L2) is scaled down to that norm
 before it is combined (`clip_rows`); forward only.
@@ -58,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from tpu_embedding_shim.spec import parse_combiner
+from tpu_embedding_shim.spec import QuantizationSpec, parse_combiner
 from tpu_embedding_shim.spec.checks import check_int
 
 from .ragged import Ragged
@@ -75,7 +81,11 @@ __all__ = [
     "check_default_id",
     "running_sums",
     "clip_rows",
+    "quantize",
+    "quantization_parameters",
 ]
+
+_HALF = np.float32(0.5)
 
 
 # --------------------------------------------------------------------------
@@ -164,6 +174,35 @@ def clip_rows(rows: np.ndarray, max_norm: float | None) -> np.ndarray:
     return rows * limit / np.maximum(norm, limit)
 
 
+def quantization_parameters(quantization: QuantizationSpec | None) -> np.ndarray | None:
+    """float32 [3] (lower, upper, quantum) of a table's quantization, what `quantize` and the fast kernels
+    take; None for a table without one."""
+    if quantization is None:
+        return None
+    return np.array(quantization.float32_parameters(), dtype=np.float32)
+
+
+def quantize(rows: np.ndarray, parameters: np.ndarray | None) -> np.ndarray:
+    """TensorFlow's simulated quantization of float32 `rows`, element-wise, in float32; None: `rows`.
+
+    With (lower, upper, quantum) = `parameters` (`quantization_parameters`)::
+
+        x = floor((clip(x, lower, upper) - lower) / quantum + 0.5) * quantum + lower
+
+    each operation rounded to float32 in that order (no fused multiply-add):
+    the fast kernels' `forward.quantized` computes the same bits. NaN stays
+    NaN; inf is clipped.
+
+    >>> quantize(np.array([[-3.0, 0.2, 0.25, 0.3, 9.0]], np.float32), np.array([-1.0, 1.0, 0.5], np.float32)).tolist()
+    [[-1.0, 0.0, 0.5, 0.5, 1.0]]
+    """
+    if parameters is None:
+        return rows
+    lower, upper, quantum = parameters[0], parameters[1], parameters[2]
+    clipped = np.where(rows < lower, lower, np.where(rows > upper, upper, rows))  # comparisons keep NaN
+    return np.floor((clipped - lower) / quantum + _HALF) * quantum + lower
+
+
 def check_default_id(default_id: int | None, table_rows: int | None, safe: bool) -> None:
     if default_id is None:
         return
@@ -225,6 +264,7 @@ def pooled_lookup(
     safe: bool = True,
     default_id: int | None = None,
     max_norm: float | None = None,
+    quantization: np.ndarray | None = None,
 ) -> np.ndarray:
     """One combined vector per example: float32 [B, D].
 
@@ -237,6 +277,8 @@ def pooled_lookup(
         instead of zeros.
       max_norm: None, or a number > 0: every gathered row (the default row
         too) goes through `clip_rows` first, as TensorFlow's `max_norm`.
+      quantization: None, or a table's `quantization_parameters`: every
+        gathered row (the default row too) goes through `quantize` first.
 
     Example (row i of the table is [i, i]): ids [[1, 2], [], [4]] with sum
     give [[3, 3], [0, 0], [4, 4]].
@@ -244,10 +286,11 @@ def pooled_lookup(
     combiner = parse_combiner(combiner)
     check_default_id(default_id, _num_rows(table), safe)
     example, ids, coef, empty = pooled_coefficients(batch, combiner, safe=safe)
-    rows = clip_rows(_gather(table, ids), max_norm)
+    rows = clip_rows(quantize(_gather(table, ids), quantization), max_norm)
     out = _segment_sum(rows * coef.astype(np.float32)[:, None], example, batch.batch_size)
     if default_id is not None and empty.any():
-        out[empty] = clip_rows(_gather(table, np.array([default_id], dtype=np.int64)), max_norm)[0]
+        default_row = quantize(_gather(table, np.array([default_id], dtype=np.int64)), quantization)
+        out[empty] = clip_rows(default_row, max_norm)[0]
     return out
 
 
@@ -311,8 +354,13 @@ def _sequence_entries(batch: Ragged, max_sequence_length: int):
     return example, keep
 
 
-def sequence_lookup(table: Any, batch: Ragged, max_sequence_length: int) -> tuple[np.ndarray, np.ndarray]:
+def sequence_lookup(
+    table: Any, batch: Ragged, max_sequence_length: int, quantization: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """One vector per position, padded or truncated to `max_sequence_length`.
+
+    `quantization`: None, or a table's `quantization_parameters`: every
+    gathered row goes through `quantize` (padding rows stay zero).
 
     Returns:
       (out float32 [B, L, D], lengths int64 [B]) with L = max_sequence_length:
@@ -325,7 +373,7 @@ def sequence_lookup(table: Any, batch: Ragged, max_sequence_length: int) -> tupl
     """
     length = int(max_sequence_length)
     example, keep = _sequence_entries(batch, length)
-    rows = _gather(table, batch.values[keep])
+    rows = quantize(_gather(table, batch.values[keep]), quantization)
     out = np.zeros((batch.batch_size, length, rows.shape[1]), dtype=np.float32)
     out[example[keep], batch.row_positions()[keep]] = rows
     lengths = np.zeros(batch.batch_size, dtype=np.int64)

@@ -29,7 +29,7 @@ from .optimizers import (
     SGDSpec,
     bias_corrected_learning_rate,
 )
-from .tables import ID_SOURCES, FeatureSpec, TableSpec
+from .tables import ID_SOURCES, FeatureSpec, QuantizationSpec, TableSpec
 
 __all__ = [
     "COMBINERS",
@@ -40,6 +40,7 @@ __all__ = [
     "EmbeddingSpec",
     "TableSpec",
     "FeatureSpec",
+    "QuantizationSpec",
     "OptimizerSpec",
     "OPTIMIZER_SPECS",
     "SGDSpec",

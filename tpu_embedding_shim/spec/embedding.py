@@ -27,7 +27,7 @@ from typing import Any
 
 from .checks import check_bool, check_callable, check_int, check_real, fail, parse_partition_strategy
 from .optimizers import OPTIMIZER_SPECS, OptimizerSpec
-from .tables import FeatureSpec, TableSpec
+from .tables import FeatureSpec, QuantizationSpec, TableSpec
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -168,7 +168,14 @@ class EmbeddingSpec:
         """Inverse of `to_dict`."""
         data = dict(data)
         tables = tuple(
-            TableSpec(**{**t, "optimizer": optimizer_from_dict(t.get("optimizer"))}) for t in data.pop("tables")
+            TableSpec(
+                **{
+                    **t,
+                    "optimizer": optimizer_from_dict(t.get("optimizer")),
+                    "quantization": None if t.get("quantization") is None else QuantizationSpec(**t["quantization"]),
+                }
+            )
+            for t in data.pop("tables")
         )
         features = tuple(
             FeatureSpec(**{**f, "vocabulary": None if f.get("vocabulary") is None else tuple(f["vocabulary"])})
@@ -199,6 +206,7 @@ def _table_to_dict(table: TableSpec) -> dict[str, Any]:
         "initializer": table.initializer,
         "combiner": table.combiner,
         "optimizer": optimizer_to_dict(table.optimizer),
+        "quantization": None if table.quantization is None else dataclasses.asdict(table.quantization),
     }
 
 

@@ -13,6 +13,9 @@ sequence (one row per position, padded or truncated to
 >>> f = FeatureSpec(name="movie", table="tbl_movie", num_buckets=1682)
 >>> f.is_sequence
 False
+>>> q = QuantizationSpec(num_buckets=5, lower=-1.0, upper=1.0)
+>>> [float(v) for v in q.float32_parameters()]  # lower, upper, quantum
+[-1.0, 1.0, 0.5]
 """
 
 from __future__ import annotations
@@ -21,12 +24,15 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .checks import (
     check_bool,
     check_callable,
     check_choice,
     check_int,
     check_name,
+    check_real,
     fail,
     is_int,
     parse_combiner,
@@ -35,6 +41,62 @@ from .initializers import default_table_initializer
 from .optimizers import OptimizerSpec
 
 ID_SOURCES = ("identity", "vocabulary_list", "vocabulary_file")
+_INT32_MAX = 2**31 - 1
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class QuantizationSpec:
+    """TensorFlow's simulated quantization of a table's looked-up rows (`QuantizationConfig`).
+
+    On the forward pass only, every value of every gathered row is clipped
+    to [lower, upper] and rounded to the nearest of `num_buckets` evenly
+    spaced levels, before the combiner (TensorFlow's `SimulatedQuantization`,
+    tensorflow/core/protobuf/tpu/optimization_parameters.proto), in float32
+    (the proto's bounds are float32)::
+
+        quantum = (upper - lower) / (num_buckets - 1)
+        x = floor((clip(x, lower, upper) - lower) / quantum + 0.5) * quantum + lower
+
+    The backward pass is unchanged: gradients reach the rows as if nothing
+    was quantized, and the stored table stays float32.
+
+    Attributes:
+      num_buckets: the number of levels, an int in [2, 2**31 - 1] (the
+        proto's int32).
+      lower: the lowest level, a finite number in float32's range.
+      upper: the highest level, > lower once both are float32, with a
+        quantum that is a positive finite float32.
+    """
+
+    num_buckets: int
+    lower: float
+    upper: float
+
+    def __post_init__(self) -> None:
+        owner = "QuantizationSpec"
+        check_int("num_buckets", self.num_buckets, minimum=2, owner=owner)
+        if self.num_buckets > _INT32_MAX:
+            raise fail(
+                "num_buckets", f"an int in [2, {_INT32_MAX}] (TensorFlow's int32)", self.num_buckets, owner=owner
+            )
+        for name in ("lower", "upper"):
+            check_real(name, getattr(self, name), minimum=-_FLOAT32_MAX, maximum=_FLOAT32_MAX, owner=owner)
+        lower, upper, quantum = self.float32_parameters()
+        if not upper > lower:
+            raise fail("upper", f"a number > lower={self.lower!r} once both are float32", self.upper, owner=owner)
+        if not 0 < quantum < np.inf:
+            raise ValueError(
+                f"{owner}: (upper - lower) / (num_buckets - 1) must be a positive finite float32. Received: "
+                f"num_buckets={self.num_buckets!r}, lower={self.lower!r}, upper={self.upper!r}, quantum={quantum}."
+            )
+
+    def float32_parameters(self) -> tuple[np.float32, np.float32, np.float32]:
+        """(lower, upper, quantum) as float32, the quantum computed in float32 as TensorFlow's config holds it."""
+        with np.errstate(over="ignore", under="ignore"):  # an overflow is refused by the caller
+            lower, upper = np.float32(self.lower), np.float32(self.upper)
+            quantum = np.float32((upper - lower) / np.float32(self.num_buckets - 1))
+        return lower, upper, quantum
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -52,6 +114,8 @@ class TableSpec:
       combiner: how a bag of rows is pooled: 'sum', 'mean' or 'sqrtn'.
       optimizer: this table's optimizer, overriding the embedding spec's
         (None: use the spec's).
+      quantization: simulated quantization of its looked-up rows on the
+        forward pass (`QuantizationSpec`), or None.
     """
 
     name: str
@@ -60,6 +124,7 @@ class TableSpec:
     initializer: Callable[..., Any] | None = None
     combiner: str = "mean"
     optimizer: OptimizerSpec | None = None
+    quantization: QuantizationSpec | None = None
 
     def __post_init__(self) -> None:
         owner = f"TableSpec {self.name!r}"
@@ -70,6 +135,8 @@ class TableSpec:
         parse_combiner(self.combiner, owner=owner)
         if self.optimizer is not None and not isinstance(self.optimizer, OptimizerSpec):
             raise fail("optimizer", "an OptimizerSpec or None", self.optimizer, error=TypeError, owner=owner)
+        if self.quantization is not None and not isinstance(self.quantization, QuantizationSpec):
+            raise fail("quantization", "a QuantizationSpec or None", self.quantization, error=TypeError, owner=owner)
 
     def effective_initializer(self) -> Callable[..., Any]:
         """The initializer the table is built with: the given one, else TensorFlow's default for `dim`."""

@@ -61,7 +61,7 @@ from ..engine import LookupResult, _choose_kernels
 from ..initialization import initial_rows, seeded_initializers
 from ..interface import describe_spec, warn_clipping_limit
 from ..kernels import Kernels, Lookup, NumpyKernels, Update
-from ..lookup import pooled_coefficients
+from ..lookup import pooled_coefficients, quantization_parameters
 from ..memmap import check_table_files, open_table, rank_file
 from ..optimizers import apply_update, initial_slots, touches_all_rows
 from ..ragged import Ragged
@@ -203,6 +203,7 @@ class DistributedEngine:
         # The features each rank pools where the rows live (owner mode), and those whose rows move (the rest).
         self._pooled = [f for f in spec.features if self.pooling == "owner" and not f.is_sequence]
         self._exact = [f for f in spec.features if f.name not in {p.name for p in self._pooled}]
+        self._quantizations = {t.name: quantization_parameters(t.quantization) for t in spec.tables}
         self._sequence = [f for f in spec.features if f.is_sequence]  # their entries' gradients move one by one
         if self.rank == 0:
             warn_clipping_limit(spec)
@@ -381,6 +382,7 @@ class DistributedEngine:
                 self.spec.table(f.table).combiner,
                 f.safe_lookup,
                 f.max_sequence_length if f.is_sequence else None,
+                self._quantizations[f.table],
             )
             for f in self._exact
         ]
@@ -394,7 +396,9 @@ class DistributedEngine:
         lookup = -1
         if self._pooled:
             bags = [self._bag(f, batches[f.name]) for f in self._pooled]
-            pooled, kept = pool(self.comm, bags, [self._tables[f.table] for f in self._pooled], self.kernels)
+            tables = [self._tables[f.table] for f in self._pooled]
+            quantizations = [self._quantizations[f.table] for f in self._pooled]
+            pooled, kept = pool(self.comm, bags, tables, self.kernels, quantizations)
             activations.update((f.name, value) for f, value in zip(self._pooled, pooled))
             activations = {f.name: activations[f.name] for f in self.spec.features}  # spec order
         if training:

@@ -91,16 +91,28 @@ class Kept:
     group: np.ndarray
 
 
-def _pooled(kernels: Kernels, table: np.ndarray, ids: np.ndarray, counts: np.ndarray, coef: np.ndarray | None):
+def _pooled(
+    kernels: Kernels,
+    table: np.ndarray,
+    ids: np.ndarray,
+    counts: np.ndarray,
+    coef: np.ndarray | None,
+    quantization: np.ndarray | None = None,
+):
     """Per group g of `counts[g]` consecutive entries: the running sum of `coef_k * table[ids_k]` over them
-    (1 for no `coef`), in entry order, zeros for an empty group: a weighted `sum` lookup of the kernels."""
+    (1 for no `coef`), in entry order, zeros for an empty group: a weighted `sum` lookup of the kernels
+    (rows quantized first with `quantization`, a table's `lookup.quantization_parameters`)."""
     splits = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     batch = Ragged(np.ascontiguousarray(ids, np.int64), splits, coef)
-    return kernels.lookups([Lookup(table, batch, "sum", safe=False)])[0]
+    return kernels.lookups([Lookup(table, batch, "sum", safe=False, quantization=quantization)])[0]
 
 
 def pool(
-    comm: Communicator, bags: Sequence[Bag], tables: Sequence[np.ndarray], kernels: Kernels | None = None
+    comm: Communicator,
+    bags: Sequence[Bag],
+    tables: Sequence[np.ndarray],
+    kernels: Kernels | None = None,
+    quantizations: Sequence[np.ndarray | None] | None = None,
 ) -> tuple[list[np.ndarray], Kept]:
     """Each bag's activations [B, D], pooled by the owners (collective).
 
@@ -109,12 +121,15 @@ def pool(
       bags: per pooled feature (the same features on every rank), this rank's entries.
       tables: per pooled feature, this rank's rows of its table [V_r, D].
       kernels: the engine's kernels (None: numpy's); they give the same bits.
+      quantizations: per pooled feature, its table's `lookup.quantization_parameters` (None: none is
+        quantized): the owners quantize their rows before pooling them, as one process does.
 
     Returns:
       (activations per feature, what the backward needs).
     """
     kernels = NumpyKernels() if kernels is None else kernels
     num = len(bags)
+    quantizations = [None] * num if quantizations is None else quantizations
     dims = np.array([t.shape[1] for t in tables], np.int64)
     ones = np.ones(num, np.int64)
     outbox, example, received, rows, examples_got, coefs = _send_entries(comm, bags)
@@ -126,7 +141,8 @@ def pool(
     entries, by_run = Segments(received, ones), Segments(answered, ones)
     for p in range(num):  # every source at once
         at = entries.entries(p)
-        answers.put(answer, p, _pooled(kernels, tables[p], rows[at], runs[by_run.entries(p)], coefs[at]))
+        partial_sums = _pooled(kernels, tables[p], rows[at], runs[by_run.entries(p)], coefs[at], quantizations[p])
+        answers.put(answer, p, partial_sums)
 
     # As a requester: which example each partial sum it gets back belongs to.
     asked, _, first, _ = _groups(outbox.counts, example)

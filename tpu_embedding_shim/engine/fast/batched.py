@@ -30,6 +30,7 @@ import numba
 import numpy as np
 
 from . import disk_cache  # noqa: F401  (before any cache=True kernel: numba caches them outside the package)
+from .forward import quantized
 
 __all__ = ["lookup_all", "sum_all", "first_not_finite", "ids_in_range", "SUM", "MEAN", "SQRTN"]
 
@@ -95,14 +96,24 @@ def _scales(weights, w0, weighted, splits, s0, examples, mode, prune):
     return scales
 
 
+@numba.njit(inline="always")
+def _value(table, i, j, quantize, lower, upper, quantum):
+    """`table[i, j]`, through `forward.quantized` when `quantize`."""
+    if quantize:
+        return quantized(table[i, j], lower, upper, quantum)
+    return table[i, j]
+
+
 @numba.njit(cache=True, nogil=True)
-def lookup_all(tables, dims, layout, values, splits, weights, positions, out, seq_lengths):
+def lookup_all(tables, dims, quant, layout, values, splits, weights, positions, out, seq_lengths):
     """Every feature's activations into `out` (flat float32), feature after feature ([B, D] pooled,
     [B, L, D] for a sequence feature), and each sequence feature's capped lengths into `seq_lengths`
     ([B]), feature after feature. The caller allocates both (numba would box each array it returns).
 
     Feature f (`layout[f]`) reads table `tables[layout[f, TABLE]]` (`dims[t]` wide); its ids, row
-    splits (local: from 0), weights and positions are the next ones of the flat arrays (`_offsets`)."""
+    splits (local: from 0), weights and positions are the next ones of the flat arrays (`_offsets`).
+    Table t is quantized when `quant[t]` (float32 lower, upper, quantum) has a quantum other than 0:
+    its values are read through `forward.quantized`."""
     voff, soff, woff, poff, ooff, loff = _offsets(layout, dims)
     table_of = layout[:, TABLE]
     modes = layout[:, MODE]
@@ -112,6 +123,8 @@ def lookup_all(tables, dims, layout, values, splits, weights, positions, out, se
     for f in range(table_of.shape[0]):
         table = tables[table_of[f]]
         dim = table.shape[1]
+        lower, upper, quantum = quant[table_of[f], 0], quant[table_of[f], 1], quant[table_of[f], 2]
+        quantize = quantum != 0
         v0 = voff[f]
         s0 = soff[f]
         examples = soff[f + 1] - s0 - 1
@@ -132,7 +145,7 @@ def lookup_all(tables, dims, layout, values, splits, weights, positions, out, se
                         i = values[v0 + k]
                         base = o0 + (b * length + p) * dim
                         for j in range(dim):
-                            out[base + j] = table[i, j]
+                            out[base + j] = _value(table, i, j, quantize, lower, upper, quantum)
                 seq_lengths[loff[f] + b] = min(top, length)
             continue
         mode = modes[f]
@@ -153,18 +166,18 @@ def lookup_all(tables, dims, layout, values, splits, weights, positions, out, se
                 if plain:
                     if first:
                         for j in range(dim):
-                            out[base + j] = table[i, j]
+                            out[base + j] = _value(table, i, j, quantize, lower, upper, quantum)
                     else:
                         for j in range(dim):
-                            out[base + j] += table[i, j]
+                            out[base + j] += _value(table, i, j, quantize, lower, upper, quantum)
                 else:
                     c = np.float32(scale * w)
                     if first:
                         for j in range(dim):
-                            out[base + j] = c * table[i, j]
+                            out[base + j] = c * _value(table, i, j, quantize, lower, upper, quantum)
                     else:
                         for j in range(dim):
-                            out[base + j] += c * table[i, j]
+                            out[base + j] += c * _value(table, i, j, quantize, lower, upper, quantum)
                 first = False
             if first:  # no kept entry
                 for j in range(dim):

@@ -56,6 +56,7 @@ __all__ = ["Entries", "FastKernels", "Packed", "Summed"]
 
 _F32 = np.float32
 _NO_COEF = np.zeros(0, dtype=_F32)
+_NO_QUANT_ROW = np.zeros(3, dtype=_F32)  # a packed table that is not quantized: a quantum of 0
 
 
 class Entries(NamedTuple):
@@ -105,6 +106,7 @@ class Packed:
     tables: tuple[np.ndarray, ...]
     keys: tuple  # what names each table (the engine's table names)
     dims: np.ndarray  # int64 [T]
+    quant: np.ndarray  # float32 [T, 3]: each table's (lower, upper, quantum), a quantum of 0 if not quantized
     layout: np.ndarray  # int64 [F, batched.COLUMNS]
     values: np.ndarray
     splits: np.ndarray
@@ -112,6 +114,12 @@ class Packed:
     positions: np.ndarray
     outputs: list[tuple[int, int]]  # where feature f's activations and lengths start (`lookup_packed`); F + 1
     shapes: list[tuple[int, ...]]  # feature f's activation shape
+
+
+def _quant(quantization: np.ndarray | None) -> np.ndarray:
+    """What the forward kernels take for a table's quantization: its float32 (lower, upper, quantum),
+    or `forward.NO_QUANTIZATION`."""
+    return forward.NO_QUANTIZATION if quantization is None else quantization
 
 
 def _segments(n: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -362,22 +370,35 @@ class FastKernels:
                 )
         return known[key]
 
-    def pooled_lookup(self, table: np.ndarray, batch: Ragged, combiner: str, *, safe: bool = True) -> np.ndarray:
-        """`lookup.pooled_lookup(table, batch, combiner, safe=safe)`, in parallel."""
+    def pooled_lookup(
+        self,
+        table: np.ndarray,
+        batch: Ragged,
+        combiner: str,
+        *,
+        safe: bool = True,
+        quantization: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """`lookup.pooled_lookup(table, batch, combiner, safe=safe, quantization=quantization)`, in parallel."""
         combiner = parse_combiner(combiner)
         ids, splits, _, coef = self.coefficients(batch, combiner, safe, table.shape[1])
         out = aligned.empty((batch.batch_size, table.shape[1]), _F32)
         with one_thread_below(ids.shape[0] * table.shape[1]):
-            forward.pooled(table, ids, splits, coef, out)
+            forward.pooled(table, ids, splits, coef, out, _quant(quantization))
         return out
 
-    def sequence_lookup(self, table: np.ndarray, batch: Ragged, max_sequence_length: int):
-        """`lookup.sequence_lookup(table, batch, max_sequence_length)`, in parallel."""
+    def sequence_lookup(
+        self, table: np.ndarray, batch: Ragged, max_sequence_length: int, quantization: np.ndarray | None = None
+    ):
+        """`lookup.sequence_lookup(table, batch, max_sequence_length, quantization)`, in parallel."""
         length = int(max_sequence_length)
         out = aligned.empty((batch.batch_size, length, table.shape[1]), _F32)
         lengths = np.empty(batch.batch_size, dtype=np.int64)
+        positions = batch.row_positions()
         with one_thread_below(max(batch.num_values, batch.batch_size * length) * table.shape[1]):
-            forward.sequence_forward(table, batch.values, batch.row_splits, batch.row_positions(), out, lengths)
+            forward.sequence_forward(
+                table, batch.values, batch.row_splits, positions, out, lengths, _quant(quantization)
+            )
         return out, lengths
 
     def lookups(self, requests: Sequence[Lookup]) -> list:
@@ -404,6 +425,7 @@ class FastKernels:
         if not requests or not self.batches(sum(r.batch.values.shape[0] * r.table.shape[1] for r in requests)):
             return None  # nothing to look up (numba types no empty tuple of tables), or not small
         tables: list[np.ndarray] = []
+        quant: list[np.ndarray] = []
         names: list = []
         layout: list[int] = []
         outputs = [(0, 0)]  # where each feature's activations and lengths start
@@ -418,6 +440,7 @@ class FastKernels:
             if index < 0:
                 index = len(tables)
                 tables.append(r.table)
+                quant.append(_NO_QUANT_ROW if r.quantization is None else r.quantization)
                 names.append(key)
             batch = r.batch
             n = batch.values.shape[0]
@@ -448,6 +471,7 @@ class FastKernels:
             tuple(tables),
             tuple(names),
             np.array([t.shape[1] for t in tables], np.int64),
+            np.array(quant, _F32).reshape(-1, 3),
             np.array(layout, np.int64).reshape(-1, batched.COLUMNS),
             _flat(values, np.int64),
             _flat(splits, np.int64),
@@ -466,6 +490,7 @@ class FastKernels:
         batched.lookup_all(
             packed.tables,
             packed.dims,
+            packed.quant,
             packed.layout,
             packed.values,
             packed.splits,
@@ -484,8 +509,8 @@ class FastKernels:
 
     def _lookup(self, r: Lookup):
         if r.max_sequence_length is not None:
-            return self.sequence_lookup(r.table, r.batch, r.max_sequence_length)
-        return self.pooled_lookup(r.table, r.batch, r.combiner, safe=r.safe)
+            return self.sequence_lookup(r.table, r.batch, r.max_sequence_length, r.quantization)
+        return self.pooled_lookup(r.table, r.batch, r.combiner, safe=r.safe, quantization=r.quantization)
 
     # Backward ---------------------------------------------------------------------
 
