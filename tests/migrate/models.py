@@ -149,3 +149,24 @@ def small_spec(
         max_sequence_length=sequence_length,
     )
     return EmbeddingSpec(tables=(table,), features=(feature,), optimizer=optimizer or AdagradSpec(learning_rate=0.1))
+
+
+def quantized_midlevel_spec(*, sequence: bool = False) -> EmbeddingSpec:
+    """A mid-level feature config lowered as `TPUEmbedding` lowers it: table `q` (TF's simulated quantization,
+    5 levels in [-0.25, 0.25], narrower than its initializer's draws) read by the pooled `a` (and, with
+    `sequence`, the sequence feature `s`), and the plain table `p` read by `b`; Adagrad."""
+    from tpu_embedding_shim.api import lowering
+
+    E = tpu.embedding
+    q = E.TableConfig(
+        vocabulary_size=12,
+        dim=4,
+        combiner="sum",
+        name="q",
+        quantization_config=E.QuantizationConfig(num_buckets=5, lower=-0.25, upper=0.25),
+    )
+    p = E.TableConfig(vocabulary_size=12, dim=4, combiner="mean", name="p")
+    feature_config = {"a": E.FeatureConfig(table=q, name="a"), "b": E.FeatureConfig(table=p, name="b")}
+    if sequence:
+        feature_config["s"] = E.FeatureConfig(table=q, max_sequence_length=3, name="s")
+    return lowering.spec_from_feature_config(feature_config, E.Adagrad(learning_rate=0.1))

@@ -37,7 +37,13 @@ from tpu_embedding_shim.spec import (  # noqa: E402
     SGDSpec,
 )
 
-from .models import every_optimizer_spec, every_option_config, movielens_config, small_spec  # noqa: E402
+from .models import (  # noqa: E402
+    every_optimizer_spec,
+    every_option_config,
+    movielens_config,
+    quantized_midlevel_spec,
+    small_spec,
+)
 
 DEVICES, SPARSECORES = 1, 4  # a TPU v5p chip has 4 SparseCores; preparing the specs only needs the counts
 CLASSES = {
@@ -268,3 +274,23 @@ def test_every_option_and_movielens_build(tmp_path):
     features = movielens.config["feature_specs"]
     jte_embedding.prepare_feature_specs_for_training(features, DEVICES, SPARSECORES)
     assert {f.table_spec.optimizer.initial_accumulator_value for f in features.values()} == {0.1}
+
+
+@pytest.mark.parametrize("make", [_from_code, _from_build], ids=["generated code", "built"])
+def test_a_quantized_table_keeps_its_quantization_config_through_sharded_variables(tmp_path, make):
+    """The lookup reads the config from the prepared (stacked) table spec: model.py stacks nothing, so it stays.
+    (0.1.0's table_stacking.stack_tables / auto_stack_tables build a StackedTableSpec without it: the report says
+    so.)"""
+    spec = quantized_midlevel_spec()
+    _, path = _trained(spec, tmp_path / "model")
+    migration = to_jax_tpu_embedding(spec, path, batch_size=8)
+    features, variables, namespace = make(migration, tmp_path / "out")
+    wanted = embedding_spec.QuantizationConfig(min_value=-0.25, max_value=0.25, num_buckets=5)
+    assert features["a"].table_spec.quantization_config == wanted
+    assert features["b"].table_spec.quantization_config is None
+    if namespace is None:
+        jte_embedding.prepare_feature_specs_for_training(features, DEVICES, SPARSECORES)
+    else:
+        namespace["sharded_variables"](features, variables, DEVICES, SPARSECORES)
+    assert features["a"].table_spec.stacked_table_spec.quantization_config == wanted
+    assert features["b"].table_spec.stacked_table_spec.quantization_config is None

@@ -14,7 +14,7 @@ tf = pytest.importorskip(
     "tensorflow", reason="the TensorFlow interop tests need TensorFlow (tensorflow-cpu==2.15.1 in a separate venv)"
 )
 
-from tests.migrate.models import every_option_config, movielens_config  # noqa: E402
+from tests.migrate.models import every_option_config, movielens_config, quantized_midlevel_spec  # noqa: E402
 from tpu_embedding_shim.engine import Engine  # noqa: E402
 from tpu_embedding_shim.migrate import to_tf_midlevel  # noqa: E402
 
@@ -91,3 +91,31 @@ def test_the_movielens_configs_build_in_tensorflow(tmp_path):
     )
     assert isinstance(tables["tbl_genres"].optimizer, tf.tpu.experimental.embedding.Adagrad)
     assert tables["tbl_genres"].combiner == "sqrtn"
+
+
+def test_a_quantized_table_builds_in_tensorflow_with_its_quantization_config(tmp_path):
+    """TensorFlow's TableConfig gets the QuantizationConfig; its serving lookup reads the table unquantized, as
+    the engine's serving path does (docs/mid_level_api.md "Quantized tables")."""
+    spec = quantized_midlevel_spec()
+    migration = to_tf_midlevel(spec, seed=1)
+    migration.write(tmp_path)
+    namespace = _run_generated(tmp_path)
+    tables = {f.table.name: f.table for f in namespace["FEATURE_CONFIG"].values()}
+    config = tables["q"].quantization_config
+    assert isinstance(config, tf.tpu.experimental.embedding.QuantizationConfig)
+    assert (config.num_buckets, config.lower, config.upper) == (5, -0.25, 0.25)
+    assert tables["p"].quantization_config is None
+    serving = namespace["serving"]()
+    ids = {"a": [[0, 1], [2]], "b": [[3], [4, 5]]}
+    looked_up = tf.tpu.experimental.embedding.serving_embedding_lookup(
+        {k: tf.ragged.constant(v, dtype=tf.int64) for k, v in ids.items()},
+        None,
+        serving.embedding_tables,
+        {k: serving._feature_config[k] for k in ids},
+    )
+    engine = Engine(spec, seed=1, kernels="numpy")  # the migration's fresh tables: the same seed
+    tables_q = migration.weights["embedding/q/.ATTRIBUTES/VARIABLE_VALUE"]
+    np.testing.assert_array_equal(engine.table("q"), tables_q)
+    expected = tables_q[[0, 1]].sum(axis=0)  # unquantized: TensorFlow's CPU lookup ignores quantization_config
+    np.testing.assert_allclose(looked_up["a"].numpy()[0], expected, rtol=1e-6)
+    assert np.abs(expected).max() > 0.25

@@ -299,9 +299,9 @@ class QuantizationConfig:
     """Simulated quantization of looked-up rows (forward pass only), TensorFlow's rule:
 
     each looked-up value is clipped to [lower, upper] and rounded to the
-    nearest of `num_buckets` evenly spaced levels before the combiner.
-    Accepted here; the engine does not apply it yet, so a mid-level object
-    with such a table is refused when built.
+    nearest of `num_buckets` evenly spaced levels before the combiner
+    (`spec.QuantizationSpec`; TPU lookups only, serving reads the table as
+    stored: docs/mid_level_api.md "Quantized tables").
     """
 
     def __init__(self, num_buckets: int, lower: float, upper: float):

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..spec import OptimizerSpec
+from ..spec import OptimizerSpec, TableSpec
 from ..spec import initializers as spec_initializers
 from .codegen import (
     LOAD_WEIGHTS,
@@ -143,7 +143,18 @@ def map_option(option: Option, source: MigrationInput) -> Row:
         return make_row(option, EXACT, "a SparseCore TableSpec")
     if source.is_tensor_core(table):
         return make_row(option, CONVERTED, "the model's dense table", "a tensor-core table: kept by the model")
+    if option.name == "quantization":
+        return make_row(option, EXACT, "TableSpec(quantization_config=QuantizationConfig(...))", _QUANTIZATION)
     return table_row(option, source, _class_of, _jax_initializer)
+
+
+_QUANTIZATION = (
+    "QuantizationConfig(min_value=lower, max_value=upper, num_buckets=num_buckets); the lookup hands the three to "
+    "the SparseCore's forward kernel only (its gradient kernels take none: the backward is unquantized, as TF's), "
+    "and only for a table not stacked with others, as model.py's sharded_variables() leaves them: 0.1.0's "
+    "table_stacking.stack_tables / auto_stack_tables drop it. That kernel is in the TPU runtime, not published; "
+    "TF 2.21's SparseCore lookup hands it the same three values. No lookup runs on a CPU"
+)
 
 
 def _class_of(optimizer: OptimizerSpec | None) -> str | None:
@@ -199,6 +210,16 @@ def _arguments(optimizer: OptimizerSpec) -> list[str]:
     return arguments
 
 
+def _quantization_code(table: TableSpec) -> str:
+    """jax-tpu-embedding's `QuantizationConfig` of the table's simulated quantization (TF's bounds, as given)."""
+    q = table.quantization
+    assert q is not None
+    return (
+        f"embedding_spec.QuantizationConfig(min_value={literal(float(q.lower))}, "
+        f"max_value={literal(float(q.upper))}, num_buckets={q.num_buckets})"
+    )
+
+
 def code(source: MigrationInput) -> str:
     spec = source.spec
     imports: list[str] = []
@@ -251,8 +272,14 @@ def code(source: MigrationInput) -> str:
         optimizer_text = optimizer_code(
             source.optimizer_for(table.name), table.name, "embedding_spec.SGDOptimizerSpec", _spec_class, _arguments
         )
+        quantization = [] if table.quantization is None else [f"quantization_config={_quantization_code(table)},"]
         lines += sparsecore_table_lines(
-            variables[table.name], "embedding_spec.TableSpec", table, initializer, f"optimizer={optimizer_text}"
+            variables[table.name],
+            "embedding_spec.TableSpec",
+            table,
+            initializer,
+            f"optimizer={optimizer_text}",
+            *quantization,
         )
     lines += feature_lines(
         source,

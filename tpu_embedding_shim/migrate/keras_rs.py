@@ -103,6 +103,14 @@ _DROPPED = {
 """Optimizer fields keras-rs drops once they are set (unset, they change nothing: `convert.common_row`)."""
 
 
+_NO_QUANTIZATION = (
+    "keras-rs 0.4.0's TableConfig has no quantization, and on JAX it builds jax-tpu-embedding TableSpecs without "
+    "their quantization_config: lookups would return the rows unrounded, so the activations (and the gradients "
+    "that follow) would differ. (Its TensorFlow backend takes TF's own FeatureConfigs, quantization_config "
+    "included; that is the tf-midlevel target.)"
+)
+
+
 def map_option(option: Option, source: MigrationInput) -> Row:
     if option.where == "spec":
         return row_of(_SPEC_ROWS, option, source, NAME)
@@ -123,6 +131,8 @@ def map_option(option: Option, source: MigrationInput) -> Row:
             "elsewhere keras-rs uses default_device, where TableConfig.optimizer is not used and the model's "
             "optimizer trains the table (the optimizer rows hold on SparseCore)",
         )
+    if option.name == "quantization":
+        return make_row(option, IMPOSSIBLE, how=_NO_QUANTIZATION)
     if option.name == "optimizer" and source.is_tensor_core(table):
         return make_row(option, EXACT, "the model's optimizer (default_device), as TF's trained it")
     row = _keras_field_row(option, source) if option.name.startswith("optimizer.") else None

@@ -1,7 +1,7 @@
 """Every option of a `MigrationInput`, one `Option` each: what each target must say something about.
 
 The spec-wide options first, then each table (its shape, initializer,
-combiner, placement, the features sharing it, its optimizer and every
+combiner, simulated quantization, placement, the features sharing it, its optimizer and every
 hyper-parameter of it), then each feature (id source, weights, sequence,
 the safe rule, padding). A target maps each one to a report row; the tests
 check that no option goes without one.
@@ -25,7 +25,16 @@ SPEC_OPTIONS = (
     "clipping_limit",
     "profile_data_directory",
 )
-TABLE_OPTIONS = ("vocabulary_size", "dim", "initializer", "combiner", "placement", "features", "optimizer")
+TABLE_OPTIONS = (
+    "vocabulary_size",
+    "dim",
+    "initializer",
+    "combiner",
+    "quantization",
+    "placement",
+    "features",
+    "optimizer",
+)
 FEATURE_OPTIONS = (
     "table",
     "id_source",
@@ -46,6 +55,7 @@ UNSET: dict[str, tuple[Any, ...]] = {
     "optimizer.weight_decay_factor": (None, 0),
     "optimizer.clip_gradient_min": (None,),
     "optimizer.clip_gradient_max": (None,),
+    "quantization": (None,),
     "default_value": (None,),
     "num_oov_buckets": (0,),
 }

@@ -36,7 +36,7 @@ from ..api.optimizer_lowering import LOWERINGS
 from ..api.tpu_embedding_v2 import TPUEmbedding
 from ..api.train import Checkpoint
 from ..progress import ProgressLine
-from ..spec import OptimizerSpec
+from ..spec import OptimizerSpec, QuantizationSpec
 from ..spec import initializers as spec_initializers
 from .codegen import call_lines, header, importable_name, initializer_call, literal, table_variables
 from .convert import Target
@@ -118,6 +118,14 @@ def map_option(option: Option, source: MigrationInput) -> Row:
         return make_row(option, CONVERTED, "the model's dense table", "a tensor-core table: kept by the model")
     if name in ("vocabulary_size", "dim", "combiner"):
         return make_row(option, EXACT, f"TableConfig({name}=...)")
+    if name == "quantization":
+        return make_row(
+            option,
+            EXACT,
+            "TableConfig(quantization_config=QuantizationConfig(num_buckets, lower, upper))",
+            "the same simulated quantization on the TPU's forward pass; serving() (TPUEmbeddingForServing) reads "
+            "the float32 table unquantized, as TensorFlow's CPU lookups always do",
+        )
     if name == "features":
         return make_row(option, EXACT, "FeatureConfig(table=...) per feature, one TableConfig shared")
     if name == "initializer":
@@ -266,6 +274,24 @@ def _arguments(optimizer: OptimizerSpec, step: int) -> dict[str, Any]:
     return arguments
 
 
+def _quantization_config(quantization: QuantizationSpec | None) -> v2.QuantizationConfig | None:
+    """The v2 `QuantizationConfig` of a table's `QuantizationSpec` (None for None)."""
+    if quantization is None:
+        return None
+    return v2.QuantizationConfig(
+        num_buckets=quantization.num_buckets, lower=quantization.lower, upper=quantization.upper
+    )
+
+
+def _quantization_code(quantization: QuantizationSpec | None) -> str:
+    if quantization is None:
+        return "None"
+    return (
+        f"tf.tpu.experimental.embedding.QuantizationConfig(num_buckets={quantization.num_buckets}, "
+        f"lower={literal(float(quantization.lower))}, upper={literal(float(quantization.upper))})"
+    )
+
+
 def build(source: MigrationInput) -> dict[str, Any]:
     """`TPUEmbedding`'s arguments, made with this project's mid-level API (TensorFlow's classes):
     {'feature_config': {feature: FeatureConfig}, 'optimizer': ..., 'pipeline_execution_with_tensor_core': ...}."""
@@ -281,6 +307,7 @@ def build(source: MigrationInput) -> dict[str, Any]:
             optimizer=v2_optimizer,
             combiner=table.combiner,
             name=table.name,
+            quantization_config=_quantization_config(table.quantization),
         )
     features = {
         f.name: v2.FeatureConfig(table=tables[f.table], max_sequence_length=f.max_sequence_length, name=f.name)
@@ -421,6 +448,8 @@ def code(source: MigrationInput) -> str:
             f"combiner={table.combiner!r},",
             f"name={table.name!r},",
         ]
+        if table.quantization is not None:  # TF's simulated quantization of the TPU's lookups (forward only)
+            arguments.append(f"quantization_config={_quantization_code(table.quantization)},")
         body += call_lines(variables[table.name], "tf.tpu.experimental.embedding.TableConfig", arguments)
     body += ["", "FEATURE_CONFIG = {"]
     for feature in spec.features:

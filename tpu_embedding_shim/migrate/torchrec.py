@@ -347,6 +347,12 @@ _TABLE_ROWS = {
     "dim": _table_row_shape,
     "initializer": _table_row_initializer,
     "combiner": _table_row_combiner,
+    "quantization": impossible(
+        "TorchRec has no simulated quantization: its training modules look the float rows up unrounded, so the "
+        "activations (and the gradients that follow) would differ. Its quantized modules (torchrec.quant's "
+        "EmbeddingBagCollection on FBGEMM's IntNBitTableBatchedEmbeddingBagsCodegen, made by from_float) store "
+        "int8 / int4 rows with a scale and bias per row for inference: another rounding, and no training"
+    ),
     "placement": _table_row_placement,
     "features": _table_row_features,
     "optimizer": _table_row_optimizer,
