@@ -204,6 +204,9 @@ class DistributedEngine:
         self._pooled = [f for f in spec.features if self.pooling == "owner" and not f.is_sequence]
         self._exact = [f for f in spec.features if f.name not in {p.name for p in self._pooled}]
         self._sequence = [f for f in spec.features if f.is_sequence]  # their entries' gradients move one by one
+        # The exact mode's pooled features: their gradients move as one row per (example, owner), or entry by
+        # entry for a step where no example of any rank has more than one id (the same rows, fewer bytes).
+        self._scattered = [f for f in self._exact if not f.is_sequence]
         if self.rank == 0:
             warn_clipping_limit(spec)
         for line in self.describe():
@@ -493,13 +496,22 @@ class DistributedEngine:
         error: Exception | None = None
         entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         grads: dict[str, np.ndarray] = {}
+        single = [0] * len(self._scattered)
         try:
             entries, grads = self._entries(result, gradients, step)
+            single = [int(_one_id_each(result.batches[f.name])) for f in self._scattered]
         except Exception as caught:
             error = caught
         facts = {"lookup": getattr(result, "lookup", None)} if self._pooled else {}  # the owners kept its coefficients
-        agree(self.comm, error, "apply_gradients", **facts)
-        received = self._send_gradients(result, entries, grads)  # type: ignore[arg-type]
+        single = agree(self.comm, error, "apply_gradients", least=single, **facts)
+        for feature, alone in zip(self._scattered, single.tolist()):
+            if alone and feature.name in grads:  # one gradient row per entry: what scatter would send, less 12 B
+                batch = _by_position(result.batches[feature.name])
+                combiner = self.spec.table(feature.table).combiner
+                grad = grads.pop(feature.name)
+                entries[feature.name] = self.kernels.pooled_entries(batch, combiner, grad, safe=feature.safe_lookup)
+        by_entry = {f.name for f, alone in zip(self._scattered, single.tolist()) if alone}
+        received = self._send_gradients(result, entries, grads, by_entry)  # type: ignore[arg-type]
         error, pending, in_place = None, _Pending({}), []
         try:
             trained = [(t, o) for t in self.spec.tables if (o := self.spec.optimizer_for(t.name)) is not None]
@@ -570,13 +582,16 @@ class DistributedEngine:
         result: DistributedLookupResult,
         entries: dict[str, Any],
         grads: dict[str, np.ndarray],
+        by_entry: set[str],
     ) -> dict[str, list[tuple[np.ndarray, ...]]]:
         """Table -> per feature (spec order), the entries this rank owns (`_entries_of`), in the one-process
-        order (collective): feature by feature, then source rank by source rank, each in its entry order."""
+        order (collective): feature by feature, then source rank by source rank, each in its entry order.
+        The sequence features and the pooled ones of `by_entry` (the same on every rank) send their
+        entries' gradients one by one; the other pooled ones one gradient row per (example, owner)."""
         pieces: dict[int, tuple[np.ndarray, ...]] = {}  # feature index -> its entries
-        if self._sequence:
+        if self._sequence or by_entry:
             pieces.update(self._send_entries(result, entries))
-        pooled = [f for f in self.spec.features if not f.is_sequence]
+        pooled = [f for f in self.spec.features if not f.is_sequence and f.name not in by_entry]
         if pooled:
             wanted = [grads.get(f.name) for f in pooled]
             if self._pooled:
@@ -754,6 +769,12 @@ def _put_gradients(sent: Segments, flat: np.ndarray, feature: int, entries: Any,
         sent.gather(flat, feature, entries[1], at)
     else:
         sent.gather(flat, feature, entries.grads, entries.src[at], entries.coef[at] if entries.coef.shape[0] else None)
+
+
+def _one_id_each(batch: Ragged) -> bool:
+    """True when no example of `batch` has more than one id."""
+    splits = batch.row_splits
+    return batch.num_values <= 1 or bool((splits[1:] - splits[:-1]).max() <= 1)
 
 
 def _by_position(batch: Ragged) -> Ragged:
