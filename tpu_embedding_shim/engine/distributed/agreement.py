@@ -17,7 +17,8 @@ It can carry a few integers every rank needs the smallest of (`least`), in
 the same allreduce: a choice the ranks must make alike from their own data.
 
 >>> from tpu_embedding_shim.engine.distributed.communicator import SingleProcess
->>> agree(SingleProcess(), None, "forward", training=True)
+>>> agree(SingleProcess(), None, "forward", training=True).tolist()
+[]
 >>> agree(SingleProcess(), None, "apply_gradients", least=[1, 0]).tolist()
 [1, 0]
 >>> agree(SingleProcess(), ValueError("bad id"), "forward")
