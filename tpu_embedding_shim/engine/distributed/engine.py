@@ -69,7 +69,7 @@ from ..step_checks import check_state, check_trainable, checked_gradient, featur
 from ..tf_bundle import FULL, SlicedTensor
 from .agreement import PeerFailedError, agree
 from .communicator import Communicator, communicator
-from .exchange import Segments, distinct, pack, send_ids, send_values
+from .exchange import Segments, distinct, fill, pack, send_ids, send_values
 from .gather import blocks_on_root
 from .owner_pooling import Bag, Kept, expand, pool, scatter
 from .ownership import Ownership
@@ -465,8 +465,7 @@ class DistributedEngine:
         received, local = send_ids(self.comm, outbox)
         asked, sent = Segments(received, dims), Segments(outbox.counts, dims)
         answer = np.empty(asked.size, np.float32)
-        for index, name in enumerate(tables):  # this rank answers for its rows, every source at once
-            asked.gather(answer, index, self._tables[name], local[asked.entries(index)])
+        fill(answer, asked, [self._tables[name] for name in tables], local)  # its rows, every source at once
         flat = send_values(self.comm, answer, asked, sent)
         out = {}
         for index, name in enumerate(tables):
@@ -625,9 +624,7 @@ class DistributedEngine:
         received, local = send_ids(self.comm, outbox)
         sent, got = Segments(outbox.counts, self._dims), Segments(received, self._dims)
         flat = np.empty(sent.size, np.float32)
-        for index, feature in enumerate(features):  # every destination at once
-            if feature.name in entries:
-                _put_gradients(sent, flat, index, entries[feature.name], outbox.sent(index))
+        fill(flat, sent, *_gradient_rows(features, entries, outbox.order))  # every feature and destination at once
         values = send_values(self.comm, flat, sent, got)
         return {index: (local[got.entries(index)], *got.rows(values, index)) for index in range(len(features))}
 
@@ -761,14 +758,33 @@ def _own(value: Any) -> np.ndarray:
 _NO_COEF = np.zeros(0, np.float32)
 
 
-def _put_gradients(sent: Segments, flat: np.ndarray, feature: int, entries: Any, at: np.ndarray) -> None:
-    """Writes the float32 gradients of the kept entries `at` (indices into `entries`) into feature's
-    segments of `flat`, as one process computes them: numpy's (positions, gradients), or numba's
-    `Entries` (`grads[src[k]] * coef[k]`)."""
-    if len(entries) == 2:
-        sent.gather(flat, feature, entries[1], at)
-    else:
-        sent.gather(flat, feature, entries.grads, entries.src[at], entries.coef[at] if entries.coef.shape[0] else None)
+def _gradient_rows(features: Any, entries: dict[str, Any], order: np.ndarray) -> tuple:
+    """(sources, rows, coefficients or None) of `exchange.fill` for the entries of every feature, sent in
+    `order` (an `Outbox`'s): the float32 gradients one process computes, from numpy's (positions,
+    gradients) or numba's `Entries` (`grads[src[k]] * coef[k]`). A feature without entries has none."""
+    sources, rows, coefs = [], [], []
+    weighted = any(len(e) != 2 and e.coef.shape[0] for e in entries.values())
+    for feature in features:
+        e = entries.get(feature.name)
+        if e is None:
+            continue
+        if len(e) == 2:
+            sources.append(e[1])
+            rows.append(np.arange(e[1].shape[0], dtype=np.int64))
+            coef = None
+        else:
+            sources.append(e.grads)
+            rows.append(e.src)
+            coef = e.coef if e.coef.shape[0] else None
+        if weighted:  # a coefficient for every entry: 1 (an exact product) where the feature has none
+            coefs.append(np.ones(rows[-1].shape[0], np.float32) if coef is None else coef)
+    by_feature = iter(sources)
+    every = [next(by_feature) if f.name in entries else _NO_ROWS for f in features]
+    joined = np.concatenate(rows)[order] if rows else np.zeros(0, np.int64)
+    return every, joined, (np.concatenate(coefs)[order] if weighted else None)
+
+
+_NO_ROWS = np.zeros((0, 1), np.float32)
 
 
 def _one_id_each(batch: Ragged) -> bool:
