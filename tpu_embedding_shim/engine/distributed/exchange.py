@@ -282,13 +282,14 @@ def fill(
       coef: float32, one per entry, or None (the rows as they are).
       present: per feature, whether its entries are written (None: all are).
 
-    Every feature in one compiled pass when numba is there and the sources are plain arrays of one type;
-    else one gather per feature (`Segments.gather`), every rank at once: the same values.
+    Several features: one compiled pass when numba is there and the sources are plain arrays of one type;
+    else, and for one feature (numpy's gather of wide rows straight into the buffer is the faster), one
+    gather per feature (`Segments.gather`), every rank at once: the same values.
     """
     num = layout.counts.shape[1]
     given = np.ones(num, np.bool_) if present is None else np.asarray(present, np.bool_)
     kernels = compiled()
-    if kernels is not None and num and all(_plain(s) for s in sources):
+    if kernels is not None and num > 1 and all(_plain(s) for s in sources):
         no_coef = np.zeros(0, np.float32)
         kernels.fill(
             flat,

@@ -23,6 +23,7 @@ import numba
 import numpy as np
 
 from . import disk_cache  # noqa: F401  (before any cache=True kernel: numba caches them outside the package)
+from .prefetch import AHEAD, prefetch_row
 
 __all__ = ["bucket", "runs", "routes", "distinct", "fill"]
 
@@ -227,7 +228,10 @@ def fill(flat, sources, counts, dims, rows, coef, present):
                 continue
             source = sources[f]
             dim = dims[f]
+            last = k + n
             for _ in range(n):
+                if k + AHEAD < last:
+                    prefetch_row(source, rows[k + AHEAD])
                 row = source[rows[k]]
                 if weighted:
                     c = coef[k]
