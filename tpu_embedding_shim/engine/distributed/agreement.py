@@ -13,8 +13,14 @@ same values of the arguments every rank must share (`training`, say): a
 program whose ranks went out of step fails on every rank instead of
 mixing up two collectives.
 
+It can carry a few integers every rank needs the smallest of (`least`), in
+the same allreduce: a choice the ranks must make alike from their own data.
+
 >>> from tpu_embedding_shim.engine.distributed.communicator import SingleProcess
->>> agree(SingleProcess(), None, "forward", training=True)
+>>> agree(SingleProcess(), None, "forward", training=True).tolist()
+[]
+>>> agree(SingleProcess(), None, "apply_gradients", least=[1, 0]).tolist()
+[1, 0]
 >>> agree(SingleProcess(), ValueError("bad id"), "forward")
 Traceback (most recent call last):
 ValueError: bad id
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -47,14 +54,21 @@ class PeerFailedError(RuntimeError):
         super().__init__(f"Rank {rank} failed this call on its input ({reason}); nothing was changed on any rank.")
 
 
-def agree(comm: Communicator, error: BaseException | None, call: str, **facts: Any) -> None:
+def agree(
+    comm: Communicator, error: BaseException | None, call: str, *, least: Sequence[int] = (), **facts: Any
+) -> np.ndarray:
     """Raises on every rank when `error` is set on any rank, or when the ranks are not making the same call.
 
     Args:
       comm: the ranks.
       error: this rank's error (None: its checks passed).
       call: the name of the collective call being made (`forward`, ...).
+      least: integers (as many on every rank) whose minimum over the ranks
+        every rank gets back, from the same allreduce.
       facts: arguments that must be the same on every rank (`training`, ...).
+
+    Returns:
+      int64 [len(least)]: each of `least`'s minimum over the ranks.
 
     Raises:
       `error` itself on the rank(s) that failed; `PeerFailedError` on the
@@ -62,7 +76,7 @@ def agree(comm: Communicator, error: BaseException | None, call: str, **facts: A
       between ranks (a program whose ranks went out of step).
     """
     code = zlib.crc32(json.dumps([call, facts], sort_keys=True, default=repr).encode())
-    flags = np.array([comm.rank if error is not None else comm.size, code, -code], dtype=np.int64)
+    flags = np.array([comm.rank if error is not None else comm.size, code, -code, *least], dtype=np.int64)
     reduced = comm.allreduce(flags, "min")
     first = int(reduced[0])
     if first < comm.size:
@@ -77,3 +91,4 @@ def agree(comm: Communicator, error: BaseException | None, call: str, **facts: A
             f"Every rank must make the same collective call at the same time, with the same arguments: "
             f"this rank calls {call}({shown}), another rank something else."
         )
+    return reduced[3:]

@@ -69,7 +69,7 @@ from ..step_checks import check_state, check_trainable, checked_gradient, featur
 from ..tf_bundle import FULL, SlicedTensor
 from .agreement import PeerFailedError, agree
 from .communicator import Communicator, communicator
-from .exchange import Segments, distinct, pack, send_ids, send_values
+from .exchange import Segments, distinct, fill, pack, send_ids, send_values
 from .gather import blocks_on_root
 from .owner_pooling import Bag, Kept, expand, pool, scatter
 from .ownership import Ownership
@@ -205,6 +205,9 @@ class DistributedEngine:
         self._exact = [f for f in spec.features if f.name not in {p.name for p in self._pooled}]
         self._quantizations = {t.name: quantization_parameters(t.quantization) for t in spec.tables}
         self._sequence = [f for f in spec.features if f.is_sequence]  # their entries' gradients move one by one
+        # The exact mode's pooled features: their gradients move as one row per (example, owner), or entry by
+        # entry for a step where no example of any rank has more than one id (the same rows, fewer bytes).
+        self._scattered = [f for f in self._exact if not f.is_sequence]
         if self.rank == 0:
             warn_clipping_limit(spec)
         for line in self.describe():
@@ -466,8 +469,7 @@ class DistributedEngine:
         received, local = send_ids(self.comm, outbox)
         asked, sent = Segments(received, dims), Segments(outbox.counts, dims)
         answer = np.empty(asked.size, np.float32)
-        for index, name in enumerate(tables):  # this rank answers for its rows, every source at once
-            asked.gather(answer, index, self._tables[name], local[asked.entries(index)])
+        fill(answer, asked, [self._tables[name] for name in tables], local)  # its rows, every source at once
         flat = send_values(self.comm, answer, asked, sent)
         out = {}
         for index, name in enumerate(tables):
@@ -497,13 +499,22 @@ class DistributedEngine:
         error: Exception | None = None
         entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         grads: dict[str, np.ndarray] = {}
+        single = [0] * len(self._scattered)
         try:
             entries, grads = self._entries(result, gradients, step)
+            single = [int(_one_id_each(result.batches[f.name])) for f in self._scattered]
         except Exception as caught:
             error = caught
         facts = {"lookup": getattr(result, "lookup", None)} if self._pooled else {}  # the owners kept its coefficients
-        agree(self.comm, error, "apply_gradients", **facts)
-        received = self._send_gradients(result, entries, grads)  # type: ignore[arg-type]
+        single = agree(self.comm, error, "apply_gradients", least=single, **facts)
+        for feature, alone in zip(self._scattered, single.tolist()):
+            if alone and feature.name in grads:  # one gradient row per entry: what scatter would send, less 12 B
+                batch = _by_position(result.batches[feature.name])
+                combiner = self.spec.table(feature.table).combiner
+                grad = grads.pop(feature.name)
+                entries[feature.name] = self.kernels.pooled_entries(batch, combiner, grad, safe=feature.safe_lookup)
+        by_entry = {f.name for f, alone in zip(self._scattered, single.tolist()) if alone}
+        received = self._send_gradients(result, entries, grads, by_entry)  # type: ignore[arg-type]
         error, pending, in_place = None, _Pending({}), []
         try:
             trained = [(t, o) for t in self.spec.tables if (o := self.spec.optimizer_for(t.name)) is not None]
@@ -574,13 +585,16 @@ class DistributedEngine:
         result: DistributedLookupResult,
         entries: dict[str, Any],
         grads: dict[str, np.ndarray],
+        by_entry: set[str],
     ) -> dict[str, list[tuple[np.ndarray, ...]]]:
         """Table -> per feature (spec order), the entries this rank owns (`_entries_of`), in the one-process
-        order (collective): feature by feature, then source rank by source rank, each in its entry order."""
+        order (collective): feature by feature, then source rank by source rank, each in its entry order.
+        The sequence features and the pooled ones of `by_entry` (the same on every rank) send their
+        entries' gradients one by one; the other pooled ones one gradient row per (example, owner)."""
         pieces: dict[int, tuple[np.ndarray, ...]] = {}  # feature index -> its entries
-        if self._sequence:
+        if self._sequence or by_entry:
             pieces.update(self._send_entries(result, entries))
-        pooled = [f for f in self.spec.features if not f.is_sequence]
+        pooled = [f for f in self.spec.features if not f.is_sequence and f.name not in by_entry]
         if pooled:
             wanted = [grads.get(f.name) for f in pooled]
             if self._pooled:
@@ -614,9 +628,7 @@ class DistributedEngine:
         received, local = send_ids(self.comm, outbox)
         sent, got = Segments(outbox.counts, self._dims), Segments(received, self._dims)
         flat = np.empty(sent.size, np.float32)
-        for index, feature in enumerate(features):  # every destination at once
-            if feature.name in entries:
-                _put_gradients(sent, flat, index, entries[feature.name], outbox.sent(index))
+        fill(flat, sent, *_gradient_rows(features, entries, outbox.order))  # every feature and destination at once
         values = send_values(self.comm, flat, sent, got)
         return {index: (local[got.entries(index)], *got.rows(values, index)) for index in range(len(features))}
 
@@ -750,14 +762,39 @@ def _own(value: Any) -> np.ndarray:
 _NO_COEF = np.zeros(0, np.float32)
 
 
-def _put_gradients(sent: Segments, flat: np.ndarray, feature: int, entries: Any, at: np.ndarray) -> None:
-    """Writes the float32 gradients of the kept entries `at` (indices into `entries`) into feature's
-    segments of `flat`, as one process computes them: numpy's (positions, gradients), or numba's
-    `Entries` (`grads[src[k]] * coef[k]`)."""
-    if len(entries) == 2:
-        sent.gather(flat, feature, entries[1], at)
-    else:
-        sent.gather(flat, feature, entries.grads, entries.src[at], entries.coef[at] if entries.coef.shape[0] else None)
+def _gradient_rows(features: Any, entries: dict[str, Any], order: np.ndarray) -> tuple:
+    """(sources, rows, coefficients or None) of `exchange.fill` for the entries of every feature, sent in
+    `order` (an `Outbox`'s): the float32 gradients one process computes, from numpy's (positions,
+    gradients) or numba's `Entries` (`grads[src[k]] * coef[k]`). A feature without entries has none."""
+    sources, rows, coefs = [], [], []
+    weighted = any(len(e) != 2 and e.coef.shape[0] for e in entries.values())
+    for feature in features:
+        e = entries.get(feature.name)
+        if e is None:
+            continue
+        if len(e) == 2:
+            sources.append(e[1])
+            rows.append(np.arange(e[1].shape[0], dtype=np.int64))
+            coef = None
+        else:
+            sources.append(e.grads)
+            rows.append(e.src)
+            coef = e.coef if e.coef.shape[0] else None
+        if weighted:  # a coefficient for every entry: 1 (an exact product) where the feature has none
+            coefs.append(np.ones(rows[-1].shape[0], np.float32) if coef is None else coef)
+    by_feature = iter(sources)
+    every = [next(by_feature) if f.name in entries else _NO_ROWS for f in features]
+    joined = np.concatenate(rows)[order] if rows else np.zeros(0, np.int64)
+    return every, joined, (np.concatenate(coefs)[order] if weighted else None)
+
+
+_NO_ROWS = np.zeros((0, 1), np.float32)
+
+
+def _one_id_each(batch: Ragged) -> bool:
+    """True when no example of `batch` has more than one id."""
+    splits = batch.row_splits
+    return batch.num_values <= 1 or bool((splits[1:] - splits[:-1]).max() <= 1)
 
 
 def _by_position(batch: Ragged) -> Ragged:

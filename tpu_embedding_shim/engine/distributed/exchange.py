@@ -45,7 +45,18 @@ import numpy as np
 
 from .communicator import Communicator
 
-__all__ = ["Segments", "Outbox", "pack", "distinct", "ranges", "swap_counts", "send_ids", "send_values", "compiled"]
+__all__ = [
+    "Segments",
+    "Outbox",
+    "pack",
+    "distinct",
+    "fill",
+    "ranges",
+    "swap_counts",
+    "send_ids",
+    "send_values",
+    "compiled",
+]
 
 
 def _starts(sizes: np.ndarray) -> np.ndarray:
@@ -249,6 +260,63 @@ def distinct(owners: Sequence[np.ndarray], locals_: Sequence[np.ndarray], world_
         pairs = pairs[order]
         out.append((pairs % world_size, pairs // world_size, rank[inverse.reshape(-1)]))
     return out
+
+
+def fill(
+    flat: np.ndarray,
+    layout: Segments,
+    sources: Sequence[np.ndarray],
+    rows: np.ndarray,
+    coef: np.ndarray | None = None,
+    present: Sequence[bool] | None = None,
+) -> None:
+    """Fills a send buffer: entry k of `layout`'s segments (rank-major, feature-minor) is row `rows[k]` of
+    its feature's source (times `coef[k]`, the float32 product), written where `layout` puts it.
+
+    Args:
+      flat: float32 [layout.size] when every feature is present; else laid out as `layout` with the
+        absent features' counts set to 0.
+      layout: the segments of the entries of `rows` (counts [W, F], dims [F]).
+      sources: per feature, float32 [R_f, dims[f]].
+      rows: int64, one per entry, in segment order.
+      coef: float32, one per entry, or None (the rows as they are).
+      present: per feature, whether its entries are written (None: all are).
+
+    Several features: one compiled pass when numba is there and the sources are plain arrays of one type;
+    else, and for one feature (numpy's gather of wide rows straight into the buffer is the faster), one
+    gather per feature (`Segments.gather`), every rank at once: the same values.
+    """
+    num = layout.counts.shape[1]
+    given = np.ones(num, np.bool_) if present is None else np.asarray(present, np.bool_)
+    kernels = compiled()
+    if kernels is not None and num > 1 and all(_plain(s) for s in sources):
+        no_coef = np.zeros(0, np.float32)
+        kernels.fill(
+            flat,
+            tuple(sources),
+            np.ascontiguousarray(layout.counts, np.int64),
+            np.ascontiguousarray(layout.dims, np.int64),
+            np.ascontiguousarray(rows, np.int64),
+            no_coef if coef is None else np.ascontiguousarray(coef, np.float32),
+            given,
+        )
+        return
+    written = layout if given.all() else Segments(layout.counts * given, layout.dims)
+    for f in range(num):
+        if given[f] and layout.counts[:, f].any():
+            at = layout.entries(f)
+            written.gather(flat, f, sources[f], rows[at], None if coef is None else coef[at])
+
+
+def _plain(array: np.ndarray) -> bool:
+    """A plain, writable, C-contiguous float32 matrix (not a memmap): one numba type for every source."""
+    return (
+        type(array) is np.ndarray
+        and array.dtype == np.float32
+        and array.ndim == 2
+        and array.flags.c_contiguous
+        and array.flags.writeable
+    )
 
 
 def swap_counts(comm: Communicator, counts: np.ndarray) -> np.ndarray:

@@ -46,7 +46,7 @@ import numpy as np
 from ..kernels import Kernels, Lookup, NumpyKernels
 from ..ragged import Ragged
 from .communicator import Communicator
-from .exchange import Segments, compiled, pack, swap_counts
+from .exchange import Segments, compiled, fill, pack, swap_counts
 
 __all__ = ["Bag", "Kept", "pool", "expand", "scatter"]
 
@@ -238,13 +238,12 @@ def expand(comm: Communicator, kept: Kept, grads: Sequence[np.ndarray | None]) -
       feature).
     """
     num = kept.asked.shape[1]
-    ones = np.ones(num, np.int64)
-    counts = kept.asked * np.array([g is not None for g in grads], np.int64)
-    sent, groups = Segments(counts, kept.dims), Segments(kept.asked, ones)
+    given = [g is not None for g in grads]
+    counts = kept.asked * np.array(given, np.int64)
+    sent = Segments(counts, kept.dims)
     flat = np.empty(sent.size, np.float32)
-    for p, grad in enumerate(grads):  # every owner at once
-        if grad is not None:
-            sent.put(flat, p, grad[kept.examples[groups.entries(p)]])
+    sources = [_NO_ROWS if g is None else g for g in grads]
+    fill(flat, Segments(kept.asked, kept.dims), sources, kept.examples, present=given)  # every feature and owner
     received = swap_counts(comm, counts)
     wrong = (received != 0) & (received != kept.answered)
     if wrong.any():
@@ -264,6 +263,9 @@ def expand(comm: Communicator, kept: Kept, grads: Sequence[np.ndarray | None]) -
         at = slice(int(bounds[p]), int(bounds[p + 1]))
         out.append((rows[at], table, index[src[at]], coefs[at]))
     return out
+
+
+_NO_ROWS = np.zeros((0, 1), np.float32)  # the source of a feature without gradient (none of its rows is read)
 
 
 def _routes(entries, rows_got, group, local, coefs) -> tuple[np.ndarray, ...]:

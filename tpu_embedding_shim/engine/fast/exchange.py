@@ -12,6 +12,9 @@ the fallback without numba. Serial kernels: each rank runs on one core.
   feature-major place and the gradient row it reads.
 - `distinct`: each table's distinct keys in the order they first occur,
   and each entry's, through an open-addressing hash table (numpy sorts).
+- `fill`: a send buffer's rows gathered from every feature's source at
+  once (numpy: one gather per feature), each times its coefficient when
+  there is one: the float32 product numpy makes.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ import numba
 import numpy as np
 
 from . import disk_cache  # noqa: F401  (before any cache=True kernel: numba caches them outside the package)
+from .prefetch import AHEAD, prefetch_row
 
-__all__ = ["bucket", "runs", "routes", "distinct"]
+__all__ = ["bucket", "runs", "routes", "distinct", "fill"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -197,3 +201,44 @@ def distinct(keys: np.ndarray, bases: np.ndarray) -> tuple[np.ndarray, np.ndarra
     slots = np.empty(max(16, 1 << int(2 * largest - 1).bit_length()), np.int64)
     _distinct(keys, bases, unique, inverse, sizes, slots)
     return unique, inverse, sizes
+
+
+@numba.njit(cache=True, nogil=True)
+def fill(flat, sources, counts, dims, rows, coef, present):
+    """Writes the rows of W x F segments (rank-major, feature-minor) into `flat`, one after another.
+
+    Args:
+      flat: float32 [n]: the buffer, segment (r, f) an [m, dims[f]] block where m is `counts[r, f]` for
+        a `present` feature f and 0 for the others.
+      sources: a tuple of F float32 [R_f, dims[f]] arrays (plain, C-contiguous, writable: one type).
+      counts: int64 [W, F]: the entries of `rows` per segment, laid out the same way.
+      rows: int64: each entry's row in its feature's source.
+      coef: float32, one per entry of `rows`, or empty (every coefficient 1: the row as it is).
+      present: bool [F]: False: the feature's entries are skipped (no block in `flat`).
+    """
+    world, features = counts.shape
+    weighted = coef.shape[0] != 0
+    k = 0
+    o = 0
+    for r in range(world):
+        for f in range(features):
+            n = counts[r, f]
+            if not present[f]:
+                k += n
+                continue
+            source = sources[f]
+            dim = dims[f]
+            last = k + n
+            for _ in range(n):
+                if k + AHEAD < last:
+                    prefetch_row(source, rows[k + AHEAD])
+                row = source[rows[k]]
+                if weighted:
+                    c = coef[k]
+                    for j in range(dim):
+                        flat[o + j] = row[j] * c
+                else:
+                    for j in range(dim):
+                        flat[o + j] = row[j]
+                o += dim
+                k += 1
