@@ -256,6 +256,9 @@ def spec_from_feature_config(
         optimizer_spec(optimizer, learning_rate_memo=learning_rate_memo) if optimizer is not None else None
     )
     tables: dict[int, TableSpec] = {}  # by the id of the TableConfig, in order of first appearance
+    # One spec per optimizer object: tables sharing one (TensorFlow gives every table without its own the
+    # global one) share one spec object, which the engine's small step updates in one call.
+    optimizers: dict[int, tuple[Any, OptimizerSpec]] = {}
     features: list[FeatureSpec] = []
     for path, config in flatten_with_paths(feature_config):
         if not isinstance(config, v2.FeatureConfig):
@@ -266,11 +269,12 @@ def spec_from_feature_config(
         table = config.table
         if id(table) not in tables:
             name = table.name or f"table_{len(tables)}"
-            own = (
-                optimizer_spec(table.optimizer, learning_rate_memo=learning_rate_memo)
-                if table.optimizer is not None
-                else None
-            )
+            own = None
+            if table.optimizer is not None:
+                if id(table.optimizer) not in optimizers:
+                    lowered = optimizer_spec(table.optimizer, learning_rate_memo=learning_rate_memo)
+                    optimizers[id(table.optimizer)] = (table.optimizer, lowered)
+                own = optimizers[id(table.optimizer)][1]
             where = f"TableConfig {name!r}"
             quantization = _quantization_spec(where, table.quantization_config) if simulate_quantization else None
             tables[id(table)] = _table_spec(where, name, (table.vocabulary_size, table.dim), table, own, quantization)

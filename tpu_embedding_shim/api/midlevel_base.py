@@ -25,7 +25,6 @@ without mpiexec. docs/distributed.md, "The mid-level API under mpiexec".
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,14 +37,13 @@ from ..engine import (
     Engine,
     LookupResult,
     agree,
-    check_batch,
     shard_sizes,
 )
 from ..spec import EmbeddingSpec, FeatureSpec
 from ..spec.checks import is_int
 from . import distribute, lowering, replicas
 from . import tpu_embedding_v2_utils as v2_utils
-from .midlevel_inputs import ConvertedInput, check_gradient, convert_input, zero_gradient_warning
+from .midlevel_inputs import ConvertedInput, check_gradient, convert_inputs, zero_gradient_warning
 from .nest import Path, flatten_up_to, flatten_with_paths, path_string
 
 __all__ = ["MidLevelBase", "MidLevelFeature", "under_tpu_strategy"]
@@ -375,22 +373,17 @@ class MidLevelBase:
         flat_weights = [None] * len(flat_inputs)
         if weights is not None:
             flat_weights = flatten_up_to(self._feature_config, weights, "weights")
-        check = check_batch  # once the engine is built, through its kernels (one compiled pass)
-        if self._engine is not None:
-            check = functools.partial(check_batch, kernels=self._engine.kernels)
-        return [
-            convert_input(
-                ids,
-                weight,
-                f.config,
-                f.path,
-                feature=f.spec,
-                serving=serving,
-                known=None if f.config.output_shape is not None else f.output_shape,
-                check=check,
-            )
-            for ids, weight, f in zip(flat_inputs, flat_weights, self._features)
-        ]
+        mine = self._features
+        return convert_inputs(
+            flat_inputs,
+            flat_weights,
+            [f.config for f in mine],
+            [f.path for f in mine],
+            features=[f.spec for f in mine],
+            serving=serving,
+            known=[None if f.config.output_shape is not None else f.output_shape for f in mine],
+            kernels=None if self._engine is None else self._engine.kernels,  # once built: one compiled check
+        )
 
     def _check_output_shapes(self, converted: list[ConvertedInput]) -> None:
         """The first batch fixes each feature's output shape (unless configured or built); later ones keep it."""

@@ -28,19 +28,33 @@ and `TPUEmbeddingForServing` apply them):
 
 `convert_input` applies them to one feature and returns a `ConvertedInput`:
 `prod(output_shape)` samples the engine looks up as pooled bags of ids.
+`convert_inputs` applies them to every feature of a batch: the dense int64
+inputs (a Keras program's ids) in one pass, with their ids checked in one
+compiled call, the others one by one; the same results and errors.
 `build()`'s shapes follow the same rules (`output_shape_of_input_shape`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from ..engine import CheckedBatch, Ragged, check_batch, checked_sparse_indices, is_ragged_tensor, is_sparse, to_ragged
+from ..engine import (
+    CheckedBatch,
+    Ragged,
+    check_batch,
+    check_batches,
+    checked_sparse_indices,
+    is_ragged_tensor,
+    is_sparse,
+    to_ragged,
+)
 from ..spec import FeatureSpec
 from ..spec.checks import is_int
 from . import tpu_embedding_v2_utils as v2_utils
@@ -50,6 +64,7 @@ from .tensors import RaggedTensor, SparseTensor
 __all__ = [
     "ConvertedInput",
     "convert_input",
+    "convert_inputs",
     "check_gradient",
     "zero_gradient_warning",
     "flatten_shapes",
@@ -116,7 +131,7 @@ class ConvertedInput:
 
     @property
     def num_samples(self) -> int:
-        return int(np.prod(self.output_shape, dtype=np.int64))
+        return math.prod(self.output_shape)
 
 
 def _sparse_to_samples(ids: Any, weight: Any, shape: list[int], where: str) -> tuple[Any, Any]:
@@ -381,6 +396,56 @@ def convert_input(
     )
     samples = array.reshape(-1, 1)
     return ConvertedInput(samples, None, "dense", output_shape, checked=check(samples, None, feature=feature))
+
+
+def convert_inputs(
+    ids: list[Any],
+    weights: list[Any],
+    configs: list[v2_utils.FeatureConfig],
+    paths: list[Path],
+    *,
+    features: list[FeatureSpec],
+    serving: bool = False,
+    known: list[tuple[int, ...] | None],
+    kernels: Any = None,
+) -> list[ConvertedInput]:
+    """`convert_input` of every feature of a batch (lists, one item per feature): the same results, warnings
+    and first error.
+
+    The inputs that are plain dense int64 arrays `[B]` or `[B, 1]` without weights, whose output shape is
+    the natural one, are converted in one pass: their ids checked in one compiled call
+    (`engine.check_batches`, with an engine's `kernels`); the others, and all of them when that call
+    declines (an id out of range, say), go through `convert_input` in order, which raises the first error.
+    """
+    check = check_batch if kernels is None else functools.partial(check_batch, kernels=kernels)
+    fast: list[int] = []
+    if kernels is not None:
+        for k, (x, w, config) in enumerate(zip(ids, weights, configs)):
+            if (
+                w is None
+                and type(x) is np.ndarray
+                and x.dtype == np.int64
+                and (x.ndim == 1 or (x.ndim == 2 and x.shape[1] == 1))
+                and not (serving and config.max_sequence_length > 0)
+            ):
+                target = tuple(config.output_shape) if config.output_shape is not None else known[k]
+                if target is None or tuple(target) == x.shape[:1]:
+                    fast.append(k)
+    checked = check_batches([ids[k].reshape(-1, 1) for k in fast], [features[k] for k in fast], kernels=kernels)
+    if checked is None:
+        fast, checked = [], []
+    converted: dict[int, ConvertedInput] = {
+        k: ConvertedInput(ids[k].reshape(-1, 1), None, "dense", ids[k].shape[:1], checked=c)
+        for k, c in zip(fast, checked)
+    }
+    return [
+        converted[k]
+        if k in converted
+        else convert_input(
+            ids[k], weights[k], configs[k], paths[k], feature=features[k], serving=serving, known=known[k], check=check
+        )
+        for k in range(len(ids))
+    ]
 
 
 def _flexible(

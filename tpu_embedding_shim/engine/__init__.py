@@ -39,6 +39,7 @@ _SOURCES: dict[str, str] = {
     "to_ragged": "ragged",
     "CheckedBatch": "ragged",
     "check_batch": "ragged",
+    "check_batches": "ragged",
     "is_sparse": "ragged",
     "is_ragged_tensor": "ragged",
     "checked_sparse_indices": "ragged",

@@ -48,6 +48,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -62,6 +63,7 @@ __all__ = [
     "to_ragged",
     "CheckedBatch",
     "check_batch",
+    "check_batches",
     "is_sparse",
     "is_ragged_tensor",
     "fingerprint64",
@@ -624,3 +626,29 @@ def check_batch(ids: Any, weights: Any = None, *, feature: FeatureSpec, kernels:
     else:
         batch = kernels.to_batch(ids, feature, weights, copy=True)
     return CheckedBatch(batch, feature, _CHECKED)
+
+
+def check_batches(ids: Sequence[np.ndarray], features: Sequence[FeatureSpec], *, kernels: Any) -> list | None:
+    """`[check_batch(ids[k], feature=features[k], kernels=kernels) ...]` for dense int64 `[S, 1]` or `[S]`
+    arrays without weights, in one compiled pass for all of them (the kernels' `dense_batches`: the ids
+    copied into one new array and checked against each feature's range); the same batches.
+
+    None when that pass does not apply (numpy kernels, a step too large for it, an empty array) or
+    declines (an id out of range or padding): the caller then checks each with `check_batch`, which
+    gives its own batch or error."""
+    dense_batches = getattr(kernels, "dense_batches", None)
+    if dense_batches is None or not ids:
+        return None
+    for a, feature in zip(ids, features):
+        if not (
+            type(a) is np.ndarray
+            and a.dtype == np.int64
+            and a.size
+            and (a.ndim == 1 or (a.ndim == 2 and a.shape[1] == 1))
+            and feature.id_source == "identity"
+        ):
+            return None
+    found = dense_batches(list(ids), list(features))
+    if found is None:
+        return None
+    return [CheckedBatch(batch, feature, _CHECKED) for batch, feature in zip(found, features)]

@@ -434,11 +434,11 @@ class FastKernels:
         splits: list[np.ndarray] = []
         weights: list[np.ndarray] = []
         positions: list[np.ndarray] = []
+        indices: dict = {}  # id(table) or key -> its index in `tables` (a dict: no search per feature)
         for k, r in enumerate(requests):
             key = r.table if keys is None else keys[k]
-            index = next((t for t, name in enumerate(names) if name is key or (keys is not None and name == key)), -1)
-            if index < 0:
-                index = len(tables)
+            index = indices.setdefault(id(key) if keys is None else key, len(tables))
+            if index == len(tables):
                 tables.append(r.table)
                 quant.append(_NO_QUANT_ROW if r.quantization is None else r.quantization)
                 names.append(key)
