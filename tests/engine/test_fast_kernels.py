@@ -40,7 +40,14 @@ from tpu_embedding_shim.spec import (  # noqa: E402
     SGDSpec,
 )
 
-from .strategies import batches, fused_optimizers, row_id_spec, step_both, step_inputs  # noqa: E402
+from .strategies import (  # noqa: E402
+    assert_same_bits,
+    batches,
+    fused_optimizers,
+    row_id_spec,
+    step_both,
+    step_inputs,
+)
 
 SETTINGS = settings(max_examples=40, deadline=None)
 COMBINERS = st.sampled_from(["sum", "mean", "sqrtn"])
@@ -135,9 +142,16 @@ def test_sequence_forward_is_exactly_the_reference(case, length, gaps, seed):
 
 
 @SETTINGS
-@given(case=batches(vocab=40), parts=st.integers(1, 6), seed=st.integers(0, 99), reset=st.booleans())
-def test_owner_kernels_with_any_partition_count(case, parts, seed, reset):
-    """Powers of two partition by a bit mask, other counts by `%`: same rows, same owners."""
+@given(
+    case=batches(vocab=40),
+    parts=st.integers(1, 6),
+    seed=st.integers(0, 99),
+    reset=st.booleans(),
+    defer=st.booleans(),
+)
+def test_owner_kernels_with_any_partition_count(case, parts, seed, reset, defer):
+    """Powers of two partition by a bit mask, other counts by `%`: same rows, same owners. With `defer`,
+    the rows of one entry are left unwritten, marked with their entry, until `write_opened`."""
     table, batch = case
     grad = np.random.default_rng(seed).standard_normal((batch.batch_size, table.shape[1])).astype(np.float32)
     want_ids, want_rows = lookup.pooled_backward(batch, "sum", grad)
@@ -158,8 +172,20 @@ def test_owner_kernels_with_any_partition_count(case, parts, seed, reset):
         np.testing.assert_array_equal(mine, np.flatnonzero(e.ids % parts == p))
     stops = starts + owned
     # reset: the map is cleaned in the same pass
-    owner.sum_owned(*e, slot_map, starts, counts, unique_ids, summed, order, starts, stops, reset)
+    opened = np.full(unique_ids.shape[0] if defer else 0, -2, dtype=np.int64)
+    owner.sum_owned(*e, slot_map, starts, counts, unique_ids, summed, order, starts, stops, reset, opened, defer)
     regions = [slice(int(a), int(a + c)) for a, c in zip(starts, counts)]
+    if defer:
+        for region in regions:  # a row left unwritten is a row of one entry, marked with that entry
+            marked = opened[region]
+            once = np.flatnonzero(np.bincount(e.ids, minlength=table.shape[0]) == 1)
+            np.testing.assert_array_equal(
+                np.sort(unique_ids[region][marked >= 0]), np.sort(np.intersect1d(once, unique_ids[region]))
+            )
+            assert np.all(e.ids[marked[marked >= 0]] == unique_ids[region][marked >= 0])
+            assert np.all(marked[marked < 0] == -1)
+        owner.write_opened(e.src, e.coef, e.grads, opened, starts, starts + counts, summed)
+        assert np.all(opened[np.concatenate([np.arange(r.start, r.stop) for r in regions])] == -1)
     for p, region in enumerate(regions):
         assert np.all(unique_ids[region] % parts == p)
         if not reset:
@@ -233,6 +259,54 @@ def _fast_engine_equals_numpy_engine(case):
         np.testing.assert_array_equal(got, want)
     for name, values in slow.slots("t").items():
         np.testing.assert_array_equal(fast.slots("t")[name], values)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    optimizer=fused_optimizers(),
+    combiner=COMBINERS,
+    skewed=st.booleans(),
+    features=st.sampled_from(["f", "abs"]),
+    serial_work=st.sampled_from([0, fast_threads.SERIAL_WORK]),
+    seed=st.integers(0, 999),
+)
+def test_rows_of_one_entry_read_in_place_give_the_numpy_engines_bits(
+    optimizer, combiner, skewed, features, serial_work, seed
+):
+    """The sums leave a row of one entry unwritten and the update reads the entry's gradient row in place
+    (`owner.sum_owned`, `Summed.refs`); the numpy path, non-lazy Adam and numpy's powers get the rows
+    written (`Summed.write_refs`). Zipf-like ids (a few hot rows, most rows once) and uniform ids (most
+    rows once), every fused optimizer and combiner, weights, a sequence feature, one thread or all:
+    the numpy engine's bits, step after step."""
+    vocab, dim, batch = 300, 5, 48
+    spec = row_id_spec(optimizer, vocab=vocab, dim=dim, combiner=combiner, features=features)
+    fast, slow = Engine(spec, kernels="fast"), Engine(spec, kernels="numpy")
+    rng = np.random.default_rng(seed)
+
+    def ids():
+        lengths = rng.integers(0, 12, batch)
+        if skewed:  # ranks drawn from Zipf(1.1), scattered over the vocabulary
+            values = (rng.zipf(1.1, lengths.sum()) * 7919) % vocab
+        else:
+            values = rng.integers(0, vocab, lengths.sum())
+        return [list(row) for row in np.split(values, np.cumsum(lengths)[:-1])]
+
+    with _serial_work(serial_work), _per_feature():
+        for _step in range(3):
+            if features == "f":
+                inputs = {"f": ids()}, {"f": rng.standard_normal((batch, dim))}
+            else:
+                b_ids = ids()
+                b_w = [list(rng.uniform(-0.5, 2, len(r)).astype(np.float32)) for r in b_ids]
+                grads = {"a": rng.standard_normal((batch, dim)), "b": rng.standard_normal((batch, dim))}
+                inputs = (
+                    {"a": ids(), "b": b_ids, "b_w": b_w, "s": ids()},
+                    grads | {"s": rng.standard_normal((batch, 3, dim))},
+                )
+            step_both(fast, slow, *inputs)
+    assert_same_bits(fast.table("t"), slow.table("t"))
+    for name, values in slow.slots("t").items():
+        assert_same_bits(fast.slots("t")[name], values)
 
 
 def test_small_calls_run_on_one_thread_and_give_the_same_bits():

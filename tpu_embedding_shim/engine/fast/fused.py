@@ -64,7 +64,7 @@ from . import disk_cache  # noqa: F401  (before any cache=True kernel: numba cac
 from .prefetch import AHEAD, prefetch_row
 from .threads import on_one_thread
 
-__all__ = ["fusable", "apply", "apply_tables", "batchable", "options", "slot_names"]
+__all__ = ["fusable", "apply", "apply_tables", "batchable", "options", "reads_refs", "slot_names"]
 
 _F32 = np.float32
 BLOCK = 1024  # rows per parallel task of `dense`
@@ -91,11 +91,14 @@ def apply(
     grads: np.ndarray,
     starts: np.ndarray,
     stops: np.ndarray,
+    refs: tuple | None = None,
 ) -> None:
     """The fused update of `optimizer` (`fusable(optimizer)` must hold), in place.
 
     Rows `unique_ids[starts[r]:stops[r]]` (unique) with their summed
     gradients `grads[starts[r]:stops[r]]`, one parallel task per segment r;
+    `refs` (`reads_refs(optimizer)` must hold): the rows the sums left
+    unwritten, `(opened, src, coef, entry_grads)` of `owner.sum_owned`;
     `slots` maps slot name -> [V, D] array; `lr` is the step's learning rate.
     An optimizer that touches all rows (non-lazy Adam) updates every row of
     `table`, even when no row is in the step."""
@@ -118,8 +121,18 @@ def apply(
             row.powers, optimizer, slots, unique_ids, grads, starts, stops, constants, hp, shared
         )
     _kernel(_lazy, row.formula, constants, len(powers), given)(
-        table, arrays, unique_ids, grads, starts, stops, offsets, powers, hp, *shared
+        table, arrays, unique_ids, grads, starts, stops, offsets, powers, refs or _NO_REFS, hp, *shared
     )
+
+
+def reads_refs(optimizer: OptimizerSpec) -> bool:
+    """True when `apply` reads rows the sums left unwritten (`refs`) in place: the lazy update with no
+    power taken by numpy (the other paths read `grads` whole: the caller writes those rows first)."""
+    row = OPTIMIZERS[type(optimizer)]
+    return not row.touches_all_rows(optimizer) and (row.powers is None or row.powers.exponent(optimizer) is None)
+
+
+_NO_REFS = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, _F32), np.zeros((0, 1), _F32))
 
 
 def batchable(optimizer: OptimizerSpec | None) -> bool:
@@ -223,9 +236,28 @@ def _lazy(formula, source, constants, count, given):
 
     @numba.njit(parallel=True, cache=True, nogil=True)
     def lazy(
-        table, slots, unique_ids, grads, starts, stops, offsets, powers, hp, gmin, gmax, decay, has_decay, wmin, wmax
+        table,
+        slots,
+        unique_ids,
+        grads,
+        starts,
+        stops,
+        offsets,
+        powers,
+        refs,
+        hp,
+        gmin,
+        gmax,
+        decay,
+        has_decay,
+        wmin,
+        wmax,
     ):
         _cache_key(source)
+        opened, src, coef, entry_grads = refs  # rows the sums left unwritten (`owner.sum_owned`); or empty
+        marks = opened.shape[0] != 0
+        weighted = coef.shape[0] != 0
+        one = np.float32(1.0)
         for r in numba.prange(starts.shape[0]):
             full = constants + hp  # inside the parallel loop: its outlined body sees the constants as such
             lo = starts[r]  # bounds in locals: the in-place writes could alias `stops` for all LLVM knows
@@ -240,10 +272,16 @@ def _lazy(formula, source, constants, count, given):
                 w = table[i]
                 rows = _items(slots, i)
                 power_rows = _items(powers, base + s)
-                g = grads[s]
+                k = opened[s] if marks else -1
+                if k >= 0:  # a row of one entry: its sum is the entry's term, read in place
+                    g = entry_grads[src[k]]
+                    f = coef[k] if weighted else one
+                else:
+                    g = grads[s]
+                    f = one  # x * 1 is x: the same bits
                 for j in range(w.shape[0]):
                     p = _items(power_rows, j) if given else no_powers
-                    _update(formula, w, rows, j, _clip(g[j], gmin, gmax), p, full, decay, has_decay, wmin, wmax)
+                    _update(formula, w, rows, j, _clip(g[j] * f, gmin, gmax), p, full, decay, has_decay, wmin, wmax)
 
     return lazy
 

@@ -75,13 +75,18 @@ class Summed:
 
     `unique_ids` / `grads` are views of the engine's persistent scratch
     (valid until the next `sum_table` of the same table); `compact()` copies
-    them out as (ids [U], grads [U, D])."""
+    them out as (ids [U], grads [U, D]). `refs`, when not None, is
+    `(opened, src, coef, entry_grads)`: the rows of one entry that the sums
+    left unwritten (`owner.sum_owned`), which the lazy fused update reads in
+    place (`fused.reads_refs`); `write_refs()` writes them for any other
+    reader."""
 
     unique_ids: np.ndarray
     grads: np.ndarray
     starts: np.ndarray
     stops: np.ndarray
     rows: int | None = None  # the number of rows, when known (`sum_packed`: no numpy reduction for `size`)
+    refs: tuple | None = None
 
     @property
     def size(self) -> int:
@@ -89,7 +94,15 @@ class Summed:
             return self.rows
         return int((self.stops - self.starts).sum())
 
+    def write_refs(self) -> None:
+        """Writes the rows the sums left unwritten into `grads` (the same bits); then `refs` is unread."""
+        if self.refs is not None:
+            opened, src, coef, entry_grads = self.refs
+            with one_thread_below(self.size * self.grads.shape[1]):
+                owner.write_opened(src, coef, entry_grads, opened, self.starts, self.stops, self.grads)
+
     def compact(self) -> tuple[np.ndarray, np.ndarray]:
+        self.write_refs()
         parts = [slice(int(a), int(b)) for a, b in zip(self.starts, self.stops)]
         return (np.concatenate([self.unique_ids[p] for p in parts]), np.concatenate([self.grads[p] for p in parts]))
 
@@ -153,6 +166,7 @@ def _checked_ids(values, splits, lowest, num_buckets, out):
 
 
 _NO_IDS = np.zeros(0, dtype=np.int64)
+_NO_MARKS = np.zeros(0, dtype=np.int64)  # `owner.sum_owned` with no row left unwritten
 
 
 _EXPONENT = np.int32(0x7F800000)  # the exponent bits of a float32: all ones for inf and NaN only
@@ -179,7 +193,7 @@ class FastKernels:
 
     def __init__(self):
         self._slot_maps: dict[str, np.ndarray] = {}
-        self._scratch: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # table -> (ids, grads) buffers
+        self._scratch: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # table -> (ids, grads, opened)
         self._orders: dict[str, np.ndarray] = {}  # table -> entry indices by owner (one feature at a time)
         # batch -> {(combiner, safe): coefficients}: a lookup's, reused by its gradient; gone with the batch
         self._coefficients: weakref.WeakKeyDictionary[Ragged, dict] = weakref.WeakKeyDictionary()
@@ -508,12 +522,16 @@ class FastKernels:
         """(unique ids int64 [U], summed gradients float32 [U, D]) of one table; ids unsorted."""
         return self.sum_table(table, num_rows, dim, entries).compact()
 
-    def _buffers(self, table: str, rows: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
-        """The table's persistent scratch, grown to at least `rows` rows (high-water mark)."""
+    def _buffers(self, table: str, rows: int, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The table's persistent scratch (ids, grads, opened), grown to at least `rows` rows (high-water mark)."""
         scratch = self._scratch.get(table)
         if scratch is None or scratch[0].shape[0] < rows or scratch[1].shape[1] != dim:
             rows = max(rows, 1)
-            scratch = self._scratch[table] = (np.empty(rows, dtype=np.int64), aligned.empty((rows, dim), _F32))
+            scratch = self._scratch[table] = (
+                np.empty(rows, dtype=np.int64),
+                aligned.empty((rows, dim), _F32),
+                np.empty(rows, dtype=np.int64),
+            )
         return scratch
 
     def _order(self, table: str, n: int) -> np.ndarray:
@@ -541,8 +559,9 @@ class FastKernels:
             owned += own
         starts = np.zeros(parts, dtype=np.int64)
         np.cumsum(owned[:-1], out=starts[1:])
-        unique_ids, grads = self._buffers(table, int(owned.sum()), dim)
+        unique_ids, grads, opened = self._buffers(table, int(owned.sum()), dim)
         counts = np.zeros(parts, dtype=np.int64)
+        defer = bool(entries)  # the last feature's rows of one entry stay unwritten (`owner.sum_owned`)
         try:
             with one_thread_below(int(owned.sum()) * dim):  # the same P partitions, walked by one thread
                 for number, (e, own) in enumerate(zip(entries, owned_by)):
@@ -552,11 +571,26 @@ class FastKernels:
                     owner.bucket_owned(e.ids, ostarts, order)
                     stops = ostarts + own
                     last = number == len(entries) - 1  # the last pass resets the map
-                    owner.sum_owned(*e, slot_map, starts, counts, unique_ids, grads, order, ostarts, stops, last)
+                    marks = opened if defer else _NO_MARKS
+                    owner.sum_owned(
+                        *e,
+                        slot_map,
+                        starts,
+                        counts,
+                        unique_ids,
+                        grads,
+                        order,
+                        ostarts,
+                        stops,
+                        last,
+                        marks,
+                        defer and last,
+                    )
         except BaseException:
             slot_map.fill(-1)  # never leave the map dirty, whatever failed
             raise
-        return Summed(unique_ids, grads, starts, starts + counts)
+        refs = (opened, entries[-1].src, entries[-1].coef, entries[-1].grads) if defer else None
+        return Summed(unique_ids, grads, starts, starts + counts, refs=refs)
 
     def sum_tables(self, requests: Sequence[tuple[str, int, int, list[Entries]]]) -> list[Summed]:
         """`sum_table(*request)` for each (table, num_rows, dim, entries), small tables side by side."""
@@ -655,8 +689,12 @@ class FastKernels:
         optimizer: OptimizerSpec, lr: float, table: np.ndarray, slots: Mapping[str, np.ndarray], summed: Summed
     ) -> None:
         """`apply_in_place` on the regions of a `Summed`; writes in place (see `fused.apply`)."""
+        refs = summed.refs
+        if refs is not None and not fused.reads_refs(optimizer):
+            summed.write_refs()
+            refs = None
         with one_thread_below(_update_work(optimizer, table, summed)):
-            fused.apply(optimizer, lr, table, slots, summed.unique_ids, summed.grads, summed.starts, summed.stops)
+            fused.apply(optimizer, lr, table, slots, summed.unique_ids, summed.grads, summed.starts, summed.stops, refs)
 
     @classmethod
     def apply_all(cls, updates: Sequence[Update]) -> None:
@@ -688,6 +726,8 @@ class FastKernels:
             else:
                 alone.append(u)
         for group in groups.values():
+            for u in group:
+                u.summed.write_refs()  # `apply_tables` reads `grads` whole
             optimizer = group[0].optimizer
             names = fused.slot_names(optimizer)
             fused.apply_tables(

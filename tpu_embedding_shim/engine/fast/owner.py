@@ -34,7 +34,7 @@ import numpy as np
 from . import disk_cache  # noqa: F401  (before any cache=True kernel: numba caches them outside the package)
 from .prefetch import AHEAD, prefetch_item
 
-__all__ = ["new_slot_map", "count_owned", "bucket_owned", "sum_owned", "reset_owned"]
+__all__ = ["new_slot_map", "count_owned", "bucket_owned", "sum_owned", "write_opened", "reset_owned"]
 
 
 def new_slot_map(num_rows: int) -> np.ndarray:
@@ -87,7 +87,9 @@ def bucket_owned(ids, ostarts, order):
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def sum_owned(ids, src, coef, grads, slot_map, starts, counts, unique_ids, summed, order, ostarts, ostops, reset=False):
+def sum_owned(
+    ids, src, coef, grads, slot_map, starts, counts, unique_ids, summed, order, ostarts, ostops, reset, opened, defer
+):
     """One pass: partition p sums its entries (`order[ostarts[p]:ostops[p]]`, from `bucket_owned`)
     into `summed[starts[p] + slot]`; `counts` [P] grows.
 
@@ -95,10 +97,21 @@ def sum_owned(ids, src, coef, grads, slot_map, starts, counts, unique_ids, summe
     and no data-dependent skip (a mispredicted branch per entry). With
     `reset` (the table's last feature), each partition then sets the map back
     to -1 at its own ids, as `reset_owned` does, in the same parallel task:
-    no partition touches another's ids, so no one waits for the others."""
+    no partition touches another's ids, so no one waits for the others.
+
+    `opened` (int64, as long as `unique_ids`, or empty) marks the rows a
+    pass leaves unwritten: with `defer`, a row this pass opens is not
+    written; `opened[row]` keeps the entry k that opened it (the row's sum
+    is `coef[k] * grads[src[k]]`) until a second entry of the row writes
+    both terms, `g0 * f0 + g * f` in float32 as the running sum has them,
+    and sets it to -1. A row opened without `defer` is written at once and
+    marked -1. On Zipf ids 81% of the touched rows have one entry, on
+    uniform ids 96%: those rows are never written here nor read back by the
+    update (`Summed.refs`), which reads the entry's gradient row in place."""
     parts = starts.shape[0]
     dim = summed.shape[1]
     weighted = coef.shape[0] != 0  # empty `coef`: every coefficient is 1 (no array to build and read)
+    marks = opened.shape[0] != 0
     one = np.float32(1.0)
     for p in numba.prange(parts):
         base = starts[p]
@@ -110,25 +123,58 @@ def sum_owned(ids, src, coef, grads, slot_map, starts, counts, unique_ids, summe
                 prefetch_item(slot_map, ids[order[q + AHEAD]])
             k = order[q]
             i = ids[k]
-            g = grads[src[k]]
-            f = coef[k] if weighted else one
             s = slot_map[i]
             if s < 0:
                 s = c
                 slot_map[i] = c
                 c += 1
                 unique_ids[base + s] = i
+                if defer:
+                    opened[base + s] = k
+                    continue
+                if marks:
+                    opened[base + s] = -1
+                g = grads[src[k]]
+                f = coef[k] if weighted else one
                 out = summed[base + s]
                 for j in range(dim):
                     out[j] = g[j] * f
+                continue
+            g = grads[src[k]]
+            f = coef[k] if weighted else one
+            out = summed[base + s]
+            k0 = opened[base + s] if marks else -1
+            if k0 >= 0:  # the row's second entry: its first term, then this one
+                g0 = grads[src[k0]]
+                f0 = coef[k0] if weighted else one
+                for j in range(dim):
+                    out[j] = g0[j] * f0 + g[j] * f
+                opened[base + s] = -1
             else:
-                out = summed[base + s]
                 for j in range(dim):
                     out[j] += g[j] * f
         counts[p] = c
         if reset:
             for s in range(base, base + c):
                 slot_map[unique_ids[s]] = -1
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def write_opened(src, coef, grads, opened, starts, stops, summed):
+    """Writes the rows `sum_owned` left unwritten (`opened[row] = k >= 0`): `coef[k] * grads[src[k]]`,
+    the same float32 product; marks them -1. For a caller that reads `summed` itself."""
+    weighted = coef.shape[0] != 0
+    one = np.float32(1.0)
+    for p in numba.prange(starts.shape[0]):
+        for s in range(starts[p], stops[p]):
+            k = opened[s]
+            if k >= 0:
+                g = grads[src[k]]
+                f = coef[k] if weighted else one
+                out = summed[s]
+                for j in range(summed.shape[1]):
+                    out[j] = g[j] * f
+                opened[s] = -1
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
