@@ -146,58 +146,61 @@ def test_sequence_forward_is_exactly_the_reference(case, length, gaps, seed):
     case=batches(vocab=40),
     parts=st.integers(1, 6),
     seed=st.integers(0, 99),
-    reset=st.booleans(),
+    epoch=st.sampled_from([0, 7, 2**31 - 400]),
     defer=st.booleans(),
 )
-def test_owner_kernels_with_any_partition_count(case, parts, seed, reset, defer):
-    """Powers of two partition by a bit mask, other counts by `%`: same rows, same owners. With `defer`,
-    the rows of one entry are left unwritten, marked with their entry, until `write_opened`."""
+def test_owner_kernels_with_any_partition_count(case, parts, seed, epoch, defer):
+    """Powers of two partition by a bit mask, other counts by `%`: same rows, same owners. The map is
+    never reset: two steps in a row on one map, the second at the next epoch, give the same sums. With
+    `defer`, the rows of one entry are left unwritten, marked with their entry, until `write_opened`."""
     table, batch = case
     grad = np.random.default_rng(seed).standard_normal((batch.batch_size, table.shape[1])).astype(np.float32)
     want_ids, want_rows = lookup.pooled_backward(batch, "sum", grad)
     e = FastKernels().pooled_entries(batch, "sum", grad)
+    n = e.ids.shape[0]
     owned = np.zeros(parts, dtype=np.int64)
     owner.count_owned(e.ids, owned)
     np.testing.assert_array_equal(owned, np.bincount(e.ids % parts, minlength=parts))
     starts = np.zeros(parts, dtype=np.int64)
     np.cumsum(owned[:-1], out=starts[1:])
     slot_map = owner.new_slot_map(table.shape[0])
-    unique_ids = np.empty(max(1, e.ids.shape[0]), dtype=np.int64)
-    summed = np.empty((unique_ids.shape[0], table.shape[1]), dtype=np.float32)
-    counts = np.zeros(parts, dtype=np.int64)
-    order = np.empty(max(1, e.ids.shape[0]), dtype=np.int64)
+    unique_ids = np.empty(max(1, n), dtype=np.int64)
+    order = np.empty(max(1, n), dtype=np.int64)
     owner.bucket_owned(e.ids, starts, order)  # one feature: its entry offsets are the regions' starts
     for p in range(parts):  # each partition's entries, in entry order
         mine = order[starts[p] : starts[p] + owned[p]]
         np.testing.assert_array_equal(mine, np.flatnonzero(e.ids % parts == p))
     stops = starts + owned
-    # reset: the map is cleaned in the same pass
-    opened = np.full(unique_ids.shape[0] if defer else 0, -2, dtype=np.int64)
-    owner.sum_owned(*e, slot_map, starts, counts, unique_ids, summed, order, starts, stops, reset, opened, defer)
-    regions = [slice(int(a), int(a + c)) for a, c in zip(starts, counts)]
-    if defer:
-        for region in regions:  # a row left unwritten is a row of one entry, marked with that entry
-            marked = opened[region]
-            once = np.flatnonzero(np.bincount(e.ids, minlength=table.shape[0]) == 1)
+    for step_epoch in (epoch, epoch + n):  # the first step's slots are below the second's epoch
+        summed = np.full((unique_ids.shape[0], table.shape[1]), np.nan, dtype=np.float32)
+        counts = np.zeros(parts, dtype=np.int64)
+        opened = np.full(unique_ids.shape[0] if defer else 0, -2, dtype=np.int64)
+        owner.sum_owned(
+            *e, slot_map, starts, counts, unique_ids, summed, order, starts, stops, step_epoch, opened, defer
+        )
+        regions = [slice(int(a), int(a + c)) for a, c in zip(starts, counts)]
+        for p, region in enumerate(regions):
+            assert np.all(unique_ids[region] % parts == p)
             np.testing.assert_array_equal(
-                np.sort(unique_ids[region][marked >= 0]), np.sort(np.intersect1d(once, unique_ids[region]))
+                slot_map[unique_ids[region]], step_epoch + np.arange(region.stop - region.start)
             )
-            assert np.all(e.ids[marked[marked >= 0]] == unique_ids[region][marked >= 0])
-            assert np.all(marked[marked < 0] == -1)
-        owner.write_opened(e.src, e.coef, e.grads, opened, starts, starts + counts, summed)
-        assert np.all(opened[np.concatenate([np.arange(r.start, r.stop) for r in regions])] == -1)
-    for p, region in enumerate(regions):
-        assert np.all(unique_ids[region] % parts == p)
-        if not reset:
-            assert np.all(slot_map[unique_ids[region]] == np.arange(region.stop - region.start))
-    if not reset:
-        owner.reset_owned(unique_ids, starts, counts, slot_map)
-    assert np.all(slot_map == -1)
-    ids = np.concatenate([unique_ids[r] for r in regions])
-    rows = np.concatenate([summed[r] for r in regions])
-    ids, rows = _sorted(ids, rows)
-    np.testing.assert_array_equal(ids, want_ids)
-    np.testing.assert_array_equal(rows, want_rows)
+        assert np.all(slot_map < step_epoch + max(n, 1))  # nothing at or past the next epoch
+        if defer:
+            once = np.flatnonzero(np.bincount(e.ids, minlength=table.shape[0]) == 1)
+            for region in regions:  # a row left unwritten is a row of one entry, marked with that entry
+                marked = opened[region]
+                np.testing.assert_array_equal(
+                    np.sort(unique_ids[region][marked >= 0]), np.sort(np.intersect1d(once, unique_ids[region]))
+                )
+                assert np.all(e.ids[marked[marked >= 0]] == unique_ids[region][marked >= 0])
+                assert np.all(marked[marked < 0] == -1)
+            owner.write_opened(e.src, e.coef, e.grads, opened, starts, starts + counts, summed)
+            assert all(np.all(opened[region] == -1) for region in regions)
+        ids = np.concatenate([unique_ids[r] for r in regions])
+        rows = np.concatenate([summed[r] for r in regions])
+        ids, rows = _sorted(ids, rows)
+        np.testing.assert_array_equal(ids, want_ids)
+        np.testing.assert_array_equal(rows, want_rows)
 
 
 # Engine level: the fast engine and the numpy engine, step by step.
@@ -466,6 +469,24 @@ def test_persistent_scratch_is_reused_across_steps_of_any_size(cases, seed):
         np.testing.assert_array_equal(ids, want_ids)
         np.testing.assert_array_equal(rows, want_rows)
         assert fast.slot_maps_clean()
+
+
+@SETTINGS
+@given(cases=st.lists(batches(vocab=25, max_len=30, weights=False), min_size=2, max_size=5), seed=st.integers(0, 99))
+def test_slot_map_starts_again_before_its_epoch_overflows(cases, seed):
+    """The slot map is never reset between steps: each step's slots start at the table's epoch, and the
+    map is filled with -1 again when the next epoch would pass the limit (int32's range; 60 here, so
+    that most steps start again)."""
+    fast = FastKernels()
+    rng = np.random.default_rng(seed)
+    with mock.patch.object(fast_kernels, "_EPOCH_LIMIT", 60):
+        for table, batch in cases:
+            grad = rng.standard_normal((batch.batch_size, table.shape[1])).astype(np.float32)
+            want_ids, want_rows = lookup.pooled_backward(batch, "sum", grad)
+            ids, rows = _sorted(*fast.sum_rows("t", 25, table.shape[1], [fast.pooled_entries(batch, "sum", grad)]))
+            np.testing.assert_array_equal(ids, want_ids)
+            np.testing.assert_array_equal(rows, want_rows)
+            assert fast.slot_maps_clean()
 
 
 def test_prefetch_is_only_a_hint():

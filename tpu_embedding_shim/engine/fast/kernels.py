@@ -167,6 +167,7 @@ def _checked_ids(values, splits, lowest, num_buckets, out):
 
 _NO_IDS = np.zeros(0, dtype=np.int64)
 _NO_MARKS = np.zeros(0, dtype=np.int64)  # `owner.sum_owned` with no row left unwritten
+_EPOCH_LIMIT = 2**31 - 1  # a slot map's values are int32
 
 
 _EXPONENT = np.int32(0x7F800000)  # the exponent bits of a float32: all ones for inf and NaN only
@@ -193,6 +194,7 @@ class FastKernels:
 
     def __init__(self):
         self._slot_maps: dict[str, np.ndarray] = {}
+        self._epochs: dict[str, int] = {}  # table -> its next step's epoch (`owner.sum_owned`)
         self._scratch: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # table -> (ids, grads, opened)
         self._orders: dict[str, np.ndarray] = {}  # table -> entry indices by owner (one feature at a time)
         # batch -> {(combiner, safe): coefficients}: a lookup's, reused by its gradient; gone with the batch
@@ -219,8 +221,9 @@ class FastKernels:
         return _fact("fusable", optimizer)
 
     def slot_maps_clean(self) -> bool:
-        """True when every table's id -> slot map is reset, as it must be between steps (even after an error)."""
-        return all(bool(np.all(slot_map == -1)) for slot_map in self._slot_maps.values())
+        """True when no table's id -> slot map holds a slot of the next step (every value is below its
+        epoch), as it must be between steps, even after an error."""
+        return all(bool(np.all(m < self._epochs.get(t, 0))) for t, m in self._slot_maps.items())
 
     # Input ------------------------------------------------------------------------
 
@@ -546,10 +549,17 @@ class FastKernels:
 
         Partition p (ids with id % P == p) writes its rows into its own region of
         the table's persistent scratch, as long as the number of entries it owns;
-        the id -> slot map is clean again when this returns, even on error."""
+        the id -> slot map holds no slot of the next step when this returns, even
+        on error (the epoch moves past every slot this step gives)."""
         slot_map = self._slot_maps.get(table)
         if slot_map is None:
             slot_map = self._slot_maps[table] = owner.new_slot_map(num_rows)
+        total = sum(e.ids.shape[0] for e in entries)
+        epoch = self._epochs.get(table, 0)
+        if epoch + total >= _EPOCH_LIMIT:  # start again before the map's int32 values would overflow
+            slot_map.fill(-1)
+            epoch = 0
+        self._epochs[table] = epoch + total  # first: an error below leaves no slot of the next step
         parts = self.threads()
         owned_by = [np.zeros(parts, dtype=np.int64) for _ in entries]  # per feature: entries per partition
         for e, own in zip(entries, owned_by):
@@ -562,33 +572,29 @@ class FastKernels:
         unique_ids, grads, opened = self._buffers(table, int(owned.sum()), dim)
         counts = np.zeros(parts, dtype=np.int64)
         defer = bool(entries)  # the last feature's rows of one entry stay unwritten (`owner.sum_owned`)
-        try:
-            with one_thread_below(int(owned.sum()) * dim):  # the same P partitions, walked by one thread
-                for number, (e, own) in enumerate(zip(entries, owned_by)):
-                    ostarts = np.zeros(parts, dtype=np.int64)
-                    np.cumsum(own[:-1], out=ostarts[1:])
-                    order = self._order(table, e.ids.shape[0])
-                    owner.bucket_owned(e.ids, ostarts, order)
-                    stops = ostarts + own
-                    last = number == len(entries) - 1  # the last pass resets the map
-                    marks = opened if defer else _NO_MARKS
-                    owner.sum_owned(
-                        *e,
-                        slot_map,
-                        starts,
-                        counts,
-                        unique_ids,
-                        grads,
-                        order,
-                        ostarts,
-                        stops,
-                        last,
-                        marks,
-                        defer and last,
-                    )
-        except BaseException:
-            slot_map.fill(-1)  # never leave the map dirty, whatever failed
-            raise
+        with one_thread_below(int(owned.sum()) * dim):  # the same P partitions, walked by one thread
+            for number, (e, own) in enumerate(zip(entries, owned_by)):
+                ostarts = np.zeros(parts, dtype=np.int64)
+                np.cumsum(own[:-1], out=ostarts[1:])
+                order = self._order(table, e.ids.shape[0])
+                owner.bucket_owned(e.ids, ostarts, order)
+                stops = ostarts + own
+                last = number == len(entries) - 1  # the last feature's rows of one entry stay unwritten
+                marks = opened if defer else _NO_MARKS
+                owner.sum_owned(
+                    *e,
+                    slot_map,
+                    starts,
+                    counts,
+                    unique_ids,
+                    grads,
+                    order,
+                    ostarts,
+                    stops,
+                    epoch,
+                    marks,
+                    defer and last,
+                )
         refs = (opened, entries[-1].src, entries[-1].coef, entries[-1].grads) if defer else None
         return Summed(unique_ids, grads, starts, starts + counts, refs=refs)
 

@@ -8,18 +8,24 @@ entries, in entry order (`bucket_owned`); each partition then walks its own
 list once (`sum_owned`):
 
 - the first time partition p sees an id, it gives it the next local slot,
-  `slot_map[id] = count[p]++`, records the id and *writes* the entry's term
-  into its row (no zeroed scratch); later entries of the id add into it.
-  The slot map is [V] int32, persistent, -1 everywhere between steps;
+  `slot_map[id] = epoch + count[p]++`, records the id and *writes* the
+  entry's term into its row (no zeroed scratch); later entries of the id
+  add into it. The slot map is [V] int32, persistent: a value below the
+  step's `epoch` is a slot of an earlier step, so nothing resets it between
+  steps; each step's epoch is the last one plus its number of entries (an
+  exact upper bound on any partition's slots), and the caller fills the map
+  with -1 and starts again at 0 before the epoch would pass int32's range;
 - partition p's rows are the region `starts[p] .. starts[p] + count[p]` of
   the scratch, where the region's capacity is the number of entries p owns
   (`count_owned`, an exact upper bound on its distinct ids): sizing the
   regions from exact counts is what makes the writes safe.
 
 A row is written by exactly one partition, so no two threads touch the same
-memory. `reset_owned` (or `sum_owned(..., reset=True)` on the last feature
-of a table) sets the map back to -1 for the touched ids only, O(U). The
-scan prefetches the slot-map entry `AHEAD` entries on.
+memory. The scan prefetches the slot-map entry `AHEAD` entries on. Setting
+the map back to -1 at the touched ids (`reset_owned`, as it was done after
+each step) wrote one random int32 per touched row, most of them missing the
+cache: the epoch instead took the summing pass from 1.82 to 1.59 ms on Zipf
+ids and from 1.47 to 1.07 on uniform ids (one thread, 81,920 ids, D = 64).
 
 Duplicates are summed in entry order, as `lookup.sum_duplicates` does.
 Several features of one table are several calls with the same map, regions
@@ -88,16 +94,14 @@ def bucket_owned(ids, ostarts, order):
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def sum_owned(
-    ids, src, coef, grads, slot_map, starts, counts, unique_ids, summed, order, ostarts, ostops, reset, opened, defer
+    ids, src, coef, grads, slot_map, starts, counts, unique_ids, summed, order, ostarts, ostops, epoch, opened, defer
 ):
     """One pass: partition p sums its entries (`order[ostarts[p]:ostops[p]]`, from `bucket_owned`)
     into `summed[starts[p] + slot]`; `counts` [P] grows.
 
     Each partition walks only its own entries: no scan of the others' ids
-    and no data-dependent skip (a mispredicted branch per entry). With
-    `reset` (the table's last feature), each partition then sets the map back
-    to -1 at its own ids, as `reset_owned` does, in the same parallel task:
-    no partition touches another's ids, so no one waits for the others.
+    and no data-dependent skip (a mispredicted branch per entry). A map
+    value below `epoch` is an earlier step's: the id is new to this step.
 
     `opened` (int64, as long as `unique_ids`, or empty) marks the rows a
     pass leaves unwritten: with `defer`, a row this pass opens is not
@@ -123,10 +127,10 @@ def sum_owned(
                 prefetch_item(slot_map, ids[order[q + AHEAD]])
             k = order[q]
             i = ids[k]
-            s = slot_map[i]
+            s = slot_map[i] - epoch
             if s < 0:
                 s = c
-                slot_map[i] = c
+                slot_map[i] = np.int32(epoch + c)
                 c += 1
                 unique_ids[base + s] = i
                 if defer:
@@ -154,9 +158,6 @@ def sum_owned(
                 for j in range(dim):
                     out[j] += g[j] * f
         counts[p] = c
-        if reset:
-            for s in range(base, base + c):
-                slot_map[unique_ids[s]] = -1
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -179,7 +180,7 @@ def write_opened(src, coef, grads, opened, starts, stops, summed):
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def reset_owned(unique_ids, starts, counts, slot_map):
-    """Sets `slot_map` back to -1 at the ids of every partition's region."""
+    """Sets `slot_map` back to -1 at the ids of every partition's region (for a map used without epochs)."""
     for p in numba.prange(starts.shape[0]):
         for s in range(starts[p], starts[p] + counts[p]):
             slot_map[unique_ids[s]] = -1
