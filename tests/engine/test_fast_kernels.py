@@ -271,16 +271,17 @@ def _fast_engine_equals_numpy_engine(case):
     skewed=st.booleans(),
     features=st.sampled_from(["f", "abs"]),
     serial_work=st.sampled_from([0, fast_threads.SERIAL_WORK]),
+    defer=st.booleans(),
     seed=st.integers(0, 999),
 )
 def test_rows_of_one_entry_read_in_place_give_the_numpy_engines_bits(
-    optimizer, combiner, skewed, features, serial_work, seed
+    optimizer, combiner, skewed, features, serial_work, defer, seed
 ):
     """The sums leave a row of one entry unwritten and the update reads the entry's gradient row in place
     (`owner.sum_owned`, `Summed.refs`); the numpy path, non-lazy Adam and numpy's powers get the rows
     written (`Summed.write_refs`). Zipf-like ids (a few hot rows, most rows once) and uniform ids (most
     rows once), every fused optimizer and combiner, weights, a sequence feature, one thread or all:
-    the numpy engine's bits, step after step."""
+    the numpy engine's bits, step after step, whichever design the step uses (`defer`)."""
     vocab, dim, batch = 300, 5, 48
     spec = row_id_spec(optimizer, vocab=vocab, dim=dim, combiner=combiner, features=features)
     fast, slow = Engine(spec, kernels="fast"), Engine(spec, kernels="numpy")
@@ -294,7 +295,8 @@ def test_rows_of_one_entry_read_in_place_give_the_numpy_engines_bits(
             values = rng.integers(0, vocab, lengths.sum())
         return [list(row) for row in np.split(values, np.cumsum(lengths)[:-1])]
 
-    with _serial_work(serial_work), _per_feature():
+    chosen = mock.patch.object(FastKernels, "_defers", lambda self, table, dim: defer)
+    with _serial_work(serial_work), _per_feature(), chosen:
         for _step in range(3):
             if features == "f":
                 inputs = {"f": ids()}, {"f": rng.standard_normal((batch, dim))}
@@ -310,6 +312,32 @@ def test_rows_of_one_entry_read_in_place_give_the_numpy_engines_bits(
     assert_same_bits(fast.table("t"), slow.table("t"))
     for name, values in slow.slots("t").items():
         assert_same_bits(fast.slots("t")[name], values)
+
+
+def test_rows_of_one_entry_are_left_unwritten_after_a_step_of_few_duplicates():
+    """The design follows the table's last step: after one of mostly distinct rows (uniform ids over a
+    large table) the sums leave the rows of one entry unwritten; after one of many duplicates (a few
+    hot rows), or at the table's first step, they write every row."""
+    fast = FastKernels()
+    rng = np.random.default_rng(0)
+    dim, n = 64, 8192  # 8,192 distinct rows of 256 bytes: 2 MB, above `_DEFER_BYTES`
+    grad = rng.standard_normal((n, dim)).astype(np.float32)
+    splits = np.arange(n + 1, dtype=np.int64)
+
+    def summed(ids):
+        return fast.sum_table("t", 100_000, dim, [fast.pooled_entries(Ragged(ids, splits, None), "sum", grad)])
+
+    distinct = rng.permutation(100_000)[:n].astype(np.int64)
+    hot = rng.integers(0, 50, n).astype(np.int64)
+    assert summed(distinct).refs is None  # no last step to go by
+    assert summed(distinct).refs is not None
+    assert summed(hot).refs is not None  # the last step had few duplicates
+    assert summed(distinct).refs is None  # the last one had many
+    want_ids, want_rows = lookup.sum_duplicates(distinct, grad)
+    for _ in range(2):
+        ids, rows = _sorted(*summed(distinct).compact())
+        np.testing.assert_array_equal(ids, want_ids)
+        np.testing.assert_array_equal(rows, want_rows)
 
 
 def test_small_calls_run_on_one_thread_and_give_the_same_bits():
