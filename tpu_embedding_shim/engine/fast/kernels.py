@@ -14,7 +14,10 @@ Per step the engine asks:
   (`owner.bucket_owned` lists each partition's entries, then
   `owner.sum_owned` walks them: one pass per feature, into per-table scratch
   kept between steps and grown to the high-water mark); the id -> slot map
-  is clean again when it returns (the last pass resets it), even on error;
+  holds no slot of the next step when it returns (each step's slots lie
+  above its epoch), even on error; after a step of few duplicates the rows
+  of one entry are left unwritten and the update reads them in place
+  (`Summed.refs`);
 - `apply_all`: the fused optimizer updates (`fused.py`), once every check
   of the step has passed.
 
