@@ -272,18 +272,26 @@ def _fast_engine_equals_numpy_engine(case):
     features=st.sampled_from(["f", "abs"]),
     serial_work=st.sampled_from([0, fast_threads.SERIAL_WORK]),
     defer=st.booleans(),
+    pipelined=st.booleans(),
     seed=st.integers(0, 999),
 )
 def test_rows_of_one_entry_read_in_place_give_the_numpy_engines_bits(
-    optimizer, combiner, skewed, features, serial_work, defer, seed
+    optimizer, combiner, skewed, features, serial_work, defer, pipelined, seed
 ):
     """The sums leave a row of one entry unwritten and the update reads the entry's gradient row in place
-    (`owner.sum_owned`, `Summed.refs`); the numpy path, non-lazy Adam and numpy's powers get the rows
-    written (`Summed.write_refs`). Zipf-like ids (a few hot rows, most rows once) and uniform ids (most
-    rows once), every fused optimizer and combiner, weights, a sequence feature, one thread or all:
-    the numpy engine's bits, step after step, whichever design the step uses (`defer`)."""
+    (`owner.sum_owned`, `Summed.refs`); the numpy updates (pipelined steps), non-lazy Adam and numpy's
+    powers get the rows written (`Summed.write_refs`). Zipf-like ids (a few hot rows, most rows once)
+    and uniform ids (most rows once), every fused optimizer and combiner, weights, a sequence feature,
+    one thread or all: the numpy engine's bits, step after step, whichever design the step uses."""
     vocab, dim, batch = 300, 5, 48
-    spec = row_id_spec(optimizer, vocab=vocab, dim=dim, combiner=combiner, features=features)
+    spec = row_id_spec(
+        optimizer,
+        vocab=vocab,
+        dim=dim,
+        combiner=combiner,
+        features=features,
+        pipeline_execution_with_tensor_core=pipelined,
+    )
     fast, slow = Engine(spec, kernels="fast"), Engine(spec, kernels="numpy")
     rng = np.random.default_rng(seed)
 
