@@ -40,7 +40,14 @@ from tpu_embedding_shim.spec import (  # noqa: E402
     SGDSpec,
 )
 
-from .strategies import batches, fused_optimizers, row_id_spec, step_both, step_inputs  # noqa: E402
+from .strategies import (  # noqa: E402
+    assert_same_bits,
+    batches,
+    fused_optimizers,
+    row_id_spec,
+    step_both,
+    step_inputs,
+)
 
 SETTINGS = settings(max_examples=40, deadline=None)
 COMBINERS = st.sampled_from(["sum", "mean", "sqrtn"])
@@ -135,43 +142,65 @@ def test_sequence_forward_is_exactly_the_reference(case, length, gaps, seed):
 
 
 @SETTINGS
-@given(case=batches(vocab=40), parts=st.integers(1, 6), seed=st.integers(0, 99), reset=st.booleans())
-def test_owner_kernels_with_any_partition_count(case, parts, seed, reset):
-    """Powers of two partition by a bit mask, other counts by `%`: same rows, same owners."""
+@given(
+    case=batches(vocab=40),
+    parts=st.integers(1, 6),
+    seed=st.integers(0, 99),
+    epoch=st.sampled_from([0, 7, 2**31 - 400]),
+    defer=st.booleans(),
+)
+def test_owner_kernels_with_any_partition_count(case, parts, seed, epoch, defer):
+    """Powers of two partition by a bit mask, other counts by `%`: same rows, same owners. The map is
+    never reset: two steps in a row on one map, the second at the next epoch, give the same sums. With
+    `defer`, the rows of one entry are left unwritten, marked with their entry, until `write_opened`."""
     table, batch = case
     grad = np.random.default_rng(seed).standard_normal((batch.batch_size, table.shape[1])).astype(np.float32)
     want_ids, want_rows = lookup.pooled_backward(batch, "sum", grad)
     e = FastKernels().pooled_entries(batch, "sum", grad)
+    n = e.ids.shape[0]
     owned = np.zeros(parts, dtype=np.int64)
     owner.count_owned(e.ids, owned)
     np.testing.assert_array_equal(owned, np.bincount(e.ids % parts, minlength=parts))
     starts = np.zeros(parts, dtype=np.int64)
     np.cumsum(owned[:-1], out=starts[1:])
     slot_map = owner.new_slot_map(table.shape[0])
-    unique_ids = np.empty(max(1, e.ids.shape[0]), dtype=np.int64)
-    summed = np.empty((unique_ids.shape[0], table.shape[1]), dtype=np.float32)
-    counts = np.zeros(parts, dtype=np.int64)
-    order = np.empty(max(1, e.ids.shape[0]), dtype=np.int64)
+    unique_ids = np.empty(max(1, n), dtype=np.int64)
+    order = np.empty(max(1, n), dtype=np.int64)
     owner.bucket_owned(e.ids, starts, order)  # one feature: its entry offsets are the regions' starts
     for p in range(parts):  # each partition's entries, in entry order
         mine = order[starts[p] : starts[p] + owned[p]]
         np.testing.assert_array_equal(mine, np.flatnonzero(e.ids % parts == p))
     stops = starts + owned
-    # reset: the map is cleaned in the same pass
-    owner.sum_owned(*e, slot_map, starts, counts, unique_ids, summed, order, starts, stops, reset)
-    regions = [slice(int(a), int(a + c)) for a, c in zip(starts, counts)]
-    for p, region in enumerate(regions):
-        assert np.all(unique_ids[region] % parts == p)
-        if not reset:
-            assert np.all(slot_map[unique_ids[region]] == np.arange(region.stop - region.start))
-    if not reset:
-        owner.reset_owned(unique_ids, starts, counts, slot_map)
-    assert np.all(slot_map == -1)
-    ids = np.concatenate([unique_ids[r] for r in regions])
-    rows = np.concatenate([summed[r] for r in regions])
-    ids, rows = _sorted(ids, rows)
-    np.testing.assert_array_equal(ids, want_ids)
-    np.testing.assert_array_equal(rows, want_rows)
+    for step_epoch in (epoch, epoch + n):  # the first step's slots are below the second's epoch
+        summed = np.full((unique_ids.shape[0], table.shape[1]), np.nan, dtype=np.float32)
+        counts = np.zeros(parts, dtype=np.int64)
+        opened = np.full(unique_ids.shape[0] if defer else 0, -2, dtype=np.int64)
+        owner.sum_owned(
+            *e, slot_map, starts, counts, unique_ids, summed, order, starts, stops, step_epoch, opened, defer
+        )
+        regions = [slice(int(a), int(a + c)) for a, c in zip(starts, counts)]
+        for p, region in enumerate(regions):
+            assert np.all(unique_ids[region] % parts == p)
+            np.testing.assert_array_equal(
+                slot_map[unique_ids[region]], step_epoch + np.arange(region.stop - region.start)
+            )
+        assert np.all(slot_map < step_epoch + max(n, 1))  # nothing at or past the next epoch
+        if defer:
+            once = np.flatnonzero(np.bincount(e.ids, minlength=table.shape[0]) == 1)
+            for region in regions:  # a row left unwritten is a row of one entry, marked with that entry
+                marked = opened[region]
+                np.testing.assert_array_equal(
+                    np.sort(unique_ids[region][marked >= 0]), np.sort(np.intersect1d(once, unique_ids[region]))
+                )
+                assert np.all(e.ids[marked[marked >= 0]] == unique_ids[region][marked >= 0])
+                assert np.all(marked[marked < 0] == -1)
+            owner.write_opened(e.src, e.coef, e.grads, opened, starts, starts + counts, summed)
+            assert all(np.all(opened[region] == -1) for region in regions)
+        ids = np.concatenate([unique_ids[r] for r in regions])
+        rows = np.concatenate([summed[r] for r in regions])
+        ids, rows = _sorted(ids, rows)
+        np.testing.assert_array_equal(ids, want_ids)
+        np.testing.assert_array_equal(rows, want_rows)
 
 
 # Engine level: the fast engine and the numpy engine, step by step.
@@ -233,6 +262,90 @@ def _fast_engine_equals_numpy_engine(case):
         np.testing.assert_array_equal(got, want)
     for name, values in slow.slots("t").items():
         np.testing.assert_array_equal(fast.slots("t")[name], values)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    optimizer=fused_optimizers(),
+    combiner=COMBINERS,
+    skewed=st.booleans(),
+    features=st.sampled_from(["f", "abs"]),
+    serial_work=st.sampled_from([0, fast_threads.SERIAL_WORK]),
+    defer=st.booleans(),
+    pipelined=st.booleans(),
+    seed=st.integers(0, 999),
+)
+def test_rows_of_one_entry_read_in_place_give_the_numpy_engines_bits(
+    optimizer, combiner, skewed, features, serial_work, defer, pipelined, seed
+):
+    """The sums leave a row of one entry unwritten and the update reads the entry's gradient row in place
+    (`owner.sum_owned`, `Summed.refs`); the numpy updates (pipelined steps), non-lazy Adam and numpy's
+    powers get the rows written (`Summed.write_refs`). Zipf-like ids (a few hot rows, most rows once)
+    and uniform ids (most rows once), every fused optimizer and combiner, weights, a sequence feature,
+    one thread or all: the numpy engine's bits, step after step, whichever design the step uses."""
+    vocab, dim, batch = 300, 5, 48
+    spec = row_id_spec(
+        optimizer,
+        vocab=vocab,
+        dim=dim,
+        combiner=combiner,
+        features=features,
+        pipeline_execution_with_tensor_core=pipelined,
+    )
+    fast, slow = Engine(spec, kernels="fast"), Engine(spec, kernels="numpy")
+    rng = np.random.default_rng(seed)
+
+    def ids():
+        lengths = rng.integers(0, 12, batch)
+        if skewed:  # ranks drawn from Zipf(1.1), scattered over the vocabulary
+            values = (rng.zipf(1.1, lengths.sum()) * 7919) % vocab
+        else:
+            values = rng.integers(0, vocab, lengths.sum())
+        return [list(row) for row in np.split(values, np.cumsum(lengths)[:-1])]
+
+    chosen = mock.patch.object(FastKernels, "_defers", lambda self, table, dim: defer)
+    with _serial_work(serial_work), _per_feature(), chosen:
+        for _step in range(3):
+            if features == "f":
+                inputs = {"f": ids()}, {"f": rng.standard_normal((batch, dim))}
+            else:
+                b_ids = ids()
+                b_w = [list(rng.uniform(-0.5, 2, len(r)).astype(np.float32)) for r in b_ids]
+                grads = {"a": rng.standard_normal((batch, dim)), "b": rng.standard_normal((batch, dim))}
+                inputs = (
+                    {"a": ids(), "b": b_ids, "b_w": b_w, "s": ids()},
+                    grads | {"s": rng.standard_normal((batch, 3, dim))},
+                )
+            step_both(fast, slow, *inputs)
+    assert_same_bits(fast.table("t"), slow.table("t"))
+    for name, values in slow.slots("t").items():
+        assert_same_bits(fast.slots("t")[name], values)
+
+
+def test_rows_of_one_entry_are_left_unwritten_after_a_step_of_few_duplicates():
+    """The design follows the table's last step: after one of mostly distinct rows (uniform ids over a
+    large table) the sums leave the rows of one entry unwritten; after one of many duplicates (a few
+    hot rows), or at the table's first step, they write every row."""
+    fast = FastKernels()
+    rng = np.random.default_rng(0)
+    dim, n = 64, 8192  # 8,192 distinct rows of 256 bytes: 2 MB, above `_DEFER_BYTES`
+    grad = rng.standard_normal((n, dim)).astype(np.float32)
+    splits = np.arange(n + 1, dtype=np.int64)
+
+    def summed(ids):
+        return fast.sum_table("t", 100_000, dim, [fast.pooled_entries(Ragged(ids, splits, None), "sum", grad)])
+
+    distinct = rng.permutation(100_000)[:n].astype(np.int64)
+    hot = rng.integers(0, 50, n).astype(np.int64)
+    assert summed(distinct).refs is None  # no last step to go by
+    assert summed(distinct).refs is not None
+    assert summed(hot).refs is not None  # the last step had few duplicates
+    assert summed(distinct).refs is None  # the last one had many
+    want_ids, want_rows = lookup.sum_duplicates(distinct, grad)
+    for _ in range(2):
+        ids, rows = _sorted(*summed(distinct).compact())
+        np.testing.assert_array_equal(ids, want_ids)
+        np.testing.assert_array_equal(rows, want_rows)
 
 
 def test_small_calls_run_on_one_thread_and_give_the_same_bits():
@@ -392,6 +505,24 @@ def test_persistent_scratch_is_reused_across_steps_of_any_size(cases, seed):
         np.testing.assert_array_equal(ids, want_ids)
         np.testing.assert_array_equal(rows, want_rows)
         assert fast.slot_maps_clean()
+
+
+@SETTINGS
+@given(cases=st.lists(batches(vocab=25, max_len=30, weights=False), min_size=2, max_size=5), seed=st.integers(0, 99))
+def test_slot_map_starts_again_before_its_epoch_overflows(cases, seed):
+    """The slot map is never reset between steps: each step's slots start at the table's epoch, and the
+    map is filled with -1 again when the next epoch would pass the limit (int32's range; 60 here, so
+    that most steps start again)."""
+    fast = FastKernels()
+    rng = np.random.default_rng(seed)
+    with mock.patch.object(fast_kernels, "_EPOCH_LIMIT", 60):
+        for table, batch in cases:
+            grad = rng.standard_normal((batch.batch_size, table.shape[1])).astype(np.float32)
+            want_ids, want_rows = lookup.pooled_backward(batch, "sum", grad)
+            ids, rows = _sorted(*fast.sum_rows("t", 25, table.shape[1], [fast.pooled_entries(batch, "sum", grad)]))
+            np.testing.assert_array_equal(ids, want_ids)
+            np.testing.assert_array_equal(rows, want_rows)
+            assert fast.slot_maps_clean()
 
 
 def test_prefetch_is_only_a_hint():

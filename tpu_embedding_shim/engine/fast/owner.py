@@ -8,18 +8,24 @@ entries, in entry order (`bucket_owned`); each partition then walks its own
 list once (`sum_owned`):
 
 - the first time partition p sees an id, it gives it the next local slot,
-  `slot_map[id] = count[p]++`, records the id and *writes* the entry's term
-  into its row (no zeroed scratch); later entries of the id add into it.
-  The slot map is [V] int32, persistent, -1 everywhere between steps;
+  `slot_map[id] = epoch + count[p]++`, records the id and *writes* the
+  entry's term into its row (no zeroed scratch); later entries of the id
+  add into it. The slot map is [V] int32, persistent: a value below the
+  step's `epoch` is a slot of an earlier step, so nothing resets it between
+  steps; each step's epoch is the last one plus its number of entries (an
+  exact upper bound on any partition's slots), and the caller fills the map
+  with -1 and starts again at 0 before the epoch would pass int32's range;
 - partition p's rows are the region `starts[p] .. starts[p] + count[p]` of
   the scratch, where the region's capacity is the number of entries p owns
   (`count_owned`, an exact upper bound on its distinct ids): sizing the
   regions from exact counts is what makes the writes safe.
 
 A row is written by exactly one partition, so no two threads touch the same
-memory. `reset_owned` (or `sum_owned(..., reset=True)` on the last feature
-of a table) sets the map back to -1 for the touched ids only, O(U). The
-scan prefetches the slot-map entry `AHEAD` entries on.
+memory. The scan prefetches the slot-map entry `AHEAD` entries on. Setting
+the map back to -1 at the touched ids (`reset_owned`, as it was done after
+each step) wrote one random int32 per touched row, most of them missing the
+cache: the epoch instead took the summing pass from 1.82 to 1.59 ms on Zipf
+ids and from 1.47 to 1.07 on uniform ids (one thread, 81,920 ids, D = 64).
 
 Duplicates are summed in entry order, as `lookup.sum_duplicates` does.
 Several features of one table are several calls with the same map, regions
@@ -34,7 +40,7 @@ import numpy as np
 from . import disk_cache  # noqa: F401  (before any cache=True kernel: numba caches them outside the package)
 from .prefetch import AHEAD, prefetch_item
 
-__all__ = ["new_slot_map", "count_owned", "bucket_owned", "sum_owned", "reset_owned"]
+__all__ = ["new_slot_map", "count_owned", "bucket_owned", "sum_owned", "write_opened", "reset_owned"]
 
 
 def new_slot_map(num_rows: int) -> np.ndarray:
@@ -87,18 +93,29 @@ def bucket_owned(ids, ostarts, order):
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def sum_owned(ids, src, coef, grads, slot_map, starts, counts, unique_ids, summed, order, ostarts, ostops, reset=False):
+def sum_owned(
+    ids, src, coef, grads, slot_map, starts, counts, unique_ids, summed, order, ostarts, ostops, epoch, opened, defer
+):
     """One pass: partition p sums its entries (`order[ostarts[p]:ostops[p]]`, from `bucket_owned`)
     into `summed[starts[p] + slot]`; `counts` [P] grows.
 
     Each partition walks only its own entries: no scan of the others' ids
-    and no data-dependent skip (a mispredicted branch per entry). With
-    `reset` (the table's last feature), each partition then sets the map back
-    to -1 at its own ids, as `reset_owned` does, in the same parallel task:
-    no partition touches another's ids, so no one waits for the others."""
+    and no data-dependent skip (a mispredicted branch per entry). A map
+    value below `epoch` is an earlier step's: the id is new to this step.
+
+    `opened` (int64, as long as `unique_ids`, or empty) marks the rows a
+    pass leaves unwritten: with `defer`, a row this pass opens is not
+    written; `opened[row]` keeps the entry k that opened it (the row's sum
+    is `coef[k] * grads[src[k]]`) until a second entry of the row writes
+    both terms, `g0 * f0 + g * f` in float32 as the running sum has them,
+    and sets it to -1. A row opened without `defer` is written at once and
+    marked -1. On Zipf ids 81% of the touched rows have one entry, on
+    uniform ids 96%: those rows are never written here nor read back by the
+    update (`Summed.refs`), which reads the entry's gradient row in place."""
     parts = starts.shape[0]
     dim = summed.shape[1]
     weighted = coef.shape[0] != 0  # empty `coef`: every coefficient is 1 (no array to build and read)
+    marks = opened.shape[0] != 0
     one = np.float32(1.0)
     for p in numba.prange(parts):
         base = starts[p]
@@ -110,30 +127,60 @@ def sum_owned(ids, src, coef, grads, slot_map, starts, counts, unique_ids, summe
                 prefetch_item(slot_map, ids[order[q + AHEAD]])
             k = order[q]
             i = ids[k]
-            g = grads[src[k]]
-            f = coef[k] if weighted else one
-            s = slot_map[i]
+            s = slot_map[i] - epoch
             if s < 0:
                 s = c
-                slot_map[i] = c
+                slot_map[i] = np.int32(epoch + c)
                 c += 1
                 unique_ids[base + s] = i
+                if defer:
+                    opened[base + s] = k
+                    continue
+                if marks:
+                    opened[base + s] = -1
+                g = grads[src[k]]
+                f = coef[k] if weighted else one
                 out = summed[base + s]
                 for j in range(dim):
                     out[j] = g[j] * f
+                continue
+            g = grads[src[k]]
+            f = coef[k] if weighted else one
+            out = summed[base + s]
+            k0 = opened[base + s] if marks else -1
+            if k0 >= 0:  # the row's second entry: its first term, then this one
+                g0 = grads[src[k0]]
+                f0 = coef[k0] if weighted else one
+                for j in range(dim):
+                    out[j] = g0[j] * f0 + g[j] * f
+                opened[base + s] = -1
             else:
-                out = summed[base + s]
                 for j in range(dim):
                     out[j] += g[j] * f
         counts[p] = c
-        if reset:
-            for s in range(base, base + c):
-                slot_map[unique_ids[s]] = -1
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def write_opened(src, coef, grads, opened, starts, stops, summed):
+    """Writes the rows `sum_owned` left unwritten (`opened[row] = k >= 0`): `coef[k] * grads[src[k]]`,
+    the same float32 product; marks them -1. For a caller that reads `summed` itself."""
+    weighted = coef.shape[0] != 0
+    one = np.float32(1.0)
+    for p in numba.prange(starts.shape[0]):
+        for s in range(starts[p], stops[p]):
+            k = opened[s]
+            if k >= 0:
+                g = grads[src[k]]
+                f = coef[k] if weighted else one
+                out = summed[s]
+                for j in range(summed.shape[1]):
+                    out[j] = g[j] * f
+                opened[s] = -1
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def reset_owned(unique_ids, starts, counts, slot_map):
-    """Sets `slot_map` back to -1 at the ids of every partition's region."""
+    """Sets `slot_map` back to -1 at the ids of every partition's region (for a map used without epochs)."""
     for p in numba.prange(starts.shape[0]):
         for s in range(starts[p], starts[p] + counts[p]):
             slot_map[unique_ids[s]] = -1
