@@ -170,3 +170,27 @@ def quantized_midlevel_spec(*, sequence: bool = False) -> EmbeddingSpec:
     if sequence:
         feature_config["s"] = E.FeatureConfig(table=q, max_sequence_length=3, name="s")
     return lowering.spec_from_feature_config(feature_config, E.Adagrad(learning_rate=0.1))
+
+
+# The mid-level target's two ways to a TPUEmbedding ------------------------------------------------------
+
+
+def midlevel_from_code(migration, directory):
+    """The generated model.py, its one import changed to this project, run: its tpu_embedding()."""
+    migration.write(directory)
+    code = (directory / "model.py").read_text()
+    assert "import tensorflow as tf\n" in code
+    namespace = {"__file__": str(directory / "model.py"), "__name__": "migrated_model"}
+    exec(
+        compile(code.replace("import tensorflow as tf\n", "import tpu_embedding_shim as tf\n"), "model.py", "exec"),
+        namespace,
+    )
+    return namespace["tpu_embedding"]()
+
+
+def midlevel_from_build(migration, directory):
+    """The migration's config built by this project's TPUEmbedding, its checkpoint restored into it."""
+    migration.write(directory)
+    embedding = tf.tpu.experimental.embedding.TPUEmbedding(**migration.config)
+    tf.train.Checkpoint(embedding=embedding).restore(str(directory / "tf_checkpoint" / "ckpt-1")).assert_consumed()
+    return embedding

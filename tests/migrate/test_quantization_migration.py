@@ -27,7 +27,7 @@ from tpu_embedding_shim.migrate import (
 )
 from tpu_embedding_shim.spec import QuantizationSpec
 
-from .models import quantized_midlevel_spec
+from .models import midlevel_from_build, midlevel_from_code, quantized_midlevel_spec
 
 QUANTIZATION = QuantizationSpec(num_buckets=5, lower=-0.25, upper=0.25)
 VALUE = "QuantizationSpec(num_buckets=5, lower=-0.25, upper=0.25)"
@@ -94,24 +94,7 @@ def test_the_tf_midlevel_code_and_configs_carry_the_quantization(tmp_path):
     assert (q.num_buckets, q.lower, q.upper) == (5, -0.25, 0.25) and p is None
 
 
-def _from_code(migration, directory):
-    """The generated model.py, its one import changed to this project: its tpu_embedding()."""
-    migration.write(directory)
-    code = (directory / "model.py").read_text()
-    code = code.replace("import tensorflow as tf\n", "import tpu_embedding_shim as tf\n")
-    namespace = {"__file__": str(directory / "model.py"), "__name__": "migrated_model"}
-    exec(compile(code, "model.py", "exec"), namespace)
-    return namespace["tpu_embedding"]()
-
-
-def _from_build(migration, directory):
-    migration.write(directory)
-    embedding = tf.tpu.experimental.embedding.TPUEmbedding(**migration.config)
-    tf.train.Checkpoint(embedding=embedding).restore(str(directory / "tf_checkpoint" / "ckpt-1")).assert_consumed()
-    return embedding
-
-
-@pytest.mark.parametrize("make", [_from_code, _from_build], ids=["generated code", "built"])
+@pytest.mark.parametrize("make", [midlevel_from_code, midlevel_from_build], ids=["generated code", "built"])
 def test_the_migrated_midlevel_api_looks_up_quantized_as_the_source(tmp_path, make):
     spec = quantized_midlevel_spec(sequence=True)
     engine, path = _trained(spec, tmp_path / "model")

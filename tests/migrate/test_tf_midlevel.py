@@ -29,6 +29,8 @@ from .models import (
     _multiplier,
     every_optimizer_spec,
     every_option_config,
+    midlevel_from_build,
+    midlevel_from_code,
     movielens_config,
     small_spec,
 )
@@ -74,27 +76,7 @@ def _trained_checkpoint(config, directory, steps=3):
     return engine, engine.save(str(directory))
 
 
-def _midlevel_from_code(migration, directory):
-    """The generated model.py, its one import changed to this project, run: its tpu_embedding()."""
-    migration.write(directory)
-    code = (directory / "model.py").read_text()
-    assert "import tensorflow as tf\n" in code
-    namespace = {"__file__": str(directory / "model.py"), "__name__": "migrated_model"}
-    exec(
-        compile(code.replace("import tensorflow as tf\n", "import tpu_embedding_shim as tf\n"), "model.py", "exec"),
-        namespace,
-    )
-    return namespace["tpu_embedding"]()
-
-
-def _midlevel_from_build(migration, directory):
-    migration.write(directory)
-    embedding = tf.tpu.experimental.embedding.TPUEmbedding(**migration.config)
-    tf.train.Checkpoint(embedding=embedding).restore(str(directory / "tf_checkpoint" / "ckpt-1")).assert_consumed()
-    return embedding
-
-
-@pytest.mark.parametrize("make", [_midlevel_from_code, _midlevel_from_build], ids=["generated code", "built"])
+@pytest.mark.parametrize("make", [midlevel_from_code, midlevel_from_build], ids=["generated code", "built"])
 def test_the_midlevel_api_trains_on_as_the_embedding_config_spec(tmp_path, make):
     config = every_option_config(profile=False)
     engine, path = _trained_checkpoint(config, tmp_path / "model")

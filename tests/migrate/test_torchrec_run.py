@@ -206,12 +206,17 @@ def test_training_through_fbgemms_fused_kernels_equals_the_engine(tmp_path, opti
     spec = _training_spec(optimizer)
     migration = to_torchrec(spec)
     assert migration.report.lossless
+    _sharded_trains_as_the_engine(migration, spec, tmp_path, np.random.default_rng(2), steps=5)
+
+
+def _sharded_trains_as_the_engine(migration, spec, tmp_path, rng, steps):
+    """The migration's sharded model starts with the engine's tables and trains as the engine does."""
     module = _generated(migration, tmp_path)
     model = module.shard(module.build())
     source = load_source(spec)
     engine = Engine(spec, seed=0, kernels="numpy")
     _assert_state(model, engine, source)
-    _train(model, module, engine, source, np.random.default_rng(2), steps=5)
+    _train(model, module, engine, source, rng, steps=steps)
     _assert_state(model, engine, source)
 
 
@@ -226,13 +231,7 @@ def test_tables_named_like_a_module_dicts_attributes_are_renamed_and_train(tmp_p
     )
     migration = to_torchrec(spec)
     assert any("'items' -> 'items_'" in note and "'a.b' -> 'a_b'" in note for note in migration.report.notes)
-    module = _generated(migration, tmp_path)
-    model = module.shard(module.build())
-    source = load_source(spec)
-    engine = Engine(spec, seed=0, kernels="numpy")
-    _assert_state(model, engine, source)
-    _train(model, module, engine, source, np.random.default_rng(4), steps=3)
-    _assert_state(model, engine, source)
+    _sharded_trains_as_the_engine(migration, spec, tmp_path, np.random.default_rng(4), steps=3)
 
 
 def test_the_module_dict_names_are_torchs():
