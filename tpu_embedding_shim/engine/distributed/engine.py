@@ -499,21 +499,21 @@ class DistributedEngine:
         error: Exception | None = None
         entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         grads: dict[str, np.ndarray] = {}
-        single = [0] * len(self._scattered)
+        mine = [0] * len(self._scattered)
         try:
             entries, grads = self._entries(result, gradients, step)
-            single = [int(_one_id_each(result.batches[f.name])) for f in self._scattered]
+            mine = [int(_one_id_each(result.batches[f.name])) for f in self._scattered]
         except Exception as caught:
             error = caught
         facts = {"lookup": getattr(result, "lookup", None)} if self._pooled else {}  # the owners kept its coefficients
-        single = agree(self.comm, error, "apply_gradients", least=single, **facts)
-        for feature, alone in zip(self._scattered, single.tolist()):
+        single = agree(self.comm, error, "apply_gradients", least=mine, **facts).tolist()
+        for feature, alone in zip(self._scattered, single):
             if alone and feature.name in grads:  # one gradient row per entry: what scatter would send, less 12 B
                 batch = _by_position(result.batches[feature.name])
                 combiner = self.spec.table(feature.table).combiner
                 grad = grads.pop(feature.name)
                 entries[feature.name] = self.kernels.pooled_entries(batch, combiner, grad, safe=feature.safe_lookup)
-        by_entry = {f.name for f, alone in zip(self._scattered, single.tolist()) if alone}
+        by_entry = {f.name for f, alone in zip(self._scattered, single) if alone}
         received = self._send_gradients(result, entries, grads, by_entry)  # type: ignore[arg-type]
         error, pending, in_place = None, _Pending({}), []
         try:
