@@ -29,6 +29,7 @@ on the calling thread.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -51,14 +52,15 @@ _SAFE_LAYERS = ("omp", "tbb")
 def num_threads() -> int:
     """`numba.get_num_threads()`: the calling thread's numba thread count.
 
-    Once numba's threads run, its backend's own getter is called directly:
-    numba's public one takes a process-wide multiprocessing lock on every
-    call, and under `run_each`'s threads a step over 26 small tables spent
-    ~3 ms of 10 waiting for it (1,700 calls in 30 steps, ~55 us each)."""
-    # numba internals: whether its threads run, and its backend's getter (set by numba at launch); no public
-    # API gives the count without the lock.
-    if _parallel._is_initialized:  # noqa: SLF001  (numba internal, see above)
-        return int(_parallel._get_num_threads())  # type: ignore[attr-defined]  # noqa: SLF001
+    Once numba's threads run, its backend's own getter is called directly,
+    holding the GIL (`_backend`): numba's public getter takes a process-wide
+    multiprocessing lock on every call, and its ctypes binding releases the
+    GIL, so under `run_each`'s threads each call could wait for another
+    thread's Python (a step over 26 small tables spent ~3 ms of 10 in 1,700
+    such calls)."""
+    backend = _backend()
+    if backend is not None:
+        return int(backend[0]())
     return int(numba.get_num_threads())
 
 
@@ -66,11 +68,32 @@ def _set_num_threads(count: int) -> None:
     """`numba.set_num_threads(count)`, without its lock once numba's threads run (see `num_threads`).
 
     `count` is 1 or a count numba gave (`num_threads`), so in numba's range."""
-    # numba internals, as in `num_threads`: its backend's setter, set by numba at launch.
-    if _parallel._is_initialized:  # noqa: SLF001  (numba internal, see above)
-        _parallel._set_num_threads(count)  # type: ignore[attr-defined]  # noqa: SLF001
+    backend = _backend()
+    if backend is not None:
+        backend[1](count)
     else:
         numba.set_num_threads(count)
+
+
+_backend_calls: tuple[Callable[[], int], Callable[[int], None]] | None = None
+
+
+def _backend() -> tuple[Callable[[], int], Callable[[int], None]] | None:
+    """numba's threading backend's (get, set) thread count, bound with `ctypes.PYFUNCTYPE` so a call keeps
+    the GIL (both only read or write a thread-local integer); None until numba has launched its threads."""
+    global _backend_calls
+    if _backend_calls is None:
+        # numba internals: whether its threads run, and its backend's C functions (set by numba at launch);
+        # no public API gives the count without the lock.
+        if not _parallel._is_initialized:  # noqa: SLF001  (numba internal, see above)
+            return None
+        getter = _parallel._get_num_threads  # type: ignore[attr-defined]  # noqa: SLF001
+        setter = _parallel._set_num_threads  # type: ignore[attr-defined]  # noqa: SLF001
+        _backend_calls = (
+            ctypes.PYFUNCTYPE(ctypes.c_int)(ctypes.cast(getter, ctypes.c_void_p).value),
+            ctypes.PYFUNCTYPE(None, ctypes.c_int)(ctypes.cast(setter, ctypes.c_void_p).value),
+        )
+    return _backend_calls
 
 
 def on_one_thread(call: Callable[[], T]) -> T:
