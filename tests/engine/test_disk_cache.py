@@ -10,6 +10,7 @@ during the test.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -75,3 +76,48 @@ def test_numba_cache_dir_still_decides(tmp_path):
     names = {p.name.split(".")[0] for p in cache_files(tmp_path / "chosen")}
     assert {"crc32c", "forward", "program"} <= names, sorted(names)
     assert not (tmp_path / "home" / ".cache" / "numba").exists()
+
+
+def test_the_folder_stamp_changes_when_any_sibling_source_changes(tmp_path):
+    from tpu_embedding_shim.engine.fast.disk_cache import folder_stamp
+
+    (tmp_path / "kernel.py").write_text("x = 1\n")
+    (tmp_path / "helper.py").write_text("y = 2\n")
+    (tmp_path / "notes.txt").write_text("not a source")
+    first = folder_stamp(str(tmp_path / "kernel.py"))
+    assert folder_stamp(str(tmp_path / "helper.py")) == first  # one stamp for the whole folder
+    (tmp_path / "notes.txt").write_text("still not a source")
+    assert folder_stamp(str(tmp_path / "kernel.py")) == first
+    (tmp_path / "helper.py").write_text("y = 3\n")
+    assert folder_stamp(str(tmp_path / "kernel.py")) != first
+    (tmp_path / "helper.py").write_text("y = 2\n")
+    assert folder_stamp(str(tmp_path / "kernel.py")) == first  # the contents decide, not the time
+
+
+@pytest.mark.parametrize("chosen", [False, True], ids=["user cache", "NUMBA_CACHE_DIR"])
+def test_editing_a_helper_module_recompiles_the_kernels_that_inline_it(tmp_path, chosen):
+    """forward.py's kernels inline prefetch.py: a cache keyed by forward.py alone would keep the old code."""
+    copy = tmp_path / "src" / "tpu_embedding_shim"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    program = tmp_path / "program.py"
+    program.write_text(PROGRAM.split("@numba.njit")[0])
+    environment = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME")}
+    environment.update(HOME=str(tmp_path / "home"), PYTHONPATH=str(copy.parent), NUMBA_DEBUG_CACHE="1")
+    if chosen:
+        environment["NUMBA_CACHE_DIR"] = str(tmp_path / "chosen")
+
+    def compiled_forward() -> bool:
+        """Whether a run compiled `forward`'s kernels (saved them) instead of loading them from the cache."""
+        done = subprocess.run(
+            [sys.executable, str(program)], cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr
+        log = [line for line in done.stdout.splitlines() if "forward" in line and "[cache]" in line]
+        assert log, done.stdout[-2000:]
+        return any("data saved" in line for line in log)
+
+    assert compiled_forward()  # an empty cache
+    assert not compiled_forward()  # nothing changed: loaded
+    prefetch = copy / "engine" / "fast" / "prefetch.py"
+    prefetch.write_text(prefetch.read_text() + "\n# an edit\n")
+    assert compiled_forward()  # a module the kernels inline changed: compiled again
