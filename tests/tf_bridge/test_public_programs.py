@@ -7,6 +7,10 @@
   .ci/run's TensorFlow 2.15 venv says which few packages more); skips without them.
 - A TF1 graph program (`disable_v2_behavior()`, sessions) with the mid-level `TPUEmbedding`
   (`unchanged_programs/tf1_midlevel_graph.py`).
+- TensorFlow's train-then-serve pattern: `TPUEmbedding` under the strategy, its checkpoint restored into
+  `TPUEmbeddingForServing` with `assert_consumed()` (`unchanged_programs/serving_restores_tpu_checkpoint.py`).
+- A TPUEstimator with TensorFlow's own v1 `TableConfig` / `FeatureConfig` config dicts
+  (`unchanged_programs/estimator_config_dicts.py`; TensorFlow 2.15, which still has them).
 
 Each runs in a subprocess, `python -m tpu_embedding_shim.tensorflow ...`, on a tiny configuration:
 
