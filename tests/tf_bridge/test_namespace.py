@@ -52,9 +52,11 @@ def test_every_name_of_the_table_resolves_through_the_proxy(path):
 def test_the_table_holds_the_projects_tpu_embedding_names():
     assert OVERRIDES["tpu.experimental.embedding.TableConfig"] is shim.tpu.experimental.embedding.TableConfig
     assert OVERRIDES["compat.v1.estimator.tpu.TPUEstimator"] is shim.compat.v1.estimator.tpu.TPUEstimator
-    assert (
-        OVERRIDES["compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec"]
-        is shim.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec
+    # The v1 spec and parameter classes are the project's, also taking TensorFlow's own v1 configs (_v1_configs.py).
+    spec = OVERRIDES["compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec"]
+    assert issubclass(spec, shim.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec)
+    assert issubclass(
+        OVERRIDES["compat.v1.tpu.experimental.AdagradParameters"], shim.compat.v1.tpu.experimental.AdagradParameters
     )
     assert OVERRIDES["compat.v1.tpu.experimental.embedding_column"] is shim.compat.v1.tpu.experimental.embedding_column
     assert OVERRIDES["keras.layers.DenseFeatures"] is shim.keras.layers.DenseFeatures

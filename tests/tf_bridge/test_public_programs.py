@@ -7,6 +7,10 @@
   .ci/run's TensorFlow 2.15 venv says which few packages more); skips without them.
 - A TF1 graph program (`disable_v2_behavior()`, sessions) with the mid-level `TPUEmbedding`
   (`unchanged_programs/tf1_midlevel_graph.py`).
+- TensorFlow's train-then-serve pattern: `TPUEmbedding` under the strategy, its checkpoint restored into
+  `TPUEmbeddingForServing` with `assert_consumed()` (`unchanged_programs/serving_restores_tpu_checkpoint.py`).
+- A TPUEstimator with TensorFlow's own v1 `TableConfig` / `FeatureConfig` config dicts
+  (`unchanged_programs/estimator_config_dicts.py`; TensorFlow 2.15, which still has them).
 
 Each runs in a subprocess, `python -m tpu_embedding_shim.tensorflow ...`, on a tiny configuration:
 
@@ -251,3 +255,54 @@ def test_the_resolvers_cluster_spec_is_tensorflows_type_and_empty():
     spec = resolver.cluster_spec()
     assert isinstance(spec, tensorflow.train.ClusterSpec)
     assert spec.as_dict() == {} and spec.jobs == []
+
+
+def test_tpu_embedding_for_serving_restores_a_checkpoint_taken_under_the_strategy_and_consumes_all_of_it(tmp_path):
+    """TensorFlow's documented train-then-serve pattern: `assert_consumed()` passes (the engine's step, saved beside
+    the tables, is taken and ignored by the serving object), and the SavedModel serves the trained rows."""
+    program = os.path.join(PROGRAMS, "serving_restores_tpu_checkpoint.py")
+    result = run("-m", "tpu_embedding_shim.tensorflow", program, str(tmp_path))
+    assert result.returncode == 0, result.stderr[-4000:]
+    report = json.loads((tmp_path / "result.json").read_text())
+    assert report["losses"][-1] < report["losses"][0]
+    trained = np.array(report["trained"], np.float32)
+    np.testing.assert_array_equal(np.array(report["served_table"], np.float32), trained)
+    np.testing.assert_allclose(report["served"][0], trained[2] + trained[5], rtol=1e-6)  # combiner "sum"
+    np.testing.assert_array_equal(report["reloaded"], report["served"])
+
+
+def test_a_tpu_estimator_with_tensorflows_own_v1_config_dicts_trains_the_tables_on_the_engine(tmp_path):
+    """`tensorflow.python.tpu.tpu_embedding.TableConfig` takes the mode's `FtrlParameters`, the mode's
+    `EmbeddingConfigSpec` takes TensorFlow's config objects, and the model_fn reads activations in `features`."""
+    pytest.importorskip("tensorflow.python.tpu.tpu_embedding", reason="TensorFlow 2.16 removed the v1 configs")
+    program = os.path.join(PROGRAMS, "estimator_config_dicts.py")
+    result = run("-m", "tpu_embedding_shim.tensorflow", program, str(tmp_path))
+    assert result.returncode == 0, result.stderr[-4000:]
+    report = json.loads((tmp_path / "result.json").read_text())
+    assert report["global_step"] == 5
+    assert report["shapes"] == {"genre": [None, 4], "artist": [None, 4]}  # [batch, dimension] activations
+    assert {"genre_table", "genre_table/Ftrl", "artist_table", "dense/kernel"} <= set(report["names"])
+    assert report["genre_table_moved"] > 0  # the table's own FtrlParameters trained it on the engine
+    assert math.isfinite(report["eval_loss"])
+
+
+def test_the_modes_v1_parameters_meet_tensorflows_own_v1_configs_and_unknown_ones_are_refused():
+    tpu_embedding = pytest.importorskip("tensorflow.python.tpu.tpu_embedding", reason="TensorFlow 2.16 removed it")
+    tf = tensorflow
+    with shim.activated():
+        ours = tf.compat.v1.tpu.experimental.AdagradParameters(0.3)
+        table = tpu_embedding.TableConfig(vocabulary_size=5, dimension=2, optimization_parameters=ours)
+        spec = tf.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec(
+            feature_to_config_dict={"f": tpu_embedding.FeatureConfig("t")},
+            table_to_config_dict={"t": table},
+            optimization_parameters=tpu_embedding.StochasticGradientDescentParameters(0.2),  # TensorFlow's own
+        )
+        assert spec.table_to_config_dict["t"].optimization_parameters is ours
+        assert type(spec.optimization_parameters) is tf.compat.v1.tpu.experimental.StochasticGradientDescentParameters
+        assert spec.optimization_parameters.learning_rate == 0.2
+        with pytest.raises(ValueError, match="ProximalYogiParameters has no CPU implementation"):
+            tf.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec(
+                feature_to_config_dict={"f": tpu_embedding.FeatureConfig("t")},
+                table_to_config_dict={"t": table},
+                optimization_parameters=tpu_embedding.ProximalYogiParameters(0.1),
+            )

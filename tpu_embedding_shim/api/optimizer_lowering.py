@@ -131,7 +131,7 @@ def optimizer_spec(params: Any, *, learning_rate_memo: LearningRateMemo | None =
     `zero_argument_learning_rate = True`) reads its value through
     `learning_rate_memo` when one is given.
     """
-    entry = LOWERINGS.get(type(params))
+    entry = next((LOWERINGS[c] for c in type(params).__mro__ if c in LOWERINGS), None)  # a subclass lowers as its base
     if entry is None:
         names = ", ".join(sorted(c.__name__ for c in LOWERINGS))
         raise ValueError(f"Unsupported optimizer {params!r}: expected an instance of one of {names}.")

@@ -56,6 +56,8 @@ class Steps:
       use_tpu: the estimator's `use_tpu` (for `params['context']` and `params['use_tpu']`).
       graphs: the graphs of a TensorFlow model_fn.
       eval_on_tpu: the estimator's `eval_on_tpu` (`params['use_tpu']` in EVAL).
+      activations_in_features: the model_fn reads each embedding feature's activation as `features[key]`
+        (an `EmbeddingConfigSpec` of `feature_to_config_dict`: TensorFlow's TPUEstimator puts them there).
     """
 
     call_model_fn: Callable[[Any, Any, str, dict], EstimatorSpec | TPUEstimatorSpec]
@@ -66,6 +68,7 @@ class Steps:
     use_tpu: bool
     graphs: TFGraphs
     eval_on_tpu: bool = True
+    activations_in_features: bool = False
     _warned_no_gradient: set[str] = dataclasses.field(default_factory=set, init=False)
 
     # What the estimator calls --------------------------------------------------------------------
@@ -74,6 +77,7 @@ class Steps:
         """One training step of a numpy (or torch) model_fn; returns the loss."""
         features = self._check_features(features)
         result, tc_batches, scope, context = self._lookup(features, ModeKeys.TRAIN, training=True)
+        features = self._with_activations(features, scope.activations.__getitem__)
         spec = self._run_model_fn(features, labels, ModeKeys.TRAIN, scope, context)
         grads = scope.split_gradients(spec.embedding_gradients)
         if hasattr(spec.loss, "backward"):
@@ -94,6 +98,7 @@ class Steps:
         """The spec of a numpy (or torch, without autograd) model_fn on one eval or predict batch."""
         features = self._check_features(features)
         _, _, scope, context = self._lookup(features, mode, training=False)
+        features = self._with_activations(features, scope.activations.__getitem__)
         torch = sys.modules.get("torch")
         with torch.no_grad() if torch is not None else contextlib.nullcontext():
             return self._run_model_fn(features, labels, mode, scope, context)
@@ -191,10 +196,18 @@ class Steps:
         self.state.names.learn(scope.layer_names)
         return spec
 
+    def _with_activations(self, features: Any, activation: Callable[[str], Any]) -> Any:
+        """`features` with `activation(key)` in place of each embedding feature's ids, when the model_fn reads
+        them there (`activations_in_features`), as TensorFlow's TPUEstimator hands them; else `features`."""
+        if not self.activations_in_features or self.state.engine is None:
+            return features
+        return {**features, **{f.name: activation(f.name) for f in self.state.engine.spec.features}}
+
     def _graph(self, mode: str, features: Any, labels: Any, scope: LookupScope, context: TPUContext) -> Any:
         """The TensorFlow graph of `mode`, built by calling the model_fn at the first batch of a call."""
 
-        def call(graph_features: Any, graph_labels: Any, graph_scope: LookupScope) -> Any:
+        def call(graph_features: Any, graph_labels: Any, graph_scope: Any) -> Any:
+            graph_features = self._with_activations(graph_features, graph_scope.feature_activation)
             return self._run_model_fn(graph_features, graph_labels, mode, graph_scope, context)
 
         return self.graphs.get(mode, features, labels, scope, call, self.state.dense_state, self.tensor_core)

@@ -300,6 +300,11 @@ class GraphScope(GraphLayers):
         self.fed.append((kind, key, placeholder))
         return placeholder
 
+    def feature_activation(self, key: str) -> Any:
+        """A placeholder fed with feature `key`'s activation each step: what a model_fn of an
+        `EmbeddingConfigSpec(feature_to_config_dict=...)` reads as `features[key]`."""
+        return self._placeholder("activation", key, np.asarray(self.activations[key]), tf.float32)
+
     def _pooled(self, column: Any, features: Mapping[str, Any], owner: str) -> Any:
         key = column.get_feature_key_name()
         return self._placeholder("activation", key, self.activation(column, owner), tf.float32)

@@ -166,6 +166,9 @@ class TPUEstimator:
             use_tpu,
             self._tf,
             eval_on_tpu=self._eval_on_tpu,
+            activations_in_features=(
+                embedding_config_spec is not None and embedding_config_spec.table_to_config_dict is not None
+            ),
         )
 
     # Properties ------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from ..compat import v1 as tf1
 from ..compat import v2 as tf2
 from ..compat.v1 import feature_column as v1_feature_column
 from ..compat.v2 import feature_column as v2_feature_column
-from . import _distribute, _midlevel, _serving, _versions
+from . import _distribute, _midlevel, _serving, _v1_configs, _versions
 from ._columns import make_parse_example_spec, taking_tf_dtypes
 from ._optimizers import CrossShardOptimizer
 from ._serving_input import EXPORT_NAMES
@@ -74,6 +74,13 @@ def _namespaced(namespace: str, objects: dict[str, Any]) -> dict[str, Any]:
     return {f"{namespace}.{name}": value for name, value in objects.items()}
 
 
+def _v1(names: str) -> dict[str, Any]:
+    """The v1 parameter classes and `EmbeddingConfigSpec` that also meet TensorFlow's own v1 configs
+    (`_v1_configs.py`)."""
+    objects = {**_v1_configs.PARAMETER_CLASSES, "EmbeddingConfigSpec": _v1_configs.EmbeddingConfigSpec}
+    return {name: objects[name] for name in names.split()}
+
+
 OVERRIDES: dict[str, Any] = {
     # Feature columns and the layers that read TPU embeddings.
     **_from("feature_column", v2_feature_column, CATEGORICAL_COLUMNS, taking_tf_dtypes),
@@ -88,13 +95,13 @@ OVERRIDES: dict[str, Any] = {
     **_from(
         "tpu.experimental",
         tf2.tpu.experimental,
-        V1_PARAMETERS + " embedding_column shared_embedding_columns initialize_tpu_system shutdown_tpu_system",
+        "embedding_column shared_embedding_columns initialize_tpu_system shutdown_tpu_system",
     ),
+    **_namespaced("tpu.experimental", _v1(V1_PARAMETERS)),
     **_from("tpu.experimental.embedding", tf2.tpu.experimental.embedding, EMBEDDING_CONFIGS),
     **_namespaced("tpu.experimental.embedding", _MIDLEVEL),
-    **_from(
-        "compat.v1.tpu.experimental", tf1.tpu.experimental, V1_PARAMETERS + " embedding_column shared_embedding_columns"
-    ),
+    **_from("compat.v1.tpu.experimental", tf1.tpu.experimental, "embedding_column shared_embedding_columns"),
+    **_namespaced("compat.v1.tpu.experimental", _v1(V1_PARAMETERS)),
     **_from("compat.v1.tpu.experimental", tf2.tpu.experimental, "initialize_tpu_system shutdown_tpu_system"),
     **_from("compat.v1.tpu.experimental.embedding", tf2.tpu.experimental.embedding, EMBEDDING_CONFIGS),
     **_namespaced("compat.v1.tpu.experimental.embedding", _MIDLEVEL),
@@ -102,12 +109,10 @@ OVERRIDES: dict[str, Any] = {
     # TPUEstimator and the tf.estimator names a TPUEstimator program uses (TensorFlow's exporters stay TensorFlow's).
     **_from("estimator", tf2.estimator, ESTIMATOR),
     **_from("estimator.tpu", tf2.estimator.tpu, ESTIMATOR_TPU),
-    **_from("estimator.tpu.experimental", tf2.estimator.tpu.experimental, "EmbeddingConfigSpec " + ALL_PARAMETERS),
+    **_namespaced("estimator.tpu.experimental", _v1("EmbeddingConfigSpec " + ALL_PARAMETERS)),
     **_from("compat.v1.estimator", tf1.estimator, ESTIMATOR),
     **_from("compat.v1.estimator.tpu", tf1.estimator.tpu, ESTIMATOR_TPU),
-    **_from(
-        "compat.v1.estimator.tpu.experimental", tf1.estimator.tpu.experimental, "EmbeddingConfigSpec " + ALL_PARAMETERS
-    ),
+    **_namespaced("compat.v1.estimator.tpu.experimental", _v1("EmbeddingConfigSpec " + ALL_PARAMETERS)),
     **(
         {}
         if _versions.has_estimator()

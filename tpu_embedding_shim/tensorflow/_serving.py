@@ -375,6 +375,16 @@ class TPUEmbeddingForServing(Trackable):
             )
         return dict(created)
 
+    def _serialize_to_tensors(self) -> dict[str, tf.Tensor]:
+        """Nothing of its own to save: the tables and slots are its variables (children)."""
+        return {}
+
+    def _restore_from_tensors(self, restored_tensors: dict[str, Any]) -> Any:
+        """Takes and ignores what a checkpoint of the training `TPUEmbedding` holds beside the tables (the
+        engine's step, `_checkpoint.py`): serving has no step, and TensorFlow's `assert_consumed()` then passes
+        on a checkpoint taken under a `TPUStrategy`, as with TensorFlow's own checkpoints."""
+        return tf.no_op()
+
     @property
     def embedding_tables(self) -> dict[Any, tf.Variable]:
         """`{TableConfig: tf.Variable [vocabulary_size, dim]}` (built on first use)."""
