@@ -78,7 +78,11 @@ def test_this_venv_is_one_ci_covers():
 @pytest.mark.parametrize("prefix", ["estimator", "compat.v1.estimator"])
 def test_a_tpu_estimator_program_finds_its_estimator_names_either_way(prefix):
     for name in PROGRAM_NAMES:
-        assert resolve(tf, f"{prefix}.{name}") is resolve(shim, f"{prefix}.{name}"), name
+        ours, projects = resolve(tf, f"{prefix}.{name}"), resolve(shim, f"{prefix}.{name}")
+        if name.startswith("tpu.experimental."):  # the project's class, also taking TensorFlow's v1 configs
+            assert issubclass(ours, projects), name
+        else:
+            assert ours is projects, name
     export = resolve(tf, f"{prefix}.export")
     assert sorted(n for n in dir(export) if not n.startswith("_")) == EXPORT_NAMES
     from tensorflow.python.saved_model.model_utils import export_output  # TensorFlow core's, in every version
