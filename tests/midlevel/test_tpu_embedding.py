@@ -65,6 +65,11 @@ def test_tf23_signature_with_batch_size_and_later_signature_without():
     assert new._batch_size is None and new._pipeline_execution_with_tensor_core
     keywords = E.TPUEmbedding(feature_config=config, optimizer=E.SGD(0.1), pipeline_execution_with_tensor_core=True)
     assert keywords.engine.spec.pipeline_execution_with_tensor_core
+    # No global optimizer, positionally (each table has its own; keras-rs calls it so): None is not a batch size.
+    own = E.TableConfig(vocabulary_size=4, dim=2, optimizer=E.Adagrad(0.1), name="own")
+    per_table = E.TPUEmbedding({"f": E.FeatureConfig(table=own)}, None, True)
+    assert per_table._batch_size is None and per_table._pipeline_execution_with_tensor_core
+    assert own.optimizer == E.Adagrad(0.1)
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", tf.tpu.experimental.AdagradParameters(0.1), 0.1])

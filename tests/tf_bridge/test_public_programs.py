@@ -11,6 +11,13 @@
   `TPUEmbeddingForServing` with `assert_consumed()` (`unchanged_programs/serving_restores_tpu_checkpoint.py`).
 - A TPUEstimator with TensorFlow's own v1 `TableConfig` / `FeatureConfig` config dicts
   (`unchanged_programs/estimator_config_dicts.py`; TensorFlow 2.15, which still has them).
+- A program that builds its strategy from the TPU system (`initialize_tpu_system`'s `Topology`,
+  `get_tpu_system_metadata()`, `DeviceAssignment.build`) and trains a Keras model (Keras 3 or 2) whose layer
+  drives a positionally made `TPUEmbedding(feature_config, None, False)`
+  (`unchanged_programs/device_assignment_keras_fit.py`).
+- keras-rs's `DistributedEmbedding` on its TensorFlow backend (Keras 3), which builds TensorFlow's mid-level
+  `TPUEmbedding` itself (`unchanged_programs/keras_rs_distributed_embedding.py`; needs keras-rs, which CI
+  installs in the newest TensorFlow's venv with `--no-deps`; skips without it).
 
 Each runs in a subprocess, `python -m tpu_embedding_shim.tensorflow ...`, on a tiny configuration:
 
@@ -18,6 +25,7 @@ Each runs in a subprocess, `python -m tpu_embedding_shim.tensorflow ...`, on a t
 """
 
 import ast
+import importlib.util
 import json
 import math
 import os
@@ -38,7 +46,8 @@ ENGINE_STEP = "/.ATTRIBUTES/TPU_EMBEDDING_SHIM_global_step"
 
 
 def run(*args, cwd=None):
-    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=900, cwd=cwd, env=env)
 
 
@@ -306,3 +315,36 @@ def test_the_modes_v1_parameters_meet_tensorflows_own_v1_configs_and_unknown_one
                 table_to_config_dict={"t": table},
                 optimization_parameters=tpu_embedding.ProximalYogiParameters(0.1),
             )
+
+
+def test_a_program_sizes_its_strategy_from_the_tpu_system_and_keras_fit_trains_a_positional_tpu_embedding(tmp_path):
+    """`initialize_tpu_system` returns TensorFlow's `Topology` and the resolver TensorFlow's `TPUSystemMetadata`
+    (one core a process), which `DeviceAssignment.build` takes; `TPUEmbedding(feature_config, None, False)` is
+    TensorFlow's positional form with no global optimizer (each table has its own), not TF 2.3's batch size."""
+    program = os.path.join(PROGRAMS, "device_assignment_keras_fit.py")
+    result = run("-m", "tpu_embedding_shim.tensorflow", program, str(tmp_path))
+    assert result.returncode == 0, result.stderr[-4000:]
+    report = json.loads((tmp_path / "result.json").read_text())
+    assert report["topology"] == [1, 1] and report["num_cores"] == 1 and report["replicas"] == [1, 1]
+    assert report["embedding_feature"] == "V1"
+    assert report["losses"][-1] < report["losses"][0] and math.isfinite(report["evaluate"])
+    assert report["predict"] == [32, 1]
+    assert report["engine_step"] == 12  # 3 epochs of 4 batches: fit trains, evaluate and predict do not
+    assert report["moved"]["songs"] > 0 and report["moved"]["moods"] > 0  # each by its own table's optimizer
+
+
+def test_keras_rs_distributed_embedding_on_its_tensorflow_backend_trains_the_tables_on_the_engine(tmp_path):
+    """keras-rs finds the stand-in's embedding feature V1 and builds `TPUEmbedding(configs, None, False)`; `fit`
+    trains the tables on the engine (one step a batch), `evaluate` and `predict` look up without training, and
+    its documented `strategy.run` loop applies the tables' gradients through the layer's custom gradient."""
+    if importlib.util.find_spec("keras_rs") is None or importlib.util.find_spec("keras") is None:
+        pytest.skip("needs keras-rs and Keras 3 (pip install --no-deps keras-rs==0.4.0, as .ci/run does)")
+    program = os.path.join(PROGRAMS, "keras_rs_distributed_embedding.py")
+    result = run("-m", "tpu_embedding_shim.tensorflow", program, str(tmp_path))
+    assert result.returncode == 0, result.stderr[-4000:]
+    report = json.loads((tmp_path / "result.json").read_text())
+    assert report["module"] == "tpu_embedding_shim.tensorflow._midlevel"
+    assert report["losses"][-1] < report["losses"][0] and math.isfinite(report["evaluate"])
+    assert report["predict"] == [32, 1]
+    assert report["step_after_fit"] == 12 and report["evaluate_changed_nothing"]
+    assert report["step_after_loop"] == 14 and math.isfinite(report["loop_loss"])

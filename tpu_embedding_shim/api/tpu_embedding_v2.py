@@ -100,7 +100,9 @@ class TPUEmbedding(MidLevelBase):
     `TPUEmbedding(feature_config, batch_size, optimizer,
     pipeline_execution_with_tensor_core=False, initialize_tpu_embedding=True)`
     and the later `TPUEmbedding(feature_config, optimizer,
-    pipeline_execution_with_tensor_core=False)`.
+    pipeline_execution_with_tensor_core=False)`; a bool third argument
+    means the later one, so `TPUEmbedding(feature_config, None, False)` is
+    no global optimizer (each table has its own), not a batch size of None.
 
     Created under a `tf.distribute.TPUStrategy` scope (this package's
     in-process emulation) or outside any scope, it behaves the same: on a
@@ -144,8 +146,10 @@ class TPUEmbedding(MidLevelBase):
             if is_int(batch_size):
                 raise TypeError("TPUEmbedding() missing required argument: 'optimizer'.")
             optimizer, batch_size = batch_size, None
-        elif isinstance(batch_size, v2_utils.Optimizer) and isinstance(optimizer, bool):
-            # TensorFlow >= 2.4 positionally: TPUEmbedding(feature_config, optimizer, pipelining)
+        elif isinstance(optimizer, bool) and (batch_size is None or isinstance(batch_size, v2_utils.Optimizer)):
+            # TensorFlow >= 2.4 positionally: TPUEmbedding(feature_config, optimizer, pipelining), the optimizer
+            # None where every table has its own (keras-rs's DistributedEmbedding calls it so); no TF 2.3
+            # optimizer is a bool.
             optimizer, pipeline_execution_with_tensor_core, batch_size = batch_size, optimizer, None
         if batch_size is not None and (not is_int(batch_size) or batch_size < 1):
             raise ValueError(f"Argument `batch_size` of TPUEmbedding must be an int >= 1. Received: {batch_size!r}.")

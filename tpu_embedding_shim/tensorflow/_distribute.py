@@ -49,23 +49,78 @@ _TF_CONNECT_TO_CLUSTER = tf.config.experimental_connect_to_cluster
 
 __all__ = [
     "TPUClusterResolver",
+    "initialize_tpu_system",
     "TPUStrategy",
     "InputOptions",
     "experimental_connect_to_cluster",
 ]
 
 
+def _hardware_feature_proto() -> Any:
+    """TensorFlow's `TPUHardwareFeature` proto of the stand-in: embedding feature V1, one embedding device a chip."""
+    return topology_pb2.TPUHardwareFeature(
+        embedding_feature=topology_pb2.TPUHardwareFeature.EmbeddingFeature.V1,
+        num_embedding_devices_per_chip=1,
+    )
+
+
+def _topology_proto() -> Any:
+    """TensorFlow's `TopologyProto` of the stand-in: one task a process, one core each, in a line of the mesh."""
+    count = replicas.num_replicas()
+    return topology_pb2.TopologyProto(
+        mesh_shape=[count, 1, 1, 1],
+        num_tasks=count,
+        num_tpu_devices_per_task=1,
+        device_coordinates=[c for task in range(count) for c in (task, 0, 0, 0)],
+        tpu_hardware_feature=_hardware_feature_proto(),
+    )
+
+
+def topology() -> Any:
+    """TensorFlow's `tf.tpu.experimental.Topology` of the stand-in (what `DeviceAssignment.build` takes)."""
+    return tf.tpu.experimental.Topology(serialized=_topology_proto().SerializeToString())
+
+
+def initialize_tpu_system(cluster_resolver: Any = None) -> Any:
+    """`tf.tpu.experimental.initialize_tpu_system`: the stand-in's no-op, returning TensorFlow's `Topology`, as
+    TensorFlow does (one core a process), so `tf.tpu.experimental.DeviceAssignment.build(topology, ...)` works."""
+    stand_in.initialize_tpu_system(cluster_resolver)
+    return topology()
+
+
 class TPUClusterResolver(stand_in.TPUClusterResolver):
-    """The stand-in resolver (no TPU, this process) whose cluster spec is TensorFlow's type.
+    """The stand-in resolver (no TPU, this process) whose cluster spec and system facts are TensorFlow's types.
 
     TensorFlow code reads the spec's `jobs` and `as_dict()` (its
     `PreemptionCheckpointHandler`, which Orbit's trainers make, does); an
     empty `tf.train.ClusterSpec` says "one local task", as for a
-    one-device strategy.
+    one-device strategy. `get_tpu_system_metadata()` is TensorFlow's
+    `TPUSystemMetadata` (one core a process: `num_cores` is the replica
+    count), which programs read to size their `DeviceAssignment`;
+    `tpu_hardware_feature` is TensorFlow's proto, embedding feature V1.
     """
 
     def cluster_spec(self) -> Any:
         return tf.train.ClusterSpec({})
+
+    def get_tpu_system_metadata(self) -> Any:
+        """TensorFlow's `tf.tpu.experimental.TPUSystemMetadata` of the stand-in."""
+        count = replicas.num_replicas()
+        devices = tf.config.list_logical_devices("CPU")[:1]
+        return tf.tpu.experimental.TPUSystemMetadata(
+            num_cores=count, num_hosts=count, num_of_cores_per_host=1, topology=topology(), devices=devices
+        )
+
+    @property
+    def tpu_hardware_feature(self) -> Any:
+        """TensorFlow's `TPUHardwareFeature` proto (as TensorFlow's resolver returns it): embedding feature V1."""
+        return _hardware_feature_proto()
+
+    def set_tpu_topology(self, serialized_tpu_topology: Any) -> None:
+        """Taken and ignored: the stand-in's topology is fixed (one core a process)."""
+
+    def get_job_name(self) -> str:
+        return self.job_name
 
 
 class InputOptions(tf.distribute.InputOptions):  # class-definition time: TensorFlow's own
@@ -160,11 +215,7 @@ class _TPUExtended(one_device_strategy.OneDeviceExtended):
     @property
     def tpu_hardware_feature(self) -> Any:
         """TensorFlow's `HardwareFeature`: embedding feature V1, one embedding device per chip."""
-        proto = topology_pb2.TPUHardwareFeature(
-            embedding_feature=topology_pb2.TPUHardwareFeature.EmbeddingFeature.V1,
-            num_embedding_devices_per_chip=1,
-        )
-        return tpu_hardware_feature.HardwareFeature(proto)
+        return tpu_hardware_feature.HardwareFeature(_hardware_feature_proto())
 
     def __repr__(self) -> str:
         count = replicas.num_replicas()
