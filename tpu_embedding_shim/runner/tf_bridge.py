@@ -458,6 +458,8 @@ class GraphModel:
         scope: LookupScope,
         dense_state: Any,
         seed: int | None = None,
+        hooks: Sequence[Any] = (),
+        summaries: tuple[str | None, int | None] = (None, None),
     ):
         self.mode = mode
         self.graph = tf.Graph()
@@ -483,6 +485,7 @@ class GraphModel:
             if mode == "eval":
                 self._build_metrics(spec)
             self.predictions = spec.predictions if mode == "infer" else None
+            self._hooked = _hooked_runs(mode, spec, hooks, summaries)
             # The graph's step once train_op has run, fetched in the same run: when train_op increments it (as
             # optimizer.minimize(loss, global_step) does) the next step needs no run of its own to load it.
             self._step_after_train = None
@@ -504,20 +507,28 @@ class GraphModel:
         self.session = tf.compat.v1.Session(graph=self.graph)
         self.session.run(init)
         self.load_from(dense_state)
+        self._hooked.start(self.session)
         self._placeholders = [*self._feature_feeds, *self._label_feeds, *(p for _, _, p in self.scope.fed)]
         # A training step's fetches, the same every step: worked out once (tf_run.py); None: Session.run each step.
         self._train_fetches: list[Any] = []
         self._train_run: FixedRun | None = None
         if mode == "train":
             self._train_fetches = [self.train_op, self._step_after_train, self.loss, *(g for _, g in self.gradients)]
-            self._train_run = FixedRun.for_session(self.session, self._train_fetches, self._placeholders)
+            if not self._hooked.active:
+                self._train_run = FixedRun.for_session(self.session, self._train_fetches, self._placeholders)
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether a session hook asked the loop to stop (`run_context.request_stop()`, as StopAtStepHook does)."""
+        return self._hooked.stop_requested
+
+    def _run(self, fetches: Any, feed_dict: dict[Any, Any]) -> Any:
+        """One step's `session.run`, through the session hooks and host_call when there are any."""
+        if self._hooked.active:
+            return self._hooked.run(fetches, feed_dict)
+        return self.session.run(fetches, feed_dict)
 
     def _check_served(self, spec: Any) -> None:
-        if getattr(spec, "host_call", None) is not None:
-            raise ValueError(
-                "TPUEstimatorSpec(host_call=...) runs a function on the TPU host, which this runner "
-                "does not have; compute summaries in the model_fn or after train() instead."
-            )
         types_ = {op.type for op in self.graph.get_operations()}
         if "CrossReplicaSum" in types_:
             raise ValueError(
@@ -626,7 +637,7 @@ class GraphModel:
         if self._train_run is not None:
             out = self._train_run(values)
         else:
-            out = self.session.run(self._train_fetches, dict(zip(self._placeholders, values)))
+            out = self._run(self._train_fetches, dict(zip(self._placeholders, values)))
         self._graph_step = int(out[1])
         grads: dict[str, np.ndarray] = {}
         for (key, _), grad in zip(self.gradients, out[3:]):
@@ -636,9 +647,7 @@ class GraphModel:
     def evaluate(self, features: Any, labels: Any, scope: LookupScope, step: int) -> float:
         """One eval batch: the loss, and every metric's update op."""
         self._load_step(step)
-        out = self.session.run(
-            {"loss": self.loss, "updates": self._metric_updates}, self._feed(features, labels, scope)
-        )
+        out = self._run({"loss": self.loss, "updates": self._metric_updates}, self._feed(features, labels, scope))
         return float(out["loss"])
 
     def metrics(self) -> dict[str, Any]:
@@ -651,7 +660,31 @@ class GraphModel:
 
     def predict(self, features: Any, scope: LookupScope, step: int) -> Any:
         self._load_step(step)
-        return self.session.run(self.predictions, self._feed(features, None, scope))
+        return self._run(self.predictions, self._feed(features, None, scope))
 
     def close(self) -> None:
-        self.session.close()
+        """Ends the call: each session hook's `end(session)`, the host_call's summaries flushed; then the session."""
+        try:
+            self._hooked.end()
+        finally:
+            self.session.close()
+
+
+_SPEC_HOOKS = {
+    "train": ("training_chief_hooks", "training_hooks"),
+    "eval": ("evaluation_hooks",),
+    "infer": ("prediction_hooks",),
+}
+
+
+def _hooked_runs(mode: str, spec: Any, hooks: Sequence[Any], summaries: tuple[str | None, int | None]) -> Any:
+    """The session hooks of a graph of `mode` (the call's and the spec's), its host_call's ops (TRAIN and EVAL,
+    as in TensorFlow) and, in TRAIN, a SummarySaverHook for the graph's `tf.compat.v1.summary` ops."""
+    from . import tf_hooks
+
+    every = list(hooks)
+    for field in _SPEC_HOOKS[mode]:
+        every += tf_hooks.check_hooks(getattr(spec, field, None), f"{type(spec).__name__}.{field}")
+    host_ops = tf_hooks.host_call_ops(getattr(spec, "host_call", None)) if mode != "infer" else []
+    summary = tf_hooks.summary_hook(*summaries) if mode == "train" else None
+    return tf_hooks.HookedRuns(every, host_ops, summary)

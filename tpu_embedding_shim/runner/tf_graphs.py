@@ -90,9 +90,16 @@ def _refuse_tensor_core(tensor_core: TensorCoreColumns | None, what: str) -> Non
 class TFGraphs:
     """The graphs of a TensorFlow model_fn, by mode: one per running train / evaluate / predict call."""
 
-    def __init__(self, dense_framework: str = "auto", seed: int | None = None) -> None:
+    def __init__(
+        self,
+        dense_framework: str = "auto",
+        seed: int | None = None,
+        summaries: tuple[str | None, int | None] = (None, None),
+    ) -> None:
         self._graphs: dict[str, Any] = {}
         self._seed = seed  # each graph's random seed: RunConfig.tf_random_seed
+        self._summaries = summaries  # (model_dir, save_summary_steps): where a training graph's summaries go
+        self._hooks: dict[str, list[Any]] = {}  # mode -> the running call's session hooks
         self._dense_framework = dense_framework
         self._uses_tensorflow: bool | None = None  # decided (once TensorFlow is imported, or stated)
         self._logged: bool | None = None
@@ -137,9 +144,38 @@ class TFGraphs:
             _refuse_tensor_core(tensor_core, "is not supported yet")
             from . import tf_bridge
 
-            graph = tf_bridge.GraphModel(mode, call, features, labels, scope, dense_state, self._seed)
+            graph = tf_bridge.GraphModel(
+                mode,
+                call,
+                features,
+                labels,
+                scope,
+                dense_state,
+                self._seed,
+                hooks=self._hooks.get(mode, ()),
+                summaries=self._summaries,
+            )
             self._graphs[mode] = graph
         return graph
+
+    def set_hooks(self, mode: str, hooks: Any, name: str = "hooks") -> None:
+        """The session hooks of the next call in `mode` (checked: `SessionRunHook`s, TensorFlow's TypeError)."""
+        hooks = list(hooks or [])
+        if hooks:
+            from . import tf_hooks
+
+            hooks = tf_hooks.check_hooks(hooks, name)
+        self._hooks[mode] = hooks
+
+    def stop_requested(self, mode: str) -> bool:
+        """Whether a session hook of the running `mode` graph asked to stop."""
+        graph = self._graphs.get(mode)
+        return graph is not None and graph.stop_requested
+
+    def session(self, mode: str) -> Any:
+        """The running `mode` graph's session (what a CheckpointSaverListener is handed), or None."""
+        graph = self._graphs.get(mode)
+        return None if graph is None else graph.session
 
     def save_dense(self, dense_state: Any) -> None:
         """A running training graph's dense variables into `dense_state`, before they are saved or read."""

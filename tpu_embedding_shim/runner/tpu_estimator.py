@@ -156,7 +156,9 @@ class TPUEstimator:
         self._uses_engine = self._state.uses_engine
         self._announced = False
         self.progress: bool | None = None  # default for train/evaluate/predict(progress=None)
-        self._tf = tf_graphs.TFGraphs(dense_framework, config.tf_random_seed)  # a TF model_fn's graphs
+        self._tf = tf_graphs.TFGraphs(  # a TF model_fn's graphs; its summaries go to model_dir
+            dense_framework, config.tf_random_seed, summaries=(self._model_dir, config.save_summary_steps)
+        )
         self._steps = Steps(  # one batch through the model (steps.py)
             self._call_model_fn,
             self._state,
@@ -308,16 +310,37 @@ class TPUEstimator:
         trains in (or saves checkpoints to) model_dir; evaluate, predict and
         export need no lock and run beside a training.
         """
-        check_hooks(hooks, "hooks")
-        check_hooks(saving_listeners, "saving_listeners")
+        listeners = self._check_hooks(ModeKeys.TRAIN, hooks, saving_listeners)
         if steps is not None and max_steps is not None:
             raise ValueError("Can not provide both steps and max_steps.")
         steps = check_steps(steps, "steps")
         max_steps = check_steps(max_steps, "max_steps")
         with replicated.chief_writer(self._model_dir, "TPUEstimator.train"):
-            return self._train(input_fn, steps, max_steps, progress)
+            return self._train(input_fn, steps, max_steps, progress, listeners)
 
-    def _train(self, input_fn, steps, max_steps, progress) -> TPUEstimator:
+    def _check_hooks(self, mode: str, hooks: Any, saving_listeners: Any = None) -> list[Any]:
+        """The call's session hooks (and, in train, its saving listeners, returned): a TensorFlow model_fn runs
+        them around its graph's steps (tf_hooks.py); any other model_fn has no graph and refuses them."""
+        if not self._uses_tf():
+            check_hooks(hooks, "hooks")
+            check_hooks(saving_listeners, "saving_listeners")
+            return []
+        from . import tf_hooks
+
+        listeners = tf_hooks.check_listeners(saving_listeners)
+        self._tf.set_hooks(mode, hooks)
+        return listeners
+
+    def _save_with(self, listeners: list[Any]) -> bool:
+        """A checkpoint, with each CheckpointSaverListener's before_save / after_save around it; True when an
+        after_save asks training to stop (returns True), as in TensorFlow."""
+        session, step = self._tf.session(ModeKeys.TRAIN), self.global_step
+        for listener in listeners:
+            listener.before_save(session, step)
+        self._save()
+        return any([bool(listener.after_save(session, step)) for listener in listeners])
+
+    def _train(self, input_fn, steps, max_steps, progress, listeners=()) -> TPUEstimator:
         self._tf.close(ModeKeys.TRAIN, self._state.dense_state)  # a graph an interrupted train() left: its values
         self._ensure_state(ModeKeys.TRAIN)
         self._announce()
@@ -334,6 +357,8 @@ class TPUEstimator:
                 "forever: pass train(steps=...) or max_steps=..., or return a generator of batches."
             )
         total = limit if stream.length is None else (stream.length if limit is None else min(limit, stream.length))
+        for listener in listeners:
+            listener.begin()
         config = self._config
         every_steps, every_secs = config.save_checkpoints_steps, config.save_checkpoints_secs
         log_every = config.log_step_count_steps
@@ -354,15 +379,21 @@ class TPUEstimator:
                         log.info("global_step/sec: %g", (step - last_log_step) / (now - last_log_time))
                     log.info("loss = %g, step = %d", loss, step)
                     last_log_time, last_log_step = now, step
+                stop = self._tf.stop_requested(ModeKeys.TRAIN)  # a session hook's request_stop()
                 if (every_steps and step % every_steps == 0) or (
                     every_secs and time.monotonic() - last_save >= every_secs
                 ):
-                    self._save()
+                    stop = self._save_with(listeners) or stop
                     last_save = time.monotonic()
+                if stop:
+                    break
         finally:
             bar.close()
         if self._state.loaded_step != self.global_step or self.latest_checkpoint() is None:
-            self._save()
+            self._save_with(listeners)
+        session = self._tf.session(ModeKeys.TRAIN)
+        for listener in listeners:
+            listener.end(session, self.global_step)
         self._tf.close(ModeKeys.TRAIN, self._state.dense_state)
         log.info("Loss for final step: %s.", loss)
         return self
@@ -378,12 +409,12 @@ class TPUEstimator:
         `eval_metric_ops` (EstimatorSpec): the mean over batches of each
         per-batch value.
         """
-        check_hooks(hooks, "hooks")
         steps = check_steps(steps, "steps")
         if self._use_tpu and self._eval_on_tpu and self._batch_sizes[ModeKeys.EVAL] is None:
             raise ValueError(
                 "eval_batch_size in TPUEstimator constructor cannot be `None` if .evaluate is running on TPU."
             )
+        self._check_hooks(ModeKeys.EVAL, hooks)
         self._ensure_state(ModeKeys.EVAL, checkpoint_path)
         self._announce()
         result = self._input(input_fn, ModeKeys.EVAL)
@@ -397,6 +428,8 @@ class TPUEstimator:
                 if steps is not None and len(collected.losses) >= steps:
                     break
                 bar.update(loss=collected.add(self._infer(features, labels, ModeKeys.EVAL)))
+                if self._tf.stop_requested(ModeKeys.EVAL):
+                    break
         finally:
             bar.close()
         graph_metrics = self._tf.metrics()  # a TensorFlow model_fn's tf.compat.v1.metrics
@@ -421,13 +454,13 @@ class TPUEstimator:
         progress: bool | None = None,
     ) -> Iterator[Any]:
         """Yields predictions: one dict per example (or per batch with yield_single_examples=False)."""
-        check_hooks(hooks, "hooks")
         if self._use_tpu and self._batch_sizes[ModeKeys.PREDICT] is None:
             raise ValueError(
                 "predict_batch_size in TPUEstimator constructor should not be `None` if .predict is running on TPU."
             )
         if isinstance(predict_keys, str):
             predict_keys = [predict_keys]
+        self._check_hooks(ModeKeys.PREDICT, hooks)
         return self._predict(input_fn, predict_keys, checkpoint_path, yield_single_examples, progress)
 
     def _predict(self, input_fn, predict_keys, checkpoint_path, yield_single_examples, progress):
