@@ -207,7 +207,7 @@ def test_resume_restores_dense_variables_and_tables(tmp_path):
     "bad, message",
     [
         ("rewrite", "tf.compat.v1.tpu.rewrite"),
-        ("host_call", "host_call"),
+        ("host_call", "host_call should be a tuple or list of two elements"),
         ("tf_cross_shard", "CrossShardOptimizer"),
     ],
 )
@@ -225,7 +225,7 @@ def test_apis_the_bridge_cannot_serve_are_named(tmp_path, bad, message):
         optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
         if bad == "tf_cross_shard":
             optimizer = real_tf.compat.v1.tpu.CrossShardOptimizer(optimizer)
-        host_call = (lambda x: [], [loss]) if bad == "host_call" else None
+        host_call = (lambda x: [],) if bad == "host_call" else None  # no tensors: malformed
         return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
             mode,
             loss=loss,

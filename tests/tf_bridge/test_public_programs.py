@@ -11,6 +11,10 @@
   `TPUEmbeddingForServing` with `assert_consumed()` (`unchanged_programs/serving_restores_tpu_checkpoint.py`).
 - A TPUEstimator with TensorFlow's own v1 `TableConfig` / `FeatureConfig` config dicts
   (`unchanged_programs/estimator_config_dicts.py`; TensorFlow 2.15, which still has them).
+- A TPUEstimator with the mechanics public TPU model code uses beside its embeddings: `host_call` summaries,
+  `tf.compat.v1.summary` in the model_fn, session hooks (the spec's and `train`'s), a
+  `CheckpointSaverListener`, `eval_metrics` with a dict of tensors, `predict`, and a `scaffold_fn` warm start
+  with `init_from_checkpoint` (`unchanged_programs/estimator_hooks_host_call.py`).
 - A program that builds its strategy from the TPU system (`initialize_tpu_system`'s `Topology`,
   `get_tpu_system_metadata()`, `DeviceAssignment.build`) and trains a Keras model (Keras 3 or 2) whose layer
   drives a positionally made `TPUEmbedding(feature_config, None, False)`
@@ -293,6 +297,27 @@ def test_a_tpu_estimator_with_tensorflows_own_v1_config_dicts_trains_the_tables_
     assert {"genre_table", "genre_table/Ftrl", "artist_table", "dense/kernel"} <= set(report["names"])
     assert report["genre_table_moved"] > 0  # the table's own FtrlParameters trained it on the engine
     assert math.isfinite(report["eval_loss"])
+
+
+def test_a_tpu_estimator_runs_its_hooks_host_call_summaries_and_scaffold_warm_start_around_the_engine(tmp_path):
+    program = os.path.join(PROGRAMS, "estimator_hooks_host_call.py")
+    result = run("-m", "tpu_embedding_shim.tensorflow", program, str(tmp_path))
+    assert result.returncode == 0, result.stderr[-4000:]
+    report = json.loads((tmp_path / "result.json").read_text())
+    assert report["bad_hook"].startswith("All hooks must be SessionRunHook instances, given: not a hook")
+    assert report["step_after_stop_hook"] == 6  # StopAtStepHook(last_step=6) on a dataset of 8 batches
+    assert report["listener"] == ["begin", 4, 6, "end 6"]  # save_checkpoints_steps=4, and the final save
+    assert report["step_after_dataset"] == 14  # train() without steps: the 8 batches, then the dataset's end
+    assert report["logged_steps"][:4] == [1, 3, 5, 7]  # the spec's LoggingTensorHook, every_n_iter=2
+    assert report["checkpoints"] == ["model.ckpt-12.index", "model.ckpt-14.index"]  # keep_checkpoint_max=2
+    assert report["tags"] == ["graph_loss"]  # tf.compat.v1.summary.scalar, every save_summary_steps
+    assert report["host_tags"] == ["host_loss"]  # the host_call's v2 summary writer, flushed at the end
+    assert set(report["metrics"]) == {"auc", "accuracy", "loss", "global_step"}
+    assert report["metrics"]["global_step"] == 14
+    assert report["examples"] == [["item", "probability"]] * 64
+    assert report["batches"] == [8] * 8
+    # scaffold_fn's init_from_checkpoint started the second model from the first's dense kernel (then one step)
+    np.testing.assert_allclose(report["warm_started_kernel"], report["first_kernel"], atol=0.05)
 
 
 def test_the_modes_v1_parameters_meet_tensorflows_own_v1_configs_and_unknown_ones_are_refused():

@@ -115,7 +115,7 @@ class HookedRuns:
         for args in extra:
             if args is not None and args.feed_dict:
                 feed.update(args.feed_dict)
-        hook_fetches = {i: args.fetches for i, args in enumerate(extra) if args is not None and args.fetches is not None}
+        hook_fetches = {i: a.fetches for i, a in enumerate(extra) if a is not None and a.fetches is not None}
         out = self.session.run({"fetches": fetches, "hooks": hook_fetches, "host": self.host_ops}, feed)
         for i, (hook, args) in enumerate(zip(self.hooks, extra)):
             results = out["hooks"].get(i)
