@@ -89,9 +89,13 @@ def _backend() -> tuple[Callable[[], int], Callable[[int], None]] | None:
             return None
         getter = _parallel._get_num_threads  # type: ignore[attr-defined]  # noqa: SLF001
         setter = _parallel._set_num_threads  # type: ignore[attr-defined]  # noqa: SLF001
+        get_address = ctypes.cast(getter, ctypes.c_void_p).value
+        set_address = ctypes.cast(setter, ctypes.c_void_p).value
+        if get_address is None or set_address is None:
+            return None
         _backend_calls = (
-            ctypes.PYFUNCTYPE(ctypes.c_int)(ctypes.cast(getter, ctypes.c_void_p).value),
-            ctypes.PYFUNCTYPE(None, ctypes.c_int)(ctypes.cast(setter, ctypes.c_void_p).value),
+            ctypes.PYFUNCTYPE(ctypes.c_int)(get_address),
+            ctypes.PYFUNCTYPE(None, ctypes.c_int)(set_address),
         )
     return _backend_calls
 
