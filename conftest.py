@@ -7,7 +7,7 @@ are not collected without it (their doctests need it); the tests that use
 them skip with a reason naming the extra:
 
 - the PyTorch bridge needs torch (the `torch` extra);
-- `tpu_embedding_shim.tensorflow`, `runner/tf_bridge.py` (with `tf_run.py` and `tf_data.py`),
+- `tpu_embedding_shim.tensorflow`, `runner/tf_bridge.py` (with `tf_run.py`, `tf_data.py` and `tf_hooks.py`),
   `runner/tf_serving.py`, `movielens/model_tf.py`, docs/tensorflow_bridge.md and docs/run_unchanged.md need
   TensorFlow (the `tensorflow` extra; tests/tf_bridge runs the pages where it is installed);
 - `migrate/runtime/torchrec_model.py` (the code a generated TorchRec model.py runs) needs torchrec;
@@ -35,6 +35,7 @@ if importlib.util.find_spec("tensorflow") is None:
     collect_ignore += [
         "tpu_embedding_shim/runner/tf_bridge.py",
         "tpu_embedding_shim/runner/tf_data.py",
+        "tpu_embedding_shim/runner/tf_hooks.py",
         "tpu_embedding_shim/runner/tf_run.py",
         "tpu_embedding_shim/runner/tf_serving.py",
         "tpu_embedding_shim/movielens/model_tf.py",

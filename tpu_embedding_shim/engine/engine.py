@@ -132,7 +132,7 @@ class Engine:
         if not isinstance(spec, EmbeddingSpec):
             raise TypeError(f"Engine needs an EmbeddingSpec. Received: {spec!r}.")
         self.spec = spec
-        self._chosen_kernels = _choose_kernels(kernels)
+        self._chosen_kernels = choose_kernels(kernels)
         self._warned_fork = False
         table_files = _check_table_files(spec, table_files)
         self.check_numerics = check_numerics
@@ -520,7 +520,7 @@ def _on_storage(batch: Ragged, table: ShardedTable) -> Ragged:
     return dataclasses.replace(batch, values=table.physical(batch.values))
 
 
-def _choose_kernels(kernels: str) -> Kernels:
+def choose_kernels(kernels: str) -> Kernels:
     """The kernels `Engine(kernels=...)` asks for: numba's `FastKernels` where they can run, else numpy's."""
     if kernels not in ("auto", "numpy", "fast"):
         raise ValueError(f"Argument `kernels` must be one of 'auto', 'numpy', 'fast'. Received: {kernels!r}.")

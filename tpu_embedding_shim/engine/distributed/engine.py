@@ -57,7 +57,7 @@ import numpy as np
 
 from ...spec import EmbeddingSpec, FeatureSpec
 from .. import aligned
-from ..engine import LookupResult, _choose_kernels
+from ..engine import LookupResult, choose_kernels
 from ..initialization import initial_rows, seeded_initializers
 from ..interface import describe_spec, warn_clipping_limit
 from ..kernels import Kernels, Lookup, NumpyKernels, Update
@@ -177,7 +177,7 @@ class DistributedEngine:
             if not isinstance(pooling, str) or pooling not in POOLING:
                 raise ValueError(f"Argument `pooling` must be one of {list(POOLING)}. Received: {pooling!r}.")
             self.pooling = str(pooling)
-            self.kernels = _choose_kernels(kernels)
+            self.kernels = choose_kernels(kernels)
             if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
                 raise ValueError(f"Argument `seed` must be an int >= 0 or None. Received: {seed!r}.")
             self._owners = {
