@@ -435,7 +435,7 @@ def _session_config(scope: LookupScope) -> Any:
     Such a step's graph is the dense part of a small batch, run once a step
     between the engine's lookup and update: handing its ops to TensorFlow's
     inter-op threads costs more than the ops (the B = 64 migration program
-    of docs/benchmarks.md: 0.30-0.32 ms a run against 0.35-0.49). A large
+    of docs/benchmarks.md: 0.28-0.29 ms a run against 0.41-0.46). A large
     batch's independent ops gain from running side by side (the B = 4096
     Criteo-like program ran 5-18% slower in the calling thread). Each op's
     kernel uses the intra-op threads either way, so the values are the same.
