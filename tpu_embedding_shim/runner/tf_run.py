@@ -13,9 +13,10 @@ what `Session.run` does to each value: `np.asarray(value, dtype=the
 placeholder's)` and the check of its shape against the placeholder's,
 with `Session.run`'s ValueError; a placeholder that no fetch depends on
 (the id features, which only the feature layers read) is checked so but
-not handed to TensorFlow, which converts every feed it is given. TensorFlow's errors from the run itself
-are its own (the same `tf.errors.OpError` subclasses; `Session.run` adds
-the failing op's Python traceback to the message).
+not handed to TensorFlow, which converts every feed it is given.
+TensorFlow's errors from the run itself are its own (the same
+`tf.errors.OpError` subclasses; `Session.run` adds the failing op's
+Python traceback to the message).
 
 It calls `Session._call_tf_sessionrun` and the tensors' `_as_tf_output`,
 TensorFlow's own entry points below `Session.run` (the same in 2.15 and
