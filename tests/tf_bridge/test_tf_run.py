@@ -93,3 +93,17 @@ def test_fetches_or_feeds_that_are_not_plain_tensors_or_ops_are_left_to_session_
     assert FixedRun.for_session(session, [op_elsewhere], list(placeholders)) is None
     with pytest.raises(ValueError, match="strict|length|argument"):  # one value per placeholder, no fewer
         FixedRun.for_session(session, list(fetches), list(placeholders))([np.ones((1, 3))])
+
+
+def test_a_placeholder_no_fetch_reads_is_checked_as_session_run_checks_it():
+    """A feed that no fetch depends on is not handed to TensorFlow, but a bad value is still Session.run's error."""
+    session, placeholders, fetches, v = _graph()
+    x, ids, _ = placeholders
+    run = FixedRun.for_session(session, [fetches[0], fetches[1]], [x, ids])  # the update reads x, not ids
+    np.testing.assert_array_equal(run((np.ones((2, 3)), [7]))[1], [2.0, 2.0, 2.0])
+    with pytest.raises(ValueError) as theirs:
+        session.run([fetches[0], fetches[1]], {x: np.ones((2, 3)), ids: [[7]]})
+    with pytest.raises(ValueError) as mine:
+        run((np.ones((2, 3)), [[7]]))
+    assert str(mine.value) == str(theirs.value)
+    np.testing.assert_array_equal(session.run(v), [2.0, 2.0, 2.0])  # only the first call's update ran

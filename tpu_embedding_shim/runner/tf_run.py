@@ -11,9 +11,12 @@ migration program of docs/benchmarks.md (B = 64) that was 0.27 ms of a
 `FixedRun` does that work once, when it is made, and then per call only
 what `Session.run` does to each value: `np.asarray(value, dtype=the
 placeholder's)` and the check of its shape against the placeholder's,
-with `Session.run`'s ValueError. TensorFlow's errors from the run itself
-are its own (the same `tf.errors.OpError` subclasses; `Session.run` adds
-the failing op's Python traceback to the message).
+with `Session.run`'s ValueError; a placeholder that no fetch depends on
+(the id features, which only the feature layers read) is checked so but
+not handed to TensorFlow, which converts every feed it is given.
+TensorFlow's errors from the run itself are its own (the same
+`tf.errors.OpError` subclasses; `Session.run` adds the failing op's
+Python traceback to the message).
 
 It calls `Session._call_tf_sessionrun` and the tensors' `_as_tf_output`,
 TensorFlow's own entry points below `Session.run` (the same in 2.15 and
@@ -47,12 +50,16 @@ class FixedRun:
         # Session.run's per-call work.
         self._fetches = [fetches[i]._as_tf_output() for i in self._fetched]  # noqa: SLF001  (see above)
         self._targets = [f._c_op for f in fetches if isinstance(f, tf.Operation)]  # noqa: SLF001  (see above)
+        # A placeholder no fetch depends on (a feature only the feature layers read) is checked as Session.run
+        # checks it, but not handed to TensorFlow: a run converts every feed it is given, used or not.
+        read = _ops_read_by([f if isinstance(f, tf.Operation) else f.op for f in fetches])
         self._feeds = []
         for p in placeholders:
             shape = p.shape
             dims = None if shape.rank is None else tuple(shape.as_list())
-            output = p._as_tf_output()  # noqa: SLF001  (TensorFlow internal, as above)
+            output = p._as_tf_output() if p.op in read else None  # noqa: SLF001  (TensorFlow internal, as above)
             self._feeds.append((output, p.dtype.as_numpy_dtype, dims, p.name, str(shape)))
+        self._extended = False  # the session has the graph as it will stay (a finalized graph, extended once)
 
     @classmethod
     def for_session(cls, session: Any, fetches: Sequence[Any], placeholders: Sequence[Any]) -> FixedRun | None:
@@ -74,15 +81,31 @@ class FixedRun:
             array = np.asarray(value, dtype=dtype)
             if dims is not None and not _fits(dims, array.shape):
                 raise ValueError(f"Cannot feed value of shape {array.shape} for Tensor {name}, which has shape {shape}")
-            feed[output] = array
+            if output is not None:
+                feed[output] = array
         # As Session.run, through TensorFlow internals below it (module docstring): the runtime sees the graph as
-        # it is (a no-op once finalized), then runs it.
-        self._session._extend_graph()  # noqa: SLF001  (TensorFlow internal, see above)
+        # it is (once a finalized graph is extended, it never changes), then runs it.
+        if not self._extended:
+            self._session._extend_graph()  # noqa: SLF001  (TensorFlow internal, see above)
+            self._extended = self._session.graph.finalized
         results = self._session._call_tf_sessionrun(None, feed, self._fetches, self._targets, None)  # noqa: SLF001
         out: list[Any] = [None] * self._size
         for i, value in zip(self._fetched, results):
             out[i] = value
         return out
+
+
+def _ops_read_by(ops: Sequence[Any]) -> set[Any]:
+    """`ops` and every op they depend on, through inputs and control inputs."""
+    seen = set(ops)
+    stack = list(ops)
+    while stack:
+        op = stack.pop()
+        for before in [t.op for t in op.inputs] + list(op.control_inputs):
+            if before not in seen:
+                seen.add(before)
+                stack.append(before)
+    return seen
 
 
 def _fits(dims: tuple[int | None, ...], shape: tuple[int, ...]) -> bool:
