@@ -17,7 +17,8 @@ import tpu_embedding_shim.tensorflow as tf
 def strategy():
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
     assert tf.config.experimental_connect_to_cluster(resolver) is None  # the stand-in's no-op
-    assert tf.tpu.experimental.initialize_tpu_system(resolver).num_replicas == 1
+    topology = tf.tpu.experimental.initialize_tpu_system(resolver)  # TensorFlow's type, as TensorFlow returns
+    assert isinstance(topology, tensorflow.tpu.experimental.Topology) and topology.num_tasks == 1
     return tf.distribute.TPUStrategy(resolver)
 
 
