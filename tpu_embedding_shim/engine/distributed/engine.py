@@ -468,10 +468,22 @@ class DistributedEngine:
         outbox = pack([wanted[name][0] for name in tables], [wanted[name][1] for name in tables], self.world_size)
         received, local = send_ids(self.comm, outbox)
         asked, sent = Segments(received, dims), Segments(outbox.counts, dims)
-        answer = np.empty(asked.size, np.float32)
+        answer = aligned.empty((asked.size,), np.float32)
         fill(answer, asked, [self._tables[name] for name in tables], local)  # its rows, every source at once
         flat = send_values(self.comm, answer, asked, sent)
         out = {}
+        if (dims == sent.unit).all():  # one width: send position p's row is row p of the buffer, whatever the table
+            where = np.empty(outbox.order.shape[0], np.int64)
+            where[outbox.order] = np.arange(outbox.order.shape[0], dtype=np.int64)  # distinct pair -> its row
+            for name, base in zip(tables, outbox.bases[:-1].tolist()):
+                rows = flat.reshape(-1, sent.unit)  # a view of its own: the kernels tell tables apart by object
+                index = where[wanted[name][2] + base]  # each entry's row, the table's features end to end
+                start = 0
+                for feature in features[name]:
+                    end = start + routes[feature.name][0].shape[0]
+                    out[feature.name] = (rows, index[start:end])
+                    start = end
+            return out
         for index, name in enumerate(tables):
             inverse = wanted[name][2]
             rows, arrived = sent.rows(flat, index)
@@ -627,7 +639,7 @@ class DistributedEngine:
         outbox = pack(owners, rows, self.world_size)
         received, local = send_ids(self.comm, outbox)
         sent, got = Segments(outbox.counts, self._dims), Segments(received, self._dims)
-        flat = np.empty(sent.size, np.float32)
+        flat = aligned.empty((sent.size,), np.float32)
         fill(flat, sent, *_gradient_rows(features, entries, outbox.order))  # every feature and destination at once
         values = send_values(self.comm, flat, sent, got)
         return {index: (local[got.entries(index)], *got.rows(values, index)) for index in range(len(features))}
