@@ -214,7 +214,7 @@ def scatter(comm: Communicator, bags: Sequence[Bag], grads: Sequence[np.ndarray 
     answered, group, _, _ = _groups(received, examples_got)
     asked, _, first, _ = _groups(outbox.counts, example)
     kept = Kept(np.asarray(dims, np.int64), asked, example[first], answered, received, rows, coefs, group)
-    return expand(comm, kept, grads)
+    return expand(comm, kept, grads, np.ones_like(answered))  # a source sent entries of p only with a gradient
 
 
 def _groups(counts: np.ndarray, examples: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -237,7 +237,9 @@ def _groups(counts: np.ndarray, examples: np.ndarray) -> tuple[np.ndarray, ...]:
     return per_segment, group, first, lengths
 
 
-def expand(comm: Communicator, kept: Kept, grads: Sequence[np.ndarray | None]) -> list[tuple[np.ndarray, ...]]:
+def expand(
+    comm: Communicator, kept: Kept, grads: Sequence[np.ndarray | None], given: np.ndarray | None = None
+) -> list[tuple[np.ndarray, ...]]:
     """The entries each owner gets from a pooled backward (collective).
 
     Args:
@@ -245,6 +247,10 @@ def expand(comm: Communicator, kept: Kept, grads: Sequence[np.ndarray | None]) -
       kept: what the forward kept.
       grads: per pooled feature, this rank's float32 gradient [B, D] of
         its activations (multiplier applied), or None (no gradient).
+      given: int64 [W, P], 1 where rank s sends a gradient for feature p,
+        as the ranks agreed (`DistributedEngine.apply_gradients`); then
+        each owner knows what it gets, the partial sums it answered, and
+        no counts are exchanged. None: the ranks swap their counts first.
 
     Returns:
       per pooled feature: (local rows int64 [n], gradient rows G float32
@@ -255,20 +261,23 @@ def expand(comm: Communicator, kept: Kept, grads: Sequence[np.ndarray | None]) -
       feature).
     """
     num = kept.asked.shape[1]
-    given = [g is not None for g in grads]
-    counts = kept.asked * np.array(given, np.int64)
+    mine = [g is not None for g in grads]
+    counts = kept.asked * np.array(mine, np.int64)
     sent = Segments(counts, kept.dims)
     flat = aligned.empty((sent.size,), np.float32)
     sources = [_NO_ROWS if g is None else g for g in grads]
-    fill(flat, Segments(kept.asked, kept.dims), sources, kept.examples, present=given)  # every feature and owner
-    received = swap_counts(comm, counts)
-    wrong = (received != 0) & (received != kept.answered)
-    if wrong.any():
-        source, p = (int(i) for i in np.argwhere(wrong)[0])
-        raise RuntimeError(
-            f"Rank {source} sent {received[source, p]} gradient rows for pooled feature {p}, not the "
-            f"{kept.answered[source, p]} of the lookup: the ranks applied different lookups."
-        )
+    fill(flat, Segments(kept.asked, kept.dims), sources, kept.examples, present=mine)  # every feature and owner
+    if given is not None:
+        received = kept.answered * given
+    else:
+        received = swap_counts(comm, counts)
+        wrong = (received != 0) & (received != kept.answered)
+        if wrong.any():
+            source, p = (int(i) for i in np.argwhere(wrong)[0])
+            raise RuntimeError(
+                f"Rank {source} sent {received[source, p]} gradient rows for pooled feature {p}, not the "
+                f"{kept.answered[source, p]} of the lookup: the ranks applied different lookups."
+            )
     got = Segments(received, kept.dims)
     values = comm.alltoallv(flat, sent.values_per_rank(), got.values_per_rank())
     kernels = compiled()
