@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpu_embedding_shim.engine import fast
-from tpu_embedding_shim.engine.distributed import exchange, owner_pooling
+from tpu_embedding_shim.engine.distributed import Ownership, SingleProcess, exchange, owner_pooling
 
 IMPLEMENTATIONS = ["numpy"] + (["compiled"] if fast.available() else [])
 
@@ -174,3 +174,45 @@ def test_fill_writes_each_entry_s_row_times_its_coefficient_where_its_segment_is
                     want.extend((row if coef is None else row * coef[k]).tolist())
                 k += 1
     assert flat.view(np.uint32).tolist() == np.array(want, np.float32).view(np.uint32).tolist()
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@settings(max_examples=100, deadline=None)
+@given(
+    vocab=st.integers(1, 60),
+    world=st.integers(1, 40),  # past `fast.exchange._LINEAR_RANKS`: the binary search too
+    strategy=st.sampled_from(["div", "mod"]),
+    data=st.data(),
+)
+def test_locate_gives_each_id_its_owner_and_its_row_there(implementation, vocab, world, strategy, data):
+    own = Ownership(vocab, world, strategy, world)
+    ids = np.array(data.draw(st.lists(st.integers(0, vocab - 1), max_size=30)), np.int64)
+    with using(implementation):
+        owner, local = own.locate(ids)
+    rows_of = {rank: own.owned_ids(rank).tolist() for rank in range(world)}
+    assert owner.dtype == local.dtype == np.int64
+    assert [rows_of[o][r] for o, r in zip(owner.tolist(), local.tolist())] == ids.tolist()
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@settings(max_examples=60, deadline=None)
+@given(case=features(max_world=1), weighted=st.booleans())
+def test_entries_go_out_in_send_order_with_their_example_and_coefficient(implementation, case, weighted):
+    _, owners, locals_ = case
+    bags = [
+        owner_pooling.Bag(
+            np.arange(o.shape[0], dtype=np.int64) // 2,
+            o,
+            local,
+            (np.arange(o.shape[0]) / 3 if weighted else np.ones(o.shape[0])).astype(np.float32),
+            (o.shape[0] + 1) // 2,
+        )
+        for o, local in zip(owners, locals_)
+    ]
+    with using(implementation):
+        outbox, example, received, rows, examples_got, coefs = owner_pooling._send_entries(SingleProcess(), bags)
+    joined = [np.concatenate([getattr(b, key) for b in bags]) if bags else np.zeros(0) for key in ("example", "coef")]
+    assert received.tolist() == outbox.counts.tolist()
+    assert rows.tolist() == outbox.local.tolist()
+    assert example.tolist() == examples_got.tolist() == joined[0][outbox.order].tolist()
+    assert coefs.dtype == np.float32 and coefs.tolist() == joined[1][outbox.order].tolist()

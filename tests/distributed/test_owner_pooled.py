@@ -152,10 +152,12 @@ def expected_bytes(recipe, world_size):
     others in the all-to-alls of the steps (one table, one pooled feature, every entry kept):
 
     exact forward: its counts, 8 per distinct row it asks another rank for, 4 D per distinct row
-      another rank asks it for; exact backward: its counts twice, 8 + 8 + 4 per entry on another rank
-      (row, example, coefficient), 4 D per (example, other rank);
+      another rank asks it for; exact backward: its counts, 8 + 8 + 4 per entry on another rank
+      (row, example, coefficient), 4 D per (example, other rank) (no counts for those: each owner expects
+      one per run of its entries);
     owner forward: its counts, 8 + 8 + 4 per entry on another rank (row, example, coefficient), 4 D per
-      (example of another rank, itself) pair; owner backward: its counts, 4 D per (example, other rank).
+      (example of another rank, itself) pair; owner backward: 4 D per (example, other rank), no counts
+      (the ranks agree on which gradients they send in `apply_gradients`'s allreduce).
     Also 'per entry': what an exact backward that sends one gradient row per entry (8 + 4 D) would send.
     """
     spec = cases.build_spec(recipe, world_size)
@@ -174,8 +176,8 @@ def expected_bytes(recipe, world_size):
             exact["per entry"][rank] += counts + (8 + 4 * dim) * len(remote)
             owner["forward"][rank] += counts + 20 * len(remote)
             pairs = {(b, i % world_size) for b, bag in enumerate(mine) for i in bag if i % world_size != rank}
-            owner["backward"][rank] += counts + 4 * dim * len(pairs)
-            exact["backward"][rank] += 2 * counts + 20 * len(remote) + 4 * dim * len(pairs)
+            owner["backward"][rank] += 4 * dim * len(pairs)
+            exact["backward"][rank] += counts + 20 * len(remote) + 4 * dim * len(pairs)
             for source in range(world_size):  # the rows or partial sums this rank answers
                 if source != rank:
                     asked = bags[bounds[source] : bounds[source + 1]]

@@ -468,10 +468,22 @@ class DistributedEngine:
         outbox = pack([wanted[name][0] for name in tables], [wanted[name][1] for name in tables], self.world_size)
         received, local = send_ids(self.comm, outbox)
         asked, sent = Segments(received, dims), Segments(outbox.counts, dims)
-        answer = np.empty(asked.size, np.float32)
+        answer = aligned.empty((asked.size,), np.float32)
         fill(answer, asked, [self._tables[name] for name in tables], local)  # its rows, every source at once
         flat = send_values(self.comm, answer, asked, sent)
         out = {}
+        if (dims == sent.unit).all():  # one width: send position p's row is row p of the buffer, whatever the table
+            where = np.empty(outbox.order.shape[0], np.int64)
+            where[outbox.order] = np.arange(outbox.order.shape[0], dtype=np.int64)  # distinct pair -> its row
+            for name, base in zip(tables, outbox.bases[:-1].tolist()):
+                rows = flat.reshape(-1, sent.unit)  # a view of its own: the kernels tell tables apart by object
+                index = where[wanted[name][2] + base]  # each entry's row, the table's features end to end
+                start = 0
+                for feature in features[name]:
+                    end = start + routes[feature.name][0].shape[0]
+                    out[feature.name] = (rows, index[start:end])
+                    start = end
+            return out
         for index, name in enumerate(tables):
             inverse = wanted[name][2]
             rows, arrived = sent.rows(flat, index)
@@ -500,13 +512,16 @@ class DistributedEngine:
         entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         grads: dict[str, np.ndarray] = {}
         mine = [0] * len(self._scattered)
+        given = np.ones((self.world_size, len(self._pooled)), np.int64)  # row r: the pooled gradients rank r sends
         try:
             entries, grads = self._entries(result, gradients, step)
             mine = [int(_one_id_each(result.batches[f.name])) for f in self._scattered]
+            given[self.rank] = [f.name in grads for f in self._pooled]
         except Exception as caught:
             error = caught
         facts = {"lookup": getattr(result, "lookup", None)} if self._pooled else {}  # the owners kept its coefficients
-        single = agree(self.comm, error, "apply_gradients", least=mine, **facts).tolist()
+        least = agree(self.comm, error, "apply_gradients", least=[*mine, *given.reshape(-1).tolist()], **facts)
+        single, given = least[: len(mine)].tolist(), least[len(mine) :].reshape(given.shape)
         for feature, alone in zip(self._scattered, single):
             if alone and feature.name in grads:  # one gradient row per entry: what scatter would send, less 12 B
                 batch = _by_position(result.batches[feature.name])
@@ -514,7 +529,7 @@ class DistributedEngine:
                 grad = grads.pop(feature.name)
                 entries[feature.name] = self.kernels.pooled_entries(batch, combiner, grad, safe=feature.safe_lookup)
         by_entry = {f.name for f, alone in zip(self._scattered, single) if alone}
-        received = self._send_gradients(result, entries, grads, by_entry)  # type: ignore[arg-type]
+        received = self._send_gradients(result, entries, grads, by_entry, given)  # type: ignore[arg-type]
         error, pending, in_place = None, _Pending({}), []
         try:
             trained = [(t, o) for t in self.spec.tables if (o := self.spec.optimizer_for(t.name)) is not None]
@@ -586,11 +601,13 @@ class DistributedEngine:
         entries: dict[str, Any],
         grads: dict[str, np.ndarray],
         by_entry: set[str],
+        given: np.ndarray,
     ) -> dict[str, list[tuple[np.ndarray, ...]]]:
         """Table -> per feature (spec order), the entries this rank owns (`_entries_of`), in the one-process
         order (collective): feature by feature, then source rank by source rank, each in its entry order.
         The sequence features and the pooled ones of `by_entry` (the same on every rank) send their
-        entries' gradients one by one; the other pooled ones one gradient row per (example, owner)."""
+        entries' gradients one by one; the other pooled ones one gradient row per (example, owner).
+        `given` [W, P]: in the owner mode, which of its pooled features each rank sends a gradient of."""
         pieces: dict[int, tuple[np.ndarray, ...]] = {}  # feature index -> its entries
         if self._sequence or by_entry:
             pieces.update(self._send_entries(result, entries))
@@ -598,7 +615,7 @@ class DistributedEngine:
         if pooled:
             wanted = [grads.get(f.name) for f in pooled]
             if self._pooled:
-                expanded = expand(self.comm, self._kept[result.lookup][1], wanted)
+                expanded = expand(self.comm, self._kept[result.lookup][1], wanted, given)
             else:  # exact mode: the requester pooled the forward; the owners get the coefficients now
                 bags = [
                     self._bag(f, result.batches[f.name], result.routes[f.name], grad is None)
@@ -627,7 +644,7 @@ class DistributedEngine:
         outbox = pack(owners, rows, self.world_size)
         received, local = send_ids(self.comm, outbox)
         sent, got = Segments(outbox.counts, self._dims), Segments(received, self._dims)
-        flat = np.empty(sent.size, np.float32)
+        flat = aligned.empty((sent.size,), np.float32)
         fill(flat, sent, *_gradient_rows(features, entries, outbox.order))  # every feature and destination at once
         values = send_values(self.comm, flat, sent, got)
         return {index: (local[got.entries(index)], *got.rows(values, index)) for index in range(len(features))}

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import aligned
 from . import blas_threads
 
 __all__ = ["MPICommunicator"]
@@ -67,7 +68,7 @@ class MPICommunicator:
             raise ValueError(f"Arguments `send_counts` and `recv_counts` must hold {self.size} counts each.")
         if int(sent.sum()) != send.shape[0]:
             raise ValueError(f"`send_counts` add up to {int(sent.sum())}; `send` holds {send.shape[0]}.")
-        recv = np.empty(int(expected.sum()), dtype=send.dtype)
+        recv = aligned.empty((int(expected.sum()),), send.dtype)  # rows at cache-line boundaries, as in a table
         self._comm.Alltoallv([send, (sent, _offsets(sent))], [recv, (expected, _offsets(expected))])
         return recv
 

@@ -43,6 +43,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .. import aligned
 from ..kernels import Kernels, Lookup, NumpyKernels
 from ..ragged import Ragged
 from .communicator import Communicator
@@ -137,12 +138,15 @@ def pool(
     # As an owner: one partial sum per run of equal examples in each (source, feature) segment.
     answered, group, _, runs = _groups(received, examples_got)
     answers = Segments(answered, dims)
-    answer = np.empty(answers.size, np.float32)
-    entries, by_run = Segments(received, ones), Segments(answered, ones)
-    for p in range(num):  # every source at once
-        at = entries.entries(p)
-        partial_sums = _pooled(kernels, tables[p], rows[at], runs[by_run.entries(p)], coefs[at], quantizations[p])
-        answers.put(answer, p, partial_sums)
+    if num == 1:  # one feature: its entries and partial sums are the buffers, in order (no index, no copy)
+        answer = _pooled(kernels, tables[0], rows, runs, coefs, quantizations[0]).reshape(-1)
+    else:
+        answer = aligned.empty((answers.size,), np.float32)
+        entries, by_run = Segments(received, ones), Segments(answered, ones)
+        for p in range(num):  # every source at once
+            at = entries.entries(p)
+            partial_sums = _pooled(kernels, tables[p], rows[at], runs[by_run.entries(p)], coefs[at], quantizations[p])
+            answers.put(answer, p, partial_sums)
 
     # As a requester: which example each partial sum it gets back belongs to.
     asked, _, first, _ = _groups(outbox.counts, example)
@@ -166,14 +170,27 @@ def _send_entries(comm: Communicator, bags: Sequence[Bag]) -> tuple:
     Returns (the outbox, each sent entry's example in send order, the received counts [W, P], and per
     received entry its local row, example and float32 coefficient, segments source-major)."""
     outbox = pack([b.owner for b in bags], [b.local for b in bags], comm.size)
-    example = np.concatenate([b.example for b in bags]).astype(np.int64)[outbox.order]
-    coef = np.concatenate([b.coef for b in bags]).astype(np.float32)[outbox.order]
+    examples, coefs = _joined([b.example for b in bags], np.int64), _joined([b.coef for b in bags], np.float32)
+    kernels = compiled()
+    if kernels is not None:  # one pass: (local row, example) pairs and coefficients in send order
+        sent_pairs, coef = kernels.sent_entries(outbox.order, outbox.local, examples, coefs)
+        example = sent_pairs[1::2]
+    else:
+        example, coef = examples[outbox.order], coefs[outbox.order]
+        sent_pairs = np.stack([outbox.local, example], axis=1).reshape(-1)
     received = swap_counts(comm, outbox.counts)
     sent_n, got_n = outbox.counts.sum(axis=1), received.sum(axis=1)
-    pairs = comm.alltoallv(np.stack([outbox.local, example], axis=1).reshape(-1), 2 * sent_n, 2 * got_n)
+    pairs = comm.alltoallv(sent_pairs, 2 * sent_n, 2 * got_n)
     rows, examples_got = pairs.reshape(-1, 2)[:, 0], pairs.reshape(-1, 2)[:, 1]
     coefs = comm.alltoallv(coef, sent_n, got_n)
     return outbox, example, received, rows, examples_got, coefs
+
+
+def _joined(arrays: Sequence[np.ndarray], dtype: type) -> np.ndarray:
+    """The arrays end to end as `dtype`: the one array itself when there is one of that type (no copy)."""
+    if len(arrays) == 1:
+        return arrays[0].astype(dtype, copy=False)
+    return np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.zeros(0, dtype)
 
 
 def scatter(comm: Communicator, bags: Sequence[Bag], grads: Sequence[np.ndarray | None], dims: np.ndarray):
@@ -197,7 +214,7 @@ def scatter(comm: Communicator, bags: Sequence[Bag], grads: Sequence[np.ndarray 
     answered, group, _, _ = _groups(received, examples_got)
     asked, _, first, _ = _groups(outbox.counts, example)
     kept = Kept(np.asarray(dims, np.int64), asked, example[first], answered, received, rows, coefs, group)
-    return expand(comm, kept, grads)
+    return expand(comm, kept, grads, np.ones_like(answered))  # a source sent entries of p only with a gradient
 
 
 def _groups(counts: np.ndarray, examples: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -220,7 +237,9 @@ def _groups(counts: np.ndarray, examples: np.ndarray) -> tuple[np.ndarray, ...]:
     return per_segment, group, first, lengths
 
 
-def expand(comm: Communicator, kept: Kept, grads: Sequence[np.ndarray | None]) -> list[tuple[np.ndarray, ...]]:
+def expand(
+    comm: Communicator, kept: Kept, grads: Sequence[np.ndarray | None], given: np.ndarray | None = None
+) -> list[tuple[np.ndarray, ...]]:
     """The entries each owner gets from a pooled backward (collective).
 
     Args:
@@ -228,6 +247,10 @@ def expand(comm: Communicator, kept: Kept, grads: Sequence[np.ndarray | None]) -
       kept: what the forward kept.
       grads: per pooled feature, this rank's float32 gradient [B, D] of
         its activations (multiplier applied), or None (no gradient).
+      given: int64 [W, P], 1 where rank s sends a gradient for feature p,
+        as the ranks agreed (`DistributedEngine.apply_gradients`); then
+        each owner knows what it gets, the partial sums it answered, and
+        no counts are exchanged. None: the ranks swap their counts first.
 
     Returns:
       per pooled feature: (local rows int64 [n], gradient rows G float32
@@ -238,20 +261,23 @@ def expand(comm: Communicator, kept: Kept, grads: Sequence[np.ndarray | None]) -
       feature).
     """
     num = kept.asked.shape[1]
-    given = [g is not None for g in grads]
-    counts = kept.asked * np.array(given, np.int64)
+    mine = [g is not None for g in grads]
+    counts = kept.asked * np.array(mine, np.int64)
     sent = Segments(counts, kept.dims)
-    flat = np.empty(sent.size, np.float32)
+    flat = aligned.empty((sent.size,), np.float32)
     sources = [_NO_ROWS if g is None else g for g in grads]
-    fill(flat, Segments(kept.asked, kept.dims), sources, kept.examples, present=given)  # every feature and owner
-    received = swap_counts(comm, counts)
-    wrong = (received != 0) & (received != kept.answered)
-    if wrong.any():
-        source, p = (int(i) for i in np.argwhere(wrong)[0])
-        raise RuntimeError(
-            f"Rank {source} sent {received[source, p]} gradient rows for pooled feature {p}, not the "
-            f"{kept.answered[source, p]} of the lookup: the ranks applied different lookups."
-        )
+    fill(flat, Segments(kept.asked, kept.dims), sources, kept.examples, present=mine)  # every feature and owner
+    if given is not None:
+        received = kept.answered * given
+    else:
+        received = swap_counts(comm, counts)
+        wrong = (received != 0) & (received != kept.answered)
+        if wrong.any():
+            source, p = (int(i) for i in np.argwhere(wrong)[0])
+            raise RuntimeError(
+                f"Rank {source} sent {received[source, p]} gradient rows for pooled feature {p}, not the "
+                f"{kept.answered[source, p]} of the lookup: the ranks applied different lookups."
+            )
     got = Segments(received, kept.dims)
     values = comm.alltoallv(flat, sent.values_per_rank(), got.values_per_rank())
     kernels = compiled()
