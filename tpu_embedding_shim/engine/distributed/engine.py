@@ -512,16 +512,16 @@ class DistributedEngine:
         entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         grads: dict[str, np.ndarray] = {}
         mine = [0] * len(self._scattered)
-        given = np.ones((self.world_size, len(self._pooled)), np.int64)  # row r: the pooled gradients rank r sends
+        sends = np.ones((self.world_size, len(self._pooled)), np.int64)  # row r: the pooled gradients rank r sends
         try:
             entries, grads = self._entries(result, gradients, step)
             mine = [int(_one_id_each(result.batches[f.name])) for f in self._scattered]
-            given[self.rank] = [f.name in grads for f in self._pooled]
+            sends[self.rank] = [f.name in grads for f in self._pooled]
         except Exception as caught:
             error = caught
         facts = {"lookup": getattr(result, "lookup", None)} if self._pooled else {}  # the owners kept its coefficients
-        least = agree(self.comm, error, "apply_gradients", least=[*mine, *given.reshape(-1).tolist()], **facts)
-        single, given = least[: len(mine)].tolist(), least[len(mine) :].reshape(given.shape)
+        least = agree(self.comm, error, "apply_gradients", least=[*mine, *sends.reshape(-1).tolist()], **facts)
+        single, given = least[: len(mine)].tolist(), least[len(mine) :].reshape(sends.shape)
         for feature, alone in zip(self._scattered, single):
             if alone and feature.name in grads:  # one gradient row per entry: what scatter would send, less 12 B
                 batch = _by_position(result.batches[feature.name])
