@@ -85,6 +85,7 @@ TENSORFLOW_BRIDGES = (
     "runner/tf_data.py",
     "runner/tf_run.py",
     "runner/tf_serving.py",
+    "runner/tf_hooks.py",
 )
 
 

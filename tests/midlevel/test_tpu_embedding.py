@@ -72,7 +72,7 @@ def test_tf23_signature_with_batch_size_and_later_signature_without():
     assert own.optimizer == E.Adagrad(0.1)
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", tf.tpu.experimental.AdagradParameters(0.1), 0.1])
+@pytest.mark.parametrize("optimizer", ["sgd", tf.tpu.experimental.AdagradParameters(0.1), 0.1, False, True])
 def test_unsupported_optimizer_is_a_value_error(optimizer):
     with pytest.raises(ValueError, match="unsupported optimizer class"):
         E.TPUEmbedding(feature_config=E.FeatureConfig(table=row_ids_table()), optimizer=optimizer)

@@ -137,19 +137,25 @@ class TPUEmbedding(MidLevelBase):
     def __init__(
         self,
         feature_config: Any,
-        batch_size: Any = None,
+        batch_size: Any = _UNSET,
         optimizer: Any = _UNSET,
         pipeline_execution_with_tensor_core: bool = False,
         initialize_tpu_embedding: bool = True,
     ):
+        second_given = batch_size is not _UNSET
+        batch_size = None if batch_size is _UNSET else batch_size
         if optimizer is _UNSET:  # TensorFlow >= 2.4: TPUEmbedding(feature_config, optimizer, ...)
             if is_int(batch_size):
                 raise TypeError("TPUEmbedding() missing required argument: 'optimizer'.")
             optimizer, batch_size = batch_size, None
-        elif isinstance(optimizer, bool) and (batch_size is None or isinstance(batch_size, v2_utils.Optimizer)):
+        elif (
+            second_given
+            and isinstance(optimizer, bool)
+            and (batch_size is None or isinstance(batch_size, v2_utils.Optimizer))
+        ):
             # TensorFlow >= 2.4 positionally: TPUEmbedding(feature_config, optimizer, pipelining), the optimizer
             # None where every table has its own (keras-rs's DistributedEmbedding calls it so); no TF 2.3
-            # optimizer is a bool.
+            # optimizer is a bool. `optimizer=False` by keyword stays an optimizer, refused below.
             optimizer, pipeline_execution_with_tensor_core, batch_size = batch_size, optimizer, None
         if batch_size is not None and (not is_int(batch_size) or batch_size < 1):
             raise ValueError(f"Argument `batch_size` of TPUEmbedding must be an int >= 1. Received: {batch_size!r}.")
