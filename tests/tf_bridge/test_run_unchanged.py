@@ -73,6 +73,20 @@ def test_activate_replaces_tensorflows_own_names_and_deactivate_restores_every_a
     assert has == had  # what the mode added where TensorFlow has no tf.estimator is gone again
 
 
+def test_a_program_importing_tensorflow_compat_v1_reads_the_projects_names_there(tmp_path):
+    """From TensorFlow 2.16 on, `import tensorflow.compat.v1 as tf` makes a module object of its own (the
+    namespace run again under that name): a TPUEstimator program written so reads `tf.estimator` there."""
+    program = tmp_path / "v1_program.py"
+    program.write_text(
+        "import tensorflow.compat.v1 as tf\n"
+        "print(tf.estimator.tpu.TPUEstimator.__module__, tf.tpu.experimental.embedding.TPUEmbedding.__module__)\n"
+    )
+    result = run("-m", "tpu_embedding_shim.tensorflow", str(program))
+    assert result.returncode == 0, result.stderr[-3000:]
+    estimator, embedding = result.stdout.split()[-2:]
+    assert estimator.startswith("tpu_embedding_shim.") and embedding.startswith("tpu_embedding_shim."), result.stdout
+
+
 def test_the_mode_only_replaces_names_tensorflow_has():
     names = shim.replaced_names()
     assert "tf.distribute.TPUStrategy" in names

@@ -26,6 +26,7 @@ program that imports TPU classes from there gets TensorFlow's.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 import threading
 from collections.abc import Iterator
@@ -64,7 +65,21 @@ def _modules(path: str) -> list[Any]:
         module = sys.modules.get(value.__name__)
         if module is not None and module is not value:
             objects.append(module)
+    imported = _imported_as(path)
+    if imported is not None and all(imported is not o for o in objects):
+        objects.append(imported)
     return objects
+
+
+def _imported_as(path: str) -> Any:
+    """The module `import tensorflow.<path>` gives, where that is another object than `tf.<path>`: from
+    TensorFlow 2.16 on, `import tensorflow.compat.v1` runs the namespace's `__init__` again as a module of its
+    own (its submodules are shared), so a name set on `tf.compat.v1` alone is missing from it."""
+    name = f"tensorflow.{path}"
+    if path in ("compat.v1", "compat.v2"):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    return sys.modules.get(name)
 
 
 def _targets() -> list[tuple[Any, str, str, Any]]:
