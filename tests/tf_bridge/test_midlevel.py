@@ -179,7 +179,7 @@ def test_each_bridged_op_depends_on_the_previous_one():
         return embedding.dequeue()["f"]
 
     graph = step.get_concrete_function(tf.TensorSpec([2], tf.int64)).graph
-    ops = [op for op in graph.get_operations() if op.type == "EagerPyFunc"]
+    ops = [op for op in graph.get_operations() if op.type == "PyFunc"]  # the bridge's tf.numpy_function ops
     kinds = [op.name.rstrip("_0123456789").split("_")[-1] for op in ops]
     assert kinds == ["enqueue", "dequeue", "gradients", "enqueue", "dequeue"]
     for before, after in itertools.pairwise(ops):

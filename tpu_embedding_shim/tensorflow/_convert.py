@@ -14,11 +14,16 @@ are read as numpy and put back together (`decode`):
 
 `call(fn, leaves, ...)` runs `fn` on the decoded values. Eagerly it runs at
 once and its exceptions are the project's own. Inside a `tf.function` it
-becomes one `tf.py_function` op, made to depend on the previous bridged op of
-the same graph, so enqueue -> dequeue -> apply_gradients run in program
-order (TensorFlow's automatic control dependencies order them as well; the
-explicit chain does not rely on it). An exception raised when such an op runs
-reaches the caller as TensorFlow maps an exception in a `tf.py_function`: a
+becomes one stateful `tf.numpy_function` op, made to depend on the previous
+bridged op of the same graph, so enqueue -> dequeue -> apply_gradients run
+in program order (TensorFlow's automatic control dependencies order them as
+well; the explicit chain does not rely on it). `tf.numpy_function` hands
+the call numpy arrays; `tf.py_function` wraps each input in an eager tensor
+first, which cost ~1.1 ms a call with 26 tensors in and out, against ~0.2
+(TensorFlow 2.15, B = 256). No gradient flows through these ops: the
+engine's inputs are ids, and its gradients come to `apply_gradients` as
+values. An exception raised when such an op runs
+reaches the caller as TensorFlow maps an exception in a Python op: a
 `ValueError` or `TypeError` as `tf.errors.InvalidArgumentError`, any other
 as `tf.errors.UnknownError`, its message holding the project's exception
 type and message.
@@ -120,10 +125,10 @@ def call(
     counts = [len(leaf.components) for leaf in leaves]
     flat = [c for leaf in leaves for c in leaf.components]
 
-    def run(*tensors: tf.Tensor) -> list[np.ndarray]:
-        arrays, decoded, start = [t.numpy() for t in tensors], [], 0
+    def run(*arrays: np.ndarray) -> list[np.ndarray]:
+        decoded, start = [], 0
         for leaf, count in zip(leaves, counts):
-            decoded.append(decode(leaf, arrays[start : start + count]))
+            decoded.append(decode(leaf, list(arrays[start : start + count])))
             start += count
         outputs = fn(*decoded)
         return [np.asarray(o, dtype.as_numpy_dtype) for o, dtype in zip(outputs, out_dtypes)] + [np.int64(0)]
@@ -131,7 +136,7 @@ def call(
     graph = tf.compat.v1.get_default_graph()
     previous = _last_op.get(graph)
     with tf.control_dependencies([] if previous is None else [previous]):
-        *outputs, done = tf.py_function(run, flat, list(out_dtypes) + [tf.int64], name=name)
+        *outputs, done = tf.numpy_function(run, flat, list(out_dtypes) + [tf.int64], stateful=True, name=name)
     _last_op[graph] = done
     for tensor, shape in zip(outputs, out_shapes):
         tensor.set_shape(shape)

@@ -56,7 +56,8 @@ def all_reduce(reduce_op: str, tensors: Sequence[Any]) -> list[tf.Tensor]:
         return reduced
 
     leaves = [_convert.encode(t, "all_reduce value") for t in tensors]
-    return _convert.call(reduce, leaves, [t.dtype for t in tensors], [t.shape for t in tensors], "cross_replica_sum")
+    # Not named CROSS_REPLICA_OP: the runner counts an op of that name as CrossShardOptimizer's.
+    return _convert.call(reduce, leaves, [t.dtype for t in tensors], [t.shape for t in tensors], "replica_all_reduce")
 
 
 def all_gather(tensors: Sequence[Any], axis: int) -> list[tf.Tensor]:
