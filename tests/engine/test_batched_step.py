@@ -12,6 +12,8 @@ step, and refuse bad gradients with the same error, changing nothing.
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -22,6 +24,7 @@ from .fast_only import require_fast_kernels
 require_fast_kernels()
 
 from tpu_embedding_shim.engine.engine import Engine  # noqa: E402
+from tpu_embedding_shim.engine.fast import batched  # noqa: E402
 from tpu_embedding_shim.engine.fast.kernels import FastKernels  # noqa: E402
 from tpu_embedding_shim.engine.kernels import Lookup, NumpyKernels  # noqa: E402
 from tpu_embedding_shim.engine.lookup import quantization_parameters  # noqa: E402
@@ -102,10 +105,16 @@ def _step(spec: EmbeddingSpec, rng, batch: int):
 
 
 @settings(max_examples=60, deadline=None)
-@given(spec=mixed_specs(), seed=st.integers(0, 2**16), batch=st.integers(1, 9))
-def test_batched_steps_are_the_numpy_kernels_bits(spec, seed, batch):
+@given(spec=mixed_specs(), seed=st.integers(0, 2**16), batch=st.integers(1, 9), hashed=st.booleans())
+def test_batched_steps_are_the_numpy_kernels_bits(spec, seed, batch, hashed):
+    """`hashed`: every table summed through a hash of the step's ids, as a table above `DIRECT_ROWS` is."""
     fast, slow = Engine(spec, kernels="fast"), Engine(spec, kernels="numpy")
     rng = np.random.default_rng(seed)
+    with mock.patch.object(batched, "DIRECT_ROWS", 0 if hashed else batched.DIRECT_ROWS):
+        _three_steps(spec, fast, slow, rng, batch)
+
+
+def _three_steps(spec, fast, slow, rng, batch):
     for _ in range(3):
         features, grads = _step(spec, rng, batch)
         r_fast, r_slow = fast.forward(features), slow.forward(features)
@@ -141,6 +150,29 @@ def test_batched_lookups_are_the_reference(pieces):
             np.testing.assert_array_equal(got[1], want[1])
         else:
             assert_same_bits(got, want)
+
+
+def test_a_large_tables_sums_are_hashed_with_the_same_bits():
+    """Tables above `DIRECT_ROWS` rows, a few ids a step (repeated, shared by two features): the summing
+    pass's hash gives the slot map's sums, the numpy kernels' bits."""
+    rows = 4 * batched.DIRECT_ROWS
+    spec = EmbeddingSpec(
+        tables=(TableSpec(name="big", vocabulary_size=rows, dim=5, initializer=TruncatedNormal(seed=3)),),
+        features=(
+            FeatureSpec(name="a", table="big", num_buckets=rows),
+            FeatureSpec(name="b", table="big", num_buckets=rows, max_sequence_length=2),
+        ),
+        optimizer=AdagradSpec(learning_rate=0.2),
+    )
+    fast, slow = Engine(spec, kernels="fast"), Engine(spec, kernels="numpy")
+    rng = np.random.default_rng(7)
+    for _ in range(4):
+        hot = rng.integers(0, rows, 6)  # few distinct ids: many duplicates, in both features
+        features = {"a": rng.choice(hot, (32, 3)), "b": rng.choice(hot, (32, 2))}
+        grads = {"a": rng.standard_normal((32, 5)), "b": rng.standard_normal((32, 2, 5))}
+        step_both(fast, slow, features, grads)
+    assert_same_bits(fast.table("big"), slow.table("big"))
+    assert_same_bits(fast.slots("big")["accumulators"], slow.slots("big")["accumulators"])
 
 
 def test_no_lookup_is_no_call():
