@@ -268,10 +268,9 @@ def sum_all(dims, slot_map, moff, layout, values, splits, weights, positions, gr
 
     Feature f (`layout[f]`, its arrays as `lookup_all` reads them) has a gradient when `given[f]`: the
     next [B, D] or [B, L, D] of the flat `grads`. It adds to table t = `layout[f, TABLE]` (`dims[t]`
-    wide), through the id -> slot map `slot_map[moff[t] + id]`
-    (-1 everywhere before, and again when this returns), or, for a table whose map would miss the cache,
-    a hash of the step's ids when the table has more than `direct_rows` rows (`_hash_bits`): the same
-    slots either way. Entry k adds `coef[k] * grad row` (a multiply
+    wide). A row's slot comes from the id -> slot map `slot_map[moff[t] + id]` (-1 everywhere before,
+    and again when this returns), or, for a table of more than `direct_rows` rows, from a hash of the
+    step's ids (`_hash_bits`): the same slots either way. Entry k adds `coef[k] * grad row` (a multiply
     by 1 changes no value), the first entry of a row writes it. Returns (unique, summed, ustart, gstart,
     counts): table t's touched ids `unique[ustart[t]:ustart[t] + counts[t]]`, their sums the rows of
     `summed[gstart[t]:]` ([counts[t], dims[t]], flat), in first-seen order.
