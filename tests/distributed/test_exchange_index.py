@@ -78,6 +78,29 @@ def test_distinct_lists_each_pair_once_in_order_of_first_occurrence(implementati
         assert pair_owners[inverse].tolist() == owner.tolist() and pair_rows[inverse].tolist() == local.tolist()
 
 
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@settings(max_examples=60, deadline=None)
+@given(case=features())
+def test_requests_ask_each_owner_for_each_distinct_row_of_a_group_once(implementation, case):
+    world, owners, locals_ = case
+    bases = np.concatenate([[0], np.cumsum([o.shape[0] for o in owners])]).astype(np.int64)
+    joined = [np.concatenate(a) if a else np.zeros(0, np.int64) for a in (owners, locals_)]
+    with using(implementation):
+        outbox, pair, at = exchange.requests(*joined, bases, world)
+    pairs = [list(dict.fromkeys(zip(o.tolist(), r.tolist()))) for o, r in zip(owners, locals_)]  # first occurrence
+    assert outbox.bases.tolist() == np.concatenate([[0], np.cumsum([len(p) for p in pairs])]).tolist()
+    owners_of = [np.array([o for o, _ in p], np.int64) for p in pairs]
+    rows_of = [np.array([r for _, r in p], np.int64) for p in pairs]
+    box = exchange.pack(owners_of, rows_of, world)  # the pairs, by owner then group: `pack`'s order
+    assert outbox.order.tolist() == box.order.tolist() and outbox.local.tolist() == box.local.tolist()
+    assert outbox.counts.tolist() == box.counts.tolist() and outbox.starts.tolist() == box.starts.tolist()
+    flat = [pair for p in pairs for pair in p]
+    entries = [(o, r) for own, local in zip(owners, locals_) for o, r in zip(own.tolist(), local.tolist())]
+    assert [flat[j] for j in pair.tolist()] == entries
+    for j, p in zip(pair.tolist(), at.tolist()):
+        assert outbox.order[p] == j
+
+
 @st.composite
 def segments(draw):
     """(counts [W, P], per entry: example, gradient rows per segment, group, local row, coefficient)."""

@@ -525,6 +525,40 @@ def test_slot_map_starts_again_before_its_epoch_overflows(cases, seed):
             assert fast.slot_maps_clean()
 
 
+@SETTINGS
+@given(
+    steps=st.lists(
+        st.lists(st.tuples(st.integers(0, 2), batches(vocab=25, max_len=30, weights=True)), min_size=1, max_size=5),
+        min_size=1,
+        max_size=3,
+    ),
+    combiner=COMBINERS,
+    seed=st.integers(0, 99),
+)
+def test_all_tables_summed_in_one_call_give_each_table_s_sums(steps, combiner, seed):
+    """`sum_serial` (every table in one call, for one numba thread) gives the rows and bits of `sum_table`
+    per table, step after step on the same slot maps: several features per table, weighted or not."""
+    serial, each = FastKernels(), FastKernels()
+    rng = np.random.default_rng(seed)
+    for pieces in steps:
+        requests = []
+        for t in range(3):
+            entries = []
+            for table_of, (_, batch) in pieces:
+                if table_of == t:
+                    grad = rng.standard_normal((batch.batch_size, 3)).astype(np.float32)
+                    entries.append(serial.pooled_entries(batch, combiner, grad))
+            requests.append((f"t{t}", 25, 3, entries))
+        got = serial.sum_serial(requests)
+        assert got is not None
+        for summed, request in zip(got, requests):
+            want_ids, want_rows = _sorted(*each.sum_table(*request).compact())
+            ids, rows = _sorted(*summed.compact())
+            np.testing.assert_array_equal(ids, want_ids)
+            np.testing.assert_array_equal(rows.view(np.uint32), want_rows.view(np.uint32))
+        assert serial.slot_maps_clean()
+
+
 def test_prefetch_is_only_a_hint():
     """`prefetch_row` of rows far outside the array neither faults nor changes anything."""
     import numba

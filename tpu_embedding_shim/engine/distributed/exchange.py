@@ -26,9 +26,9 @@ wrote it.
 >>> box.entries(1, 0).tolist()  # feature 0's entries in segment (rank 1, feature 0)
 [0, 2]
 
-A forward asks each owner for each distinct row once per table (`distinct`)
-and expands the answer locally: the rows are copies, so the bits are the
-same as when every entry asks for its row.
+A forward asks each owner for each distinct row once per table (`distinct`,
+`requests`) and expands the answer locally: the rows are copies, so the
+bits are the same as when every entry asks for its row.
 
 >>> [(owners, rows, inverse)] = distinct([np.array([1, 0, 1, 1])], [np.array([5, 6, 5, 7])], world_size=2)
 >>> owners.tolist(), rows.tolist(), inverse.tolist()  # entries 0 and 2 ask for the same row
@@ -50,6 +50,7 @@ __all__ = [
     "Outbox",
     "pack",
     "distinct",
+    "requests",
     "fill",
     "ranges",
     "swap_counts",
@@ -236,23 +237,38 @@ def pack(owners: Sequence[np.ndarray], locals_: Sequence[np.ndarray], world_size
     return Outbox(order, counts, bases, local, _starts(counts))
 
 
+def requests(owner: np.ndarray, local: np.ndarray, bases: np.ndarray, world_size: int) -> tuple:
+    """What a forward asks the owners for: per group t of entries (`bases[t]:bases[t + 1]` of `owner` /
+    `local`, a table's), each distinct (owner, local row) pair once (`distinct`), every group's pairs in
+    one `Outbox` (`pack`: by owner, then group, each in the order of first occurrence).
+
+    Returns (outbox, pair, at), int64 per entry: its pair among the groups' pairs laid end to end
+    (`outbox.bases`), and that pair's send position. One compiled call when numba is there
+    (`fast/exchange.requests`), the same arrays."""
+    groups = bases.shape[0] - 1
+    kernels = compiled()
+    if kernels is not None:
+        order, counts, sizes, sent, pair, at = kernels.requests(owner, local, bases, world_size)
+        pair_bases = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        return Outbox(order, counts, pair_bases, sent, _starts(counts)), pair, at
+    spans = [slice(int(bases[t]), int(bases[t + 1])) for t in range(groups)]
+    found = distinct([owner[s] for s in spans], [local[s] for s in spans], world_size)
+    outbox = pack([f[0] for f in found], [f[1] for f in found], world_size)
+    pair = np.concatenate([f[2] + base for f, base in zip(found, outbox.bases[:-1])]) if found else bases[:0]
+    where = np.empty(outbox.order.shape[0], np.int64)
+    where[outbox.order] = np.arange(outbox.order.shape[0], dtype=np.int64)
+    return outbox, pair.astype(np.int64, copy=False), where[pair]
+
+
 def distinct(owners: Sequence[np.ndarray], locals_: Sequence[np.ndarray], world_size: int) -> list[tuple]:
     """Per group of entries t (a table's), each distinct (owner, local row) pair of its entries once.
 
     Returns per group (owners, locals, inverse), int64: the pairs in the order they first occur, and for
-    each entry the index of its pair, so that `owners[inverse], locals[inverse]` are the entries' own."""
+    each entry the index of its pair, so that `owners[inverse], locals[inverse]` are the entries' own.
+    numpy (the compiled kernels do this inside `requests`)."""
     keys = [local.astype(np.int64) * world_size + owner.astype(np.int64) for owner, local in zip(owners, locals_)]
-    bases = np.concatenate([[0], np.cumsum([k.shape[0] for k in keys])]).astype(np.int64)
-    kernels = compiled()
-    if kernels is not None:  # one hash pass per group
-        unique, inverse, sizes = kernels.distinct(np.concatenate(keys) if keys else np.zeros(0, np.int64), bases)
-        out = []
-        for t in range(len(keys)):
-            pairs = unique[bases[t] : bases[t] + sizes[t]]
-            out.append((pairs % world_size, pairs // world_size, inverse[bases[t] : bases[t + 1]]))
-        return out
     out = []
-    for key in keys:  # numpy: sorted, then put in the order of first occurrence
+    for key in keys:  # sorted, then put in the order of first occurrence
         pairs, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         order = np.argsort(first, kind="stable")
         rank = np.empty(order.shape[0], np.int64)

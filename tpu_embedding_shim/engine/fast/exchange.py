@@ -10,8 +10,10 @@ the fallback without numba. Serial kernels: each rank runs on one core.
   entries (the owner-pooled partial sums), one pass.
 - `routes`: for every received entry of every feature at once, its
   feature-major place and the gradient row it reads.
-- `distinct`: each table's distinct keys in the order they first occur,
-  and each entry's, through an open-addressing hash table (numpy sorts).
+- `requests`: a forward's requests: each table's distinct (owner, local
+  row) pairs in the order they first occur, through an open-addressing hash
+  table (numpy sorts), bucketed by (owner, table) as `bucket` does, and each
+  entry's pair and its send position: three passes where numpy sorts twice.
 - `fill`: a send buffer's rows gathered from every feature's source at
   once (numpy: one gather per feature), each times its coefficient when
   there is one: the float32 product numpy makes.
@@ -29,7 +31,7 @@ import numpy as np
 from . import disk_cache  # noqa: F401  (before any cache=True kernel: numba caches them outside the package)
 from .prefetch import AHEAD, prefetch_row
 
-__all__ = ["bucket", "runs", "routes", "distinct", "fill", "locate", "sent_entries"]
+__all__ = ["bucket", "runs", "routes", "requests", "fill", "locate", "sent_entries"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -165,9 +167,10 @@ def routes(entries: np.ndarray, rows_got: np.ndarray, group: np.ndarray, local: 
 
 
 @numba.njit(cache=True, nogil=True)
-def _distinct(keys, bases, unique, inverse, sizes, slots):
+def _requests(owner, local, bases, world, slots, keys, first, pair, counts, sizes, order, sent, at):
     golden = np.uint64(11400714819323198485)  # Fibonacci hashing: 2^64 / the golden ratio
-    for t in range(bases.shape[0] - 1):
+    groups = bases.shape[0] - 1
+    for t in range(groups):  # each group's distinct pairs, in the order they first occur
         lo, hi = bases[t], bases[t + 1]
         bits = 4
         while (1 << bits) < 2 * (hi - lo):
@@ -177,34 +180,69 @@ def _distinct(keys, bases, unique, inverse, sizes, slots):
         slots[: mask + 1] = -1
         count = 0
         for k in range(lo, hi):
-            key = keys[k]
+            o = owner[k]
+            key = local[k] * world + o
             h = np.int64((np.uint64(key) * golden) >> shift)
             while True:
                 s = slots[h]
                 if s < 0:
                     slots[h] = count
-                    unique[lo + count] = key
-                    inverse[k] = count
+                    keys[h] = key
+                    first[lo + count] = k
+                    pair[k] = count
+                    counts[o * groups + t] += 1
                     count += 1
                     break
-                if unique[lo + s] == key:
-                    inverse[k] = s
+                if keys[h] == key:
+                    pair[k] = s
                     break
                 h = (h + 1) & mask
         sizes[t] = count
+    position = np.empty(counts.shape[0], np.int64)  # where each (owner, group) segment starts in send order
+    total = 0
+    for key in range(counts.shape[0]):
+        position[key] = total
+        total += counts[key]
+    place = np.empty(total, np.int64)  # each pair's send position
+    base = 0
+    for t in range(groups):  # the pairs in send order, each segment in first-occurrence order
+        lo = bases[t]
+        for j in range(sizes[t]):
+            k = first[lo + j]
+            key = owner[k] * groups + t
+            p = position[key]
+            position[key] = p + 1
+            order[p] = base + j
+            sent[p] = local[k]
+            place[base + j] = p
+        for k in range(lo, bases[t + 1]):
+            pair[k] += base
+            at[k] = place[pair[k]]
+        base += sizes[t]
 
 
-def distinct(keys: np.ndarray, bases: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per group t of keys (`keys[bases[t]:bases[t + 1]]`, int64 >= 0): its distinct keys in the order they
-    first occur, at `unique[bases[t]:bases[t] + sizes[t]]`, and each key's index among them (`inverse`)."""
-    keys = np.ascontiguousarray(keys, np.int64)
+def requests(owner: np.ndarray, local: np.ndarray, bases: np.ndarray, world: int) -> tuple[np.ndarray, ...]:
+    """A forward's requests: per group t of entries (`bases[t]:bases[t + 1]`, a table's), its distinct
+    (owner, local row) pairs in the order they first occur, laid end to end group after group, then
+    ordered by (owner, group) keeping that order.
+
+    Returns:
+      (order, counts, sizes, local, pair, at), int64: send position p holds pair `order[p]` and asks for
+      local row `local[p]`; `counts` [W, T] pairs per (owner, group); `sizes` [T] pairs per group; entry
+      k is pair `pair[k]`, sent at position `at[k]`.
+    """
+    owner = np.ascontiguousarray(owner, np.int64)
+    local = np.ascontiguousarray(local, np.int64)
     bases = np.ascontiguousarray(bases, np.int64)
-    unique, inverse = np.empty(keys.shape[0], np.int64), np.empty(keys.shape[0], np.int64)
-    sizes = np.zeros(bases.shape[0] - 1, np.int64)
-    largest = int(np.diff(bases).max()) if sizes.shape[0] else 0
+    n, groups = owner.shape[0], bases.shape[0] - 1
+    largest = int(np.diff(bases).max()) if groups else 0
     slots = np.empty(max(16, 1 << int(2 * largest - 1).bit_length()), np.int64)
-    _distinct(keys, bases, unique, inverse, sizes, slots)
-    return unique, inverse, sizes
+    first, pair, at = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+    counts, sizes = np.zeros(world * groups, np.int64), np.zeros(groups, np.int64)
+    order, sent = np.empty(n, np.int64), np.empty(n, np.int64)
+    _requests(owner, local, bases, world, slots, np.empty_like(slots), first, pair, counts, sizes, order, sent, at)
+    total = int(sizes.sum())
+    return order[:total], counts.reshape(world, groups), sizes, sent[:total], pair, at
 
 
 @numba.njit(cache=True, nogil=True)

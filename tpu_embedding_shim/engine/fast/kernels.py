@@ -17,7 +17,8 @@ Per step the engine asks:
   holds no slot of the next step when it returns (each step's slots lie
   above its epoch), even on error; after a step of few duplicates the rows
   of one entry are left unwritten and the update reads them in place
-  (`Summed.refs`);
+  (`Summed.refs`); on one numba thread (a distributed rank's), every
+  table's sums in one call (`sum_serial`, `batched.sum_entries`);
 - `apply_all`: the fused optimizer updates (`fused.py`), once every check
   of the step has passed.
 
@@ -581,15 +582,8 @@ class FastKernels:
         the table's persistent scratch, as long as the number of entries it owns;
         the id -> slot map holds no slot of the next step when this returns, even
         on error (the epoch moves past every slot this step gives)."""
-        slot_map = self._slot_maps.get(table)
-        if slot_map is None:
-            slot_map = self._slot_maps[table] = owner.new_slot_map(num_rows)
         total = sum(e.ids.shape[0] for e in entries)
-        epoch = self._epochs.get(table, 0)
-        if epoch + total >= _EPOCH_LIMIT:  # start again before the map's int32 values would overflow
-            slot_map.fill(-1)
-            epoch = 0
-        self._epochs[table] = epoch + total  # first: an error below leaves no slot of the next step
+        slot_map, epoch = self._slot_map(table, num_rows, total)
         parts = self.threads()
         owned_by = [np.zeros(parts, dtype=np.int64) for _ in entries]  # per feature: entries per partition
         for e, own in zip(entries, owned_by):
@@ -629,6 +623,19 @@ class FastKernels:
         refs = (opened, entries[-1].src, entries[-1].coef, entries[-1].grads) if defer else None
         return Summed(unique_ids, grads, starts, starts + counts, refs=refs)
 
+    def _slot_map(self, table: str, num_rows: int, total: int) -> tuple[np.ndarray, int]:
+        """The table's id -> slot map and this step's epoch, for `total` entries (`owner.sum_owned`); the
+        next step's epoch is set first: an error in the sums leaves no slot of the next step."""
+        slot_map = self._slot_maps.get(table)
+        if slot_map is None:
+            slot_map = self._slot_maps[table] = owner.new_slot_map(num_rows)
+        epoch = self._epochs.get(table, 0)
+        if epoch + total >= _EPOCH_LIMIT:  # start again before the map's int32 values would overflow
+            slot_map.fill(-1)
+            epoch = 0
+        self._epochs[table] = epoch + total
+        return slot_map, epoch
+
     def _defers(self, table: str, dim: int) -> bool:
         """Whether this step's sums leave the rows of one entry unwritten (`owner.sum_owned`), from the
         table's last step: when at least 3/4 of its entries were on distinct rows and those rows'
@@ -647,13 +654,65 @@ class FastKernels:
         return 4 * rows >= 3 * entries and rows * dim * 4 >= _DEFER_BYTES
 
     def sum_tables(self, requests: Sequence[tuple[str, int, int, list[Entries]]]) -> list[Summed]:
-        """`sum_table(*request)` for each (table, num_rows, dim, entries), small tables side by side."""
+        """`sum_table(*request)` for each (table, num_rows, dim, entries), small tables side by side; on one
+        numba thread, every table in one call (`sum_serial`)."""
+        if len(requests) > 1 and self.threads() == 1:
+            summed = self.sum_serial(requests)
+            if summed is not None:
+                return summed
         return run_each(
             [
                 (sum(e.ids.shape[0] for e in request[3]) * request[2], functools.partial(self.sum_table, *request))
                 for request in requests
             ]
         )
+
+    def sum_serial(self, requests: Sequence[tuple[str, int, int, list[Entries]]]) -> list[Summed] | None:
+        """`sum_tables` in one call of `batched.sum_entries`, with the tables' own slot maps and scratch:
+        each row's entries summed in the same order, the same bits, without ~25 us of Python and three
+        passes a table. None when the entries' gradients are not plain float32 matrices (one numba type)."""
+        pieces = [(t, e) for t, request in enumerate(requests) for e in request[3]]
+        grads = tuple(e.grads for _, e in pieces)
+        if not pieces or not _plain(grads) or any(g.dtype != _F32 or g.ndim != 2 for g in grads):
+            return None
+        maps, epochs, uniques, sums = [], [], [], []
+        for table, num_rows, dim, entries in requests:
+            total = sum(e.ids.shape[0] for e in entries)
+            slot_map, epoch = self._slot_map(table, num_rows, total)
+            unique_ids, rows, _ = self._buffers(table, total, dim)
+            maps.append(slot_map)
+            epochs.append(epoch)
+            uniques.append(unique_ids)
+            sums.append(rows)
+        sizes = [e.ids.shape[0] for _, e in pieces]
+        bounds = np.zeros(len(pieces) + 1, np.int64)
+        np.cumsum(sizes, out=bounds[1:])
+        weighted = np.array([e.coef.shape[0] != 0 for _, e in pieces], np.bool_)
+        coef = np.empty(int(bounds[-1]), _F32)
+        for (_, e), lo, hi, has in zip(pieces, bounds[:-1].tolist(), bounds[1:].tolist(), weighted.tolist()):
+            if has:
+                coef[lo:hi] = e.coef
+        counts = np.zeros(len(requests), np.int64)
+        batched.sum_entries(
+            _flat([e.ids for _, e in pieces], np.int64),
+            _flat([e.src for _, e in pieces], np.int64),
+            coef,
+            bounds,
+            weighted,
+            np.array([t for t, _ in pieces], np.int64),
+            grads,
+            tuple(maps),
+            np.array(epochs, np.int64),
+            tuple(uniques),
+            tuple(sums),
+            counts,
+        )
+        zero = np.zeros(1, np.int64)
+        out = []
+        for (table, _, _, entries), unique_ids, rows, count in zip(requests, uniques, sums, counts.tolist()):
+            self._shares[table] = (count, sum(e.ids.shape[0] for e in entries))
+            out.append(Summed(unique_ids, rows, zero, np.array([count], np.int64), count))
+        return out
 
     def sum_packed(
         self,
