@@ -314,12 +314,13 @@ def sum_all(dims, slot_map, moff, layout, values, splits, weights, positions, gr
     ustart = np.zeros(tables + 1, np.int64)
     gstart = np.zeros(tables + 1, np.int64)
     hstart = np.zeros(tables + 1, np.int64)  # each hashed table's buckets in `keys` / `slots` (none: direct)
+    hbits = np.zeros(tables, np.int64)  # log2 of each table's buckets, 0 for its slot map
     for t in range(tables):
         ustart[t + 1] = ustart[t] + capacity[t]
         gstart[t + 1] = gstart[t] + capacity[t] * dims[t]
         rows = (moff[t + 1] if t + 1 < tables else slot_map.shape[0]) - moff[t]
-        bits = _hash_bits(capacity[t], rows, direct_rows)
-        hstart[t + 1] = hstart[t] + (1 << bits if bits else 0)
+        hbits[t] = _hash_bits(capacity[t], rows, direct_rows)
+        hstart[t + 1] = hstart[t] + (1 << hbits[t] if hbits[t] else 0)
     unique = np.empty(ustart[tables], np.int64)
     summed = np.empty(gstart[tables], np.float32)
     counts = np.zeros(tables, np.int64)
@@ -337,9 +338,7 @@ def sum_all(dims, slot_map, moff, layout, values, splits, weights, positions, gr
         m0 = moff[t]
         h0 = hstart[t]
         buckets = hstart[t + 1] - h0
-        bits = 0
-        while (1 << bits) < buckets:
-            bits += 1
+        bits = hbits[t]
         u0 = ustart[t]
         s0 = gstart[t]
         count = counts[t]
