@@ -203,6 +203,32 @@ def test_owner_pooling_moves_fewer_bytes_on_long_bags():
     assert_same_bits(owner_job["final/items/embedding"], exact_job["final/items/embedding"], "table")
 
 
+@requires_mpi
+def test_a_step_of_one_id_an_example_takes_the_exact_path():
+    """Bags of at most one id on every rank: the owners pool nothing, the step moves the exact mode's bytes
+    (each distinct row once forward, one gradient row per entry backward, no 20 bytes an entry) and
+    gives its bits, activations included. With a rank whose bag has two ids, the owners pool again."""
+    one_id = {**LONG_BAGS, "max_ids": 1, "steps": 3}
+    exact_job = run_worker(one_id, 2)
+    owner_job = run_worker({**one_id, "pooling": "owner"}, 2)
+    for phase in ("forward", "backward"):
+        assert owner_job[f"bytes/{phase}"].tolist() == exact_job[f"bytes/{phase}"].tolist(), phase
+    assert str(owner_job["errors"]) == str(exact_job["errors"])
+    arrays = [key for key in exact_job if not key.startswith("bytes/") and key != "errors"]
+    assert any(key.startswith("step") for key in arrays), arrays
+    assert sorted(owner_job) == sorted(exact_job)
+    for key in arrays:
+        assert_same_bits(owner_job[key], exact_job[key], key)
+    two_ids = {**one_id, "max_ids": 2, "steps": 1}
+    bags = next(iter(cases.global_steps(two_ids, cases.build_spec(two_ids, 2))))[0]["clicked"]
+    assert max(len(bag) for bag in bags) == 2, bags  # some bag has two ids: the owners pool this step
+    exact_bytes = run_worker(two_ids, 2)["bytes/forward"]
+    assert run_worker({**two_ids, "pooling": "owner"}, 2)["bytes/forward"].tolist() == (
+        expected_bytes(two_ids, 2)[1]["forward"].tolist()
+    )
+    assert exact_bytes.tolist() == expected_bytes(two_ids, 2)[0]["forward"].tolist()
+
+
 # The mode as a build option ----------------------------------------------------------------------------
 
 

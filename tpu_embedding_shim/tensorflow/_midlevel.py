@@ -49,7 +49,7 @@ __all__ = ["TPUEmbedding", "TPUEmbeddingV2", "EngineArray"]
 do_not_convert = tf.autograph.experimental.do_not_convert
 
 
-def _empty_like(leaf: Leaf, weights: bool) -> Any:
+def empty_batch_like(leaf: Leaf, weights: bool) -> Any:
     """An empty batch of a tensor leaf's static shape, in the engine's form (None when the shape is not known)."""
     if leaf.kind == "object" or leaf.kind == "none":
         return leaf.value
@@ -95,7 +95,7 @@ def untracked(structure: Any) -> Any:
     return structure
 
 
-def _initializer_seed() -> int | None:
+def tensorflow_initializer_seed() -> int | None:
     """A seed for the tables' unseeded initializers from TensorFlow's global seed, as TensorFlow's own
     initializers take theirs: None (fresh) without `tf.random.set_seed`, else the same tables on every run."""
     global_seed, op_seed = random_seed.get_seed(None)
@@ -207,7 +207,7 @@ class _Bridge(CheckpointedEmbedding):
             kwargs["feature_config"] = untracked(kwargs["feature_config"])
         with tf.init_scope():  # TensorFlow initializers run eagerly, as TensorFlow creates its tables
             self._embedding = self._compat_class(*args, **kwargs)
-            self._embedding.initializer_seed = _initializer_seed()
+            self._embedding.initializer_seed = tensorflow_initializer_seed()
             self._embedding.call_slot_variable_creation_fn = _call_slot_creation_fn
 
     def __getattr__(self, name: str) -> Any:
@@ -274,8 +274,8 @@ class _Bridge(CheckpointedEmbedding):
         None when a traced shape is not fully known (the batch is checked when
         the op runs instead).
         """
-        inputs = [_empty_like(leaf, weights=False) for leaf in features]
-        extra = None if weights is None else [_empty_like(leaf, weights=True) for leaf in weights]
+        inputs = [empty_batch_like(leaf, weights=False) for leaf in features]
+        extra = None if weights is None else [empty_batch_like(leaf, weights=True) for leaf in weights]
         if any(x is None and leaf.kind != "none" for x, leaf in zip(inputs, features)) or (
             extra is not None and any(x is None and leaf.kind != "none" for x, leaf in zip(extra, weights))
         ):

@@ -41,7 +41,7 @@ from ..spec import FeatureSpec
 from . import _convert
 from ._checkpoint import Trackable
 from ._convert import Leaf
-from ._midlevel import _empty_like, _initializer_seed, callable_by_tensorflow
+from ._midlevel import callable_by_tensorflow, empty_batch_like, tensorflow_initializer_seed
 
 __all__ = ["TPUEmbeddingForServing", "serving_embedding_lookup"]
 
@@ -74,7 +74,7 @@ def _empty_batch(leaf: Leaf, weights: bool, unknown: int | None) -> Any:
         if leaf.kind == "ragged":
             sizes[1:] = [None] * (len(sizes) - 1)
         leaf = leaf._replace(shape=tf.TensorShape(sizes))
-    return _empty_like(leaf, weights)
+    return empty_batch_like(leaf, weights)
 
 
 def _serving_checks(leaf: Leaf, weight: Leaf, feature: _Feature, batch: int | None) -> None:
@@ -281,7 +281,7 @@ class TPUEmbeddingForServing(Trackable):
         self._feature_config = feature_config
         self._table_config = self._embedding.table_configs
         self._features = [_Feature(f.path, f.config, f.spec) for f in self._embedding.features]
-        self._seed = _initializer_seed()
+        self._seed = tensorflow_initializer_seed()
         self._variables: dict[str, dict[str, Any]] = {}
         self._built = False
 

@@ -26,6 +26,8 @@ reference), which give the same bits.
 
 `pooling="owner"` pools the pooled features where the rows live instead
 (`owner_pooling.py`): less traffic, activations equal to float tolerance.
+A pooled feature with at most one id per example on every rank takes the
+exact path for that step (nothing to pool; fewer bytes, the bits).
 
 Every public method is collective: every rank calls it, in the same order.
 
@@ -89,17 +91,22 @@ class DistributedLookupResult(LookupResult):
     Attributes:
       routes: feature -> (owner rank, local row on the owner), int64 [N]
         each, for every id of `batches[feature]` (the features of the exact
-        path: all in the exact mode, the sequence features in the owner mode).
+        path: all in the exact mode, the sequence features and `moved` in the
+        owner mode).
       lookup: the number of this training lookup (the same on every rank);
         in the owner mode, the owners keep its coefficients under it.
       single: the exact path's pooled features none of whose examples has
         more than one id (the forward reads their rows as they are, the
         backward may send their gradients entry by entry).
+      moved: in the owner mode, the pooled features that took the exact path
+        in this lookup: none of their examples had more than one id on any
+        rank, so the owners pooled nothing of them.
     """
 
     routes: dict[str, tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=dict, repr=False)
     lookup: int = -1
     single: frozenset[str] = frozenset()
+    moved: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass
@@ -171,7 +178,7 @@ class DistributedEngine:
         self.statistics = None
         self._pending: _Pending | None = None
         self._lookups = 0  # training lookups so far (the same count on every rank)
-        self._kept: dict[int, tuple[int, Kept]] = {}  # owner mode: lookup -> (its step, what its backward needs)
+        self._kept: dict[int, tuple[int, Kept | None]] = {}  # owner mode: lookup -> (its step, what its backward needs)
         error: Exception | None = None
         views: tuple[str, dict[str, str], str, int | None] = ("", {}, "", seed)
         files: dict[str, str] = {}
@@ -207,8 +214,7 @@ class DistributedEngine:
         # The features each rank pools where the rows live (owner mode), and those whose rows move (the rest).
         self._pooled = [f for f in spec.features if self.pooling == "owner" and not f.is_sequence]
         self._exact = [f for f in spec.features if f.name not in {p.name for p in self._pooled}]
-        tables = list(dict.fromkeys(f.table for f in self._exact))  # the exact path's, each table's features together
-        self._requested = ([f for name in tables for f in self._exact if f.table == name], tables)
+        self._requested = _by_table(self._exact)
         self._quantizations = {t.name: quantization_parameters(t.quantization) for t in spec.tables}
         self._sequence = [f for f in spec.features if f.is_sequence]  # their entries' gradients move one by one
         # The exact mode's pooled features: their gradients move as one row per (example, owner), or entry by
@@ -362,6 +368,7 @@ class DistributedEngine:
         raises on every rank and changes nothing.
         """
         error, batches = None, {}
+        alone = [0] * len(self._pooled)  # owner mode: 1 for each pooled feature of at most one id an example here
         try:
             if not isinstance(features, Mapping):
                 raise TypeError(
@@ -374,19 +381,23 @@ class DistributedEngine:
             sizes = {name: batch.batch_size for name, batch in batches.items()}
             if same_batch_size and len(set(sizes.values())) > 1:
                 raise ValueError(f"All features of one step must have the same batch size. Received: {sizes}.")
+            alone = [int(_one_id_each(batches[f.name])) for f in self._pooled]
         except Exception as caught:
             error = caught
-        agree(self.comm, error, "forward", training=bool(training))
+        alone = agree(self.comm, error, "forward", least=alone, training=bool(training)).tolist()
         if not (training and self.spec.pipeline_execution_with_tensor_core):
             self.flush()
+        # A pooled feature of at most one id an example on every rank takes the exact path this step: its
+        # rows move once per distinct row, not 20 bytes an entry, and its activations are one process's bits.
+        moved = frozenset(f.name for f, one in zip(self._pooled, alone) if one)
+        exact = self._exact if not moved else [f for f in self.spec.features if f.is_sequence or f.name in moved]
         routes = {
-            f.name: self._owners[f.table].locate(batches[f.name].values.astype(np.int64, copy=False))
-            for f in self._exact
+            f.name: self._owners[f.table].locate(batches[f.name].values.astype(np.int64, copy=False)) for f in exact
         }
-        rows = self._fetch_rows(routes)
-        single = frozenset(f.name for f in self._scattered if _one_id_each(batches[f.name]))
+        rows = self._fetch_rows(routes, exact)
+        single = moved | {f.name for f in self._scattered if _one_id_each(batches[f.name])}
         activations = self._rows_as_they_are(rows, batches, single)
-        pooled_here = [f for f in self._exact if f.name not in activations]
+        pooled_here = [f for f in exact if f.name not in activations]
         requests = [
             Lookup(
                 rows[f.name][0],
@@ -404,13 +415,14 @@ class DistributedEngine:
                 activations[feature.name], lengths[feature.name] = value
             else:
                 activations[feature.name] = value
-        lookup = -1
-        if self._pooled:
-            bags = [self._bag(f, batches[f.name]) for f in self._pooled]
-            tables = [self._tables[f.table] for f in self._pooled]
-            quantizations = [self._quantizations[f.table] for f in self._pooled]
+        lookup, kept = -1, None
+        owners_pool = [f for f in self._pooled if f.name not in moved]
+        if owners_pool:
+            bags = [self._bag(f, batches[f.name]) for f in owners_pool]
+            tables = [self._tables[f.table] for f in owners_pool]
+            quantizations = [self._quantizations[f.table] for f in owners_pool]
             pooled, kept = pool(self.comm, bags, tables, self.kernels, quantizations)
-            activations.update((f.name, value) for f, value in zip(self._pooled, pooled))
+            activations.update((f.name, value) for f, value in zip(owners_pool, pooled))
         if len(activations) > 1:
             activations = {f.name: activations[f.name] for f in self.spec.features}  # spec order
         if training:
@@ -423,7 +435,15 @@ class DistributedEngine:
                 self._kept[lookup] = (self.global_step, kept)
             self.flush()
         return DistributedLookupResult(
-            activations, lengths, batches, bool(training), self.global_step, routes=routes, lookup=lookup, single=single
+            activations,
+            lengths,
+            batches,
+            bool(training),
+            self.global_step,
+            routes=routes,
+            lookup=lookup,
+            single=frozenset(single),
+            moved=moved,
         )
 
     def _rows_as_they_are(
@@ -437,10 +457,11 @@ class DistributedEngine:
         One array per feature, as the lookups make them: one array for all features (3.4 MB for
         `criteo26`'s 26) came back from the system at every step, 800 page faults, 1 ms a step."""
         activations = {}
-        for f in self._scattered:
+        for f in self.spec.features:
             batch = batches[f.name]
             if (
-                f.name not in single
+                f.is_sequence
+                or f.name not in single
                 or batch.weights is not None
                 or self._quantizations[f.table] is not None
                 or batch.num_values != batch.batch_size
@@ -477,15 +498,17 @@ class DistributedEngine:
             owner, local = route[0][ids], route[1][ids]
         return Bag(example.astype(np.int64), owner, local, coef.astype(np.float32), batch.batch_size)
 
-    def _fetch_rows(self, routes: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """Feature -> (rows [R, D], index [N]): `rows[index]` are the rows of its entries, in entry order
-        (collective).
+    def _fetch_rows(
+        self, routes: dict[str, tuple[np.ndarray, np.ndarray]], exact: list[FeatureSpec]
+    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Feature -> (rows [R, D], index [N]): `rows[index]` are the rows of its entries, in entry order,
+        for each feature of `exact`, the step's features whose rows move (collective).
 
         Per table, each distinct row goes to its owner once (`requests`: over
         every routed feature of the table, in one call for every table); the
         owners answer with the rows, which the lookup reads where they
         arrived (no copy per entry)."""
-        features, tables = self._requested
+        features, tables = self._requested if exact is self._exact else _by_table(exact)
         if not tables:
             return {}
         sizes = np.array([routes[f.name][0].shape[0] for f in features], np.int64)
@@ -535,23 +558,27 @@ class DistributedEngine:
         entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         grads: dict[str, np.ndarray] = {}
         mine = [0] * len(self._scattered)
-        sends = np.ones((self.world_size, len(self._pooled)), np.int64)  # row r: the pooled gradients rank r sends
+        moved: frozenset[str] = getattr(result, "moved", frozenset())
+        owners_pool = [f for f in self._pooled if f.name not in moved]  # those the owners pooled in the forward
+        sends = np.ones((self.world_size, len(owners_pool)), np.int64)  # row r: the pooled gradients rank r sends
         try:
             entries, grads = self._entries(result, gradients, step)
             mine = [int(f.name in result.single) for f in self._scattered]  # type: ignore[attr-defined]
-            sends[self.rank] = [f.name in grads for f in self._pooled]
+            sends[self.rank] = [f.name in grads for f in owners_pool]
         except Exception as caught:
             error = caught
         facts = {"lookup": getattr(result, "lookup", None)} if self._pooled else {}  # the owners kept its coefficients
         least = agree(self.comm, error, "apply_gradients", least=[*mine, *sends.reshape(-1).tolist()], **facts)
         single, given = least[: len(mine)].tolist(), least[len(mine) :].reshape(sends.shape)
-        for feature, alone in zip(self._scattered, single):
-            if alone and feature.name in grads:  # one gradient row per entry: what scatter would send, less 12 B
+        # one gradient row per entry (what scatter would send, less 12 B): the exact mode's pooled features
+        # of at most one id an example on every rank, and the owner mode's that took the exact path
+        by_entry = moved | {f.name for f, alone in zip(self._scattered, single) if alone}
+        for feature in self.spec.features:
+            if feature.name in by_entry and feature.name in grads:
                 batch = _by_position(result.batches[feature.name])
                 combiner = self.spec.table(feature.table).combiner
                 grad = grads.pop(feature.name)
                 entries[feature.name] = self.kernels.pooled_entries(batch, combiner, grad, safe=feature.safe_lookup)
-        by_entry = {f.name for f, alone in zip(self._scattered, single) if alone}
         received = self._send_gradients(result, entries, grads, by_entry, given)  # type: ignore[arg-type]
         error, pending, in_place = None, _Pending({}), []
         try:
@@ -623,7 +650,7 @@ class DistributedEngine:
         result: DistributedLookupResult,
         entries: dict[str, Any],
         grads: dict[str, np.ndarray],
-        by_entry: set[str],
+        by_entry: frozenset[str],
         given: np.ndarray,
     ) -> dict[str, list[tuple[np.ndarray, ...]]]:
         """Table -> per feature (spec order), the entries this rank owns (`_entries_of`), in the one-process
@@ -637,8 +664,9 @@ class DistributedEngine:
         pooled = [f for f in self.spec.features if not f.is_sequence and f.name not in by_entry]
         if pooled:
             wanted = [grads.get(f.name) for f in pooled]
-            if self._pooled:
-                expanded = expand(self.comm, self._kept[result.lookup][1], wanted, given)
+            kept = self._kept[result.lookup][1] if self._pooled else None
+            if kept is not None:  # the owners pooled these in the forward
+                expanded = expand(self.comm, kept, wanted, given)
             else:  # exact mode: the requester pooled the forward; the owners get the coefficients now
                 bags = [
                     self._bag(f, result.batches[f.name], result.routes[f.name], grad is None)
@@ -830,6 +858,12 @@ def _gradient_rows(features: Any, entries: dict[str, Any], order: np.ndarray) ->
 
 
 _NO_ROWS = np.zeros((0, 1), np.float32)
+
+
+def _by_table(features: list[FeatureSpec]) -> tuple[list[FeatureSpec], list[str]]:
+    """(`features` with each table's together, in the order of the tables' first features; those tables)."""
+    tables = list(dict.fromkeys(f.table for f in features))
+    return [f for name in tables for f in features if f.table == name], tables
 
 
 def _one_id_each(batch: Ragged) -> bool:
