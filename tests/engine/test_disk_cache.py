@@ -121,3 +121,41 @@ def test_editing_a_helper_module_recompiles_the_kernels_that_inline_it(tmp_path,
     prefetch = copy / "engine" / "fast" / "prefetch.py"
     prefetch.write_text(prefetch.read_text() + "\n# an edit\n")
     assert compiled_forward()  # a module the kernels inline changed: compiled again
+
+
+# A table-batched step (26 tables' updates in one kernel) and a step of the per-feature kernels.
+STEPS = textwrap.dedent(
+    """
+    import numpy as np
+    from tpu_embedding_shim.engine import Engine
+    from tpu_embedding_shim.spec import AdagradSpec, EmbeddingSpec, FeatureSpec, TableSpec
+
+    tables = tuple(TableSpec(name=f"t{i}", vocabulary_size=50 + i, dim=4) for i in range(26))
+    features = tuple(FeatureSpec(name=f"f{i}", table=f"t{i}", num_buckets=50 + i) for i in range(26))
+    engine = Engine(EmbeddingSpec(tables=tables, features=features, optimizer=AdagradSpec(learning_rate=0.1)), seed=0)
+    rng = np.random.default_rng(0)
+    for batch in (64, 8192):
+        result = engine.forward({f"f{i}": rng.integers(0, 50, (batch, 2)) for i in range(26)})
+        engine.apply_gradients(result, {name: np.ones_like(a) for name, a in result.activations.items()})
+    """
+)
+
+
+def test_a_second_process_loads_every_kernel_from_the_cache(tmp_path):
+    """Every kernel a step runs is found in the cache by the next process. numba keys a closure's cache
+    entry by its pickled closure variables: a kernel holding another kernel built at run time (whose pickle
+    carries a new id in every process) was compiled again by every process, seconds at a program's start."""
+    program = tmp_path / "steps.py"
+    program.write_text(STEPS)
+    environment = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME")}
+    environment.update(HOME=str(tmp_path / "home"), PYTHONPATH=str(PACKAGE.parent), NUMBA_DEBUG_CACHE="1")
+
+    def saved() -> list[str]:
+        done = subprocess.run(
+            [sys.executable, str(program)], cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=900
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return [line for line in done.stdout.splitlines() if "[cache] data saved" in line]
+
+    assert saved()  # an empty cache: compiled and saved
+    assert saved() == []  # every kernel loaded

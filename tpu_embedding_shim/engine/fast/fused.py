@@ -294,31 +294,30 @@ def _lazy(formula, source, constants, count, given, reads_refs):
 def _lazy_tables(formula, source, constants, count):
     """`_lazy` over a tuple of tables with one optimizer (`apply_tables`): no powers given, one thread.
 
-    Each table's rows are updated by a call of `one`, a parallel loop that `apply_tables` runs on the
-    calling thread alone (numba's thread count set to 1): in a serial loop numba counts the references of
-    every row view and slot tuple it makes, which made the same update ~20x slower (70 rows of 8:
-    ~80 against ~3.5 us)."""
+    Each table's rows are a parallel loop, which `apply_tables` runs on the calling thread alone (numba's
+    thread count set to 1): in a serial loop numba counts the references of every row view and slot tuple
+    it makes, which made the same update ~20x slower (70 rows of 8: ~80 against ~3.5 us). The loops are
+    in the one cached function: a kernel that called another kernel built here would hold it in its
+    closure, whose pickle carries a new id in every process, so numba's disk cache would never find it
+    (each process compiled it again: 3.5-13 s at a program's first step)."""
     no_powers = (_F32(0.0),) * count
 
-    @numba.njit(nogil=True, parallel=True)
-    def one(table, slots, unique_ids, grads, lows, highs, hp, gmin, gmax, decay, has_decay, wmin, wmax):
-        for r in numba.prange(lows.shape[0]):
-            full = constants + hp  # inside the parallel loop, as in `_lazy`
-            for s in range(lows[r], highs[r]):
-                i = unique_ids[s]
-                w = table[i]
-                rows = _items(slots, i)
-                g = grads[s]
-                for j in range(w.shape[0]):
-                    _update(formula, w, rows, j, _clip(g[j], gmin, gmax), no_powers, full, decay, has_decay, wmin,
-                            wmax)  # fmt: skip
-
-    @numba.njit(cache=True, nogil=True)
+    @numba.njit(cache=True, nogil=True, parallel=True)
     def lazy_tables(tables, slots, uniques, grads, starts, stops, hp, gmin, gmax, decay, has_decay, wmin, wmax):
         _cache_key(source)
         for t in range(len(tables)):
-            one(tables[t], slots[t], uniques[t], grads[t], starts[t], stops[t], hp, gmin, gmax, decay, has_decay,
-                wmin, wmax)  # fmt: skip
+            table, table_slots, unique_ids, table_grads = tables[t], slots[t], uniques[t], grads[t]
+            lows, highs = starts[t], stops[t]
+            for r in numba.prange(lows.shape[0]):
+                full = constants + hp  # inside the parallel loop, as in `_lazy`
+                for s in range(lows[r], highs[r]):
+                    i = unique_ids[s]
+                    w = table[i]
+                    rows = _items(table_slots, i)
+                    g = table_grads[s]
+                    for j in range(w.shape[0]):
+                        _update(formula, w, rows, j, _clip(g[j], gmin, gmax), no_powers, full, decay, has_decay,
+                                wmin, wmax)  # fmt: skip
 
     return lazy_tables
 
