@@ -299,7 +299,7 @@ def _lazy_tables(formula, source, constants, count):
     it makes, which made the same update ~20x slower (70 rows of 8: ~80 against ~3.5 us). The loops are
     in the one cached function: a kernel that called another kernel built here would hold it in its
     closure, whose pickle carries a new id in every process, so numba's disk cache would never find it
-    (each process compiled it again: 3.5-13 s at a program's first step)."""
+    and every process would compile it (3.5-13 s at a program's first step)."""
     no_powers = (_F32(0.0),) * count
 
     @numba.njit(cache=True, nogil=True, parallel=True)
