@@ -390,6 +390,7 @@ class DistributedEngine:
         # A pooled feature of at most one id an example on every rank takes the exact path this step: its
         # rows move once per distinct row, not 20 bytes an entry, and its activations are one process's bits.
         moved = frozenset(f.name for f, one in zip(self._pooled, alone) if one)
+        # (moved is empty but in the owner mode, whose exact path is otherwise the sequence features')
         exact = self._exact if not moved else [f for f in self.spec.features if f.is_sequence or f.name in moved]
         routes = {
             f.name: self._owners[f.table].locate(batches[f.name].values.astype(np.int64, copy=False)) for f in exact
@@ -442,7 +443,7 @@ class DistributedEngine:
             self.global_step,
             routes=routes,
             lookup=lookup,
-            single=frozenset(single),
+            single=single,
             moved=moved,
         )
 
