@@ -3,22 +3,26 @@
 # command 1 then command 2 (read from README.md, run as written) in the clone's root; then what a reader does next,
 # from another directory: the command line, the package import, the checkpoint tools and the migrations of
 # docs/migrate.md on the job's model.
-# Usage: .ci/quickstart.sh 3.12   (a Python version: pyenv's, or python3.12 on PATH)
+# Usage: .ci/quickstart.sh 3.12 [TEST PATH ...]   (a Python version: pyenv's, or python3.12 on PATH)
+# With test paths, command 2's `python -m pytest` runs those paths only (the same command, narrowed): CI runs the
+# whole suite once with the commands exactly as written, and on the other Pythons the install, the job and a part.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 version=$1
-
-python=""
-for candidate in "$(pyenv root 2>/dev/null)"/versions/"$version".*/bin/python"$version" "$(command -v "python$version")"; do
-    if [ -x "$candidate" ] && "$candidate" -c 'import venv' 2>/dev/null; then python=$candidate && break; fi
-done
-[ -n "$python" ] || { echo "no Python $version on this machine (pyenv or python$version on PATH)" >&2; exit 1; }
+shift
+python=$("$repo/.ci/python.sh" "$version")
 
 work=$(mktemp -d)
 git clone -q "$repo" "$work/clone"
 command_1=$(sed -n '/^# 1\. /{n;p;q}' "$repo/README.md")
 command_2=$(sed -n '/^# 2\. /{n;p;q}' "$repo/README.md")
 [ -n "$command_1" ] && [ -n "$command_2" ] || { echo "README.md's quick start has no '# 1.' / '# 2.' commands" >&2; exit 1; }
+if [ $# -gt 0 ]; then
+    case $command_2 in
+        *"python -m pytest") command_2="$command_2 $*" ;;
+        *) echo "README.md's command 2 does not end in 'python -m pytest': cannot narrow it to $*" >&2; exit 1 ;;
+    esac
+fi
 
 "$python" -m venv "$work/venv"
 # shellcheck disable=SC1091

@@ -3,6 +3,7 @@ download names the file (it raised BadZipFile on every later run)."""
 
 import logging
 import os
+import subprocess
 
 import pytest
 
@@ -118,3 +119,32 @@ def test_a_wheel_fetched_on_another_host_is_kept_in_this_hosts_cache(tmp_path, m
     assert kept == str(tmp_path / "cache" / "recbole-1.2.1-py3-none-any.whl") == ml_data.cached() == ml_data.fetch()
     assert os.listdir(tmp_path / "cache") == ["recbole-1.2.1-py3-none-any.whl"]  # no temporary left
     assert len(ml_data.load().train) > 0
+
+
+@pytest.mark.parametrize("pip_fails", [False, True])
+def test_a_download_in_progress_is_never_seen_in_the_cache(tmp_path, monkeypatch, pip_fails):
+    """pip writes the wheel as it downloads: while it does, the cache has no wheel another process could read
+    half of; after, the whole wheel (or, where pip failed, nothing and no leftovers)."""
+    cache = tmp_path / "cache"
+    seen_during = []
+
+    def fake_pip(command, **kwargs):
+        target = command[command.index("-d") + 1]
+        with open(os.path.join(target, "recbole-1.2.1-py3-none-any.whl"), "wb") as part:
+            part.write(b"PK\x03\x04 the first bytes of a zip")
+            seen_during.append(ml_data.cached(str(cache)))
+        if pip_fails:
+            return subprocess.CompletedProcess(command, 1, "", "ERROR: connection reset")
+        make_wheel(os.path.join(target, "recbole-1.2.1-py3-none-any.whl"))
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(ml_data.subprocess, "run", fake_pip)
+    if pip_fails:
+        with pytest.raises(ml_data.DataError, match="exit code 1: ERROR: connection reset"):
+            ml_data.fetch(str(cache))
+        assert os.listdir(cache) == []
+    else:
+        path = ml_data.fetch(str(cache))
+        assert path == str(cache / "recbole-1.2.1-py3-none-any.whl") and os.listdir(cache) == [os.path.basename(path)]
+        assert len(ml_data.load(path).train) > 0
+    assert seen_during == [None]

@@ -25,8 +25,10 @@ import dataclasses
 import glob
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -86,20 +88,29 @@ def fetch(directory: str | None = None, *, quiet: bool = True) -> str:
     if found:
         return found
     os.makedirs(directory, exist_ok=True)
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--disable-pip-version-check",
-        "-d",
-        directory,
-        WHEEL,
-    ]
-    if quiet:
-        command.append("-q")
-    done = subprocess.run(command, capture_output=quiet, text=True)
+    # pip writes the wheel in place as it downloads: into a folder of its own first, renamed into the cache whole,
+    # so another process (a second job, another rank) never reads a part of it.
+    scratch = tempfile.mkdtemp(prefix=".download-", dir=directory)
+    try:
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-d",
+            scratch,
+            WHEEL,
+        ]
+        if quiet:
+            command.append("-q")
+        done = subprocess.run(command, capture_output=quiet, text=True)
+        downloaded = cached(scratch)
+        if done.returncode == 0 and downloaded:
+            os.replace(downloaded, os.path.join(directory, os.path.basename(downloaded)))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     found = cached(directory)
     if done.returncode != 0 or not found:
         detail = (done.stderr or "").strip().splitlines()[-1:] if quiet else []
