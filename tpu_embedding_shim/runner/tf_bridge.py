@@ -684,10 +684,12 @@ class GraphModel:
         self._load_step(step)
         return self._run(self.predictions, self._feed(features, None, scope))
 
-    def close(self) -> None:
-        """Ends the call: each session hook's `end(session)`, the host_call's summaries flushed; then the session."""
+    def close(self, completed: bool = True) -> None:
+        """Ends the call: for a call that completed, each session hook's `end(session)` and the host_call's
+        summaries flushed; then the session."""
         try:
-            self._hooked.end()
+            if completed:
+                self._hooked.end()
         finally:
             self.session.close()
 

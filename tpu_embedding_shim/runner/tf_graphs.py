@@ -187,13 +187,15 @@ class TFGraphs:
         graph = self._graphs.get(ModeKeys.EVAL)
         return {} if graph is None else graph.metrics()
 
-    def close(self, mode: str, dense_state: Any) -> None:
-        """Ends the graph of `mode` (a training graph first copies its variables into `dense_state`)."""
+    def close(self, mode: str, dense_state: Any, *, completed: bool = True) -> None:
+        """Ends the graph of `mode` (a training graph first copies its variables into `dense_state`). Its session
+        hooks' `end()` runs only for a call that `completed`: as in TensorFlow's MonitoredSession, a call an
+        error (or a closed predict generator) ended never reaches `end()`."""
         graph = self._graphs.pop(mode, None)
         if graph is not None:
             if mode == ModeKeys.TRAIN:
                 graph.save_to(dense_state)
-            graph.close()
+            graph.close(completed)
 
 
 def check_export(experimental_mode: str, serving_input_receiver_fn: Any, tensor_core: TensorCoreColumns | None):

@@ -341,7 +341,8 @@ class TPUEstimator:
         return any([bool(listener.after_save(session, step)) for listener in listeners])
 
     def _train(self, input_fn, steps, max_steps, progress, listeners=()) -> TPUEstimator:
-        self._tf.close(ModeKeys.TRAIN, self._state.dense_state)  # a graph an interrupted train() left: its values
+        # A graph an interrupted train() left: its values are kept, its hooks' end() never runs (TensorFlow's).
+        self._tf.close(ModeKeys.TRAIN, self._state.dense_state, completed=False)
         self._ensure_state(ModeKeys.TRAIN)
         self._announce()
         start = self.global_step
@@ -418,7 +419,7 @@ class TPUEstimator:
         self._ensure_state(ModeKeys.EVAL, checkpoint_path)
         self._announce()
         result = self._input(input_fn, ModeKeys.EVAL)
-        self._tf.close(ModeKeys.EVAL, self._state.dense_state)
+        self._tf.close(ModeKeys.EVAL, self._state.dense_state, completed=False)  # what an interrupted call left
         stream = BatchStream(result, ModeKeys.EVAL, repeat=steps or 1)
         total = steps if stream.length is None else (stream.length if steps is None else min(steps, stream.length))
         bar = self._progress("evaluate", total, progress)
@@ -467,9 +468,10 @@ class TPUEstimator:
         self._ensure_state(ModeKeys.PREDICT, checkpoint_path)
         self._announce()
         result = self._input(input_fn, ModeKeys.PREDICT)
-        self._tf.close(ModeKeys.PREDICT, self._state.dense_state)
+        self._tf.close(ModeKeys.PREDICT, self._state.dense_state, completed=False)
         stream = BatchStream(result, ModeKeys.PREDICT, repeat=1)
         bar = self._progress("predict", stream.length, progress, unit="batches")
+        completed = False  # a generator closed early, or an error, never reaches the hooks' end() (TensorFlow's)
         try:
             for features, _ in replicated.while_every_replica_has(stream):
                 predictions = prediction_batches.as_arrays(
@@ -480,9 +482,10 @@ class TPUEstimator:
                     yield from prediction_batches.examples(predictions)
                 else:
                     yield predictions
+            completed = True
         finally:
             bar.close()
-            self._tf.close(ModeKeys.PREDICT, self._state.dense_state)
+            self._tf.close(ModeKeys.PREDICT, self._state.dense_state, completed=completed)
 
     # Export ------------------------------------------------------------------------------------
 
